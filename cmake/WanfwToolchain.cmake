@@ -1,0 +1,84 @@
+# Build-wide settings: compiler cache, output layout, warnings, and the third-party packages.
+
+find_program(WANFW_CCACHE ccache)
+if(WANFW_CCACHE)
+  # Precompiled headers and ccache work together only with these sloppiness settings.
+  set(_launcher ${CMAKE_COMMAND} -E env
+      CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
+      ${WANFW_CCACHE})
+  set(CMAKE_C_COMPILER_LAUNCHER ${_launcher})
+  set(CMAKE_CXX_COMPILER_LAUNCHER ${_launcher})
+endif()
+
+# Layout promised by the README: build/bin/wanfw, build/lib/libwanfw_core.so,
+# build/lib/wanfw/plugins/*.so.
+set(CMAKE_RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+set(CMAKE_LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/lib)
+set(WANFW_PLUGIN_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/lib/wanfw/plugins)
+set(WANFW_TEST_PLUGIN_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/lib/wanfw/test-plugins)
+
+# Every translation unit is position independent so that one precompiled header serves
+# libraries and executables alike.
+string(APPEND CMAKE_CXX_FLAGS " -fPIC")
+set(CMAKE_BUILD_RPATH_USE_ORIGIN ON)
+
+# --- LibTorch from the project's torch wheel -------------------------------------------------
+if(NOT CUDAToolkit_ROOT AND EXISTS /usr/local/cuda)
+  set(CUDAToolkit_ROOT /usr/local/cuda)
+endif()
+if(NOT CMAKE_CUDA_COMPILER AND EXISTS ${CUDAToolkit_ROOT}/bin/nvcc)
+  set(CMAKE_CUDA_COMPILER ${CUDAToolkit_ROOT}/bin/nvcc)
+endif()
+if(NOT CMAKE_CUDA_ARCHITECTURES)
+  set(CMAKE_CUDA_ARCHITECTURES 80-real 90-real)
+endif()
+# No GPU on build machines: name the architectures instead of letting Caffe2 probe for devices.
+if(NOT TORCH_CUDA_ARCH_LIST)
+  set(TORCH_CUDA_ARCH_LIST "8.0;9.0")
+endif()
+set(CMAKE_CUDA_STANDARD 17)
+set(USE_SYSTEM_NVTX ON CACHE BOOL "Use the toolkit's nvtx3 headers")
+find_package(Torch REQUIRED CONFIG)
+get_filename_component(WANFW_TORCH_LIB_DIR "${TORCH_LIBRARY}" DIRECTORY)
+message(STATUS "wanfw: LibTorch ${Torch_VERSION} from ${WANFW_TORCH_LIB_DIR}")
+
+find_package(Boost 1.74 REQUIRED COMPONENTS filesystem)
+find_package(yaml-cpp REQUIRED)
+find_package(spdlog REQUIRED)
+find_package(fmt REQUIRED)
+find_package(nlohmann_json 3.10 REQUIRED)
+find_package(Threads REQUIRED)
+
+# The torch wheel ships fmt 12 headers in its include folder, which would shadow the system fmt
+# that spdlog is built against. A shim folder searched before LibTorch's puts the system fmt
+# and spdlog first. (LibTorch's public C++ API headers do not include fmt themselves.)
+set(WANFW_INCLUDE_SHIM ${CMAKE_BINARY_DIR}/include-shim)
+file(MAKE_DIRECTORY ${WANFW_INCLUDE_SHIM})
+foreach(_probe fmt/format.h spdlog/spdlog.h)
+  get_filename_component(_lib ${_probe} DIRECTORY)
+  find_path(_${_lib}_dir ${_probe} PATHS /usr/include NO_DEFAULT_PATH)
+  if(NOT _${_lib}_dir)
+    find_path(_${_lib}_dir ${_probe})
+  endif()
+  if(NOT _${_lib}_dir)
+    message(FATAL_ERROR "wanfw: ${_probe} not found; run scripts/setup.sh to install the Debian packages")
+  endif()
+  file(CREATE_LINK ${_${_lib}_dir}/${_lib} ${WANFW_INCLUDE_SHIM}/${_lib} SYMBOLIC)
+endforeach()
+include_directories(BEFORE SYSTEM ${WANFW_INCLUDE_SHIM})
+
+# Warnings for wanfw's own code (third-party headers come in as system includes).
+add_library(wanfw_warnings INTERFACE)
+target_compile_options(wanfw_warnings INTERFACE -Wall -Wextra -Wno-unused-parameter
+                       $<$<BOOL:${WANFW_WERROR}>:-Werror>)
+
+# One precompiled header for every LibTorch translation unit.
+add_library(wanfw_pch OBJECT ${CMAKE_CURRENT_LIST_DIR}/pch.cpp)
+target_link_libraries(wanfw_pch PUBLIC ${TORCH_LIBRARIES} spdlog::spdlog fmt::fmt)
+target_precompile_headers(wanfw_pch PRIVATE <torch/torch.h> <spdlog/spdlog.h> <vector> <string>
+                          <map> <memory> <optional> <functional>)
+
+# Use the shared precompiled header in TARGET.
+function(wanfw_use_pch target)
+  target_precompile_headers(${target} REUSE_FROM wanfw_pch)
+endfunction()

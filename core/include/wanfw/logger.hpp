@@ -1,0 +1,33 @@
+#pragma once
+// The logger plugin interface.
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+
+namespace wanfw {
+
+/// Where a logger writes and whether the run continues an earlier one.
+struct LoggerContext {
+  std::filesystem::path run_dir;
+  /// The step training resumes from (0 for a fresh run). Loggers drop anything they recorded
+  /// beyond it, so a resumed run shows one history without duplicated steps.
+  std::int64_t resume_step = 0;
+};
+
+/// Receives what a run reports. Only the main process calls a logger. Scalars are required;
+/// the other kinds are optional (the defaults ignore them).
+class Logger {
+ public:
+  virtual ~Logger() = default;
+  virtual void open(const LoggerContext& context) = 0;
+  virtual void log_scalars(std::int64_t step, const std::map<std::string, double>& scalars) = 0;
+  virtual void log_text(std::int64_t step, const std::string& tag, const std::string& text) {}
+  /// The run's hyper-parameters (flattened config) at the start of a run.
+  virtual void log_hparams(const std::map<std::string, std::string>& hparams) {}
+  virtual void flush() {}
+  virtual void close() { flush(); }
+};
+
+}  // namespace wanfw

@@ -1,0 +1,38 @@
+#pragma once
+// The model plugin interface: the trainable module and its objective.
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/nn/module.h>
+
+#include "wanfw/data.hpp"
+
+namespace wanfw {
+
+/// What one training step of a model yields on one micro-batch.
+struct StepOutput {
+  at::Tensor loss;                            ///< scalar, differentiable
+  std::map<std::string, at::Tensor> metrics;  ///< scalars to log (detached), besides the loss
+};
+
+/// A model owns its module(s) and its objective. Parameter names are checkpoint keys, so a
+/// model should register the names its ecosystem's checkpoints use.
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  /// The module whose parameters and buffers are trained and checkpointed.
+  virtual std::shared_ptr<torch::nn::Module> module() = 0;
+  /// The fields every batch must carry (the synthetic data set produces exactly these).
+  virtual std::vector<FieldSpec> batch_fields() const = 0;
+  /// Forward pass and loss on one micro-batch that already lives on the module's device.
+  virtual StepOutput training_step(const Batch& batch) = 0;
+  /// The parameters the optimizer updates (default: every parameter that requires grad).
+  virtual std::vector<std::pair<std::string, at::Tensor>> trainable_parameters();
+};
+
+}  // namespace wanfw

@@ -1,0 +1,77 @@
+#pragma once
+// The plugin contract. A plugin library exports exactly one entry, made by WANFW_PLUGIN, that
+// returns a PluginDescriptor. The host reads `abi_version` and `torch_version` first and
+// refuses a plugin whose values differ from its own before it touches anything else.
+//
+//   #include <wanfw/plugin.hpp>
+//   static wanfw::PluginDescriptor describe() {
+//     wanfw::PluginDescriptor d = wanfw::PluginDescriptor::for_model("my_model", "1.0.0", "...");
+//     d.options = {wanfw::option("width", wanfw::OptionType::Integer).value("64").doc("...")};
+//     d.make_model = [](const wanfw::Options& o, const wanfw::PluginContext& c) { ... };
+//     return d;
+//   }
+//   WANFW_PLUGIN(describe)
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <boost/dll/alias.hpp>
+
+#include "wanfw/logger.hpp"
+#include "wanfw/model.hpp"
+#include "wanfw/options.hpp"
+#include "wanfw/strategy.hpp"
+#include "wanfw/version.hpp"
+
+namespace wanfw {
+
+enum class PluginKind : std::uint32_t { Model = 1, Strategy = 2, Logger = 3 };
+const char* plugin_kind_name(PluginKind kind);
+
+class PluginHost;
+
+/// What the host hands a factory besides the plugin's own options.
+struct PluginContext {
+  std::uint64_t seed = 0;
+  /// Lets a plugin build other plugins (a strategy that wraps another one).
+  const PluginHost* host = nullptr;
+  /// The config path of the section being built ("strategy", "strategy.inner").
+  std::string section;
+};
+
+struct PluginDescriptor {
+  // -- Read before anything else; keep these two first and never change their types. --------
+  std::uint32_t abi_version = WANFW_PLUGIN_ABI_VERSION;
+  const char* torch_version = WANFW_TORCH_VERSION_STRING;
+  // --------------------------------------------------------------------------------------------
+  PluginKind kind = PluginKind::Model;
+  std::string name;
+  std::string version;
+  std::string summary;
+  OptionSchema options;
+
+  // Exactly the factory of `kind` is set.
+  std::unique_ptr<Model> (*make_model)(const Options&, const PluginContext&) = nullptr;
+  std::unique_ptr<Strategy> (*make_strategy)(const Options&, const PluginContext&) = nullptr;
+  std::unique_ptr<Logger> (*make_logger)(const Options&, const PluginContext&) = nullptr;
+
+  static PluginDescriptor for_model(std::string name, std::string version, std::string summary);
+  static PluginDescriptor for_strategy(std::string name, std::string version, std::string summary);
+  static PluginDescriptor for_logger(std::string name, std::string version, std::string summary);
+};
+
+/// The signature of the exported entry.
+using PluginEntry = const PluginDescriptor*();
+
+}  // namespace wanfw
+
+/// Exports `describe_fn` (a function returning PluginDescriptor) as the library's plugin entry.
+#define WANFW_PLUGIN(describe_fn)                                           \
+  namespace {                                                               \
+  const ::wanfw::PluginDescriptor* wanfw_plugin_entry_impl() {              \
+    static const ::wanfw::PluginDescriptor descriptor = describe_fn();      \
+    return &descriptor;                                                     \
+  }                                                                         \
+  }                                                                         \
+  BOOST_DLL_ALIAS(wanfw_plugin_entry_impl, wanfw_plugin_entry)

@@ -1,0 +1,56 @@
+#pragma once
+// The strategy plugin interface: placement and synchronisation.
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include <c10/core/Device.h>
+
+#include "wanfw/model.hpp"
+
+namespace wanfw {
+
+/// Position of a micro-batch inside one optimizer step.
+struct MicroStep {
+  int index = 0;  ///< 0-based
+  int count = 1;  ///< micro-batches per optimizer step
+  /// Gradients must be synchronised across replicas after this micro-batch.
+  bool sync_gradients = true;
+};
+
+/// A strategy decides where the model lives, how a batch is processed, when gradients are
+/// reduced, and which process speaks. The core calls, per optimizer step: `micro_step` for every
+/// micro-batch, then `before_optimizer_step`, then steps the optimizer.
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+
+  /// One line for the start-up banner ("single device cpu").
+  virtual std::string describe() const = 0;
+  /// Places (and wraps) the model. Called once, before the optimizer is built.
+  virtual void setup(Model& model) = 0;
+  /// The device batches are moved to.
+  virtual c10::Device device() const = 0;
+
+  virtual int rank() const { return 0; }
+  virtual int world_size() const { return 1; }
+  /// Only the main process logs, shows progress and writes checkpoints.
+  bool is_main() const { return rank() == 0; }
+  /// Micro-batches per optimizer step (gradient accumulation).
+  virtual int accumulation_steps() const { return 1; }
+
+  /// Forward and backward of one micro-batch (on the CPU as the loader produced it). The loss
+  /// is scaled by 1/count before backward so accumulated gradients average.
+  virtual StepOutput micro_step(Model& model, const Batch& batch, const MicroStep& micro);
+  /// Finishes gradient synchronisation before the optimizer reads the gradients.
+  virtual void before_optimizer_step(Model& model) {}
+  /// Averages scalar metrics across processes.
+  virtual std::map<std::string, double> reduce_metrics(std::map<std::string, double> metrics) {
+    return metrics;
+  }
+  /// Blocks until every process arrives.
+  virtual void barrier() {}
+};
+
+}  // namespace wanfw

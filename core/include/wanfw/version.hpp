@@ -1,0 +1,31 @@
+#pragma once
+// Versions the plugin host compares before it accepts a plugin.
+
+#include <cstdint>
+#include <string>
+
+#include <torch/version.h>
+
+#define WANFW_VERSION_STRING "0.1.0"
+
+/// The plugin ABI: bumped whenever a class in the SDK headers changes layout or virtual table.
+/// A plugin records the value it was compiled with; the host refuses any other.
+#ifndef WANFW_PLUGIN_ABI_VERSION
+#define WANFW_PLUGIN_ABI_VERSION 1
+#endif
+
+/// The LibTorch version a plugin was compiled against ("2.15.0").
+#ifndef WANFW_TORCH_VERSION_STRING
+#define WANFW_TORCH_VERSION_STRING TORCH_VERSION
+#endif
+
+namespace wanfw {
+
+/// The plugin ABI version of this host.
+std::uint32_t host_plugin_abi_version();
+/// The LibTorch version this host was built with.
+std::string host_torch_version();
+/// wanfw's own version.
+std::string version();
+
+}  // namespace wanfw

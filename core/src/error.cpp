@@ -1,0 +1,20 @@
+#include "wanfw/error.hpp"
+
+namespace wanfw {
+
+std::string SourceLocation::str() const {
+  if (line <= 0) return file;
+  return file + ":" + std::to_string(line) + ":" + std::to_string(column);
+}
+
+static std::string compose(const std::string& problem, const std::string& hint) {
+  return hint.empty() ? problem : problem + "\n  hint: " + hint;
+}
+
+Error::Error(const std::string& problem, const std::string& hint)
+    : std::runtime_error(compose(problem, hint)) {}
+
+ConfigError::ConfigError(const SourceLocation& where, const std::string& problem, const std::string& hint)
+    : Error(where.str() + ": " + problem, hint) {}
+
+}  // namespace wanfw

@@ -1,0 +1,213 @@
+#include "wanfw/plugin_host.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <deque>
+#include <mutex>
+#include <sstream>
+
+#include <boost/dll/runtime_symbol_info.hpp>
+#include <boost/dll/shared_library.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "wanfw/config.hpp"
+
+namespace fs = std::filesystem;
+
+namespace wanfw {
+
+const char* plugin_kind_name(PluginKind kind) {
+  switch (kind) {
+    case PluginKind::Model: return "model";
+    case PluginKind::Strategy: return "strategy";
+    case PluginKind::Logger: return "logger";
+  }
+  return "unknown";
+}
+
+namespace {
+
+PluginDescriptor describe(PluginKind kind, std::string name, std::string version, std::string summary) {
+  PluginDescriptor d;
+  d.kind = kind;
+  d.name = std::move(name);
+  d.version = std::move(version);
+  d.summary = std::move(summary);
+  return d;
+}
+
+/// Libraries are loaded once and never unloaded: objects they made may live until exit, and
+/// unloading code that static destructors or thread-locals still point into is never safe.
+boost::dll::shared_library& keep_loaded(boost::dll::shared_library library) {
+  static std::mutex mutex;
+  static auto* libraries = new std::deque<boost::dll::shared_library>();  // intentionally leaked
+  std::lock_guard<std::mutex> lock(mutex);
+  libraries->push_back(std::move(library));
+  return libraries->back();
+}
+
+constexpr const char* kEntryName = "wanfw_plugin_entry";
+
+}  // namespace
+
+PluginDescriptor PluginDescriptor::for_model(std::string name, std::string version, std::string summary) {
+  return describe(PluginKind::Model, std::move(name), std::move(version), std::move(summary));
+}
+PluginDescriptor PluginDescriptor::for_strategy(std::string name, std::string version, std::string summary) {
+  return describe(PluginKind::Strategy, std::move(name), std::move(version), std::move(summary));
+}
+PluginDescriptor PluginDescriptor::for_logger(std::string name, std::string version, std::string summary) {
+  return describe(PluginKind::Logger, std::move(name), std::move(version), std::move(summary));
+}
+
+std::vector<fs::path> PluginHost::search_path(const std::vector<fs::path>& config_paths) {
+  std::vector<fs::path> folders = config_paths;
+  if (const char* env = std::getenv("WANFW_PLUGIN_PATH")) {
+    std::stringstream in(env);
+    std::string item;
+    while (std::getline(in, item, ':'))
+      if (!item.empty()) folders.emplace_back(item);
+  }
+  // The install's own plugins: <prefix>/bin/wanfw -> <prefix>/lib/wanfw/plugins.
+  const fs::path exe = boost::dll::program_location().parent_path();
+  folders.push_back((exe.parent_path() / "lib" / "wanfw" / "plugins").lexically_normal());
+  return folders;
+}
+
+PluginInfo PluginHost::load_library(const fs::path& path) {
+  boost::dll::shared_library library;
+  try {
+    library.load(path, boost::dll::load_mode::rtld_lazy | boost::dll::load_mode::rtld_local);
+  } catch (const std::exception& e) {
+    throw PluginError(fmt::format("{}: cannot be loaded as a shared library: {}", path.string(), e.what()),
+                      "rebuild it, or remove it from the plugin folder");
+  }
+  if (!library.has(kEntryName))
+    throw PluginError(fmt::format("{}: not a wanfw plugin (it exports no '{}' entry)", path.string(), kEntryName),
+                      "plugins end with WANFW_PLUGIN(describe); move other libraries out of plugin folders");
+  const PluginDescriptor* descriptor = library.get_alias<PluginEntry>(kEntryName)();
+  if (descriptor == nullptr)
+    throw PluginError(fmt::format("{}: its plugin entry returned no descriptor", path.string()));
+  if (descriptor->abi_version != host_plugin_abi_version())
+    throw PluginError(fmt::format("{}: built for wanfw plugin ABI version {}, but this wanfw uses plugin ABI "
+                                  "version {}",
+                                  path.string(), descriptor->abi_version, host_plugin_abi_version()),
+                      "rebuild the plugin against this wanfw's SDK headers");
+  const std::string plugin_torch = descriptor->torch_version ? descriptor->torch_version : "(none)";
+  if (plugin_torch != host_torch_version())
+    throw PluginError(fmt::format("{}: built against LibTorch {}, but this wanfw runs LibTorch {}", path.string(),
+                                  plugin_torch, host_torch_version()),
+                      "rebuild the plugin against the LibTorch in wanfw's environment (.venv)");
+  const bool factory_ok = (descriptor->kind == PluginKind::Model && descriptor->make_model) ||
+                          (descriptor->kind == PluginKind::Strategy && descriptor->make_strategy) ||
+                          (descriptor->kind == PluginKind::Logger && descriptor->make_logger);
+  if (!factory_ok || descriptor->name.empty())
+    throw PluginError(fmt::format("{}: its descriptor has no name or no {} factory", path.string(),
+                                  plugin_kind_name(descriptor->kind)));
+  keep_loaded(std::move(library));
+  return PluginInfo{path, descriptor};
+}
+
+PluginHost::PluginHost(std::vector<fs::path> folders) : folders_(std::move(folders)) {
+  for (const auto& folder : folders_) {
+    std::error_code ec;
+    if (!fs::is_directory(folder, ec)) {
+      spdlog::debug("plugin folder {} does not exist; skipped", folder.string());
+      continue;
+    }
+    std::vector<fs::path> files;
+    for (const auto& entry : fs::directory_iterator(folder, ec))
+      if (entry.path().extension() == ".so" && !entry.is_directory()) files.push_back(entry.path());
+    std::sort(files.begin(), files.end());
+    for (const auto& file : files) {
+      try {
+        PluginInfo info = load_library(file);
+        auto same = std::find_if(plugins_.begin(), plugins_.end(), [&](const PluginInfo& p) {
+          return p.descriptor->kind == info.descriptor->kind && p.descriptor->name == info.descriptor->name;
+        });
+        if (same == plugins_.end()) {
+          plugins_.push_back(info);
+        } else if (same->path.parent_path() == file.parent_path()) {
+          skipped_.push_back({file, fmt::format("{} plugin '{}' is also defined by {}",
+                                                plugin_kind_name(info.descriptor->kind), info.descriptor->name,
+                                                same->path.string())});
+        } else {
+          skipped_.push_back({file, fmt::format("shadowed by {} (earlier in the search path)", same->path.string())});
+        }
+      } catch (const PluginError& e) {
+        skipped_.push_back({file, e.what()});
+      }
+    }
+  }
+}
+
+PluginHost::~PluginHost() = default;
+
+const PluginInfo& PluginHost::find(PluginKind kind, const std::string& name, const SourceLocation& where) const {
+  for (const auto& skipped : skipped_) {
+    // Two plugins with one name in one folder: refuse to guess.
+    if (skipped.reason.find(fmt::format("{} plugin '{}' is also defined by", plugin_kind_name(kind), name)) == 0)
+      throw ConfigError(where, fmt::format("two {} plugins are named '{}': {} and {}", plugin_kind_name(kind), name,
+                                           skipped.path.string(), skipped.reason.substr(skipped.reason.rfind(' ') + 1)),
+                        "remove or rename one of them");
+  }
+  std::vector<std::string> names;
+  std::string other_kind;
+  for (const auto& plugin : plugins_) {
+    if (plugin.descriptor->kind == kind) {
+      if (plugin.descriptor->name == name) return plugin;
+      names.push_back(plugin.descriptor->name);
+    } else if (plugin.descriptor->name == name) {
+      other_kind = plugin_kind_name(plugin.descriptor->kind);
+    }
+  }
+  std::string message = fmt::format("no {} plugin named '{}'", plugin_kind_name(kind), name);
+  if (!other_kind.empty()) message += fmt::format(" ('{}' is a {} plugin)", name, other_kind);
+  std::string hint;
+  const auto suggestion = closest_match(name, names);
+  if (!suggestion.empty()) hint = fmt::format("did you mean '{}'? ", suggestion);
+  hint += names.empty() ? fmt::format("no {} plugins were found", plugin_kind_name(kind))
+                        : fmt::format("available {} plugins: {}", plugin_kind_name(kind), fmt::join(names, ", "));
+  std::string folders;
+  for (const auto& folder : folders_) folders += "\n    " + folder.string();
+  hint += "\n  searched:" + folders;
+  for (const auto& skipped : skipped_) hint += fmt::format("\n  refused {}: {}", skipped.path.string(), skipped.reason);
+  throw ConfigError(where, message, hint);
+}
+
+namespace {
+
+template <typename Object, typename Factory>
+std::shared_ptr<Object> build(const PluginHost& host, Config& config, const std::string& section, PluginKind kind,
+                              const PluginContext& context, Factory PluginDescriptor::*factory) {
+  const std::string name = config.string_at(section + ".name");
+  const PluginInfo& info = host.find(kind, name, config.where(section + ".name"));
+  const Options options = config.section(section, info.descriptor->options, {"name"});
+  config.record_resolved(options, name);
+  PluginContext ctx = context;
+  ctx.host = &host;
+  ctx.section = section;
+  std::unique_ptr<Object> object = (info.descriptor->*factory)(options, ctx);
+  if (!object)
+    throw PluginError(fmt::format("{}: the {} plugin '{}' returned no object", info.path.string(),
+                                  plugin_kind_name(kind), name));
+  return std::shared_ptr<Object>(std::move(object));
+}
+
+}  // namespace
+
+std::shared_ptr<Model> PluginHost::make_model(Config& config, const std::string& section,
+                                              const PluginContext& context) const {
+  return build<Model>(*this, config, section, PluginKind::Model, context, &PluginDescriptor::make_model);
+}
+std::shared_ptr<Strategy> PluginHost::make_strategy(Config& config, const std::string& section,
+                                                    const PluginContext& context) const {
+  return build<Strategy>(*this, config, section, PluginKind::Strategy, context, &PluginDescriptor::make_strategy);
+}
+std::shared_ptr<Logger> PluginHost::make_logger(Config& config, const std::string& section,
+                                                const PluginContext& context) const {
+  return build<Logger>(*this, config, section, PluginKind::Logger, context, &PluginDescriptor::make_logger);
+}
+
+}  // namespace wanfw

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Idempotent set-up from nothing: Debian packages, the pinned Python environment (our LibTorch),
+# and a configured + built tree. On a ready machine it takes seconds.
+#
+#   scripts/setup.sh            set up and build (build/)
+#   WANFW_BUILD_TYPE=Debug ...  another build type
+#
+# The virtual environment lives in a per-user cache keyed by the pinned requirements, and
+# `.venv` links to it, so fresh clones reuse it.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+log() { printf '[wanfw setup] %s\n' "$*"; }
+
+# --- 1. Debian packages -------------------------------------------------------------------
+debs=(build-essential cmake ninja-build ccache pkg-config python3-venv
+      libboost-dev libboost-filesystem-dev libyaml-cpp-dev libspdlog-dev libfmt-dev
+      doctest-dev nlohmann-json3-dev)
+missing=()
+for p in "${debs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  log "installing Debian packages: ${missing[*]}"
+  sudo_cmd=(); [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# --- 2. Python environment (pinned torch wheel = LibTorch) ---------------------------------
+python_bin="${WANFW_PYTHON:-python3}"
+req="$root/scripts/python-requirements.txt"
+pyver="$("$python_bin" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')"
+key="$(cat "$req" | sha256sum | cut -c1-12)"
+cache="${WANFW_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/wanfw}"
+venv="$cache/venv-py$pyver-$key"
+if [ ! -f "$venv/.complete" ]; then
+  log "creating Python environment $venv (one-time; downloads the pinned torch wheel)"
+  rm -rf "$venv"
+  mkdir -p "$cache"
+  "$python_bin" -m venv "$venv"
+  "$venv/bin/python" -m pip install -q --upgrade pip
+  "$venv/bin/python" -m pip install -q -r "$req"
+  touch "$venv/.complete"
+fi
+if [ "$(readlink .venv 2>/dev/null)" != "$venv" ]; then
+  rm -rf .venv
+  ln -s "$venv" .venv
+fi
+
+# --- 3. Configure and build ----------------------------------------------------------------
+build_dir="${WANFW_BUILD_DIR:-build}"
+if [ ! -f "$build_dir/build.ninja" ]; then
+  torch_prefix="$(.venv/bin/python -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')"
+  log "configuring $build_dir against LibTorch at $torch_prefix"
+  cmake -S . -B "$build_dir" -G Ninja \
+    -DCMAKE_BUILD_TYPE="${WANFW_BUILD_TYPE:-RelWithDebInfo}" \
+    -DCMAKE_PREFIX_PATH="$torch_prefix" \
+    -DWANFW_PYTHON="$root/.venv/bin/python" \
+    ${WANFW_CMAKE_ARGS:-}
+fi
+log "building $build_dir"
+cmake --build "$build_dir"
