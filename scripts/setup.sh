@@ -54,7 +54,7 @@ if [ ! -f "$build_dir/build.ninja" ]; then
   torch_prefix="$(.venv/bin/python -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')"
   log "configuring $build_dir against LibTorch at $torch_prefix"
   cmake -S . -B "$build_dir" -G Ninja \
-    -DCMAKE_BUILD_TYPE="${WANFW_BUILD_TYPE:-RelWithDebInfo}" \
+    -DCMAKE_BUILD_TYPE="${WANFW_BUILD_TYPE:-Release}" \
     -DCMAKE_PREFIX_PATH="$torch_prefix" \
     -DWANFW_PYTHON="$root/.venv/bin/python" \
     ${WANFW_CMAKE_ARGS:-}

@@ -1,0 +1,180 @@
+#include "commands.hpp"
+
+#include <cstdio>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include "wanfw/error.hpp"
+#include "wanfw/experiment.hpp"
+#include "wanfw/plugin_host.hpp"
+
+namespace wanfw::cli {
+
+namespace {
+
+const char* kRunHelp = R"(usage: wanfw run CONFIG [--set key=value]... [--resume auto|PATH]
+
+Trains the experiment described by CONFIG (YAML).
+
+  --set key.path=value   override one config value (parsed as YAML); repeatable
+  --resume auto          continue the run from its newest complete checkpoint
+                         (starts a new run if there is none)
+  --resume PATH          continue from a checkpoint folder or a run folder
+
+Multi-process runs start through torchrun or srun, e.g.
+  torchrun --no-python --nproc-per-node=2 wanfw run CONFIG
+)";
+
+const char* kValidateHelp = R"(usage: wanfw validate CONFIG [--set key=value]...
+
+Loads the config and every plugin it names, checks every option, builds the model and the data
+set, and prints the resolved config. Trains nothing. Exits 2 on any problem.
+)";
+
+const char* kPluginsHelp = R"(usage: wanfw plugins [--plugin-path DIR]...
+       wanfw plugins show NAME [--plugin-path DIR]...
+
+Lists the plugins found on the search path (each --plugin-path, then $WANFW_PLUGIN_PATH, then
+the install's plugin folder) with kind, version and file, and the libraries that were refused
+and why. `show` prints one plugin's options with their types, defaults and docs.
+)";
+
+const char* kConfigReferenceHelp = R"(usage: wanfw config-reference [--plugin-path DIR]...
+
+Prints every core config section and every option of every plugin found, as Markdown: the
+reference in docs/configuration.md is this output.
+)";
+
+bool wants_help(const std::vector<std::string>& args) {
+  for (const auto& a : args)
+    if (a == "--help" || a == "-h") return true;
+  return false;
+}
+
+[[noreturn]] void usage_error(const std::string& problem, const char* help) {
+  throw ConfigError({"command line", 0, 0}, problem, std::string("\n") + help);
+}
+
+RunRequest parse_run_request(const std::vector<std::string>& args, bool allow_resume, const char* help) {
+  RunRequest request;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&](const char* flag) -> std::string {
+      if (i + 1 >= args.size()) usage_error(fmt::format("{} needs a value", flag), help);
+      return args[++i];
+    };
+    if (a == "--set") request.overrides.push_back(value("--set"));
+    else if (a.rfind("--set=", 0) == 0) request.overrides.push_back(a.substr(6));
+    else if (allow_resume && a == "--resume") request.resume = value("--resume");
+    else if (allow_resume && a.rfind("--resume=", 0) == 0) request.resume = a.substr(9);
+    else if (!a.empty() && a[0] == '-') usage_error(fmt::format("unknown option '{}'", a), help);
+    else if (request.config.empty()) request.config = a;
+    else usage_error(fmt::format("unexpected argument '{}'", a), help);
+  }
+  if (request.config.empty()) usage_error("missing CONFIG", help);
+  if (allow_resume && request.resume.empty()) {
+    // An explicit empty --resume is a usage error; no flag means a new run.
+    for (const auto& a : args)
+      if (a == "--resume=") usage_error("--resume needs auto or a path", help);
+  }
+  return request;
+}
+
+}  // namespace
+
+int run_command(const std::vector<std::string>& args) {
+  if (wants_help(args)) {
+    std::fputs(kRunHelp, stdout);
+    return kSuccess;
+  }
+  const RunOutcome outcome = run_experiment(parse_run_request(args, true, kRunHelp));
+  return outcome.stop_signal == 0 ? kSuccess : kFailure;
+}
+
+int validate_command(const std::vector<std::string>& args) {
+  if (wants_help(args)) {
+    std::fputs(kValidateHelp, stdout);
+    return kSuccess;
+  }
+  std::fputs(validate_experiment(parse_run_request(args, false, kValidateHelp)).c_str(), stdout);
+  return kSuccess;
+}
+
+namespace {
+/// Splits `--plugin-path DIR` flags from the other arguments.
+std::vector<std::filesystem::path> plugin_path_flags(const std::vector<std::string>& args,
+                                                     std::vector<std::string>* rest, const char* help) {
+  std::vector<std::filesystem::path> extra;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--plugin-path") {
+      if (i + 1 >= args.size()) usage_error("--plugin-path needs a folder", help);
+      extra.emplace_back(args[++i]);
+    } else if (!args[i].empty() && args[i][0] == '-') {
+      usage_error(fmt::format("unknown option '{}'", args[i]), help);
+    } else {
+      rest->push_back(args[i]);
+    }
+  }
+  return extra;
+}
+}  // namespace
+
+int config_reference_command(const std::vector<std::string>& args) {
+  if (wants_help(args)) {
+    std::fputs(kConfigReferenceHelp, stdout);
+    return kSuccess;
+  }
+  std::vector<std::string> rest;
+  const auto extra = plugin_path_flags(args, &rest, kConfigReferenceHelp);
+  if (!rest.empty()) usage_error(fmt::format("unexpected argument '{}'", rest.front()), kConfigReferenceHelp);
+  std::fputs(configuration_reference(PluginHost(PluginHost::search_path(extra))).c_str(), stdout);
+  return kSuccess;
+}
+
+int plugins_command(const std::vector<std::string>& args) {
+  if (wants_help(args)) {
+    std::fputs(kPluginsHelp, stdout);
+    return kSuccess;
+  }
+  std::vector<std::string> rest;
+  const auto extra = plugin_path_flags(args, &rest, kPluginsHelp);
+  const PluginHost host(PluginHost::search_path(extra));
+  if (rest.empty()) {
+    std::printf("%-9s %-20s %-8s %s\n", "KIND", "NAME", "VERSION", "PATH");
+    for (const auto& p : host.plugins())
+      std::printf("%-9s %-20s %-8s %s\n", plugin_kind_name(p.descriptor->kind), p.descriptor->name.c_str(),
+                  p.descriptor->version.c_str(), p.path.c_str());
+    if (host.plugins().empty()) std::printf("(no plugins found)\n");
+    std::printf("\nsearched:\n");
+    for (const auto& folder : host.folders()) std::printf("  %s\n", folder.c_str());
+    if (!host.skipped().empty()) {
+      std::printf("\nrefused:\n");
+      for (const auto& s : host.skipped()) std::printf("  %s\n    %s\n", s.path.c_str(), s.reason.c_str());
+    }
+    return kSuccess;
+  }
+  if (rest.size() != 2 || rest[0] != "show") usage_error("expected `plugins` or `plugins show NAME`", kPluginsHelp);
+  bool found = false;
+  for (const auto& p : host.plugins()) {
+    const PluginDescriptor& d = *p.descriptor;
+    if (d.name != rest[1]) continue;
+    found = true;
+    std::printf("%s (%s plugin, version %s)\n  %s\n  file: %s\n\noptions:\n", d.name.c_str(),
+                plugin_kind_name(d.kind), d.version.c_str(), d.summary.c_str(), p.path.c_str());
+    if (d.options.empty()) std::printf("  (none)\n");
+    for (const auto& o : d.options) {
+      std::string type = option_type_name(o.type);
+      if (o.type == OptionType::Choice) type += fmt::format(" {{{}}}", fmt::join(o.choices, ", "));
+      const std::string def = o.required ? "required" : o.default_yaml.empty() ? "unset" : "default " + o.default_yaml;
+      std::printf("  %s: %s, %s\n      %s\n", o.name.c_str(), type.c_str(), def.c_str(), o.doc.c_str());
+    }
+    std::printf("\n");
+  }
+  if (!found) usage_error(fmt::format("no plugin named '{}'; `wanfw plugins` lists them", rest[1]), kPluginsHelp);
+  return kSuccess;
+}
+
+}  // namespace wanfw::cli

@@ -1,0 +1,17 @@
+#pragma once
+// The `wanfw` subcommands. Each returns the process exit code.
+
+#include <string>
+#include <vector>
+
+namespace wanfw::cli {
+
+/// 0: success, 1: failure while running, 2: bad usage or configuration.
+enum ExitCode : int { kSuccess = 0, kFailure = 1, kBadUsage = 2 };
+
+int run_command(const std::vector<std::string>& args);
+int validate_command(const std::vector<std::string>& args);
+int plugins_command(const std::vector<std::string>& args);
+int config_reference_command(const std::vector<std::string>& args);
+
+}  // namespace wanfw::cli

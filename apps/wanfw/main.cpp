@@ -1,0 +1,66 @@
+// wanfw: train video diffusion models from one YAML file.
+
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "commands.hpp"
+#include "wanfw/error.hpp"
+#include "wanfw/version.hpp"
+
+namespace {
+
+const char* kUsage = R"(usage: wanfw <command> [options]
+
+Train video diffusion models; everything is chosen in the YAML config.
+
+commands:
+  run CONFIG [--set key=value]... [--resume auto|PATH]   train
+  validate CONFIG [--set key=value]...                   check a config without training
+  plugins [--plugin-path DIR]...                         list the plugins found
+  plugins show NAME [--plugin-path DIR]...               a plugin's options, defaults and docs
+  config-reference [--plugin-path DIR]...                every config option, as Markdown
+
+options:
+  --version     print wanfw's and LibTorch's versions
+  --help, -h    this help (also after any command)
+
+exit codes: 0 success, 1 failure while running, 2 bad usage or configuration
+)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    std::fputs(kUsage, args.empty() ? stderr : stdout);
+    return args.empty() ? wanfw::cli::kBadUsage : wanfw::cli::kSuccess;
+  }
+  if (args[0] == "--version") {
+    std::printf("wanfw %s (plugin ABI %u, LibTorch %s)\n", wanfw::version().c_str(), wanfw::host_plugin_abi_version(),
+                wanfw::host_torch_version().c_str());
+    return wanfw::cli::kSuccess;
+  }
+  const std::string command = args[0];
+  args.erase(args.begin());
+  try {
+    if (command == "run") return wanfw::cli::run_command(args);
+    if (command == "validate") return wanfw::cli::validate_command(args);
+    if (command == "plugins") return wanfw::cli::plugins_command(args);
+    if (command == "config-reference") return wanfw::cli::config_reference_command(args);
+    std::fprintf(stderr, "wanfw: unknown command '%s'\n\n%s", command.c_str(), kUsage);
+    return wanfw::cli::kBadUsage;
+  } catch (const wanfw::ConfigError& e) {
+    spdlog::error("{}", e.what());
+    return wanfw::cli::kBadUsage;
+  } catch (const wanfw::PluginError& e) {
+    spdlog::error("{}", e.what());
+    return wanfw::cli::kBadUsage;
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    return wanfw::cli::kFailure;
+  }
+}

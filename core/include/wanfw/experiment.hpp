@@ -1,0 +1,42 @@
+#pragma once
+// Running an experiment end to end: what `wanfw run` and `wanfw validate` do.
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace wanfw {
+
+struct RunRequest {
+  std::filesystem::path config;
+  std::vector<std::string> overrides;  ///< "a.b.c=value"
+  /// "" starts a new run; "auto" continues from the newest complete checkpoint of the run (or
+  /// starts a new one if there is none); anything else is a checkpoint folder or a run folder.
+  std::string resume;
+};
+
+struct RunOutcome {
+  std::filesystem::path run_dir;
+  std::int64_t final_step = 0;
+  int stop_signal = 0;  ///< the signal that interrupted the run, 0 when it ran to the end
+  std::optional<std::filesystem::path> last_checkpoint;
+};
+
+/// Trains. Throws ConfigError / PluginError for bad set-up (before any compute), FileError for
+/// unreadable checkpoints, NonFiniteError when the NaN guard trips.
+RunOutcome run_experiment(const RunRequest& request);
+
+/// Everything `run_experiment` does before training: config, plugins (built), data set.
+/// Returns a human-readable summary.
+std::string validate_experiment(const RunRequest& request);
+
+}  // namespace wanfw
+
+namespace wanfw {
+class PluginHost;
+/// Markdown reference of every core config section and every plugin `host` found, generated
+/// from the same schemas the config is validated against (docs/configuration.md embeds it).
+std::string configuration_reference(const PluginHost& host);
+}  // namespace wanfw

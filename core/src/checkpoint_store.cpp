@@ -1,0 +1,216 @@
+#include "checkpoint_store.hpp"
+
+#include <algorithm>
+#include <fstream>
+#include <set>
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+#include <torch/cuda.h>
+#include <torch/torch.h>
+
+#include "file_io.hpp"
+#include "wanfw/error.hpp"
+#include "wanfw/safetensors.hpp"
+#include "wanfw/version.hpp"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace wanfw {
+
+namespace {
+
+constexpr const char* kStateFile = "trainer_state.json";
+
+std::vector<std::pair<std::string, at::Tensor>> model_tensors(Model& model) {
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (const auto& item : model.module()->named_parameters(true)) tensors.emplace_back(item.key(), item.value());
+  for (const auto& item : model.module()->named_buffers(true)) tensors.emplace_back(item.key(), item.value());
+  return tensors;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> optimizer_tensors(Model& model, torch::optim::AdamW& optimizer) {
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  auto& state = optimizer.state();
+  for (const auto& [name, param] : model.trainable_parameters()) {
+    auto it = state.find(param.unsafeGetTensorImpl());
+    if (it == state.end()) continue;
+    const auto& s = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+    tensors.emplace_back(name + ".step", at::scalar_tensor(s.step(), at::kLong));
+    tensors.emplace_back(name + ".exp_avg", s.exp_avg());
+    tensors.emplace_back(name + ".exp_avg_sq", s.exp_avg_sq());
+    if (s.max_exp_avg_sq().defined()) tensors.emplace_back(name + ".max_exp_avg_sq", s.max_exp_avg_sq());
+  }
+  return tensors;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> generator_states() {
+  std::vector<std::pair<std::string, at::Tensor>> states;
+  states.emplace_back("cpu", at::detail::getDefaultCPUGenerator().get_state());
+  if (torch::cuda::is_available())
+    for (std::int64_t i = 0; i < static_cast<std::int64_t>(torch::cuda::device_count()); ++i)
+      states.emplace_back(fmt::format("cuda:{}", i),
+                          at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, i)).get_state());
+  return states;
+}
+
+void copy_into(const at::Tensor& destination, const at::Tensor& source, const fs::path& file, const std::string& name) {
+  if (destination.sizes() != source.sizes())
+    throw FileError(fmt::format("{}: tensor '{}' has shape {} but the model expects {}", file.string(), name,
+                                c10::str(source.sizes()), c10::str(destination.sizes())),
+                    "the checkpoint belongs to a model of another configuration");
+  at::NoGradGuard no_grad;
+  destination.copy_(source);
+}
+
+}  // namespace
+
+CheckpointStore::CheckpointStore(fs::path run_dir) : folder_(std::move(run_dir) / "checkpoints") {}
+
+bool CheckpointStore::is_checkpoint(const fs::path& folder) {
+  return folder.filename().string().rfind("step-", 0) == 0 && fs::exists(folder / kStateFile);
+}
+
+std::vector<fs::path> CheckpointStore::list() const {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  if (!fs::is_directory(folder_, ec)) return out;
+  for (const auto& entry : fs::directory_iterator(folder_, ec))
+    if (entry.is_directory() && is_checkpoint(entry.path())) out.push_back(entry.path());
+  std::sort(out.begin(), out.end());  // zero-padded step numbers sort in step order
+  return out;
+}
+
+std::optional<fs::path> CheckpointStore::latest() const {
+  auto all = list();
+  if (all.empty()) return std::nullopt;
+  return all.back();
+}
+
+fs::path CheckpointStore::save(const TrainerState& state, Model& model, torch::optim::AdamW& optimizer,
+                               std::int64_t keep_last) {
+  const std::string name = fmt::format("step-{:08d}", state.step);
+  const fs::path final_path = folder_ / name;
+  const fs::path temp = folder_ / fmt::format(".{}.partial", name);
+  std::error_code ec;
+  fs::create_directories(folder_, ec);
+  if (ec)
+    throw FileError(fmt::format("{}: cannot create the checkpoint folder: {}", folder_.string(), ec.message()));
+  fs::remove_all(temp, ec);
+  fs::create_directories(temp, ec);
+  try {
+    write_safetensors(temp / "model.safetensors", model_tensors(model), {{"format", "pt"}});
+    write_safetensors(temp / "optimizer.safetensors", optimizer_tensors(model, optimizer),
+                      {{"optimizer", "adamw"}});
+    write_safetensors(temp / "rng.safetensors", generator_states());
+    const json trainer_state = {{"step", state.step},
+                                {"epoch", state.epoch},
+                                {"batch_in_epoch", state.batch_in_epoch},
+                                {"world_size", state.world_size},
+                                {"wanfw_version", version()},
+                                {"torch_version", host_torch_version()},
+                                {"config", state.config_yaml}};
+    write_file_atomically(temp / kStateFile, trainer_state.dump(2) + "\n");
+    fs::remove_all(final_path, ec);
+    fs::rename(temp, final_path);
+    sync_directory(folder_);
+  } catch (...) {
+    fs::remove_all(temp, ec);
+    throw;
+  }
+  if (keep_last > 0) {
+    auto all = list();
+    for (std::size_t i = 0; i + static_cast<std::size_t>(keep_last) < all.size(); ++i) fs::remove_all(all[i], ec);
+  }
+  return final_path;
+}
+
+std::int64_t CheckpointStore::load_step(const fs::path& checkpoint) {
+  std::ifstream in(checkpoint / kStateFile);
+  try {
+    return json::parse(in).at("step").get<std::int64_t>();
+  } catch (const json::exception& e) {
+    throw FileError(fmt::format("{}: malformed trainer state: {}", (checkpoint / kStateFile).string(), e.what()),
+                    "resume from an earlier checkpoint");
+  }
+}
+
+TrainerState CheckpointStore::load(const fs::path& checkpoint, Model& model, torch::optim::AdamW& optimizer) {
+  const fs::path state_path = checkpoint / kStateFile;
+  std::ifstream in(state_path);
+  if (!in)
+    throw FileError(fmt::format("{}: no trainer state; not a complete checkpoint", checkpoint.string()),
+                    "pass a step-* folder under <run>/checkpoints, or --resume auto");
+  json j;
+  TrainerState state;
+  try {
+    j = json::parse(in);
+    state.step = j.at("step").get<std::int64_t>();
+    state.epoch = j.at("epoch").get<std::int64_t>();
+    state.batch_in_epoch = j.at("batch_in_epoch").get<std::int64_t>();
+    state.world_size = j.at("world_size").get<std::int64_t>();
+    state.config_yaml = j.value("config", "");
+  } catch (const json::exception& e) {
+    throw FileError(fmt::format("{}: malformed trainer state: {}", state_path.string(), e.what()));
+  }
+
+  // Weights: every parameter and buffer must be present with the right shape.
+  const fs::path model_file = checkpoint / "model.safetensors";
+  const SafetensorsFile weights = SafetensorsFile::open(model_file);
+  std::set<std::string> expected;
+  for (const auto& [name, tensor] : model_tensors(model)) {
+    expected.insert(name);
+    if (!weights.contains(name))
+      throw FileError(fmt::format("{}: tensor '{}' is missing", model_file.string(), name),
+                      "the checkpoint belongs to another model");
+    copy_into(tensor, weights.tensor(name), model_file, name);
+  }
+  for (const auto& record : weights.records())
+    if (!expected.count(record.name))
+      throw FileError(fmt::format("{}: unexpected tensor '{}' (the model has no such parameter)",
+                                  model_file.string(), record.name),
+                      "the checkpoint belongs to another model");
+
+  // Optimizer moments.
+  const fs::path optimizer_file = checkpoint / "optimizer.safetensors";
+  const SafetensorsFile moments = SafetensorsFile::open(optimizer_file);
+  auto& optimizer_state = optimizer.state();
+  for (const auto& [name, param] : model.trainable_parameters()) {
+    if (!moments.contains(name + ".step")) continue;
+    auto s = std::make_unique<torch::optim::AdamWParamState>();
+    s->step(moments.load(name + ".step").item<std::int64_t>());
+    for (const char* field : {".exp_avg", ".exp_avg_sq"})
+      if (!moments.contains(name + field))
+        throw FileError(fmt::format("{}: tensor '{}{}' is missing", optimizer_file.string(), name, field));
+    at::Tensor exp_avg = at::empty_like(param), exp_avg_sq = at::empty_like(param);
+    copy_into(exp_avg, moments.tensor(name + ".exp_avg"), optimizer_file, name + ".exp_avg");
+    copy_into(exp_avg_sq, moments.tensor(name + ".exp_avg_sq"), optimizer_file, name + ".exp_avg_sq");
+    s->exp_avg(exp_avg);
+    s->exp_avg_sq(exp_avg_sq);
+    if (moments.contains(name + ".max_exp_avg_sq")) {
+      at::Tensor m = at::empty_like(param);
+      copy_into(m, moments.tensor(name + ".max_exp_avg_sq"), optimizer_file, name + ".max_exp_avg_sq");
+      s->max_exp_avg_sq(m);
+    }
+    optimizer_state[param.unsafeGetTensorImpl()] = std::move(s);
+  }
+
+  // Generators last, so that nothing above consumes random numbers after the restore.
+  const fs::path rng_file = checkpoint / "rng.safetensors";
+  const SafetensorsFile generators = SafetensorsFile::open(rng_file);
+  for (const auto& [name, current] : generator_states()) {
+    if (!generators.contains(name)) {
+      spdlog::warn("{}: no state for generator {}; it continues unrestored", rng_file.string(), name);
+      continue;
+    }
+    at::Generator generator = name == "cpu" ? at::detail::getDefaultCPUGenerator()
+                                            : at::globalContext().defaultGenerator(c10::Device(name));
+    generator.set_state(generators.load(name));
+  }
+  return state;
+}
+
+}  // namespace wanfw

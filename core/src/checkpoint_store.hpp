@@ -1,0 +1,59 @@
+#pragma once
+// Internal: the checkpoints of one run.
+//
+//   <run_dir>/checkpoints/step-00000100/
+//     model.safetensors       every parameter and buffer, under the model's own names
+//     optimizer.safetensors   AdamW moments and step counts, keyed by parameter name
+//     rng.safetensors         every generator state (CPU, each CUDA device)
+//     trainer_state.json      step, epoch, data position, versions, the resolved config
+//
+// A checkpoint is written into a temporary folder and renamed into place, so a folder named
+// step-* is always complete.
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/optim/adamw.h>
+
+#include "wanfw/model.hpp"
+
+namespace wanfw {
+
+/// The loop's position, saved with every checkpoint.
+struct TrainerState {
+  std::int64_t step = 0;            ///< optimizer steps completed
+  std::int64_t epoch = 0;           ///< current epoch
+  std::int64_t batch_in_epoch = 0;  ///< micro-batches of `epoch` already consumed
+  std::int64_t world_size = 1;
+  std::string config_yaml;
+};
+
+class CheckpointStore {
+ public:
+  explicit CheckpointStore(std::filesystem::path run_dir);
+
+  const std::filesystem::path& folder() const { return folder_; }
+  /// Writes a checkpoint for `state.step` and prunes all but the newest `keep_last` (0 keeps
+  /// all). Returns its folder.
+  std::filesystem::path save(const TrainerState& state, Model& model, torch::optim::AdamW& optimizer,
+                             std::int64_t keep_last);
+  /// Complete checkpoints, oldest first.
+  std::vector<std::filesystem::path> list() const;
+  std::optional<std::filesystem::path> latest() const;
+
+  /// Restores model weights, optimizer state and generator states from `checkpoint` and returns
+  /// the trainer state. Throws FileError naming the file (and tensor) at fault.
+  static TrainerState load(const std::filesystem::path& checkpoint, Model& model, torch::optim::AdamW& optimizer);
+  /// The step a checkpoint was written at (reads only its trainer state).
+  static std::int64_t load_step(const std::filesystem::path& checkpoint);
+  /// True if `folder` looks like a complete checkpoint.
+  static bool is_checkpoint(const std::filesystem::path& folder);
+
+ private:
+  std::filesystem::path folder_;
+};
+
+}  // namespace wanfw

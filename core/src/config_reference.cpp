@@ -1,0 +1,43 @@
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core_sections.hpp"
+#include "wanfw/experiment.hpp"
+#include "wanfw/plugin_host.hpp"
+
+namespace wanfw {
+
+namespace {
+
+std::string table(const OptionSchema& schema) {
+  if (schema.empty()) return "No options.\n";
+  std::string out = "| option | type | default | meaning |\n|---|---|---|---|\n";
+  for (const auto& o : schema) {
+    std::string type = option_type_name(o.type);
+    if (o.type == OptionType::Choice) type = fmt::format("one of {}", fmt::join(o.choices, ", "));
+    const std::string def = o.required ? "required" : o.default_yaml.empty() ? "—" : "`" + o.default_yaml + "`";
+    out += fmt::format("| `{}` | {} | {} | {} |\n", o.name, type, def, o.doc);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string configuration_reference(const PluginHost& host) {
+  std::string out = "## Core sections\n";
+  for (const auto& [section, schema] : core_schemas()) out += fmt::format("\n### `{}`\n\n{}", section, table(schema));
+  out += "\n### `plugin_path`\n\nA list of folders searched for plugins before `$WANFW_PLUGIN_PATH` and the "
+         "install's plugin folder; relative paths are relative to the config file.\n";
+  for (PluginKind kind : {PluginKind::Model, PluginKind::Strategy, PluginKind::Logger}) {
+    const char* section = kind == PluginKind::Model ? "model" : kind == PluginKind::Strategy ? "strategy" : "loggers[]";
+    out += fmt::format("\n## {} plugins (`{}` section, chosen by `name:`)\n", plugin_kind_name(kind), section);
+    for (const auto& plugin : host.plugins()) {
+      const PluginDescriptor& d = *plugin.descriptor;
+      if (d.kind != kind) continue;
+      out += fmt::format("\n### `{}` ({})\n\n{}\n\n{}", d.name, d.version, d.summary, table(d.options));
+    }
+  }
+  return out;
+}
+
+}  // namespace wanfw

@@ -1,0 +1,159 @@
+#include "core_sections.hpp"
+
+#include <fmt/format.h>
+
+namespace wanfw {
+
+const std::vector<std::string>& top_level_sections() {
+  static const std::vector<std::string> sections = {"run",  "trainer", "optimizer", "scheduler", "data",
+                                                    "checkpoint", "model", "strategy", "loggers", "plugin_path"};
+  return sections;
+}
+
+const std::vector<std::pair<std::string, OptionSchema>>& core_schemas() {
+  using T = OptionType;
+  static const std::vector<std::pair<std::string, OptionSchema>> schemas = {
+      {"run",
+       {option("name", T::String).doc("Run name; outputs go to <output_dir>/<name>/version_<N>. Default: the "
+                                      "config file's name without extension."),
+        option("output_dir", T::String).value("runs").doc("Folder that holds every run."),
+        option("seed", T::Integer).value("42").doc("Seed for weights, data order and every random draw."),
+        option("log_level", T::Choice)
+            .value("info")
+            .choices({"trace", "debug", "info", "warn", "error"})
+            .doc("Console log level.")}},
+      {"trainer",
+       {option("max_steps", T::Integer).value("0").doc("Optimizer steps to run; 0 runs `epochs` full epochs."),
+        option("epochs", T::Integer).value("1").doc("Epochs to run when max_steps is 0."),
+        option("log_every", T::Integer).value("10").doc("Log metrics every N optimizer steps."),
+        option("grad_clip", T::Number).value("1.0").doc("Clip the global gradient L2 norm to this; 0 disables."),
+        option("nan_guard", T::Boolean)
+            .value("true")
+            .doc("Stop with an error when the loss or gradient norm is NaN or infinite, before the "
+                 "optimizer applies it."),
+        option("progress", T::Choice)
+            .value("auto")
+            .choices({"auto", "bar", "lines", "off"})
+            .doc("Progress display: a bar on terminals and plain lines otherwise (auto), or forced.")}},
+      {"optimizer",
+       {option("name", T::Choice).value("adamw").choices({"adamw"}).doc("Optimizer."),
+        option("lr", T::Number).value("1e-4").doc("Peak learning rate."),
+        option("betas", T::NumberList).value("[0.9, 0.999]").doc("AdamW beta1 and beta2."),
+        option("eps", T::Number).value("1e-8").doc("AdamW epsilon."),
+        option("weight_decay", T::Number).value("0.01").doc("Decoupled weight decay.")}},
+      {"scheduler",
+       {option("warmup_steps", T::Integer).value("0").doc("Linear warm-up from 0 to lr over this many steps."),
+        option("decay", T::Choice)
+            .value("cosine")
+            .choices({"cosine", "constant"})
+            .doc("After warm-up: cosine decay to min_lr_ratio * lr at the last step, or constant."),
+        option("min_lr_ratio", T::Number).value("0.0").doc("Final learning rate as a fraction of lr (cosine).")}},
+      {"data",
+       {option("name", T::Choice).value("synthetic").choices({"synthetic"}).doc("Data set."),
+        option("num_samples", T::Integer).value("1024").doc("Samples in the synthetic data set."),
+        option("batch_size", T::Integer).value("8").doc("Samples per micro-batch on each device."),
+        option("shuffle", T::Boolean).value("true").doc("Reshuffle every epoch (seeded by run.seed and epoch)."),
+        option("drop_last", T::Boolean)
+            .value("true")
+            .doc("Drop the tail that does not fill a batch (and the samples that do not divide over ranks)."),
+        option("workers", T::Integer).value("2").doc("Loader threads; 0 loads on the training thread."),
+        option("prefetch", T::Integer).value("2").doc("Batches each worker prepares ahead.")}},
+      {"checkpoint",
+       {option("every", T::Integer).value("0").doc("Write a checkpoint every N steps; 0 only at the end."),
+        option("keep_last", T::Integer).value("3").doc("Keep the newest K checkpoints; 0 keeps all.")}},
+  };
+  return schemas;
+}
+
+namespace {
+const OptionSchema& schema_of(const std::string& name) {
+  for (const auto& [section, schema] : core_schemas())
+    if (section == name) return schema;
+  throw Error("internal: no core section " + name);
+}
+
+void require_positive(const Options& o, const char* name, std::int64_t value, std::int64_t minimum = 1) {
+  if (value < minimum) o.fail(name, fmt::format("must be at least {}, got {}", minimum, value));
+}
+}  // namespace
+
+CoreSettings CoreSettings::from(Config& config) {
+  config.check_top_level_keys(top_level_sections());
+  CoreSettings s;
+  auto section = [&](const char* name) {
+    Options o = config.section(name, schema_of(name));
+    return o;
+  };
+
+  Options run = section("run");
+  s.run.name = run.has("name") ? run.string("name")
+                               : std::filesystem::path(config.source_name()).stem().string();
+  if (s.run.name.empty() || s.run.name.find('/') != std::string::npos)
+    run.fail("name", fmt::format("'{}' is not usable as a folder name", s.run.name));
+  s.run.output_dir = run.string("output_dir");
+  s.run.seed = static_cast<std::uint64_t>(run.integer("seed"));
+  s.run.log_level = run.string("log_level");
+
+  Options trainer = section("trainer");
+  s.trainer.max_steps = trainer.integer("max_steps");
+  s.trainer.epochs = trainer.integer("epochs");
+  s.trainer.log_every = trainer.integer("log_every");
+  s.trainer.grad_clip = trainer.number("grad_clip");
+  s.trainer.nan_guard = trainer.boolean("nan_guard");
+  s.trainer.progress = trainer.string("progress");
+  require_positive(trainer, "max_steps", s.trainer.max_steps, 0);
+  if (s.trainer.max_steps == 0) require_positive(trainer, "epochs", s.trainer.epochs);
+  require_positive(trainer, "log_every", s.trainer.log_every);
+  if (s.trainer.grad_clip < 0) trainer.fail("grad_clip", "must be 0 (off) or positive");
+
+  Options optimizer = section("optimizer");
+  s.optimizer.lr = optimizer.number("lr");
+  const auto betas = optimizer.numbers("betas");
+  if (betas.size() != 2 || betas[0] < 0 || betas[0] >= 1 || betas[1] < 0 || betas[1] >= 1)
+    optimizer.fail("betas", "must be two numbers in [0, 1)", "for example [0.9, 0.999]");
+  s.optimizer.beta1 = betas[0];
+  s.optimizer.beta2 = betas[1];
+  s.optimizer.eps = optimizer.number("eps");
+  s.optimizer.weight_decay = optimizer.number("weight_decay");
+  if (!(s.optimizer.lr > 0)) optimizer.fail("lr", "must be positive");
+
+  Options scheduler = section("scheduler");
+  s.scheduler.warmup_steps = scheduler.integer("warmup_steps");
+  s.scheduler.decay = scheduler.string("decay");
+  s.scheduler.min_lr_ratio = scheduler.number("min_lr_ratio");
+  require_positive(scheduler, "warmup_steps", s.scheduler.warmup_steps, 0);
+  if (s.scheduler.min_lr_ratio < 0 || s.scheduler.min_lr_ratio > 1)
+    scheduler.fail("min_lr_ratio", "must lie in [0, 1]");
+
+  Options data = section("data");
+  s.data.num_samples = data.integer("num_samples");
+  s.data.batch_size = data.integer("batch_size");
+  s.data.shuffle = data.boolean("shuffle");
+  s.data.drop_last = data.boolean("drop_last");
+  s.data.workers = static_cast<int>(data.integer("workers"));
+  s.data.prefetch = static_cast<int>(data.integer("prefetch"));
+  require_positive(data, "num_samples", s.data.num_samples);
+  require_positive(data, "batch_size", s.data.batch_size);
+  require_positive(data, "workers", s.data.workers, 0);
+  require_positive(data, "prefetch", s.data.prefetch);
+
+  Options checkpoint = section("checkpoint");
+  s.checkpoint.every = checkpoint.integer("every");
+  s.checkpoint.keep_last = checkpoint.integer("keep_last");
+  require_positive(checkpoint, "every", s.checkpoint.every, 0);
+  require_positive(checkpoint, "keep_last", s.checkpoint.keep_last, 0);
+
+  for (Options* o : {&run, &trainer, &optimizer, &scheduler, &data, &checkpoint}) config.record_resolved(*o);
+
+  if (config.has("plugin_path")) {
+    const std::size_t n = config.sequence_size("plugin_path");
+    const auto base = std::filesystem::path(config.source_name()).parent_path();
+    for (std::size_t i = 0; i < n; ++i) {
+      std::filesystem::path p = config.string_at("plugin_path." + std::to_string(i));
+      s.plugin_path.push_back(p.is_absolute() ? p : (base / p).lexically_normal());
+    }
+  }
+  return s;
+}
+
+}  // namespace wanfw

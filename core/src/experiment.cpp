@@ -1,0 +1,196 @@
+#include "wanfw/experiment.hpp"
+
+#include <cstdlib>
+#include <regex>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include "checkpoint_store.hpp"
+#include "core_sections.hpp"
+#include "data_loader.hpp"
+#include "file_io.hpp"
+#include "progress.hpp"
+#include "trainer.hpp"
+#include "wanfw/config.hpp"
+#include "wanfw/error.hpp"
+#include "wanfw/plugin_host.hpp"
+
+namespace fs = std::filesystem;
+
+namespace wanfw {
+
+namespace {
+
+/// Everything a run is made of, built from the config before any training.
+struct Experiment {
+  Config config;
+  CoreSettings settings;
+  std::unique_ptr<PluginHost> host;
+  std::shared_ptr<Strategy> strategy;
+  std::shared_ptr<Model> model;
+  std::vector<std::shared_ptr<Logger>> loggers;
+  std::shared_ptr<Dataset> dataset;
+};
+
+void configure_console(const std::string& level, int rank) {
+  spdlog::set_pattern(rank == 0 ? "[%H:%M:%S] [%^%l%$] %v" : fmt::format("[%H:%M:%S] [rank {}] [%^%l%$] %v", rank));
+  spdlog::level::level_enum chosen = spdlog::level::from_str(level);
+  // Only rank 0 speaks, unless WANFW_LOG_ALL_RANKS=1; the others still report warnings and errors.
+  const char* all = std::getenv("WANFW_LOG_ALL_RANKS");
+  if (rank != 0 && !(all && std::string(all) == "1")) chosen = std::max(chosen, spdlog::level::warn);
+  spdlog::set_level(chosen);
+}
+
+Experiment assemble(const RunRequest& request) {
+  Experiment e;
+  e.config = Config::load(request.config, request.overrides);
+  e.settings = CoreSettings::from(e.config);
+  configure_console(e.settings.run.log_level, 0);
+  e.host = std::make_unique<PluginHost>(PluginHost::search_path(e.settings.plugin_path));
+
+  PluginContext context;
+  context.seed = e.settings.run.seed;
+  if (!e.config.has("strategy"))
+    throw ConfigError(e.config.where("strategy"), "the config has no 'strategy' section",
+                      "add 'strategy: {name: single}' to train on one device");
+  e.strategy = e.host->make_strategy(e.config, "strategy", context);
+  configure_console(e.settings.run.log_level, e.strategy->rank());
+
+  if (!e.config.has("model"))
+    throw ConfigError(e.config.where("model"), "the config has no 'model' section",
+                      "add 'model: {name: <model plugin>}'; `wanfw plugins` lists them");
+  torch::manual_seed(e.settings.run.seed);  // the model's initial weights follow the run's seed
+  e.model = e.host->make_model(e.config, "model", context);
+
+  const std::size_t n = e.config.sequence_size("loggers");
+  for (std::size_t i = 0; i < n; ++i)
+    e.loggers.push_back(e.host->make_logger(e.config, "loggers." + std::to_string(i), context));
+
+  e.dataset = std::make_shared<SyntheticDataset>(e.model->batch_fields(), e.settings.data.num_samples,
+                                                 e.settings.run.seed);
+  return e;
+}
+
+/// version_<N> folders of a run, in order of N.
+std::vector<fs::path> versions_of(const fs::path& run_root) {
+  std::vector<std::pair<long, fs::path>> found;
+  std::error_code ec;
+  if (fs::is_directory(run_root, ec))
+    for (const auto& entry : fs::directory_iterator(run_root, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (entry.is_directory() && name.rfind("version_", 0) == 0) {
+        char* end = nullptr;
+        const long n = std::strtol(name.c_str() + 8, &end, 10);
+        if (end && *end == '\0') found.emplace_back(n, entry.path());
+      }
+    }
+  std::sort(found.begin(), found.end());
+  std::vector<fs::path> out;
+  for (auto& [n, path] : found) out.push_back(path);
+  return out;
+}
+
+struct RunPlace {
+  fs::path run_dir;
+  std::optional<fs::path> checkpoint;
+};
+
+RunPlace choose_run_dir(const CoreSettings& settings, const std::string& resume) {
+  const fs::path run_root = settings.run.output_dir / settings.run.name;
+  const auto versions = versions_of(run_root);
+  if (resume.empty() || resume == "auto") {
+    if (resume == "auto")
+      for (auto it = versions.rbegin(); it != versions.rend(); ++it)
+        if (auto latest = CheckpointStore(*it).latest()) return {*it, latest};
+    if (resume == "auto")
+      spdlog::info("--resume auto: no checkpoint under {}; starting a new run", run_root.string());
+    long next = 0;
+    if (!versions.empty()) next = std::strtol(versions.back().filename().string().c_str() + 8, nullptr, 10) + 1;
+    return {run_root / fmt::format("version_{}", next), std::nullopt};
+  }
+  fs::path path = resume;
+  if (!fs::exists(path))
+    throw FileError(fmt::format("--resume {}: no such checkpoint or run folder", resume),
+                    "pass --resume auto, a run folder, or a <run>/checkpoints/step-* folder");
+  if (CheckpointStore::is_checkpoint(path)) return {path.parent_path().parent_path(), path};
+  if (auto latest = CheckpointStore(path).latest()) return {path, latest};
+  throw FileError(fmt::format("--resume {}: neither a checkpoint nor a run folder with a complete checkpoint", resume),
+                  "checkpoints live in <run>/checkpoints/step-*");
+}
+
+}  // namespace
+
+RunOutcome run_experiment(const RunRequest& request) {
+  Experiment e = assemble(request);
+  Strategy& strategy = *e.strategy;
+  const bool main = strategy.is_main();
+  const RunPlace place = choose_run_dir(e.settings, request.resume);
+
+  if (main) {
+    spdlog::info("wanfw {} | LibTorch {} | strategy: {}", version(), host_torch_version(), strategy.describe());
+    std::error_code ec;
+    fs::create_directories(place.run_dir, ec);
+    if (ec)
+      throw FileError(fmt::format("{}: cannot create the run folder: {}", place.run_dir.string(), ec.message()));
+    write_file_atomically(place.run_dir / "config.yaml", e.config.resolved_yaml());
+    spdlog::info("run folder: {}", place.run_dir.string());
+  }
+  strategy.setup(*e.model);
+
+  auto sampler = std::make_shared<ShardedSampler>(ShardedSampler::Options{
+      e.settings.data.num_samples, strategy.rank(), strategy.world_size(), e.settings.data.shuffle,
+      e.settings.data.drop_last, e.settings.run.seed});
+  auto loader = std::make_unique<DataLoader>(
+      e.dataset, sampler,
+      DataLoader::Options{e.settings.data.batch_size, e.settings.data.drop_last, e.settings.data.workers,
+                          e.settings.data.prefetch});
+
+  std::vector<std::shared_ptr<Logger>> loggers;
+  if (main) {
+    const std::int64_t resume_step =
+        place.checkpoint ? CheckpointStore::load_step(*place.checkpoint) : 0;
+    for (auto& logger : e.loggers) {
+      logger->open({place.run_dir, resume_step});
+      loggers.push_back(logger);
+    }
+  }
+
+  Trainer trainer(e.settings, e.config.resolved_yaml(), e.model, e.strategy, loggers, std::move(loader),
+                  place.run_dir);
+  const TrainingResult result = trainer.fit(place.checkpoint);
+  for (auto& logger : loggers) logger->close();
+
+  if (main) {
+    if (result.stop_signal != 0)
+      spdlog::warn("stopped by signal {} at step {}; checkpoint written; continue with --resume auto",
+                   result.stop_signal, result.final_step);
+    spdlog::info("done: {} steps in {} | final loss {:.6g} | best loss {:.6g}", result.final_step,
+                 format_duration(result.wall_seconds), result.final_loss, result.best_loss);
+    if (result.last_checkpoint) spdlog::info("last checkpoint: {}", result.last_checkpoint->string());
+    spdlog::info("outputs: {}", place.run_dir.string());
+  }
+  RunOutcome outcome;
+  outcome.run_dir = place.run_dir;
+  outcome.final_step = result.final_step;
+  outcome.stop_signal = result.stop_signal;
+  outcome.last_checkpoint = result.last_checkpoint;
+  return outcome;
+}
+
+std::string validate_experiment(const RunRequest& request) {
+  Experiment e = assemble(request);
+  std::int64_t parameters = 0;
+  for (const auto& [name, tensor] : e.model->trainable_parameters()) parameters += tensor.numel();
+  std::string fields;
+  for (const auto& field : e.model->batch_fields())
+    fields += fmt::format("\n    {} {} {}", field.name, c10::str(c10::IntArrayRef(field.shape)), c10::toString(field.dtype));
+  return fmt::format(
+      "{}: valid\n  strategy: {}\n  model: {} ({} trainable parameters)\n  loggers: {}\n  batch fields:{}\n"
+      "  data: {} synthetic samples, batch size {}\n--- resolved config ---\n{}",
+      request.config.string(), e.strategy->describe(), e.config.string_at("model.name"), parameters,
+      e.loggers.size(), fields, e.settings.data.num_samples, e.settings.data.batch_size, e.config.resolved_yaml());
+}
+
+}  // namespace wanfw

@@ -1,0 +1,195 @@
+#include "trainer.hpp"
+
+#include <chrono>
+#include <cmath>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include "lr_schedule.hpp"
+#include "progress.hpp"
+#include "stop_signal.hpp"
+#include "wanfw/error.hpp"
+
+namespace fs = std::filesystem;
+
+namespace wanfw {
+
+Trainer::Trainer(const CoreSettings& settings, std::string config_yaml, std::shared_ptr<Model> model,
+                 std::shared_ptr<Strategy> strategy, std::vector<std::shared_ptr<Logger>> loggers,
+                 std::unique_ptr<DataLoader> loader, fs::path run_dir)
+    : settings_(settings),
+      config_yaml_(std::move(config_yaml)),
+      model_(std::move(model)),
+      strategy_(std::move(strategy)),
+      loggers_(std::move(loggers)),
+      loader_(std::move(loader)),
+      run_dir_(std::move(run_dir)),
+      checkpoints_(run_dir_) {
+  std::vector<at::Tensor> params = parameters();
+  if (params.empty())
+    throw Error("the model has no trainable parameters", "check the model plugin's trainable_parameters()");
+  const auto& o = settings_.optimizer;
+  optimizer_ = std::make_unique<torch::optim::AdamW>(
+      params, torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weight_decay));
+  state_.world_size = strategy_->world_size();
+  state_.config_yaml = config_yaml_;
+}
+
+Trainer::~Trainer() = default;
+
+std::vector<at::Tensor> Trainer::parameters() const {
+  std::vector<at::Tensor> params;
+  for (auto& [name, tensor] : model_->trainable_parameters()) params.push_back(tensor);
+  return params;
+}
+
+void Trainer::set_learning_rate(double lr) {
+  for (auto& group : optimizer_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+}
+
+fs::path Trainer::save_checkpoint() {
+  strategy_->barrier();
+  fs::path path;
+  if (strategy_->is_main()) {
+    path = checkpoints_.save(state_, *model_, *optimizer_, settings_.checkpoint.keep_last);
+    spdlog::debug("checkpoint written: {}", path.string());
+  } else {
+    path = checkpoints_.folder() / fmt::format("step-{:08d}", state_.step);
+  }
+  strategy_->barrier();
+  return path;
+}
+
+TrainingResult Trainer::fit(const std::optional<fs::path>& checkpoint) {
+  TrainingResult result;
+  if (checkpoint) {
+    state_ = CheckpointStore::load(*checkpoint, *model_, *optimizer_);
+    state_.config_yaml = config_yaml_;
+    if (state_.world_size != strategy_->world_size())
+      spdlog::warn("the checkpoint was written by {} processes and resumes on {}; the data order changes",
+                   state_.world_size, strategy_->world_size());
+    state_.world_size = strategy_->world_size();
+    spdlog::info("resumed from {} (step {}, epoch {})", checkpoint->string(), state_.step, state_.epoch);
+  }
+
+  const int accumulation = strategy_->accumulation_steps();
+  const std::int64_t batches_per_epoch = loader_->batches_per_epoch();
+  if (batches_per_epoch < accumulation)
+    throw ConfigError({"data", 0, 0},
+                      fmt::format("an epoch holds {} micro-batches per rank, fewer than the {} one optimizer step needs",
+                                  batches_per_epoch, accumulation),
+                      "raise data.num_samples or lower data.batch_size / accumulation");
+  const std::int64_t total = settings_.trainer.max_steps > 0
+                                 ? settings_.trainer.max_steps
+                                 : settings_.trainer.epochs * (batches_per_epoch / accumulation);
+  const auto& sched = settings_.scheduler;
+  const LearningRateSchedule schedule(settings_.optimizer.lr, sched.warmup_steps, total, sched.decay == "cosine",
+                                      sched.min_lr_ratio);
+  const bool main = strategy_->is_main();
+  const std::int64_t log_every = settings_.trainer.log_every;
+  ProgressReporter progress(main ? ProgressReporter::mode_from(settings_.trainer.progress)
+                                 : ProgressReporter::Mode::Off,
+                            state_.step, total, log_every);
+  if (main)
+    spdlog::info("training {} steps from step {}: {} micro-batch(es) of {} per step per process, {} process(es); "
+                 "{} steps per epoch",
+                 total, state_.step, accumulation, settings_.data.batch_size, strategy_->world_size(),
+                 batches_per_epoch / accumulation);
+
+  StopSignal stop;
+  const auto started = std::chrono::steady_clock::now();
+  result.best_loss = INFINITY;
+  std::optional<fs::path> last_checkpoint = checkpoint;
+  std::int64_t last_saved_step = checkpoint ? state_.step : -1;
+  loader_->start_epoch(state_.epoch, state_.batch_in_epoch);
+
+  while (state_.step < total) {
+    const auto step_started = std::chrono::steady_clock::now();
+    optimizer_->zero_grad(/*set_to_none=*/true);
+    at::Tensor loss_sum;
+    std::map<std::string, at::Tensor> metric_sums;
+    std::int64_t samples = 0;
+    for (int m = 0; m < accumulation; ++m) {
+      std::optional<Batch> batch = loader_->next();
+      if (!batch) {
+        ++state_.epoch;
+        state_.batch_in_epoch = 0;
+        loader_->start_epoch(state_.epoch, 0);
+        batch = loader_->next();
+      }
+      ++state_.batch_in_epoch;
+      samples += batch->size;
+      const StepOutput out = strategy_->micro_step(*model_, *batch, {m, accumulation, m + 1 == accumulation});
+      const at::Tensor loss = out.loss.detach();
+      loss_sum = loss_sum.defined() ? loss_sum + loss : loss;
+      for (const auto& [name, value] : out.metrics) {
+        const at::Tensor v = value.detach().to(at::kDouble);
+        auto it = metric_sums.find(name);
+        if (it == metric_sums.end()) metric_sums.emplace(name, v);
+        else it->second = it->second + v;
+      }
+    }
+    strategy_->before_optimizer_step(*model_);
+
+    const double loss = loss_sum.item<double>() / accumulation;
+    const std::vector<at::Tensor> params = parameters();
+    const double grad_norm =
+        settings_.trainer.grad_clip > 0
+            ? torch::nn::utils::clip_grad_norm_(params, settings_.trainer.grad_clip)
+            : torch::nn::utils::clip_grad_norm_(params, std::numeric_limits<double>::infinity());
+    if (settings_.trainer.nan_guard && (!std::isfinite(loss) || !std::isfinite(grad_norm))) {
+      const bool loss_bad = !std::isfinite(loss);
+      const std::string where = last_checkpoint ? fmt::format("the last checkpoint, {}, is intact", last_checkpoint->string())
+                                                : std::string("no checkpoint had been written yet");
+      throw NonFiniteError(
+          fmt::format("step {}: {} is {} (NaN guard); training stopped before the optimizer applied it, and {}",
+                      state_.step + 1, loss_bad ? "metric 'loss'" : "metric 'grad_norm'",
+                      loss_bad ? loss : grad_norm, where),
+          "lower optimizer.lr, enable trainer.grad_clip, or check the data; then resume with --resume auto");
+    }
+    const double lr = schedule.at(state_.step);
+    set_learning_rate(lr);
+    optimizer_->step();
+    ++state_.step;
+
+    const double step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_started).count();
+    std::map<std::string, double> scalars = {{"loss", loss},
+                                             {"lr", lr},
+                                             {"grad_norm", grad_norm},
+                                             {"step_time", step_seconds},
+                                             {"samples_per_sec", samples / std::max(step_seconds, 1e-9)}};
+    for (const auto& [name, sum] : metric_sums) scalars[name] = sum.item<double>() / accumulation;
+    scalars = strategy_->reduce_metrics(std::move(scalars));
+    scalars["samples_per_sec"] *= strategy_->world_size();
+    result.final_loss = scalars.at("loss");
+    result.best_loss = std::min(result.best_loss, result.final_loss);
+
+    if (main) {
+      progress.update(state_.step, scalars);
+      if (state_.step % log_every == 0 || state_.step == total)
+        for (auto& logger : loggers_) logger->log_scalars(state_.step, scalars);
+    }
+    const int signal = StopSignal::received();
+    const bool periodic = settings_.checkpoint.every > 0 && state_.step % settings_.checkpoint.every == 0;
+    if (periodic || signal != 0 || state_.step == total) {
+      last_checkpoint = save_checkpoint();
+      last_saved_step = state_.step;
+    }
+    if (signal != 0) {
+      result.stop_signal = signal;
+      break;
+    }
+  }
+  if (last_saved_step != state_.step) last_checkpoint = save_checkpoint();
+  progress.finish();
+  for (auto& logger : loggers_) logger->flush();
+  result.final_step = state_.step;
+  result.last_checkpoint = last_checkpoint;
+  result.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  if (!std::isfinite(result.best_loss)) result.best_loss = result.final_loss;
+  return result;
+}
+
+}  // namespace wanfw

@@ -1,0 +1,53 @@
+#pragma once
+// Internal: the training loop.
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "checkpoint_store.hpp"
+#include "core_sections.hpp"
+#include "data_loader.hpp"
+#include "wanfw/logger.hpp"
+#include "wanfw/strategy.hpp"
+
+namespace wanfw {
+
+struct TrainingResult {
+  std::int64_t final_step = 0;
+  int stop_signal = 0;
+  std::optional<std::filesystem::path> last_checkpoint;
+  double wall_seconds = 0;
+  double final_loss = 0;
+  double best_loss = 0;
+};
+
+class Trainer {
+ public:
+  Trainer(const CoreSettings& settings, std::string config_yaml, std::shared_ptr<Model> model,
+          std::shared_ptr<Strategy> strategy, std::vector<std::shared_ptr<Logger>> loggers,
+          std::unique_ptr<DataLoader> loader, std::filesystem::path run_dir);
+  ~Trainer();
+
+  /// Trains to the end (or to a stop signal), resuming from `checkpoint` when given.
+  TrainingResult fit(const std::optional<std::filesystem::path>& checkpoint);
+
+ private:
+  std::vector<at::Tensor> parameters() const;
+  void set_learning_rate(double lr);
+  std::filesystem::path save_checkpoint();
+
+  CoreSettings settings_;
+  std::string config_yaml_;
+  std::shared_ptr<Model> model_;
+  std::shared_ptr<Strategy> strategy_;
+  std::vector<std::shared_ptr<Logger>> loggers_;
+  std::unique_ptr<DataLoader> loader_;
+  std::filesystem::path run_dir_;
+  CheckpointStore checkpoints_;
+  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  TrainerState state_;
+};
+
+}  // namespace wanfw

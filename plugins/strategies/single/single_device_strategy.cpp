@@ -1,0 +1,65 @@
+// Strategy `single`: the whole model on one device (the CPU or one CUDA device).
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <torch/cuda.h>
+
+#include "wanfw/error.hpp"
+#include "wanfw/plugin.hpp"
+
+namespace {
+
+class SingleDeviceStrategy final : public wanfw::Strategy {
+ public:
+  explicit SingleDeviceStrategy(c10::Device device) : device_(device) {}
+
+  std::string describe() const override { return fmt::format("single device {}", device_.str()); }
+  void setup(wanfw::Model& model) override { model.module()->to(device_); }
+  c10::Device device() const override { return device_; }
+
+ private:
+  c10::Device device_;
+};
+
+/// Resolves `auto`, `cpu`, `cuda`, `cuda:N`; a CUDA device that is not there is an error, never a
+/// silent fall-back to the CPU.
+c10::Device resolve_device(const wanfw::Options& options) {
+  const std::string text = options.string("device");
+  const int available = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
+  if (text == "auto") return available > 0 ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
+  if (text == "cpu") return c10::Device(c10::kCPU);
+  if (text == "cuda" || text.rfind("cuda:", 0) == 0) {
+    int index = 0;
+    if (text.size() > 5) {
+      try {
+        std::size_t used = 0;
+        index = std::stoi(text.substr(5), &used);
+        if (used != text.size() - 5 || index < 0) throw std::invalid_argument(text);
+      } catch (const std::exception&) {
+        options.fail("device", fmt::format("'{}' is not a device", text), "use auto, cpu, cuda or cuda:N");
+      }
+    }
+    if (index >= available)
+      options.fail("device",
+                   available == 0 ? fmt::format("'{}' was asked for, but this machine has no usable CUDA device", text)
+                                  : fmt::format("'{}' was asked for, but only {} CUDA device(s) exist", text, available),
+                   "use device: auto or cpu");
+    return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
+  }
+  options.fail("device", fmt::format("'{}' is not a device", text), "use auto, cpu, cuda or cuda:N");
+}
+
+wanfw::PluginDescriptor describe() {
+  auto d = wanfw::PluginDescriptor::for_strategy("single", "1.0.0", "Train on one device: the CPU or one CUDA GPU.");
+  d.options = {wanfw::option("device", wanfw::OptionType::String)
+                   .value("auto")
+                   .doc("auto (the first CUDA device if there is one, else the CPU), cpu, cuda or cuda:N.")};
+  d.make_strategy = [](const wanfw::Options& options, const wanfw::PluginContext&) -> std::unique_ptr<wanfw::Strategy> {
+    return std::make_unique<SingleDeviceStrategy>(resolve_device(options));
+  };
+  return d;
+}
+
+}  // namespace
+
+WANFW_PLUGIN(describe)

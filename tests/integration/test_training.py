@@ -1,0 +1,167 @@
+"""Training end to end: outputs of a run, interruption and resume, and the NaN guard."""
+
+import csv
+import signal
+import subprocess
+import time
+
+from conftest import (SOURCE, base_config, checkpoints, start_wanfw, wait_for, wanfw, write_config)
+from safetensors.torch import load_file
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_a_run_writes_the_resolved_config_checkpoints_and_metrics(tmp_path, out):
+    config = write_config(tmp_path / "exp.yaml", base_config(out))
+    result = wanfw("run", config, check=0)
+    run_dir = out / "exp" / "version_0"
+    assert f"outputs: {run_dir}" in result.stdout
+    resolved = (run_dir / "config.yaml").read_text()
+    assert "max_steps: 40" in resolved and "warmup_steps: 0" in resolved
+    assert [p.name for p in checkpoints(run_dir)] == [f"step-{s:08d}" for s in (10, 20, 30, 40)]
+    for name in ("model.safetensors", "optimizer.safetensors", "rng.safetensors", "trainer_state.json"):
+        assert (checkpoints(run_dir)[-1] / name).is_file()
+    rows = read_csv(run_dir / "metrics.csv")
+    assert [int(r["step"]) for r in rows] == list(range(5, 41, 5))
+    assert {"loss", "lr", "grad_norm", "weight_error", "samples_per_sec"} <= set(rows[0])
+
+
+def test_training_learns_the_hidden_linear_map(tmp_path, out):
+    config = write_config(tmp_path / "exp.yaml", base_config(out, trainer={"max_steps": 300, "log_every": 50}))
+    wanfw("run", config, check=0)
+    rows = read_csv(out / "exp" / "version_0" / "metrics.csv")
+    assert float(rows[-1]["weight_error"]) < 0.05 * float(rows[0]["weight_error"])
+    assert float(rows[-1]["loss"]) < 1e-3
+
+
+def test_checkpoint_weights_use_the_model_parameter_names(tmp_path, out):
+    config = write_config(tmp_path / "exp.yaml", base_config(out, trainer={"max_steps": 10}))
+    wanfw("run", config, check=0)
+    weights = load_file(checkpoints(out / "exp" / "version_0")[-1] / "model.safetensors")
+    assert set(weights) == {"linear.weight", "linear.bias"}
+    assert tuple(weights["linear.weight"].shape) == (2, 8)
+
+
+def test_a_second_run_gets_a_new_version_folder(tmp_path, out):
+    config = write_config(tmp_path / "exp.yaml", base_config(out, trainer={"max_steps": 2}))
+    wanfw("run", config, check=0)
+    wanfw("run", config, check=0)
+    assert sorted(p.name for p in (out / "exp").iterdir()) == ["version_0", "version_1"]
+
+
+def test_sigkill_then_resume_auto_ends_bitwise_equal_to_an_uninterrupted_run(tmp_path):
+    sections = dict(trainer={"max_steps": 60, "log_every": 5}, checkpoint={"every": 5, "keep_last": 2})
+    straight = write_config(tmp_path / "a.yaml", base_config(tmp_path / "a", **sections))
+    wanfw("run", straight, check=0)
+
+    slow = base_config(tmp_path / "b", **sections)
+    slow["model"]["step_delay_ms"] = 25
+    interrupted = write_config(tmp_path / "b.yaml", slow)
+    run_dir = tmp_path / "b" / "exp" / "version_0"
+    process = start_wanfw("run", interrupted)
+    wait_for(lambda: len(checkpoints(run_dir)) >= 2 or process.poll() is not None, what="two checkpoints")
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert process.returncode == -signal.SIGKILL
+    killed_at = int(checkpoints(run_dir)[-1].name.split("-")[1])
+    assert killed_at < 60
+
+    slow["model"]["step_delay_ms"] = 0
+    write_config(interrupted, slow)
+    result = wanfw("run", interrupted, "--resume", "auto", check=0)
+    assert f"resumed from {checkpoints(run_dir)[0].parent}/step-{killed_at:08d}" in result.stdout
+
+    a = load_file(checkpoints(tmp_path / "a" / "exp" / "version_0")[-1] / "model.safetensors")
+    b = load_file(checkpoints(run_dir)[-1] / "model.safetensors")
+    for name in a:
+        assert a[name].numpy().tobytes() == b[name].numpy().tobytes(), name
+    steps = [int(r["step"]) for r in read_csv(run_dir / "metrics.csv")]
+    assert steps == sorted(set(steps)) == list(range(5, 61, 5))  # resumed CSV: no duplicated steps
+
+
+def test_sigterm_writes_a_final_checkpoint_and_resume_finishes_the_run(tmp_path, out):
+    config = base_config(out, trainer={"max_steps": 400}, checkpoint={"every": 1000})
+    config["model"]["step_delay_ms"] = 20
+    path = write_config(tmp_path / "exp.yaml", config)
+    run_dir = out / "exp" / "version_0"
+    process = start_wanfw("run", path)
+    wait_for(lambda: (run_dir / "metrics.csv").exists() and len(read_csv(run_dir / "metrics.csv")) >= 2,
+             what="two logged rows")
+    process.send_signal(signal.SIGTERM)
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 1
+    assert "stopped by signal 15" in output
+    saved = checkpoints(run_dir)
+    assert len(saved) == 1 and int(saved[0].name.split("-")[1]) < 400
+    config["model"]["step_delay_ms"] = 0
+    write_config(path, config)
+    wanfw("run", path, "--resume", "auto", check=0)
+    assert checkpoints(run_dir)[-1].name == "step-00000400"
+
+
+def test_resume_auto_without_a_checkpoint_starts_a_new_run(tmp_path, out):
+    config = write_config(tmp_path / "exp.yaml", base_config(out, trainer={"max_steps": 3}))
+    result = wanfw("run", config, "--resume", "auto", check=0)
+    assert "starting a new run" in result.stdout
+    assert checkpoints(out / "exp" / "version_0")[-1].name == "step-00000003"
+
+
+def test_resume_from_an_explicit_checkpoint_folder(tmp_path, out):
+    config = write_config(tmp_path / "exp.yaml", base_config(out, trainer={"max_steps": 20}))
+    wanfw("run", config, check=0)
+    run_dir = out / "exp" / "version_0"
+    step10 = run_dir / "checkpoints" / "step-00000010"
+    result = wanfw("run", config, "--set", "trainer.max_steps=30", "--resume", step10, check=0)
+    assert "(step 10, epoch 0)" in result.stdout
+    assert checkpoints(run_dir)[-1].name == "step-00000030"
+
+
+def test_nan_loss_stops_naming_step_and_metric_and_keeps_the_last_checkpoint(tmp_path, out):
+    config = base_config(out, trainer={"max_steps": 40}, checkpoint={"every": 10})
+    config["model"]["nan_at_call"] = 17
+    result = wanfw("run", write_config(tmp_path / "exp.yaml", config), check=1)
+    assert "step 17: metric 'loss' is nan" in result.stderr
+    run_dir = out / "exp" / "version_0"
+    assert "step-00000010" in result.stderr and "is intact" in result.stderr
+    assert [p.name for p in checkpoints(run_dir)] == ["step-00000010"]
+    load_file(checkpoints(run_dir)[-1] / "model.safetensors")  # still readable
+
+
+def test_diverging_training_trips_the_nan_guard(tmp_path, out):
+    config = base_config(out, optimizer={"lr": 1e30}, trainer={"max_steps": 50, "grad_clip": 0.0})
+    result = wanfw("run", write_config(tmp_path / "exp.yaml", config), check=1)
+    assert "NaN guard" in result.stderr
+
+
+def test_a_truncated_checkpoint_fails_the_resume_naming_file_and_tensor(tmp_path, out):
+    config = write_config(tmp_path / "exp.yaml", base_config(out, trainer={"max_steps": 10}))
+    wanfw("run", config, check=0)
+    weights = checkpoints(out / "exp" / "version_0")[-1] / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[:-3])
+    result = wanfw("run", config, "--set", "trainer.max_steps=20", "--resume", "auto", check=1)
+    assert str(weights) in result.stderr
+    assert "tensor 'linear.bias'" in result.stderr or "tensor 'linear.weight'" in result.stderr
+
+
+def test_a_doctored_checkpoint_header_fails_the_resume_naming_the_tensor(tmp_path, out):
+    config = write_config(tmp_path / "exp.yaml", base_config(out, trainer={"max_steps": 10}))
+    wanfw("run", config, check=0)
+    weights = checkpoints(out / "exp" / "version_0")[-1] / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    at = data.index(b'"F32"')
+    data[at:at + 5] = b'"F31"'
+    weights.write_bytes(bytes(data))
+    result = wanfw("run", config, "--set", "trainer.max_steps=20", "--resume", "auto", check=1)
+    assert "unknown dtype 'F31'" in result.stderr and str(weights) in result.stderr
+
+
+def test_the_quickstart_trains_on_the_cpu(tmp_path):
+    result = wanfw("run", SOURCE / "examples" / "quickstart.yaml", "--set", f"run.output_dir={tmp_path}",
+                   "--set", "trainer.max_steps=100", check=0)
+    run_dir = tmp_path / "quickstart" / "version_0"
+    assert f"outputs: {run_dir}" in result.stdout
+    assert (run_dir / "config.yaml").is_file() and (run_dir / "metrics.csv").is_file() and checkpoints(run_dir)

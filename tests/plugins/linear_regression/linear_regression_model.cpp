@@ -1,0 +1,83 @@
+// Model `linear_regression` (test plugin): learns y = W* x + b* where W* and b* are drawn from
+// `truth_seed`. A problem with a known answer: the metric `weight_error` (the distance to W*)
+// must fall towards zero, and every strategy must produce the same updates.
+
+#include <chrono>
+#include <thread>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "wanfw/plugin.hpp"
+
+namespace {
+
+struct LinearRegressionImpl : torch::nn::Module {
+  LinearRegressionImpl(std::int64_t in, std::int64_t out) : linear(register_module("linear", torch::nn::Linear(in, out))) {}
+  torch::Tensor forward(const torch::Tensor& x) { return linear(x); }
+  torch::nn::Linear linear;
+};
+TORCH_MODULE(LinearRegression);
+
+class LinearRegressionModel final : public wanfw::Model {
+ public:
+  LinearRegressionModel(std::int64_t in, std::int64_t out, std::uint64_t truth_seed, std::int64_t delay_ms,
+                        std::int64_t nan_at_step)
+      : module_(in, out), delay_ms_(delay_ms), nan_at_step_(nan_at_step) {
+    auto generator = at::make_generator<at::CPUGeneratorImpl>(truth_seed);
+    true_weight_ = at::randn({out, in}, generator);
+    true_bias_ = at::randn({out}, generator);
+  }
+
+  std::shared_ptr<torch::nn::Module> module() override { return module_.ptr(); }
+
+  std::vector<wanfw::FieldSpec> batch_fields() const override {
+    return {{"x", {module_->linear->options.in_features()}, at::kFloat}};
+  }
+
+  wanfw::StepOutput training_step(const wanfw::Batch& batch) override {
+    if (delay_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_));
+    ++calls_;
+    const torch::Tensor x = batch.at("x");
+    const torch::Tensor w = true_weight_.to(x.device()), b = true_bias_.to(x.device());
+    const torch::Tensor target = torch::nn::functional::linear(x, w, b);
+    torch::Tensor loss = torch::mse_loss(module_->forward(x), target);
+    if (nan_at_step_ > 0 && calls_ == nan_at_step_) loss = loss * std::numeric_limits<float>::quiet_NaN();
+    const torch::Tensor error = (module_->linear->weight.detach() - w).norm();
+    return {loss, {{"weight_error", error}}};
+  }
+
+ private:
+  LinearRegression module_;
+  torch::Tensor true_weight_, true_bias_;
+  std::int64_t delay_ms_;
+  std::int64_t nan_at_step_;
+  std::int64_t calls_ = 0;
+};
+
+wanfw::PluginDescriptor describe() {
+  using wanfw::option;
+  using T = wanfw::OptionType;
+  auto d = wanfw::PluginDescriptor::for_model("linear_regression", "1.0.0",
+                                              "Test model: linear regression onto a hidden linear map.");
+  d.options = {
+      option("in_features", T::Integer).value("16").doc("Input width."),
+      option("out_features", T::Integer).value("4").doc("Output width."),
+      option("truth_seed", T::Integer).value("1234").doc("Seed of the hidden map the model must learn."),
+      option("step_delay_ms", T::Integer).value("0").doc("Sleep per micro-batch (tests that interrupt runs)."),
+      option("nan_at_call", T::Integer).value("0").doc("Make the loss NaN on this training_step call (tests)."),
+  };
+  d.make_model = [](const wanfw::Options& o, const wanfw::PluginContext&) -> std::unique_ptr<wanfw::Model> {
+    for (const char* name : {"in_features", "out_features"})
+      if (o.integer(name) < 1) o.fail(name, "must be at least 1");
+    return std::make_unique<LinearRegressionModel>(o.integer("in_features"), o.integer("out_features"),
+                                                   static_cast<std::uint64_t>(o.integer("truth_seed")),
+                                                   o.integer("step_delay_ms"), o.integer("nan_at_call"));
+  };
+  return d;
+}
+
+}  // namespace
+
+WANFW_PLUGIN(describe)

@@ -1,0 +1,107 @@
+#include <doctest/doctest.h>
+
+#include <torch/torch.h>
+
+#include "checkpoint_store.hpp"
+#include "temp_dir.hpp"
+#include "wanfw/error.hpp"
+
+using namespace wanfw;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TinyModel : Model {
+  TinyModel() : net(torch::nn::Linear(3, 2)) { holder->register_module("net", net); }
+  std::shared_ptr<torch::nn::Module> module() override { return holder; }
+  std::vector<FieldSpec> batch_fields() const override { return {{"x", {3}}}; }
+  StepOutput training_step(const Batch& batch) override { return {net(batch.at("x")).pow(2).mean(), {}}; }
+
+  std::shared_ptr<torch::nn::Module> holder = std::make_shared<torch::nn::Module>();
+  torch::nn::Linear net;
+};
+
+void train_one_step(TinyModel& model, torch::optim::AdamW& optimizer) {
+  optimizer.zero_grad();
+  Batch batch;
+  batch.fields["x"] = torch::randn({4, 3});
+  model.training_step(batch).loss.backward();
+  optimizer.step();
+}
+
+}  // namespace
+
+TEST_CASE("a checkpoint restores the weights, the generator and the data position") {
+  testing::TempDir dir;
+  torch::manual_seed(1);
+  TinyModel a;
+  torch::optim::AdamW opt_a(a.module()->parameters(), torch::optim::AdamWOptions(0.1));
+  train_one_step(a, opt_a);
+  CheckpointStore store(dir.path());
+  const fs::path saved = store.save({1, 0, 4, 1, "cfg"}, a, opt_a, 0);
+  const at::Tensor next_draw = torch::rand({5});
+
+  torch::manual_seed(99);
+  TinyModel b;
+  torch::optim::AdamW opt_b(b.module()->parameters(), torch::optim::AdamWOptions(0.1));
+  const TrainerState state = CheckpointStore::load(saved, b, opt_b);
+  CHECK(state.step == 1);
+  CHECK(state.batch_in_epoch == 4);
+  CHECK(torch::equal(torch::rand({5}), next_draw));  // the CPU generator continues where it was
+  for (std::size_t i = 0; i < a.module()->parameters().size(); ++i)
+    CHECK(torch::equal(a.module()->parameters()[i], b.module()->parameters()[i]));
+
+}
+
+TEST_CASE("a restored optimizer takes the same step as the original") {
+  testing::TempDir dir;
+  torch::manual_seed(1);
+  TinyModel a;
+  torch::optim::AdamW opt_a(a.module()->parameters(), torch::optim::AdamWOptions(0.1));
+  train_one_step(a, opt_a);
+  const fs::path saved = CheckpointStore(dir.path()).save({1, 0, 0, 1, ""}, a, opt_a, 0);
+
+  TinyModel b;
+  torch::optim::AdamW opt_b(b.module()->parameters(), torch::optim::AdamWOptions(0.1));
+  CheckpointStore::load(saved, b, opt_b);
+  torch::manual_seed(7);
+  train_one_step(a, opt_a);
+  torch::manual_seed(7);
+  train_one_step(b, opt_b);
+  for (std::size_t i = 0; i < a.module()->parameters().size(); ++i)
+    CHECK(torch::equal(a.module()->parameters()[i], b.module()->parameters()[i]));
+}
+
+TEST_CASE("only the newest keep_last checkpoints are kept, and partial folders are never listed") {
+  testing::TempDir dir;
+  TinyModel model;
+  torch::optim::AdamW optimizer(model.module()->parameters(), torch::optim::AdamWOptions(0.1));
+  CheckpointStore store(dir.path());
+  for (std::int64_t step : {1, 2, 3, 4}) store.save({step, 0, 0, 1, ""}, model, optimizer, 2);
+  fs::create_directories(store.folder() / ".step-00000009.partial");
+  fs::create_directories(store.folder() / "step-00000010");  // no trainer state: incomplete
+  const auto all = store.list();
+  REQUIRE(all.size() == 2);
+  CHECK(all[0].filename() == "step-00000003");
+  CHECK(store.latest()->filename() == "step-00000004");
+}
+
+TEST_CASE("a doctored checkpoint is refused, naming the file and the tensor") {
+  testing::TempDir dir;
+  TinyModel model;
+  torch::optim::AdamW optimizer(model.module()->parameters(), torch::optim::AdamWOptions(0.1));
+  const fs::path saved = CheckpointStore(dir.path()).save({1, 0, 0, 1, ""}, model, optimizer, 0);
+  write_safetensors(saved / "model.safetensors", {{"net.weight", torch::zeros({5, 5})}, {"net.bias", torch::zeros({2})}});
+  CHECK_THROWS_WITH_AS(CheckpointStore::load(saved, model, optimizer),
+                       doctest::Contains("tensor 'net.weight' has shape [5, 5] but the model expects [2, 3]"), FileError);
+}
+
+TEST_CASE("a checkpoint missing a tensor is refused, naming it") {
+  testing::TempDir dir;
+  TinyModel model;
+  torch::optim::AdamW optimizer(model.module()->parameters(), torch::optim::AdamWOptions(0.1));
+  const fs::path saved = CheckpointStore(dir.path()).save({1, 0, 0, 1, ""}, model, optimizer, 0);
+  write_safetensors(saved / "model.safetensors", {{"net.weight", torch::zeros({2, 3})}});
+  CHECK_THROWS_WITH_AS(CheckpointStore::load(saved, model, optimizer), doctest::Contains("'net.bias' is missing"),
+                       FileError);
+}
