@@ -42,6 +42,35 @@ find_package(Torch REQUIRED CONFIG)
 get_filename_component(WANFW_TORCH_LIB_DIR "${TORCH_LIBRARY}" DIRECTORY)
 message(STATUS "wanfw: LibTorch ${Torch_VERSION} from ${WANFW_TORCH_LIB_DIR}")
 
+# wanfw::torch: LibTorch as the wheel ships it. TORCH_LIBRARIES would also link the system CUDA
+# runtime and NVRTC directly into every binary, and the loader would then pick those (the
+# toolkit's 13.0) over the ones the wheel was built with (found through libtorch_cuda's own
+# RPATH). So link only LibTorch's libraries, and let the linker resolve their dependencies (NCCL,
+# cuBLAS, ...) in the wheel's nvidia/ folders.
+get_filename_component(_site_packages "${WANFW_TORCH_LIB_DIR}/../.." ABSOLUTE)
+file(GLOB _nvidia_lib_dirs LIST_DIRECTORIES true "${_site_packages}/nvidia/*/lib")
+list(JOIN _nvidia_lib_dirs ":" _rpath_link)
+get_target_property(_torch_definitions torch_cpu INTERFACE_COMPILE_DEFINITIONS)
+add_library(wanfw_torch INTERFACE)
+add_library(wanfw::torch ALIAS wanfw_torch)
+target_include_directories(wanfw_torch SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS} ${CUDAToolkit_INCLUDE_DIRS})
+if(_torch_definitions)
+  target_compile_definitions(wanfw_torch INTERFACE ${_torch_definitions})
+endif()
+separate_arguments(_torch_flags UNIX_COMMAND "${TORCH_CXX_FLAGS}")
+target_compile_options(wanfw_torch INTERFACE ${_torch_flags})
+set(_torch_libs torch torch_cpu torch_cuda c10_cuda c10)
+foreach(_lib ${_torch_libs})
+  if(EXISTS "${WANFW_TORCH_LIB_DIR}/lib${_lib}.so")
+    # --no-as-needed: LibTorch registers its CPU and CUDA kernels from static initialisers.
+    target_link_libraries(wanfw_torch INTERFACE "-Wl,--no-as-needed,${WANFW_TORCH_LIB_DIR}/lib${_lib}.so")
+  endif()
+endforeach()
+target_link_libraries(wanfw_torch INTERFACE "-Wl,--as-needed")
+if(_rpath_link)
+  target_link_options(wanfw_torch INTERFACE "LINKER:-rpath-link,${_rpath_link}")
+endif()
+
 find_package(Boost 1.74 REQUIRED COMPONENTS filesystem)
 find_package(yaml-cpp REQUIRED)
 find_package(spdlog REQUIRED)
@@ -74,7 +103,7 @@ target_compile_options(wanfw_warnings INTERFACE -Wall -Wextra -Wno-unused-parame
 
 # One precompiled header for every LibTorch translation unit.
 add_library(wanfw_pch OBJECT ${CMAKE_CURRENT_LIST_DIR}/pch.cpp)
-target_link_libraries(wanfw_pch PUBLIC ${TORCH_LIBRARIES} spdlog::spdlog fmt::fmt)
+target_link_libraries(wanfw_pch PUBLIC wanfw::torch spdlog::spdlog fmt::fmt)
 target_precompile_headers(wanfw_pch PRIVATE <torch/torch.h> <spdlog/spdlog.h> <vector> <string>
                           <map> <memory> <optional> <functional>)
 

@@ -1,5 +1,6 @@
 // wanfw: train video diffusion models from one YAML file.
 
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -34,6 +35,9 @@ exit codes: 0 success, 1 failure while running, 2 bad usage or configuration
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A write past a file-size limit fails with EFBIG and is reported like a full disk, instead of
+  // killing the process halfway through a checkpoint.
+  std::signal(SIGXFSZ, SIG_IGN);
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     std::fputs(kUsage, args.empty() ? stderr : stdout);

@@ -166,7 +166,7 @@ Config::Config(const Config& other) : impl_(std::make_shared<Impl>(*other.impl_)
   impl_->root = YAML::Clone(other.impl_->root);
 }
 Config& Config::operator=(const Config& other) {
-  if (this != &other) *this = Config(other);
+  if (this != &other) impl_ = Config(other).impl_;
   return *this;
 }
 

@@ -2,13 +2,13 @@
 // in a FileError that names the file (and the tensor at fault), never in a crash or a read
 // outside the mapping.
 
-#include <doctest/doctest.h>
-
 #include <ATen/ATen.h>
 
 #include "../unit/temp_dir.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/safetensors.hpp"
+// doctest last: c10/util/Logging.h defines a CHECK macro of its own.
+#include <doctest/doctest.h>
 
 using namespace wanfw;
 

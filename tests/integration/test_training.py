@@ -5,7 +5,7 @@ import signal
 import subprocess
 import time
 
-from conftest import (SOURCE, base_config, checkpoints, start_wanfw, wait_for, wanfw, write_config)
+from conftest import (SOURCE, WANFW, base_config, checkpoints, start_wanfw, wait_for, wanfw, write_config)
 from safetensors.torch import load_file
 
 
@@ -58,7 +58,7 @@ def test_sigkill_then_resume_auto_ends_bitwise_equal_to_an_uninterrupted_run(tmp
     wanfw("run", straight, check=0)
 
     slow = base_config(tmp_path / "b", **sections)
-    slow["model"]["step_delay_ms"] = 25
+    slow["model"]["step_delay_ms"] = 50
     interrupted = write_config(tmp_path / "b.yaml", slow)
     run_dir = tmp_path / "b" / "exp" / "version_0"
     process = start_wanfw("run", interrupted)
@@ -165,3 +165,17 @@ def test_the_quickstart_trains_on_the_cpu(tmp_path):
     run_dir = tmp_path / "quickstart" / "version_0"
     assert f"outputs: {run_dir}" in result.stdout
     assert (run_dir / "config.yaml").is_file() and (run_dir / "metrics.csv").is_file() and checkpoints(run_dir)
+
+
+def test_a_failed_checkpoint_write_is_reported_and_earlier_checkpoints_survive(tmp_path, out):
+    # A file-size limit makes writes fail the way a full disk does (EFBIG instead of ENOSPC).
+    config = base_config(out, model={"in_features": 1024, "out_features": 128}, trainer={"max_steps": 20},
+                         checkpoint={"every": 10, "keep_last": 0})
+    path = write_config(tmp_path / "exp.yaml", config)
+    result = subprocess.run(["bash", "-c", f'ulimit -f 200 && exec "$0" run "$1"', WANFW, path],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1, result.stderr
+    assert "model.safetensors" in result.stderr and "cannot write" in result.stderr
+    run_dir = out / "exp" / "version_0"
+    assert checkpoints(run_dir) == []
+    assert not any(p.name.endswith(".partial") for p in (run_dir / "checkpoints").iterdir())

@@ -1,10 +1,11 @@
-#include <doctest/doctest.h>
-
 #include <torch/torch.h>
 
 #include "checkpoint_store.hpp"
 #include "temp_dir.hpp"
 #include "wanfw/error.hpp"
+#include "wanfw/safetensors.hpp"
+// doctest last: c10/util/Logging.h defines a CHECK macro of its own.
+#include <doctest/doctest.h>
 
 using namespace wanfw;
 namespace fs = std::filesystem;

@@ -1,13 +1,13 @@
 // The csv logger plugin, loaded through the plugin host as a run would load it.
 
-#include <doctest/doctest.h>
-
 #include <fstream>
 #include <sstream>
 
 #include "temp_dir.hpp"
 #include "wanfw/config.hpp"
 #include "wanfw/plugin_host.hpp"
+// doctest last: c10/util/Logging.h defines a CHECK macro of its own.
+#include <doctest/doctest.h>
 
 using namespace wanfw;
 

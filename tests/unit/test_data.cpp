@@ -1,5 +1,3 @@
-#include <doctest/doctest.h>
-
 #include <set>
 
 #include <ATen/ATen.h>
@@ -7,6 +5,9 @@
 
 #include "data_loader.hpp"
 #include "wanfw/data.hpp"
+#include "wanfw/error.hpp"
+// doctest last: c10/util/Logging.h defines a CHECK macro of its own.
+#include <doctest/doctest.h>
 
 using namespace wanfw;
 
@@ -23,8 +24,8 @@ TEST_CASE("a synthetic sample depends only on the seed and its index") {
 
 TEST_CASE("synthetic samples have the declared fields, shapes and dtypes") {
   const auto sample = SyntheticDataset(kFields, 4, 1).get(0);
-  CHECK(sample.at("x").sizes() == at::IntArrayRef({3, 2}));
-  CHECK(sample.at("label").scalar_type() == at::kLong);
+  CHECK((sample.at("x").sizes() == at::IntArrayRef({3, 2})));
+  CHECK((sample.at("label").scalar_type() == at::kLong));
   CHECK(sample.at("label").item<std::int64_t>() < 5);
 }
 
@@ -32,7 +33,7 @@ TEST_CASE("collate stacks samples along a new batch dimension") {
   const SyntheticDataset data(kFields, 4, 1);
   const Batch batch = collate({data.get(0), data.get(1)});
   CHECK(batch.size == 2);
-  CHECK(batch.at("x").sizes() == at::IntArrayRef({2, 3, 2}));
+  CHECK((batch.at("x").sizes() == at::IntArrayRef({2, 3, 2})));
   CHECK_THROWS_WITH_AS(batch.at("y"), doctest::Contains("no field 'y'"), Error);
 }
 

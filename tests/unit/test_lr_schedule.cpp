@@ -1,6 +1,6 @@
-#include <doctest/doctest.h>
-
 #include "lr_schedule.hpp"
+// doctest last: c10/util/Logging.h defines a CHECK macro of its own.
+#include <doctest/doctest.h>
 
 using wanfw::LearningRateSchedule;
 

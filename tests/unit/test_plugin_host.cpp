@@ -1,8 +1,8 @@
-#include <doctest/doctest.h>
-
 #include "temp_dir.hpp"
 #include "wanfw/config.hpp"
 #include "wanfw/plugin_host.hpp"
+// doctest last: c10/util/Logging.h defines a CHECK macro of its own.
+#include <doctest/doctest.h>
 
 using namespace wanfw;
 namespace fs = std::filesystem;

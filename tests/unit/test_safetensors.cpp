@@ -1,11 +1,11 @@
-#include <doctest/doctest.h>
-
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
 #include "temp_dir.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/safetensors.hpp"
+// doctest last: c10/util/Logging.h defines a CHECK macro of its own.
+#include <doctest/doctest.h>
 
 using namespace wanfw;
 
@@ -24,8 +24,8 @@ TEST_CASE("every supported dtype survives a write and a read bit for bit") {
   CHECK(file.metadata().at("format") == "pt");
   for (const auto& [name, tensor] : tensors) {
     const at::Tensor loaded = file.tensor(name);
-    CHECK(loaded.scalar_type() == tensor.scalar_type());
-    CHECK(loaded.sizes() == tensor.sizes());
+    CHECK((loaded.scalar_type() == tensor.scalar_type()));
+    CHECK((loaded.sizes() == tensor.sizes()));
     CHECK(at::equal(loaded, tensor));
   }
 }

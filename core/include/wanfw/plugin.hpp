@@ -67,10 +67,17 @@ using PluginEntry = const PluginDescriptor*();
 }  // namespace wanfw
 
 /// Exports `describe_fn` (a function returning PluginDescriptor) as the library's plugin entry.
+/// The versions are stamped here, in the plugin's own translation unit, so they record what the
+/// plugin was compiled with even though the descriptor's helpers live in the host library.
 #define WANFW_PLUGIN(describe_fn)                                           \
   namespace {                                                               \
   const ::wanfw::PluginDescriptor* wanfw_plugin_entry_impl() {              \
-    static const ::wanfw::PluginDescriptor descriptor = describe_fn();      \
+    static const ::wanfw::PluginDescriptor descriptor = [] {                \
+      ::wanfw::PluginDescriptor d = describe_fn();                          \
+      d.abi_version = WANFW_PLUGIN_ABI_VERSION;                             \
+      d.torch_version = WANFW_TORCH_VERSION_STRING;                         \
+      return d;                                                             \
+    }();                                                                    \
     return &descriptor;                                                     \
   }                                                                         \
   }                                                                         \
