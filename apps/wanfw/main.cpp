@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "commands.hpp"
+#include "wanfw/console.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/version.hpp"
 
@@ -38,6 +39,7 @@ int main(int argc, char** argv) {
   // A write past a file-size limit fails with EFBIG and is reported like a full disk, instead of
   // killing the process halfway through a checkpoint.
   std::signal(SIGXFSZ, SIG_IGN);
+  wanfw::install_console_logger();
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     std::fputs(kUsage, args.empty() ? stderr : stdout);

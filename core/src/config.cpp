@@ -162,9 +162,9 @@ struct Config::Impl {
 
 Config::Config() : impl_(std::make_shared<Impl>()) {}
 Config::~Config() = default;
-Config::Config(const Config& other) : impl_(std::make_shared<Impl>(*other.impl_)) {
-  impl_->root = YAML::Clone(other.impl_->root);
-}
+// Copies share the (never modified after parsing) YAML tree, which keeps its source positions;
+// YAML::Clone would drop them.
+Config::Config(const Config& other) : impl_(std::make_shared<Impl>(*other.impl_)) {}
 Config& Config::operator=(const Config& other) {
   if (this != &other) impl_ = Config(other).impl_;
   return *this;
@@ -335,6 +335,7 @@ void Config::record_resolved(const Options& options, const std::string& plugin_n
 
 std::string Config::resolved_yaml() const {
   Config copy(*this);
+  copy.impl_->root = YAML::Clone(impl_->root);  // edited below; positions are not needed
   for (const auto& [path, node] : impl_->resolved) {
     // Replace the section in the copy (keeping nested sections that were resolved separately).
     YAML::Node target = copy.impl_->find(path);

@@ -1,7 +1,6 @@
 #include "wanfw/experiment.hpp"
 
 #include <cstdlib>
-#include <regex>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -14,6 +13,7 @@
 #include "progress.hpp"
 #include "trainer.hpp"
 #include "wanfw/config.hpp"
+#include "wanfw/console.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/plugin_host.hpp"
 
@@ -33,15 +33,6 @@ struct Experiment {
   std::vector<std::shared_ptr<Logger>> loggers;
   std::shared_ptr<Dataset> dataset;
 };
-
-void configure_console(const std::string& level, int rank) {
-  spdlog::set_pattern(rank == 0 ? "[%H:%M:%S] [%^%l%$] %v" : fmt::format("[%H:%M:%S] [rank {}] [%^%l%$] %v", rank));
-  spdlog::level::level_enum chosen = spdlog::level::from_str(level);
-  // Only rank 0 speaks, unless WANFW_LOG_ALL_RANKS=1; the others still report warnings and errors.
-  const char* all = std::getenv("WANFW_LOG_ALL_RANKS");
-  if (rank != 0 && !(all && std::string(all) == "1")) chosen = std::max(chosen, spdlog::level::warn);
-  spdlog::set_level(chosen);
-}
 
 Experiment assemble(const RunRequest& request) {
   Experiment e;
