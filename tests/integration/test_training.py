@@ -1,6 +1,7 @@
 """Training end to end: outputs of a run, interruption and resume, and the NaN guard."""
 
 import csv
+import json
 import signal
 import subprocess
 import time
@@ -179,3 +180,13 @@ def test_a_failed_checkpoint_write_is_reported_and_earlier_checkpoints_survive(t
     run_dir = out / "exp" / "version_0"
     assert checkpoints(run_dir) == []
     assert not any(p.name.endswith(".partial") for p in (run_dir / "checkpoints").iterdir())
+
+
+def test_epochs_mode_runs_whole_epochs_and_counts_them_in_the_checkpoint(tmp_path, out):
+    # 256 samples / batch 16 = 16 steps per epoch; 3 epochs = 48 steps.
+    config = write_config(tmp_path / "exp.yaml", base_config(out, trainer={"max_steps": 0, "epochs": 3}))
+    wanfw("run", config, check=0)
+    last = checkpoints(out / "exp" / "version_0")[-1]
+    assert last.name == "step-00000048"
+    state = json.loads((last / "trainer_state.json").read_text())
+    assert (state["epoch"], state["batch_in_epoch"]) == (2, 16)
