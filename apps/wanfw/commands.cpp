@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <map>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -34,6 +35,13 @@ Loads the config and every plugin it names, checks every option, builds the mode
 set, and prints the resolved config. Trains nothing. Exits 2 on any problem.
 )";
 
+const char* kPredictHelp = R"(usage: wanfw predict CONFIG --inputs IN.safetensors --out OUT.safetensors [--set key=value]...
+
+Builds the config's model (with its weights) on the strategy's device and runs it once, without
+gradients, on the tensors in IN; writes what the model returns to OUT. For the Wan model: x
+[B,C,F,H,W] (noisy latents), t [B] or [B,tokens] (0..1000), context [B,L,text_dim] -> v.
+)";
+
 const char* kPluginsHelp = R"(usage: wanfw plugins [--plugin-path DIR]...
        wanfw plugins show NAME [--plugin-path DIR]...
 
@@ -58,9 +66,16 @@ bool wants_help(const std::vector<std::string>& args) {
   throw ConfigError({"command line", 0, 0}, problem, std::string("\n") + help);
 }
 
-RunRequest parse_run_request(const std::vector<std::string>& args, bool allow_resume, const char* help) {
+RunRequest parse_run_request(const std::vector<std::string>& args, bool allow_resume, const char* help,
+                             std::map<std::string, std::string>* named = nullptr) {
   RunRequest request;
   for (std::size_t i = 0; i < args.size(); ++i) {
+    if (named != nullptr && named->count(args[i])) {
+      if (i + 1 >= args.size()) usage_error(fmt::format("{} needs a value", args[i]), help);
+      (*named)[args[i]] = args[i + 1];
+      ++i;
+      continue;
+    }
     const std::string& a = args[i];
     auto value = [&](const char* flag) -> std::string {
       if (i + 1 >= args.size()) usage_error(fmt::format("{} needs a value", flag), help);
@@ -131,6 +146,18 @@ int config_reference_command(const std::vector<std::string>& args) {
   const auto extra = plugin_path_flags(args, &rest, kConfigReferenceHelp);
   if (!rest.empty()) usage_error(fmt::format("unexpected argument '{}'", rest.front()), kConfigReferenceHelp);
   std::fputs(configuration_reference(PluginHost(PluginHost::search_path(extra))).c_str(), stdout);
+  return kSuccess;
+}
+
+int predict_command(const std::vector<std::string>& args) {
+  if (wants_help(args)) {
+    std::fputs(kPredictHelp, stdout);
+    return kSuccess;
+  }
+  std::map<std::string, std::string> named = {{"--inputs", ""}, {"--out", ""}};
+  const RunRequest request = parse_run_request(args, false, kPredictHelp, &named);
+  if (named["--inputs"].empty() || named["--out"].empty()) usage_error("--inputs and --out are required", kPredictHelp);
+  predict_experiment(request, named["--inputs"], named["--out"]);
   return kSuccess;
 }
 

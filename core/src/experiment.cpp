@@ -16,6 +16,7 @@
 #include "wanfw/console.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/plugin_host.hpp"
+#include "wanfw/safetensors.hpp"
 
 namespace fs = std::filesystem;
 
@@ -168,6 +169,18 @@ RunOutcome run_experiment(const RunRequest& request) {
   outcome.stop_signal = result.stop_signal;
   outcome.last_checkpoint = result.last_checkpoint;
   return outcome;
+}
+
+void predict_experiment(const RunRequest& request, const fs::path& inputs, const fs::path& outputs) {
+  Experiment e = assemble(request);
+  e.strategy->setup(*e.model);
+  const SafetensorsFile file = SafetensorsFile::open(inputs);
+  std::map<std::string, at::Tensor> tensors;
+  for (const auto& record : file.records()) tensors.emplace(record.name, file.load(record.name));
+  const std::map<std::string, at::Tensor> results = e.model->predict(tensors);
+  std::vector<std::pair<std::string, at::Tensor>> ordered(results.begin(), results.end());
+  write_safetensors(outputs, ordered, {{"written_by", "wanfw predict"}});
+  spdlog::info("wrote {} tensor(s) to {}", ordered.size(), outputs.string());
 }
 
 std::string validate_experiment(const RunRequest& request) {

@@ -1,5 +1,7 @@
 #include "wanfw/model.hpp"
 
+#include "wanfw/error.hpp"
+
 namespace wanfw {
 
 std::vector<std::pair<std::string, at::Tensor>> Model::trainable_parameters() {
@@ -7,6 +9,10 @@ std::vector<std::pair<std::string, at::Tensor>> Model::trainable_parameters() {
   for (const auto& item : module()->named_parameters(/*recurse=*/true))
     if (item.value().requires_grad()) out.emplace_back(item.key(), item.value());
   return out;
+}
+
+std::map<std::string, at::Tensor> Model::predict(const std::map<std::string, at::Tensor>&) {
+  throw Error("this model plugin does not support `wanfw predict`", "use a model plugin that implements predict()");
 }
 
 }  // namespace wanfw

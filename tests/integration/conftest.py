@@ -30,7 +30,9 @@ def base_config(output_dir: Path, **sections) -> dict:
         "loggers": [{"name": "csv"}],
     }
     for name, value in sections.items():
-        if isinstance(value, dict) and isinstance(config.get(name), dict):
+        same_plugin = value.get("name", config.get(name, {}).get("name")) == config.get(name, {}).get("name") \
+            if isinstance(value, dict) and isinstance(config.get(name), dict) else False
+        if same_plugin:  # extend the section; a section naming another plugin replaces it
             config[name] = {**config[name], **value}
         else:
             config[name] = value

@@ -35,6 +35,11 @@ std::string validate_experiment(const RunRequest& request);
 }  // namespace wanfw
 
 namespace wanfw {
+/// Builds the experiment's model (with its weights) on the strategy's device, runs it once
+/// without gradients on the tensors of `inputs` (safetensors), and writes its outputs to `outputs`.
+void predict_experiment(const RunRequest& request, const std::filesystem::path& inputs,
+                        const std::filesystem::path& outputs);
+
 class PluginHost;
 /// Markdown reference of every core config section and every plugin `host` found, generated
 /// from the same schemas the config is validated against (docs/configuration.md embeds it).

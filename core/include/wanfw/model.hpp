@@ -33,6 +33,9 @@ class Model {
   virtual StepOutput training_step(const Batch& batch) = 0;
   /// The parameters the optimizer updates (default: every parameter that requires grad).
   virtual std::vector<std::pair<std::string, at::Tensor>> trainable_parameters();
+  /// Runs the model once, without gradients, on named inputs and returns named outputs
+  /// (`wanfw predict`). The default throws: not every model can be evaluated this way.
+  virtual std::map<std::string, at::Tensor> predict(const std::map<std::string, at::Tensor>& inputs);
 };
 
 }  // namespace wanfw

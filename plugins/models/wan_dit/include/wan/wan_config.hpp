@@ -1,0 +1,39 @@
+#pragma once
+// The Wan DiT's dimensions: presets from the public configs, and checks before any allocation.
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace wan {
+
+struct WanConfig {
+  std::string preset;
+  std::int64_t dim = 0;
+  std::int64_t ffn_dim = 0;
+  std::int64_t num_heads = 0;
+  std::int64_t num_layers = 0;
+  std::int64_t in_dim = 0;   ///< latent channels in (36 for I2V: noise + mask + image latent)
+  std::int64_t out_dim = 0;  ///< latent channels out
+  std::int64_t text_dim = 4096;
+  std::int64_t freq_dim = 256;
+  std::array<std::int64_t, 3> patch = {1, 2, 2};
+  double eps = 1e-6;
+  double rope_theta = 10000.0;
+  std::int64_t rope_max_positions = 1024;
+
+  std::int64_t head_dim() const { return dim / num_heads; }
+  /// RoPE split of the head dim into frame, height, width parts: d-4(d/6), 2(d/6), 2(d/6).
+  std::array<std::int64_t, 3> rope_split() const;
+  /// Trainable parameters, computed without allocating anything.
+  std::int64_t parameter_count() const;
+  /// Throws wanfw::Error when the dimensions do not fit together (dim % heads, RoPE split).
+  void validate() const;
+};
+
+/// A named preset: wan2.1-t2v-1.3b, wan2.2-ti2v-5b, wan2.2-t2v-a14b, wan2.2-i2v-a14b, tiny.
+WanConfig wan_preset(const std::string& name);
+const std::vector<std::string>& wan_preset_names();
+
+}  // namespace wan

@@ -1,0 +1,28 @@
+#pragma once
+// Loading Wan DiT weights: the official layout (one file, or shards + index json) and the
+// diffusers layout (its key names, transformer/ folders), detected automatically.
+
+#include <filesystem>
+#include <string>
+
+#include "wan/wan_dit.hpp"
+
+namespace wan {
+
+enum class WeightLayout { Official, Diffusers };
+
+/// The official name of a diffusers key ("condition_embedder.time_proj.weight" ->
+/// "time_projection.1.weight"); official names pass through unchanged.
+std::string official_name(const std::string& key, WeightLayout layout);
+
+/// Copies every parameter of `model` from the checkpoint at `path` (a .safetensors file, an
+/// index json, or a folder holding either; a diffusers pipeline folder is entered through
+/// `subfolder`, e.g. "transformer"), converting dtypes. Reads through the file mapping, so a
+/// checkpoint never needs twice its size in memory. Throws wanfw::FileError listing missing,
+/// unexpected and shape-mismatched tensors together.
+WeightLayout load_wan_weights(WanDiTImpl& model, const std::filesystem::path& path, const std::string& subfolder = "");
+
+/// Writes `model`'s weights in the official layout (one safetensors file).
+void save_wan_weights(WanDiTImpl& model, const std::filesystem::path& file);
+
+}  // namespace wan

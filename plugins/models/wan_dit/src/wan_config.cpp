@@ -1,0 +1,88 @@
+#include "wan/wan_config.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "wanfw/error.hpp"
+
+namespace wan {
+
+namespace {
+struct Preset {
+  const char* name;
+  std::int64_t dim, ffn_dim, num_heads, num_layers, in_dim, out_dim, text_dim;
+};
+// Dimensions of the public Wan configs; `tiny` exists for tests and quick runs on a CPU.
+constexpr Preset kPresets[] = {
+    {"wan2.1-t2v-1.3b", 1536, 8960, 12, 30, 16, 16, 4096},
+    {"wan2.2-ti2v-5b", 3072, 14336, 24, 30, 48, 48, 4096},
+    {"wan2.2-t2v-a14b", 5120, 13824, 40, 40, 16, 16, 4096},
+    {"wan2.2-i2v-a14b", 5120, 13824, 40, 40, 36, 16, 4096},
+    {"tiny", 48, 96, 2, 2, 4, 4, 32},
+};
+}  // namespace
+
+const std::vector<std::string>& wan_preset_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const auto& p : kPresets) out.emplace_back(p.name);
+    return out;
+  }();
+  return names;
+}
+
+WanConfig wan_preset(const std::string& name) {
+  for (const auto& p : kPresets)
+    if (name == p.name) {
+      WanConfig c;
+      c.preset = p.name;
+      c.dim = p.dim;
+      c.ffn_dim = p.ffn_dim;
+      c.num_heads = p.num_heads;
+      c.num_layers = p.num_layers;
+      c.in_dim = p.in_dim;
+      c.out_dim = p.out_dim;
+      c.text_dim = p.text_dim;
+      return c;
+    }
+  throw wanfw::Error(fmt::format("unknown Wan preset '{}'", name),
+                     fmt::format("presets: {}", fmt::join(wan_preset_names(), ", ")));
+}
+
+std::array<std::int64_t, 3> WanConfig::rope_split() const {
+  const std::int64_t d = head_dim();
+  return {d - 4 * (d / 6), 2 * (d / 6), 2 * (d / 6)};
+}
+
+void WanConfig::validate() const {
+  for (auto [name, value] : {std::pair{"dim", dim}, {"ffn_dim", ffn_dim}, {"num_heads", num_heads},
+                             {"num_layers", num_layers}, {"in_dim", in_dim}, {"out_dim", out_dim},
+                             {"text_dim", text_dim}, {"freq_dim", freq_dim}})
+    if (value < 1) throw wanfw::Error(fmt::format("Wan config: {} must be positive, got {}", name, value));
+  if (dim % num_heads != 0)
+    throw wanfw::Error(fmt::format("Wan config: dim {} is not divisible by num_heads {}", dim, num_heads),
+                       "choose dim = num_heads x head_dim");
+  const auto split = rope_split();
+  if (head_dim() % 2 != 0 || split[0] <= 0 || split[0] % 2 != 0 || split[1] <= 0)
+    throw wanfw::Error(fmt::format("Wan config: head dim {} (dim {} / {} heads) cannot be split for 3-D RoPE into "
+                                   "even frame/height/width parts ({}, {}, {})",
+                                   head_dim(), dim, num_heads, split[0], split[1], split[2]),
+                       "use a head dim that is even and at least 6, such as 128 (the official models) or 24");
+  if (freq_dim % 2 != 0) throw wanfw::Error(fmt::format("Wan config: freq_dim {} must be even", freq_dim));
+}
+
+std::int64_t WanConfig::parameter_count() const {
+  const std::int64_t patch_volume = patch[0] * patch[1] * patch[2];
+  std::int64_t n = dim * in_dim * patch_volume + dim;         // patch_embedding
+  n += text_dim * dim + dim + dim * dim + dim;                 // text_embedding.0/.2
+  n += freq_dim * dim + dim + dim * dim + dim;                 // time_embedding.0/.2
+  n += dim * 6 * dim + 6 * dim;                                // time_projection.1
+  const std::int64_t attention = 4 * (dim * dim + dim) + 2 * dim;  // q, k, v, o, norm_q, norm_k
+  const std::int64_t block = 2 * attention + 2 * dim /*norm3*/ + dim * ffn_dim + ffn_dim + ffn_dim * dim + dim +
+                             6 * dim /*modulation*/;
+  n += num_layers * block;
+  n += dim * patch_volume * out_dim + patch_volume * out_dim + 2 * dim;  // head.head, head.modulation
+  return n;
+}
+
+}  // namespace wan

@@ -1,0 +1,216 @@
+#include "wan/wan_dit.hpp"
+
+#include <cmath>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "wanfw/error.hpp"
+
+namespace wan {
+
+namespace F = torch::nn::functional;
+
+torch::Tensor sinusoidal_embedding(const torch::Tensor& t, std::int64_t dim) {
+  const std::int64_t half = dim / 2;
+  const auto options = torch::TensorOptions().dtype(torch::kFloat64).device(t.device());
+  const torch::Tensor frequencies = torch::pow(10000.0, -torch::arange(half, options) / static_cast<double>(half));
+  const torch::Tensor angles = t.to(torch::kFloat64).unsqueeze(-1) * frequencies;
+  return torch::cat({torch::cos(angles), torch::sin(angles)}, -1).to(torch::kFloat32);
+}
+
+namespace {
+
+/// Non-affine LayerNorm in fp32 (norm1, norm2, head norm).
+torch::Tensor plain_layer_norm(const torch::Tensor& x, std::int64_t dim, double eps) {
+  return torch::layer_norm(x.to(torch::kFloat32), {dim}, {}, {}, eps);
+}
+
+/// Rotates consecutive channel pairs of `x` [B, L, H, D] by the tables [L, D/2], in float64.
+torch::Tensor apply_rope(const torch::Tensor& x, const RopeTables& rope) {
+  const auto sizes = x.sizes();
+  const torch::Tensor pairs = x.to(torch::kFloat64).reshape({sizes[0], sizes[1], sizes[2], sizes[3] / 2, 2});
+  const torch::Tensor even = pairs.select(-1, 0), odd = pairs.select(-1, 1);
+  const torch::Tensor cos = rope.cos.unsqueeze(1), sin = rope.sin.unsqueeze(1);  // [L, 1, D/2]
+  return torch::stack({even * cos - odd * sin, even * sin + odd * cos}, -1).reshape(sizes).to(x.scalar_type());
+}
+
+/// The six (or two) modulation chunks of `table + e`, each broadcastable against [B, L, dim].
+std::vector<torch::Tensor> modulation_chunks(const torch::Tensor& table, const torch::Tensor& e, int count) {
+  if (e.dim() == 3) return (table + e.to(torch::kFloat32)).chunk(count, 1);  // [B, count, dim] -> [B, 1, dim]
+  std::vector<torch::Tensor> chunks = (table.unsqueeze(0) + e.to(torch::kFloat32)).chunk(count, 2);
+  for (auto& c : chunks) c = c.squeeze(2);  // [B, L, 1, dim] -> [B, L, dim]
+  return chunks;
+}
+
+}  // namespace
+
+WanRMSNormImpl::WanRMSNormImpl(std::int64_t dim, double eps) : eps_(eps) {
+  weight = register_parameter("weight", torch::ones({dim}));
+}
+
+torch::Tensor WanRMSNormImpl::forward(const torch::Tensor& x) {
+  const torch::Tensor xf = x.to(torch::kFloat32);
+  return (xf * torch::rsqrt(xf.pow(2).mean(-1, true) + eps_)).to(x.scalar_type()) * weight;
+}
+
+WanAttentionImpl::WanAttentionImpl(std::int64_t dim, std::int64_t num_heads, double eps) : num_heads_(num_heads) {
+  q = register_module("q", torch::nn::Linear(dim, dim));
+  k = register_module("k", torch::nn::Linear(dim, dim));
+  v = register_module("v", torch::nn::Linear(dim, dim));
+  o = register_module("o", torch::nn::Linear(dim, dim));
+  norm_q = register_module("norm_q", WanRMSNorm(dim, eps));
+  norm_k = register_module("norm_k", WanRMSNorm(dim, eps));
+}
+
+torch::Tensor WanAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& context, const RopeTables* rope) {
+  const torch::Tensor& source = context.defined() ? context : x;
+  const std::int64_t batch = x.size(0);
+  auto heads = [&](const torch::Tensor& t) { return t.view({batch, t.size(1), num_heads_, -1}); };
+  torch::Tensor query = heads(norm_q(q(x)));
+  torch::Tensor key = heads(norm_k(k(source)));
+  const torch::Tensor value = heads(v(source));
+  if (rope != nullptr) {
+    query = apply_rope(query, *rope);
+    key = apply_rope(key, *rope);
+  }
+  // [B, L, H, D] -> [B, H, L, D] for the fused attention kernels.
+  const torch::Tensor out = at::scaled_dot_product_attention(query.transpose(1, 2), key.transpose(1, 2),
+                                                             value.transpose(1, 2));
+  return o(out.transpose(1, 2).flatten(2).to(x.scalar_type()));
+}
+
+WanBlockImpl::WanBlockImpl(const WanConfig& c) : eps_(c.eps), dim_(c.dim) {
+  self_attn = register_module("self_attn", WanAttention(c.dim, c.num_heads, c.eps));
+  norm3 = register_module("norm3", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.dim}).eps(c.eps)));
+  cross_attn = register_module("cross_attn", WanAttention(c.dim, c.num_heads, c.eps));
+  ffn = register_module("ffn", torch::nn::Sequential(torch::nn::Linear(c.dim, c.ffn_dim),
+                                                     torch::nn::GELU(torch::nn::GELUOptions().approximate("tanh")),
+                                                     torch::nn::Linear(c.ffn_dim, c.dim)));
+  modulation = register_parameter("modulation", torch::randn({1, 6, c.dim}) / std::sqrt(static_cast<double>(c.dim)));
+}
+
+torch::Tensor WanBlockImpl::forward(const torch::Tensor& x_in, const torch::Tensor& e0, const torch::Tensor& context,
+                                    const RopeTables& rope) {
+  // shift, scale, gate for self-attention, then for the feed-forward network; all in fp32.
+  const auto e = modulation_chunks(modulation, e0, 6);
+  const auto dtype = x_in.scalar_type();
+  torch::Tensor x = x_in;
+  const torch::Tensor attn_in = (plain_layer_norm(x, dim_, eps_) * (1 + e[1]) + e[0]).to(dtype);
+  x = (x.to(torch::kFloat32) + self_attn(attn_in, torch::Tensor(), &rope) * e[2]).to(dtype);
+  x = x + cross_attn(norm3(x.to(torch::kFloat32)).to(dtype), context, nullptr);
+  const torch::Tensor ffn_in = (plain_layer_norm(x, dim_, eps_) * (1 + e[4]) + e[3]).to(dtype);
+  return (x.to(torch::kFloat32) + ffn->forward(ffn_in).to(torch::kFloat32) * e[5]).to(dtype);
+}
+
+WanHeadImpl::WanHeadImpl(const WanConfig& c) : eps_(c.eps), dim_(c.dim) {
+  head = register_module("head", torch::nn::Linear(c.dim, c.patch[0] * c.patch[1] * c.patch[2] * c.out_dim));
+  modulation = register_parameter("modulation", torch::randn({1, 2, c.dim}) / std::sqrt(static_cast<double>(c.dim)));
+}
+
+torch::Tensor WanHeadImpl::forward(const torch::Tensor& x, const torch::Tensor& e) {
+  const auto chunks = modulation_chunks(modulation, e.dim() == 2 ? e.unsqueeze(1) : e.unsqueeze(2), 2);
+  return head((plain_layer_norm(x, dim_, eps_) * (1 + chunks[1]) + chunks[0]).to(x.scalar_type()));
+}
+
+WanDiTImpl::WanDiTImpl(WanConfig config) : config_(std::move(config)) {
+  config_.validate();
+  const auto& c = config_;
+  patch_embedding = register_module(
+      "patch_embedding",
+      torch::nn::Conv3d(torch::nn::Conv3dOptions(c.in_dim, c.dim, {c.patch[0], c.patch[1], c.patch[2]})
+                            .stride({c.patch[0], c.patch[1], c.patch[2]})));
+  text_embedding = register_module(
+      "text_embedding",
+      torch::nn::Sequential(torch::nn::Linear(c.text_dim, c.dim),
+                            torch::nn::GELU(torch::nn::GELUOptions().approximate("tanh")),
+                            torch::nn::Linear(c.dim, c.dim)));
+  time_embedding = register_module(
+      "time_embedding",
+      torch::nn::Sequential(torch::nn::Linear(c.freq_dim, c.dim), torch::nn::SiLU(), torch::nn::Linear(c.dim, c.dim)));
+  time_projection =
+      register_module("time_projection", torch::nn::Sequential(torch::nn::SiLU(), torch::nn::Linear(c.dim, 6 * c.dim)));
+  blocks = register_module("blocks", torch::nn::ModuleList());
+  for (std::int64_t i = 0; i < c.num_layers; ++i) blocks->push_back(WanBlock(c));
+  head = register_module("head", WanHead(c));
+
+  // RoPE angles per axis: position x theta^(-2i/d) for the frame, height and width parts.
+  const auto split = c.rope_split();
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  for (int axis = 0; axis < 3; ++axis) {
+    const torch::Tensor inverse =
+        torch::pow(c.rope_theta, -torch::arange(0, split[axis], 2, f64) / static_cast<double>(split[axis]));
+    rope_angles_[axis] = torch::outer(torch::arange(c.rope_max_positions, f64), inverse);
+  }
+  reset_parameters();
+}
+
+void WanDiTImpl::reset_parameters() {
+  torch::NoGradGuard no_grad;
+  for (auto& module : modules(/*include_self=*/false))
+    if (auto* linear = module->as<torch::nn::Linear>()) {
+      torch::nn::init::xavier_uniform_(linear->weight);
+      torch::nn::init::zeros_(linear->bias);
+    }
+  torch::nn::init::xavier_uniform_(patch_embedding->weight.view({config_.dim, -1}));
+  for (auto* sequential : {&text_embedding, &time_embedding})
+    for (const auto& p : (*sequential)->named_parameters())
+      if (p.key().ends_with("weight")) torch::nn::init::normal_(p.value(), 0.0, 0.02);
+  torch::nn::init::zeros_(head->head->weight);
+}
+
+std::array<std::int64_t, 3> WanDiTImpl::token_grid(std::int64_t frames, std::int64_t height, std::int64_t width) const {
+  const auto& p = config_.patch;
+  return {frames / p[0], height / p[1], width / p[2]};
+}
+
+RopeTables WanDiTImpl::rope_for(const std::array<std::int64_t, 3>& grid, const torch::Device& device) const {
+  for (int axis = 0; axis < 3; ++axis)
+    if (grid[axis] > config_.rope_max_positions)
+      throw wanfw::Error(fmt::format("the latent grid has {} positions along axis {}, more than RoPE's {}", grid[axis],
+                                     axis, config_.rope_max_positions));
+  const auto [f, h, w] = grid;
+  const torch::Tensor angles = torch::cat(
+      {rope_angles_[0].slice(0, 0, f).view({f, 1, 1, -1}).expand({f, h, w, -1}),
+       rope_angles_[1].slice(0, 0, h).view({1, h, 1, -1}).expand({f, h, w, -1}),
+       rope_angles_[2].slice(0, 0, w).view({1, 1, w, -1}).expand({f, h, w, -1})},
+      -1).reshape({f * h * w, -1}).to(device);
+  return {torch::cos(angles), torch::sin(angles)};
+}
+
+torch::Tensor WanDiTImpl::forward(const torch::Tensor& x_in, const torch::Tensor& t, const torch::Tensor& context_in,
+                                  const torch::Tensor& y) {
+  const auto& c = config_;
+  const torch::Tensor x_full = y.defined() ? torch::cat({x_in, y}, 1) : x_in;
+  if (x_full.dim() != 5 || x_full.size(1) != c.in_dim)
+    throw wanfw::Error(fmt::format("Wan DiT input has shape {} but the model takes [B, {}, F, H, W] (noise and "
+                                   "conditioning channels together)",
+                                   c10::str(x_full.sizes()), c.in_dim));
+  const std::int64_t batch = x_full.size(0);
+  const auto grid = token_grid(x_full.size(2), x_full.size(3), x_full.size(4));
+  const std::int64_t tokens = grid[0] * grid[1] * grid[2];
+
+  torch::Tensor x = patch_embedding(x_full).flatten(2).transpose(1, 2).contiguous();  // [B, L, dim]
+  const auto dtype = x.scalar_type();
+
+  if (!(t.dim() == 1 || (t.dim() == 2 && t.size(1) == tokens)) || t.size(0) != batch)
+    throw wanfw::Error(fmt::format("timesteps have shape {}; expected [{}] or [{}, {}]", c10::str(t.sizes()), batch,
+                                   batch, tokens));
+  const torch::Tensor sinusoid = sinusoidal_embedding(t, c.freq_dim).to(dtype);  // [B, (L,) freq_dim]
+  const torch::Tensor e = time_embedding->forward(sinusoid);                       // [B, (L,) dim]
+  torch::Tensor e0 = time_projection->forward(e);
+  e0 = e0.unflatten(-1, {6, c.dim});  // [B, 6, dim] or [B, L, 6, dim]
+  const torch::Tensor context = text_embedding->forward(context_in.to(dtype));
+
+  const RopeTables rope = rope_for(grid, x.device());
+  for (const auto& block : *blocks) x = block->as<WanBlock>()->forward(x, e0, context, rope);
+  x = head(x, e);  // [B, L, patch_volume * out_dim]
+
+  // Unpatchify: (F, H, W, pt, ph, pw, C) -> (C, F*pt, H*ph, W*pw).
+  const auto& p = c.patch;
+  x = x.view({batch, grid[0], grid[1], grid[2], p[0], p[1], p[2], c.out_dim});
+  x = x.permute({0, 7, 1, 4, 2, 5, 3, 6});
+  return x.reshape({batch, c.out_dim, grid[0] * p[0], grid[1] * p[1], grid[2] * p[2]});
+}
+
+}  // namespace wan

@@ -1,0 +1,121 @@
+#include "wan/wan_weights.hpp"
+
+#include <regex>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/torch.h>
+
+#include "wanfw/error.hpp"
+#include "wanfw/safetensors.hpp"
+
+namespace fs = std::filesystem;
+
+namespace wan {
+
+std::string official_name(const std::string& key, WeightLayout layout) {
+  if (layout == WeightLayout::Official) return key;
+  // Renames between the diffusers conversion and the official names (prefix -> prefix).
+  static const std::vector<std::pair<std::regex, std::string>> rules = [] {
+    std::vector<std::pair<std::regex, std::string>> r;
+    auto add = [&](const char* from, const char* to) { r.emplace_back(std::regex(from), to); };
+    add(R"(^condition_embedder\.time_embedder\.linear_1\.)", "time_embedding.0.");
+    add(R"(^condition_embedder\.time_embedder\.linear_2\.)", "time_embedding.2.");
+    add(R"(^condition_embedder\.time_proj\.)", "time_projection.1.");
+    add(R"(^condition_embedder\.text_embedder\.linear_1\.)", "text_embedding.0.");
+    add(R"(^condition_embedder\.text_embedder\.linear_2\.)", "text_embedding.2.");
+    add(R"(^blocks\.(\d+)\.attn1\.to_out\.0\.)", "blocks.$1.self_attn.o.");
+    add(R"(^blocks\.(\d+)\.attn1\.to_([qkv])\.)", "blocks.$1.self_attn.$2.");
+    add(R"(^blocks\.(\d+)\.attn1\.norm_([qk])\.)", "blocks.$1.self_attn.norm_$2.");
+    add(R"(^blocks\.(\d+)\.attn2\.to_out\.0\.)", "blocks.$1.cross_attn.o.");
+    add(R"(^blocks\.(\d+)\.attn2\.to_([qkv])\.)", "blocks.$1.cross_attn.$2.");
+    add(R"(^blocks\.(\d+)\.attn2\.norm_([qk])\.)", "blocks.$1.cross_attn.norm_$2.");
+    add(R"(^blocks\.(\d+)\.norm2\.)", "blocks.$1.norm3.");  // the affine cross-attention norm
+    add(R"(^blocks\.(\d+)\.ffn\.net\.0\.proj\.)", "blocks.$1.ffn.0.");
+    add(R"(^blocks\.(\d+)\.ffn\.net\.2\.)", "blocks.$1.ffn.2.");
+    add(R"(^blocks\.(\d+)\.scale_shift_table$)", "blocks.$1.modulation");
+    add(R"(^proj_out\.)", "head.head.");
+    add(R"(^scale_shift_table$)", "head.modulation");
+    return r;
+  }();
+  for (const auto& [pattern, replacement] : rules)
+    if (std::regex_search(key, pattern)) return std::regex_replace(key, pattern, replacement);
+  return key;
+}
+
+namespace {
+
+fs::path resolve(const fs::path& path, const std::string& subfolder) {
+  if (!fs::exists(path))
+    throw wanfw::FileError(fmt::format("Wan weights: {} does not exist", path.string()),
+                           "set model.weights to a .safetensors file, an index json or a checkpoint folder");
+  if (!subfolder.empty() && fs::is_directory(path / subfolder)) return path / subfolder;
+  if (fs::is_directory(path) && !fs::exists(path / "diffusion_pytorch_model.safetensors") &&
+      !fs::exists(path / "diffusion_pytorch_model.safetensors.index.json") && fs::is_directory(path / "transformer"))
+    return path / "transformer";  // a diffusers pipeline folder
+  return path;
+}
+
+std::string listed(const std::vector<std::string>& items) {
+  constexpr std::size_t kShown = 8;
+  std::vector<std::string> shown(items.begin(), items.begin() + std::min(items.size(), kShown));
+  std::string text = fmt::format("{}", fmt::join(shown, ", "));
+  if (items.size() > kShown) text += fmt::format(" and {} more", items.size() - kShown);
+  return text;
+}
+
+}  // namespace
+
+WeightLayout load_wan_weights(WanDiTImpl& model, const fs::path& given, const std::string& subfolder) {
+  const fs::path path = resolve(given, subfolder);
+  const wanfw::SafetensorsCheckpoint checkpoint = wanfw::SafetensorsCheckpoint::open(path);
+  const std::vector<std::string> keys = checkpoint.names();
+  const bool diffusers = std::any_of(keys.begin(), keys.end(), [](const std::string& k) {
+    return k.rfind("condition_embedder.", 0) == 0 || k.find(".attn1.") != std::string::npos;
+  });
+  const WeightLayout layout = diffusers ? WeightLayout::Diffusers : WeightLayout::Official;
+
+  std::map<std::string, std::string> source_of;  // official name -> checkpoint key
+  std::vector<std::string> unexpected, missing, mismatched;
+  for (const auto& key : keys) {
+    std::string name = official_name(key, layout);
+    if (name.rfind("model.diffusion_model.", 0) == 0) name = name.substr(22);  // single-file repackages
+    source_of[name] = key;
+  }
+  auto parameters = model.named_parameters(/*recurse=*/true);
+  for (const auto& p : parameters) {
+    auto it = source_of.find(p.key());
+    if (it == source_of.end()) {
+      missing.push_back(p.key());
+      continue;
+    }
+    const auto& record = checkpoint.record(it->second);
+    if (c10::IntArrayRef(record.shape) != p.value().sizes())
+      mismatched.push_back(fmt::format("{} (file {}, model {})", p.key(), c10::str(c10::IntArrayRef(record.shape)),
+                                       c10::str(p.value().sizes())));
+  }
+  for (const auto& [name, key] : source_of)
+    if (!parameters.contains(name)) unexpected.push_back(key);
+  if (!missing.empty() || !unexpected.empty() || !mismatched.empty()) {
+    std::string problem = fmt::format("Wan weights at {} ({} layout) do not fit the model (preset '{}', dim {}, {} "
+                                      "layers, in {}, out {}):",
+                                      path.string(), diffusers ? "diffusers" : "official", model.config().preset,
+                                      model.config().dim, model.config().num_layers, model.config().in_dim,
+                                      model.config().out_dim);
+    if (!missing.empty()) problem += fmt::format("\n  missing ({}): {}", missing.size(), listed(missing));
+    if (!unexpected.empty()) problem += fmt::format("\n  unexpected ({}): {}", unexpected.size(), listed(unexpected));
+    if (!mismatched.empty()) problem += fmt::format("\n  shape mismatch ({}): {}", mismatched.size(), listed(mismatched));
+    throw wanfw::FileError(problem, "choose the preset (or dims) the checkpoint was trained with");
+  }
+  torch::NoGradGuard no_grad;
+  for (auto& p : parameters) p.value().copy_(checkpoint.tensor(source_of.at(p.key())));
+  return layout;
+}
+
+void save_wan_weights(WanDiTImpl& model, const fs::path& file) {
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (const auto& p : model.named_parameters(true)) tensors.emplace_back(p.key(), p.value());
+  wanfw::write_safetensors(file, tensors, {{"format", "pt"}});
+}
+
+}  // namespace wan

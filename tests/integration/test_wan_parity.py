@@ -1,0 +1,137 @@
+"""The Wan model plugin against the reference: diffusers' WanTransformer3DModel, loaded into wanfw
+from `save_pretrained`, must give the same outputs (fp32, CPU, atol 1e-4), and the flow-matching
+loss must equal the formula computed in Python.
+
+wanfw computes the sinusoidal time embedding in float64, as the official code does; diffusers
+computes it in float32 (an angle error of up to ~6e-5 near t = 1000). Random weights are drawn
+at a realistic scale (outputs of order 1), where that difference stays well inside the tolerance
+and any structural difference does not."""
+
+import diffusers
+import torch
+from conftest import base_config, wanfw, write_config
+from safetensors.torch import load_file, save_file
+
+TOLERANCE = 1e-4
+TINY = dict(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=24, in_channels=4, out_channels=4,
+            text_dim=32, freq_dim=256, ffn_dim=96, num_layers=2, cross_attn_norm=True,
+            qk_norm="rms_norm_across_heads", eps=1e-6, rope_max_seq_len=1024)
+
+
+def reference_model(folder, seed=0, **overrides):
+    """A tiny diffusers Wan transformer with every parameter randomised (norm weights included),
+    saved with save_pretrained."""
+    torch.manual_seed(seed)
+    model = diffusers.WanTransformer3DModel(**{**TINY, **overrides}).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(torch.randn_like(p) * (0.1 if p.dim() > 1 else 0.05) + (1.0 if "norm" in name else 0.0))
+    model.save_pretrained(folder)
+    return model
+
+
+def wan_config(tmp_path, weights, task="t2v", **model):
+    config = base_config(tmp_path / "runs", model={"name": "wan22_flow_matching", "preset": "tiny", "task": task,
+                                                   "weights": str(weights), **model})
+    return write_config(tmp_path / "wan.yaml", config)
+
+
+def predict(tmp_path, config, inputs: dict) -> dict:
+    save_file({k: v.contiguous() for k, v in inputs.items()}, tmp_path / "in.safetensors")
+    wanfw("predict", config, "--inputs", tmp_path / "in.safetensors", "--out", tmp_path / "out.safetensors", check=0)
+    return load_file(tmp_path / "out.safetensors")
+
+
+def test_t2v_forward_matches_diffusers(tmp_path):
+    reference = reference_model(tmp_path / "transformer")
+    g = torch.Generator().manual_seed(1)
+    x, t, context = torch.randn(2, 4, 3, 8, 6, generator=g), torch.tensor([37.0, 912.0]), torch.randn(2, 7, 32, generator=g)
+    with torch.no_grad():
+        expected = reference(x, t, context).sample
+    got = predict(tmp_path, wan_config(tmp_path, tmp_path / "transformer"), {"x": x, "t": t, "context": context})["v"]
+    assert got.shape == expected.shape
+    assert torch.allclose(got, expected, atol=TOLERANCE, rtol=0), (got - expected).abs().max()
+
+
+def test_ti2v_forward_with_per_token_timesteps_matches_diffusers(tmp_path):
+    reference = reference_model(tmp_path / "transformer")
+    g = torch.Generator().manual_seed(2)
+    x, context = torch.randn(1, 4, 3, 4, 4, generator=g), torch.randn(1, 5, 32, generator=g)
+    tokens_per_frame, frames = 4, 3
+    t = torch.full((1, frames * tokens_per_frame), 640.0)
+    t[:, :tokens_per_frame] = 0.0  # the clean first frame
+    with torch.no_grad():
+        expected = reference(x, t, context).sample
+    got = predict(tmp_path, wan_config(tmp_path, tmp_path / "transformer", task="ti2v"),
+                  {"x": x, "t": t, "context": context})["v"]
+    assert torch.allclose(got, expected, atol=TOLERANCE, rtol=0), (got - expected).abs().max()
+
+
+def test_flow_matching_loss_matches_the_formula(tmp_path):
+    reference = reference_model(tmp_path / "transformer")
+    g = torch.Generator().manual_seed(3)
+    x0, noise = torch.randn(2, 4, 3, 4, 4, generator=g), torch.randn(2, 4, 3, 4, 4, generator=g)
+    sigma, context = torch.tensor([0.25, 0.8]), torch.randn(2, 6, 32, generator=g)
+    out = predict(tmp_path, wan_config(tmp_path, tmp_path / "transformer"),
+                  {"x0": x0, "noise": noise, "sigma": sigma, "context": context})
+    s = sigma.view(-1, 1, 1, 1, 1)
+    with torch.no_grad():
+        v = reference((1 - s) * x0 + s * noise, sigma * 1000, context).sample
+    expected = ((v - (noise - x0)) ** 2).mean()
+    assert torch.allclose(out["target"], noise - x0)
+    assert abs(out["loss"].item() - expected.item()) < TOLERANCE * max(1.0, expected.item())
+
+
+def test_weights_of_another_shape_are_refused_before_any_compute(tmp_path):
+    reference_model(tmp_path / "transformer", num_layers=3)
+    config = wan_config(tmp_path, tmp_path / "transformer")
+    result = wanfw("validate", config, check=1)
+    assert "do not fit the model" in result.stderr
+    assert "unexpected (" in result.stderr and "blocks.2." in result.stderr
+
+
+def test_weights_with_another_width_list_the_shape_mismatches(tmp_path):
+    reference_model(tmp_path / "transformer", ffn_dim=64)
+    result = wanfw("validate", wan_config(tmp_path, tmp_path / "transformer"), check=1)
+    assert "shape mismatch (" in result.stderr and "blocks.0.ffn.0.weight" in result.stderr
+
+
+def test_a_missing_shard_is_named(tmp_path):
+    folder = tmp_path / "sharded"
+    reference_model(tmp_path / "transformer").save_pretrained(folder, max_shard_size="20KB")
+    shards = sorted(folder.glob("*.safetensors"))
+    assert len(shards) > 1
+    shards[-1].unlink()
+    result = wanfw("validate", wan_config(tmp_path, folder), check=1)
+    assert shards[-1].name in result.stderr and "is missing" in result.stderr
+
+
+def test_sharded_diffusers_weights_load_like_a_single_file(tmp_path):
+    reference = reference_model(tmp_path / "transformer")
+    reference.save_pretrained(tmp_path / "sharded", max_shard_size="20KB")
+    g = torch.Generator().manual_seed(4)
+    inputs = {"x": torch.randn(1, 4, 1, 4, 4, generator=g), "t": torch.tensor([500.0]),
+              "context": torch.randn(1, 3, 32, generator=g)}
+    single = predict(tmp_path, wan_config(tmp_path, tmp_path / "transformer"), inputs)["v"]
+    sharded = predict(tmp_path, wan_config(tmp_path, tmp_path / "sharded"), inputs)["v"]
+    assert torch.equal(single, sharded)
+
+
+def test_dims_that_do_not_divide_are_a_config_error(tmp_path):
+    config = write_config(tmp_path / "wan.yaml", base_config(
+        tmp_path / "runs", model={"name": "wan22_flow_matching", "preset": "tiny", "num_heads": 5}))
+    result = wanfw("validate", config, check=2)
+    assert "not divisible by num_heads 5" in result.stderr and "model.preset" in result.stderr
+
+
+def test_the_tiny_preset_trains_and_its_loss_falls(tmp_path):
+    config = base_config(tmp_path / "runs", model={"name": "wan22_flow_matching", "preset": "tiny"},
+                         data={"num_samples": 64, "batch_size": 4}, optimizer={"lr": 3e-3},
+                         trainer={"max_steps": 60, "log_every": 10}, checkpoint={"every": 0})
+    wanfw("run", write_config(tmp_path / "wan.yaml", config), check=0)
+    rows = (tmp_path / "runs" / "exp" / "version_0" / "metrics.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    losses = [float(r.split(",")[header.index("loss")]) for r in rows[1:]]
+    assert losses[-1] < losses[0]
+    weights = load_file(next((tmp_path / "runs" / "exp" / "version_0" / "checkpoints").iterdir()) / "model.safetensors")
+    assert "blocks.1.cross_attn.norm_k.weight" in weights and "head.modulation" in weights
