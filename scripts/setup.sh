@@ -13,7 +13,7 @@ cd "$root"
 log() { printf '[wanfw setup] %s\n' "$*"; }
 
 # --- 1. Debian packages -------------------------------------------------------------------
-debs=(build-essential cmake ninja-build ccache pkg-config python3-venv
+debs=(build-essential cmake ninja-build ccache pkg-config python3-venv time
       libboost-dev libboost-filesystem-dev libyaml-cpp-dev libspdlog-dev libfmt-dev
       doctest-dev nlohmann-json3-dev)
 missing=()

@@ -42,6 +42,12 @@ gradients, on the tensors in IN; writes what the model returns to OUT. For the W
 [B,C,F,H,W] (noisy latents), t [B] or [B,tokens] (0..1000), context [B,L,text_dim] -> v.
 )";
 
+const char* kModelInfoHelp = R"(usage: wanfw model-info CONFIG [--set key=value]...
+
+Prints the config's model as its plugin describes it without building it: dimensions, parameter
+count and a memory estimate. Allocates no weights, so it works for models larger than memory.
+)";
+
 const char* kPluginsHelp = R"(usage: wanfw plugins [--plugin-path DIR]...
        wanfw plugins show NAME [--plugin-path DIR]...
 
@@ -158,6 +164,15 @@ int predict_command(const std::vector<std::string>& args) {
   const RunRequest request = parse_run_request(args, false, kPredictHelp, &named);
   if (named["--inputs"].empty() || named["--out"].empty()) usage_error("--inputs and --out are required", kPredictHelp);
   predict_experiment(request, named["--inputs"], named["--out"]);
+  return kSuccess;
+}
+
+int model_info_command(const std::vector<std::string>& args) {
+  if (wants_help(args)) {
+    std::fputs(kModelInfoHelp, stdout);
+    return kSuccess;
+  }
+  std::fputs(inspect_model(parse_run_request(args, false, kModelInfoHelp)).c_str(), stdout);
   return kSuccess;
 }
 

@@ -23,6 +23,7 @@ commands:
   run CONFIG [--set key=value]... [--resume auto|PATH]   train
   validate CONFIG [--set key=value]...                   check a config without training
   predict CONFIG --inputs IN --out OUT [--set k=v]...    run the model once on saved tensors
+  model-info CONFIG [--set key=value]...                 parameters and memory, without allocating
   plugins [--plugin-path DIR]...                         list the plugins found
   plugins show NAME [--plugin-path DIR]...               a plugin's options, defaults and docs
   config-reference [--plugin-path DIR]...                every config option, as Markdown
@@ -57,6 +58,7 @@ int main(int argc, char** argv) {
     if (command == "run") return wanfw::cli::run_command(args);
     if (command == "validate") return wanfw::cli::validate_command(args);
     if (command == "predict") return wanfw::cli::predict_command(args);
+    if (command == "model-info") return wanfw::cli::model_info_command(args);
     if (command == "plugins") return wanfw::cli::plugins_command(args);
     if (command == "config-reference") return wanfw::cli::config_reference_command(args);
     std::fprintf(stderr, "wanfw: unknown command '%s'\n\n%s", command.c_str(), kUsage);

@@ -171,6 +171,20 @@ RunOutcome run_experiment(const RunRequest& request) {
   return outcome;
 }
 
+std::string inspect_model(const RunRequest& request) {
+  Config config = Config::load(request.config, request.overrides);
+  const CoreSettings settings = CoreSettings::from(config);
+  const PluginHost host(PluginHost::search_path(settings.plugin_path));
+  const std::string name = config.string_at("model.name");
+  const PluginInfo& info = host.find(PluginKind::Model, name, config.where("model.name"));
+  const Options options = config.section("model", info.descriptor->options, {"name"});
+  if (info.descriptor->inspect_model == nullptr)
+    throw PluginError(fmt::format("the model plugin '{}' ({}) cannot describe itself without being built",
+                                  name, info.path.string()),
+                      "`wanfw validate` builds the model and reports its trainable parameters");
+  return info.descriptor->inspect_model(options);
+}
+
 void predict_experiment(const RunRequest& request, const fs::path& inputs, const fs::path& outputs) {
   Experiment e = assemble(request);
   e.strategy->setup(*e.model);

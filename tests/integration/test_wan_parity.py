@@ -7,9 +7,11 @@ computes it in float32 (an angle error of up to ~6e-5 near t = 1000). Random wei
 at a realistic scale (outputs of order 1), where that difference stays well inside the tolerance
 and any structural difference does not."""
 
+import subprocess
+
 import diffusers
 import torch
-from conftest import base_config, wanfw, write_config
+from conftest import WANFW, base_config, wanfw, write_config
 from safetensors.torch import load_file, save_file
 
 TOLERANCE = 1e-4
@@ -135,3 +137,12 @@ def test_the_tiny_preset_trains_and_its_loss_falls(tmp_path):
     assert losses[-1] < losses[0]
     weights = load_file(next((tmp_path / "runs" / "exp" / "version_0" / "checkpoints").iterdir()) / "model.safetensors")
     assert "blocks.1.cross_attn.norm_k.weight" in weights and "head.modulation" in weights
+
+
+def test_model_info_counts_the_5b_preset_without_allocating_it(tmp_path):
+    config = write_config(tmp_path / "wan.yaml", base_config(
+        tmp_path / "runs", model={"name": "wan22_flow_matching", "preset": "wan2.2-ti2v-5b", "task": "ti2v"}))
+    result = subprocess.run(["bash", "-c", 'ulimit -v 4000000 && exec "$0" model-info "$1"', WANFW, config],
+                            capture_output=True, text=True, timeout=120)  # 4 GB address space: far below 5B weights
+    assert result.returncode == 0, result.stderr
+    assert "parameters: 4,999,787,712" in result.stdout

@@ -40,6 +40,9 @@ namespace wanfw {
 void predict_experiment(const RunRequest& request, const std::filesystem::path& inputs,
                         const std::filesystem::path& outputs);
 
+/// The model plugin's summary of the config's model, worked out without allocating weights.
+std::string inspect_model(const RunRequest& request);
+
 class PluginHost;
 /// Markdown reference of every core config section and every plugin `host` found, generated
 /// from the same schemas the config is validated against (docs/configuration.md embeds it).

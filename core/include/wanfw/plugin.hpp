@@ -56,6 +56,10 @@ struct PluginDescriptor {
   std::unique_ptr<Strategy> (*make_strategy)(const Options&, const PluginContext&) = nullptr;
   std::unique_ptr<Logger> (*make_logger)(const Options&, const PluginContext&) = nullptr;
 
+  /// Optional, for models: a summary (size, parameter count, memory estimate) worked out from
+  /// the options alone, without allocating weights (`wanfw model-info`).
+  std::string (*inspect_model)(const Options&) = nullptr;
+
   static PluginDescriptor for_model(std::string name, std::string version, std::string summary);
   static PluginDescriptor for_strategy(std::string name, std::string version, std::string summary);
   static PluginDescriptor for_logger(std::string name, std::string version, std::string summary);

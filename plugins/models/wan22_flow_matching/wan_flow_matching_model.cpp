@@ -183,6 +183,31 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
   return model;
 }
 
+/// 4999787712 -> "4,999,787,712"
+std::string with_thousands(std::int64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+std::string inspect(const wanfw::Options& o) {
+  const wan::WanConfig c = config_from(o);
+  const double n = static_cast<double>(c.parameter_count());
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  const auto split = c.rope_split();
+  return fmt::format(
+      "Wan DiT, preset {}: dim {}, ffn_dim {}, {} heads (head dim {}, RoPE {}/{}/{}), {} layers, in {}, out {}, "
+      "text_dim {}\n"
+      "parameters: {}\n"
+      "weights: {:.2f} GiB in float32, {:.2f} GiB in bfloat16\n"
+      "training state in float32 with AdamW (weights, gradients, two moments): {:.2f} GiB, before activations\n",
+      c.preset, c.dim, c.ffn_dim, c.num_heads, c.head_dim(), split[0], split[1], split[2], c.num_layers, c.in_dim,
+      c.out_dim, c.text_dim, with_thousands(c.parameter_count()), n * 4 / kGiB, n * 2 / kGiB, n * 16 / kGiB);
+}
+
 wanfw::PluginDescriptor describe() {
   auto d = wanfw::PluginDescriptor::for_model("wan22_flow_matching", "0.1.0",
                                               "Wan2.1/2.2 DiT trained with flow matching (t2v, ti2v).");
@@ -219,6 +244,7 @@ wanfw::PluginDescriptor describe() {
       option("text_len", T::Integer).value("16").doc("Text tokens of the synthetic context."),
   };
   d.make_model = make_model;
+  d.inspect_model = inspect;
   return d;
 }
 
