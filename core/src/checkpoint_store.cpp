@@ -71,7 +71,9 @@ void copy_into(const at::Tensor& destination, const at::Tensor& source, const fs
 CheckpointStore::CheckpointStore(fs::path run_dir) : folder_(std::move(run_dir) / "checkpoints") {}
 
 bool CheckpointStore::is_checkpoint(const fs::path& folder) {
-  return folder.filename().string().rfind("step-", 0) == 0 && fs::exists(folder / kStateFile);
+  const std::string name = folder.filename().string();
+  return name.size() > 5 && name.rfind("step-", 0) == 0 &&
+         name.find_first_not_of("0123456789", 5) == std::string::npos && fs::exists(folder / kStateFile);
 }
 
 std::vector<fs::path> CheckpointStore::list() const {
@@ -80,7 +82,8 @@ std::vector<fs::path> CheckpointStore::list() const {
   if (!fs::is_directory(folder_, ec)) return out;
   for (const auto& entry : fs::directory_iterator(folder_, ec))
     if (entry.is_directory() && is_checkpoint(entry.path())) out.push_back(entry.path());
-  std::sort(out.begin(), out.end());  // zero-padded step numbers sort in step order
+  auto step_of = [](const fs::path& p) { return std::stoll(p.filename().string().substr(5)); };
+  std::sort(out.begin(), out.end(), [&](const fs::path& a, const fs::path& b) { return step_of(a) < step_of(b); });
   return out;
 }
 

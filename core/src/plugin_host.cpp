@@ -129,14 +129,16 @@ PluginHost::PluginHost(std::vector<fs::path> folders) : folders_(std::move(folde
         if (same == plugins_.end()) {
           plugins_.push_back(info);
         } else if (same->path.parent_path() == file.parent_path()) {
-          skipped_.push_back({file, fmt::format("{} plugin '{}' is also defined by {}",
-                                                plugin_kind_name(info.descriptor->kind), info.descriptor->name,
-                                                same->path.string())});
+          skipped_.push_back({file,
+                              fmt::format("{} plugin '{}' is also defined by {}", plugin_kind_name(info.descriptor->kind),
+                                          info.descriptor->name, same->path.string()),
+                              same->path, info.descriptor->kind, info.descriptor->name});
         } else {
-          skipped_.push_back({file, fmt::format("shadowed by {} (earlier in the search path)", same->path.string())});
+          skipped_.push_back({file, fmt::format("shadowed by {} (earlier in the search path)", same->path.string()),
+                              std::nullopt, info.descriptor->kind, info.descriptor->name});
         }
       } catch (const PluginError& e) {
-        skipped_.push_back({file, e.what()});
+        skipped_.push_back({file, e.what(), std::nullopt, PluginKind::Model, ""});
       }
     }
   }
@@ -145,13 +147,11 @@ PluginHost::PluginHost(std::vector<fs::path> folders) : folders_(std::move(folde
 PluginHost::~PluginHost() = default;
 
 const PluginInfo& PluginHost::find(PluginKind kind, const std::string& name, const SourceLocation& where) const {
-  for (const auto& skipped : skipped_) {
-    // Two plugins with one name in one folder: refuse to guess.
-    if (skipped.reason.find(fmt::format("{} plugin '{}' is also defined by", plugin_kind_name(kind), name)) == 0)
+  for (const auto& skipped : skipped_)  // two plugins with one name in one folder: refuse to guess
+    if (skipped.conflicts_with && skipped.kind == kind && skipped.name == name)
       throw ConfigError(where, fmt::format("two {} plugins are named '{}': {} and {}", plugin_kind_name(kind), name,
-                                           skipped.path.string(), skipped.reason.substr(skipped.reason.rfind(' ') + 1)),
+                                           skipped.conflicts_with->string(), skipped.path.string()),
                         "remove or rename one of them");
-  }
   std::vector<std::string> names;
   std::string other_kind;
   for (const auto& plugin : plugins_) {

@@ -27,23 +27,17 @@ Trainer::Trainer(const CoreSettings& settings, std::string config_yaml, std::sha
       loader_(std::move(loader)),
       run_dir_(std::move(run_dir)),
       checkpoints_(run_dir_) {
-  std::vector<at::Tensor> params = parameters();
-  if (params.empty())
+  for (auto& [name, tensor] : model_->trainable_parameters()) parameters_.push_back(tensor);
+  if (parameters_.empty())
     throw Error("the model has no trainable parameters", "check the model plugin's trainable_parameters()");
   const auto& o = settings_.optimizer;
   optimizer_ = std::make_unique<torch::optim::AdamW>(
-      params, torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weight_decay));
+      parameters_, torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weight_decay));
   state_.world_size = strategy_->world_size();
   state_.config_yaml = config_yaml_;
 }
 
 Trainer::~Trainer() = default;
-
-std::vector<at::Tensor> Trainer::parameters() const {
-  std::vector<at::Tensor> params;
-  for (auto& [name, tensor] : model_->trainable_parameters()) params.push_back(tensor);
-  return params;
-}
 
 void Trainer::set_learning_rate(double lr) {
   for (auto& group : optimizer_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
@@ -134,11 +128,10 @@ TrainingResult Trainer::fit(const std::optional<fs::path>& checkpoint) {
     strategy_->before_optimizer_step(*model_);
 
     const double loss = loss_sum.item<double>() / accumulation;
-    const std::vector<at::Tensor> params = parameters();
     const double grad_norm =
         settings_.trainer.grad_clip > 0
-            ? torch::nn::utils::clip_grad_norm_(params, settings_.trainer.grad_clip)
-            : torch::nn::utils::clip_grad_norm_(params, std::numeric_limits<double>::infinity());
+            ? torch::nn::utils::clip_grad_norm_(parameters_, settings_.trainer.grad_clip)
+            : torch::nn::utils::clip_grad_norm_(parameters_, std::numeric_limits<double>::infinity());
     if (settings_.trainer.nan_guard && (!std::isfinite(loss) || !std::isfinite(grad_norm))) {
       const bool loss_bad = !std::isfinite(loss);
       const std::string where = last_checkpoint ? fmt::format("the last checkpoint, {}, is intact", last_checkpoint->string())

@@ -34,7 +34,6 @@ class Trainer {
   TrainingResult fit(const std::optional<std::filesystem::path>& checkpoint);
 
  private:
-  std::vector<at::Tensor> parameters() const;
   void set_learning_rate(double lr);
   std::filesystem::path save_checkpoint();
 
@@ -46,6 +45,7 @@ class Trainer {
   std::unique_ptr<DataLoader> loader_;
   std::filesystem::path run_dir_;
   CheckpointStore checkpoints_;
+  std::vector<at::Tensor> parameters_;  ///< the trainable parameters, in optimizer order
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   TrainerState state_;
 };

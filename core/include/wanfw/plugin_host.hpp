@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,10 @@ struct PluginInfo {
 struct SkippedLibrary {
   std::filesystem::path path;
   std::string reason;
+  /// For a second plugin of one kind and name in the same folder: the file that defines it first.
+  std::optional<std::filesystem::path> conflicts_with;
+  PluginKind kind = PluginKind::Model;
+  std::string name;
 };
 
 class PluginHost {

@@ -112,10 +112,4 @@ WeightLayout load_wan_weights(WanDiTImpl& model, const fs::path& given, const st
   return layout;
 }
 
-void save_wan_weights(WanDiTImpl& model, const fs::path& file) {
-  std::vector<std::pair<std::string, at::Tensor>> tensors;
-  for (const auto& p : model.named_parameters(true)) tensors.emplace_back(p.key(), p.value());
-  wanfw::write_safetensors(file, tensors, {{"format", "pt"}});
-}
-
 }  // namespace wan

@@ -22,7 +22,4 @@ std::string official_name(const std::string& key, WeightLayout layout);
 /// unexpected and shape-mismatched tensors together.
 WeightLayout load_wan_weights(WanDiTImpl& model, const std::filesystem::path& path, const std::string& subfolder = "");
 
-/// Writes `model`'s weights in the official layout (one safetensors file).
-void save_wan_weights(WanDiTImpl& model, const std::filesystem::path& file);
-
 }  // namespace wan
