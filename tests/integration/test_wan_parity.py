@@ -146,3 +146,29 @@ def test_model_info_counts_the_5b_preset_without_allocating_it(tmp_path):
                             capture_output=True, text=True, timeout=120)  # 4 GB address space: far below 5B weights
     assert result.returncode == 0, result.stderr
     assert "parameters: 4,999,787,712" in result.stdout
+
+
+def test_i2v_forward_with_image_channels_matches_diffusers(tmp_path):
+    reference = reference_model(tmp_path / "transformer", in_channels=12, out_channels=4)  # 4 + 4 mask + 4 image
+    g = torch.Generator().manual_seed(5)
+    x, y = torch.randn(1, 4, 2, 4, 4, generator=g), torch.randn(1, 8, 2, 4, 4, generator=g)
+    t, context = torch.tensor([300.0]), torch.randn(1, 5, 32, generator=g)
+    with torch.no_grad():
+        expected = reference(torch.cat([x, y], 1), t, context).sample
+    got = predict(tmp_path, wan_config(tmp_path, tmp_path / "transformer", task="i2v", in_dim=12),
+                  {"x": x, "y": y, "t": t, "context": context})["v"]
+    assert torch.allclose(got, expected, atol=TOLERANCE, rtol=0), (got - expected).abs().max()
+
+
+def test_i2v_trains_with_the_first_frame_as_condition(tmp_path):
+    config = base_config(tmp_path / "runs", model={"name": "wan22_flow_matching", "preset": "tiny", "task": "i2v",
+                                                   "in_dim": 12, "latent_frames": 2},
+                         data={"num_samples": 16, "batch_size": 2}, trainer={"max_steps": 4})
+    wanfw("run", write_config(tmp_path / "wan.yaml", config), check=0)
+
+
+def test_i2v_with_the_wrong_input_channels_is_a_config_error(tmp_path):
+    config = write_config(tmp_path / "wan.yaml", base_config(
+        tmp_path / "runs", model={"name": "wan22_flow_matching", "preset": "tiny", "task": "i2v"}))
+    result = wanfw("validate", config, check=2)
+    assert "feeds the model 12 input channels" in result.stderr and "in_dim is 4" in result.stderr

@@ -2,8 +2,9 @@
 //
 //   x_t = (1 - s) x0 + s eps,  t = 1000 s,  target v = eps - x0,  loss = mean w(t) (v_pred - v)^2
 //
-// Tasks: t2v (latents + text context) and ti2v (the first latent frame stays clean, its tokens
-// get t = 0 and are left out of the loss).
+// Tasks: t2v (latents + text context); ti2v (the first latent frame stays clean, its tokens get
+// t = 0 and are left out of the loss); i2v (the noisy latents are concatenated with a 4-channel
+// first-frame mask and the first-frame latent, zeros after it: in_dim = 2 out_dim + 4).
 
 #include <cmath>
 
@@ -21,7 +22,7 @@ using wanfw::option;
 using T = wanfw::OptionType;
 
 struct FlowMatchingSettings {
-  std::string task;      ///< t2v | ti2v
+  std::string task;      ///< t2v | ti2v | i2v
   std::string sampling;  ///< uniform | logit_normal | shift
   double shift = 5.0;
   double logit_mean = 0.0;
@@ -109,7 +110,7 @@ class WanFlowMatchingModel final : public wanfw::Model {
       t = t.unsqueeze(1).repeat({1, grid[0] * first_frame_tokens});
       t.slice(1, 0, first_frame_tokens).zero_();
     }
-    const torch::Tensor prediction = dit_->forward(xt, t, context);
+    const torch::Tensor prediction = dit_->forward(xt, t, context, settings_.task == "i2v" ? i2v_condition(x0) : torch::Tensor());
     torch::Tensor error = (prediction.to(torch::kFloat32) - target.to(torch::kFloat32)).pow(2);
     if (ti2v) error = error.slice(2, 1);  // frames after the first
     torch::Tensor per_sample = error.flatten(1).mean(1);
@@ -123,6 +124,18 @@ class WanFlowMatchingModel final : public wanfw::Model {
       per_sample = per_sample * torch::exp(-2 * ((sigma * 1000 - 500) / 1000).pow(2)) / norm;
     }
     return {per_sample.mean(), prediction, target};
+  }
+
+  /// The I2V conditioning: a 4-channel mask (1 on the first latent frame) and the first-frame
+  /// latent followed by zeros, [B, 4 + C, F, H, W].
+  static torch::Tensor i2v_condition(const torch::Tensor& x0) {
+    auto sizes = x0.sizes().vec();
+    sizes[1] = 4;
+    torch::Tensor mask = torch::zeros(sizes, x0.options());
+    mask.select(2, 0).fill_(1.0);
+    torch::Tensor image = torch::zeros_like(x0);
+    image.select(2, 0).copy_(x0.select(2, 0));
+    return torch::cat({mask, image}, 1);
   }
 
   wan::WanDiT dit_;
@@ -166,10 +179,12 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
   if (!(s.min_sigma >= 0 && s.min_sigma < s.max_sigma && s.max_sigma <= 1))
     o.fail("min_timestep", "need 0 <= min_timestep < max_timestep <= 1000");
   if (s.shift <= 0) o.fail("shift", "must be positive");
-  if (config.in_dim != config.out_dim)
-    o.fail("task", fmt::format("the {} task feeds latents of out_dim {} channels, but in_dim is {}", s.task,
-                               config.out_dim, config.in_dim),
-           "image-to-video (in_dim 36) is not available in this plugin version");
+  const std::int64_t expected_in = s.task == "i2v" ? 2 * config.out_dim + 4 : config.out_dim;
+  if (config.in_dim != expected_in)
+    o.fail("task", fmt::format("the {} task feeds the model {} input channels (out_dim {}{}), but in_dim is {}", s.task,
+                               expected_in, config.out_dim, s.task == "i2v" ? " x 2 + 4 mask channels" : "",
+                               config.in_dim),
+           s.task == "i2v" ? "use preset wan2.2-i2v-a14b, or set in_dim" : "use a t2v/ti2v preset, or set in_dim");
   for (const char* name : {"latent_frames", "latent_height", "latent_width", "text_len"})
     if (o.integer(name) < 1) o.fail(name, "must be at least 1");
   if (s.height % config.patch[1] != 0 || s.width % config.patch[2] != 0)
@@ -210,7 +225,7 @@ std::string inspect(const wanfw::Options& o) {
 
 wanfw::PluginDescriptor describe() {
   auto d = wanfw::PluginDescriptor::for_model("wan22_flow_matching", "0.1.0",
-                                              "Wan2.1/2.2 DiT trained with flow matching (t2v, ti2v).");
+                                              "Wan2.1/2.2 DiT trained with flow matching (t2v, ti2v, i2v).");
   std::vector<std::string> presets = wan::wan_preset_names();
   d.options = {
       option("preset", T::Choice).value("tiny").choices(presets).doc("Model dimensions from the public configs."),
@@ -221,7 +236,10 @@ wanfw::PluginDescriptor describe() {
       option("in_dim", T::Integer).value("0").doc("Input latent channels; 0 keeps the preset's."),
       option("out_dim", T::Integer).value("0").doc("Output latent channels; 0 keeps the preset's."),
       option("text_dim", T::Integer).value("0").doc("Text-encoder width; 0 keeps the preset's."),
-      option("task", T::Choice).value("t2v").choices({"t2v", "ti2v"}).doc("Text-to-video, or text-image-to-video."),
+      option("task", T::Choice)
+          .value("t2v")
+          .choices({"t2v", "ti2v", "i2v"})
+          .doc("t2v text-to-video; ti2v clean first frame (Wan2.2 5B); i2v image channels concatenated (A14B I2V)."),
       option("weights", T::String).value("\"\"").doc("Checkpoint to start from (official or diffusers layout); "
                                                      "empty: the official random initialisation."),
       option("weights_subfolder", T::String).value("transformer").doc("Subfolder of a diffusers pipeline folder."),
