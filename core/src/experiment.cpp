@@ -1,6 +1,7 @@
 #include "wanfw/experiment.hpp"
 
 #include <cstdlib>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -33,9 +34,15 @@ struct Experiment {
   std::shared_ptr<Model> model;
   std::vector<std::shared_ptr<Logger>> loggers;
   std::shared_ptr<Dataset> dataset;
+  /// Set instead of `model` when the model was described without being built.
+  std::optional<std::string> model_summary;
 };
 
-Experiment assemble(const RunRequest& request) {
+/// How `assemble` treats the model: build it (training, predict), or have its plugin describe it
+/// without allocating weights when the plugin can (validate).
+enum class ModelAssembly { Build, DescribeIfPossible };
+
+Experiment assemble(const RunRequest& request, ModelAssembly assembly = ModelAssembly::Build) {
   Experiment e;
   e.config = Config::load(request.config, request.overrides);
   e.settings = CoreSettings::from(e.config);
@@ -53,15 +60,24 @@ Experiment assemble(const RunRequest& request) {
   if (!e.config.has("model"))
     throw ConfigError(e.config.where("model"), "the config has no 'model' section",
                       "add 'model: {name: <model plugin>}'; `wanfw plugins` lists them");
-  torch::manual_seed(e.settings.run.seed);  // the model's initial weights follow the run's seed
-  e.model = e.host->make_model(e.config, "model", context);
+  const PluginInfo& model_plugin =
+      e.host->find(PluginKind::Model, e.config.string_at("model.name"), e.config.where("model.name"));
+  if (assembly == ModelAssembly::DescribeIfPossible && model_plugin.descriptor->inspect_model != nullptr) {
+    const Options options = e.config.section("model", model_plugin.descriptor->options, {"name"});
+    e.config.record_resolved(options, model_plugin.descriptor->name);
+    e.model_summary = model_plugin.descriptor->inspect_model(options);
+  } else {
+    torch::manual_seed(e.settings.run.seed);  // the model's initial weights follow the run's seed
+    e.model = e.host->make_model(e.config, "model", context);
+  }
 
   const std::size_t n = e.config.sequence_size("loggers");
   for (std::size_t i = 0; i < n; ++i)
     e.loggers.push_back(e.host->make_logger(e.config, "loggers." + std::to_string(i), context));
 
-  e.dataset = std::make_shared<SyntheticDataset>(e.model->batch_fields(), e.settings.data.num_samples,
-                                                 e.settings.run.seed);
+  if (e.model)
+    e.dataset = std::make_shared<SyntheticDataset>(e.model->batch_fields(), e.settings.data.num_samples,
+                                                   e.settings.run.seed);
   return e;
 }
 
@@ -198,17 +214,26 @@ void predict_experiment(const RunRequest& request, const fs::path& inputs, const
 }
 
 std::string validate_experiment(const RunRequest& request) {
-  Experiment e = assemble(request);
-  std::int64_t parameters = 0;
-  for (const auto& [name, tensor] : e.model->trainable_parameters()) parameters += tensor.numel();
-  std::string fields;
-  for (const auto& field : e.model->batch_fields())
-    fields += fmt::format("\n    {} {} {}", field.name, c10::str(c10::IntArrayRef(field.shape)), c10::toString(field.dtype));
-  return fmt::format(
-      "{}: valid\n  strategy: {}\n  model: {} ({} trainable parameters)\n  loggers: {}\n  batch fields:{}\n"
-      "  data: {} synthetic samples, batch size {}\n--- resolved config ---\n{}",
-      request.config.string(), e.strategy->describe(), e.config.string_at("model.name"), parameters,
-      e.loggers.size(), fields, e.settings.data.num_samples, e.settings.data.batch_size, e.config.resolved_yaml());
+  Experiment e = assemble(request, ModelAssembly::DescribeIfPossible);
+  std::string model;
+  if (e.model_summary) {
+    model = "(described by its plugin without allocating weights)\n";
+    std::stringstream lines(*e.model_summary);
+    for (std::string line; std::getline(lines, line);) model += "    " + line + "\n";
+  } else {
+    std::int64_t parameters = 0;
+    for (const auto& [name, tensor] : e.model->trainable_parameters()) parameters += tensor.numel();
+    model = fmt::format("{} trainable parameters; batch fields:", parameters);
+    for (const auto& field : e.model->batch_fields())
+      model += fmt::format(" {} {} {};", field.name, c10::str(c10::IntArrayRef(field.shape)),
+                           c10::toString(field.dtype));
+    model += "\n";
+  }
+  return fmt::format("{}: valid\n  strategy: {}\n  model: {} {}  loggers: {}\n  data: {} synthetic samples, batch size {}\n"
+                     "--- resolved config ---\n{}",
+                     request.config.string(), e.strategy->describe(), e.config.string_at("model.name"), model,
+                     e.loggers.size(), e.settings.data.num_samples, e.settings.data.batch_size,
+                     e.config.resolved_yaml());
 }
 
 }  // namespace wanfw

@@ -103,8 +103,15 @@ def test_a_plugin_built_for_another_abi_is_refused_naming_both_versions(tmp_path
 
 def test_a_missing_cuda_device_is_an_error_not_a_cpu_fallback(tmp_path):
     config = write_config(tmp_path / "exp.yaml", base_config(tmp_path / "runs", strategy={"device": "cuda:3"}))
+    result = wanfw("run", config, check=2)
+    assert f"{config}:" in result.stderr and "strategy.device: 'cuda:3'" in result.stderr
+    assert not (tmp_path / "runs" / "exp" / "version_0" / "checkpoints").exists()
+
+
+def test_a_malformed_device_is_rejected_at_validation(tmp_path):
+    config = write_config(tmp_path / "exp.yaml", base_config(tmp_path / "runs", strategy={"device": "gpu0"}))
     result = wanfw("validate", config, check=2)
-    assert "strategy.device" in result.stderr and "cuda:3" in result.stderr
+    assert "'gpu0' is not a device" in result.stderr
 
 
 def test_the_configuration_reference_in_docs_is_current():

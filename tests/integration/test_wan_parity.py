@@ -11,7 +11,7 @@ import subprocess
 
 import diffusers
 import torch
-from conftest import WANFW, base_config, wanfw, write_config
+from conftest import SOURCE, WANFW, base_config, wanfw, write_config
 from safetensors.torch import load_file, save_file
 
 TOLERANCE = 1e-4
@@ -172,3 +172,18 @@ def test_i2v_with_the_wrong_input_channels_is_a_config_error(tmp_path):
         tmp_path / "runs", model={"name": "wan22_flow_matching", "preset": "tiny", "task": "i2v"}))
     result = wanfw("validate", config, check=2)
     assert "feeds the model 12 input channels" in result.stderr and "in_dim is 4" in result.stderr
+
+
+def test_the_large_model_examples_validate_without_allocating_their_weights():
+    for example in ("wan22-ti2v-5b-finetune.yaml", "wan22-t2v-a14b-low-noise-finetune.yaml"):
+        result = subprocess.run(["bash", "-c", 'ulimit -v 6000000 && exec "$0" validate "$1"', WANFW,
+                                 SOURCE / "examples" / example], capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        assert "without allocating weights" in result.stdout and "is not on this machine" in result.stdout
+
+
+def test_validate_checks_weight_headers_against_the_preset(tmp_path):
+    reference_model(tmp_path / "transformer")
+    config = wan_config(tmp_path, tmp_path / "transformer")
+    result = wanfw("validate", config, check=0)
+    assert "diffusers layout): every tensor present with the model's shape" in result.stdout

@@ -28,7 +28,8 @@ struct RunOutcome {
 /// unreadable checkpoints, NonFiniteError when the NaN guard trips.
 RunOutcome run_experiment(const RunRequest& request);
 
-/// Everything `run_experiment` does before training: config, plugins (built), data set.
+/// Everything `run_experiment` does before training: config, plugins, data set. A model whose
+/// plugin can describe itself (inspect_model) is checked without allocating its weights.
 /// Returns a human-readable summary.
 std::string validate_experiment(const RunRequest& request);
 

@@ -7,6 +7,7 @@
 // first-frame mask and the first-frame latent, zeros after it: in_dim = 2 out_dim + 4).
 
 #include <cmath>
+#include <filesystem>
 
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -161,8 +162,8 @@ wan::WanConfig config_from(const wanfw::Options& o) {
   return c;
 }
 
-std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::PluginContext&) {
-  const wan::WanConfig config = config_from(o);
+/// Every option besides the dimensions, checked against them.
+FlowMatchingSettings settings_from(const wanfw::Options& o, const wan::WanConfig& config) {
   FlowMatchingSettings s;
   s.task = o.string("task");
   s.sampling = o.string("timestep_sampling");
@@ -191,7 +192,12 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
     o.fail("latent_height", fmt::format("latent height and width must be multiples of the patch size {}",
                                         config.patch[1]));
   if (s.task == "ti2v" && s.frames < 2) o.fail("latent_frames", "ti2v needs at least 2 latent frames");
+  return s;
+}
 
+std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::PluginContext&) {
+  const wan::WanConfig config = config_from(o);
+  const FlowMatchingSettings s = settings_from(o, config);
   auto model = std::make_unique<WanFlowMatchingModel>(config, s);
   const std::string weights = o.string("weights");
   if (!weights.empty()) wan::load_wan_weights(*model->dit(), weights, o.string("weights_subfolder"));
@@ -208,8 +214,19 @@ std::string with_thousands(std::int64_t n) {
   return out;
 }
 
+std::string weights_summary(const wanfw::Options& o, const wan::WanConfig& c) {
+  const std::string weights = o.string("weights");
+  if (weights.empty()) return "weights: none (the official random initialisation)\n";
+  if (!std::filesystem::exists(weights))
+    return fmt::format("weights: {} is not on this machine; it is checked when a run starts\n", weights);
+  const wan::WeightLayout layout = wan::check_wan_weights(c, weights, o.string("weights_subfolder"));
+  return fmt::format("weights: {} ({} layout): every tensor present with the model's shape\n", weights,
+                     layout == wan::WeightLayout::Diffusers ? "diffusers" : "official");
+}
+
 std::string inspect(const wanfw::Options& o) {
   const wan::WanConfig c = config_from(o);
+  const FlowMatchingSettings s = settings_from(o, c);
   const double n = static_cast<double>(c.parameter_count());
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   const auto split = c.rope_split();
@@ -217,10 +234,12 @@ std::string inspect(const wanfw::Options& o) {
       "Wan DiT, preset {}: dim {}, ffn_dim {}, {} heads (head dim {}, RoPE {}/{}/{}), {} layers, in {}, out {}, "
       "text_dim {}\n"
       "parameters: {}\n"
-      "weights: {:.2f} GiB in float32, {:.2f} GiB in bfloat16\n"
-      "training state in float32 with AdamW (weights, gradients, two moments): {:.2f} GiB, before activations\n",
+      "size of the weights: {:.2f} GiB in float32, {:.2f} GiB in bfloat16\n"
+      "training state in float32 with AdamW (weights, gradients, two moments): {:.2f} GiB, before activations\n"
+      "task {}, synthetic latents [{}, {}, {}, {}], text {} x {}\n{}",
       c.preset, c.dim, c.ffn_dim, c.num_heads, c.head_dim(), split[0], split[1], split[2], c.num_layers, c.in_dim,
-      c.out_dim, c.text_dim, with_thousands(c.parameter_count()), n * 4 / kGiB, n * 2 / kGiB, n * 16 / kGiB);
+      c.out_dim, c.text_dim, with_thousands(c.parameter_count()), n * 4 / kGiB, n * 2 / kGiB, n * 16 / kGiB, s.task, c.out_dim,
+      s.frames, s.height, s.width, s.text_len, c.text_dim, weights_summary(o, c));
 }
 
 wanfw::PluginDescriptor describe() {

@@ -71,17 +71,48 @@ void WanConfig::validate() const {
   if (freq_dim % 2 != 0) throw wanfw::Error(fmt::format("Wan config: freq_dim {} must be even", freq_dim));
 }
 
-std::int64_t WanConfig::parameter_count() const {
+std::vector<std::pair<std::string, std::vector<std::int64_t>>> WanConfig::parameter_shapes() const {
+  std::vector<std::pair<std::string, std::vector<std::int64_t>>> shapes;
+  auto linear = [&](const std::string& name, std::int64_t in, std::int64_t out) {
+    shapes.push_back({name + ".weight", {out, in}});
+    shapes.push_back({name + ".bias", {out}});
+  };
   const std::int64_t patch_volume = patch[0] * patch[1] * patch[2];
-  std::int64_t n = dim * in_dim * patch_volume + dim;         // patch_embedding
-  n += text_dim * dim + dim + dim * dim + dim;                 // text_embedding.0/.2
-  n += freq_dim * dim + dim + dim * dim + dim;                 // time_embedding.0/.2
-  n += dim * 6 * dim + 6 * dim;                                // time_projection.1
-  const std::int64_t attention = 4 * (dim * dim + dim) + 2 * dim;  // q, k, v, o, norm_q, norm_k
-  const std::int64_t block = 2 * attention + 2 * dim /*norm3*/ + dim * ffn_dim + ffn_dim + ffn_dim * dim + dim +
-                             6 * dim /*modulation*/;
-  n += num_layers * block;
-  n += dim * patch_volume * out_dim + patch_volume * out_dim + 2 * dim;  // head.head, head.modulation
+  shapes.push_back({"patch_embedding.weight", {dim, in_dim, patch[0], patch[1], patch[2]}});
+  shapes.push_back({"patch_embedding.bias", {dim}});
+  linear("text_embedding.0", text_dim, dim);
+  linear("text_embedding.2", dim, dim);
+  linear("time_embedding.0", freq_dim, dim);
+  linear("time_embedding.2", dim, dim);
+  linear("time_projection.1", dim, 6 * dim);
+  for (std::int64_t i = 0; i < num_layers; ++i) {
+    const std::string block = "blocks." + std::to_string(i) + ".";
+    for (const char* attention : {"self_attn", "cross_attn"}) {
+      const std::string prefix = block + attention + ".";
+      for (const char* projection : {"q", "k", "v", "o"}) linear(prefix + projection, dim, dim);
+      shapes.push_back({prefix + "norm_q.weight", {dim}});
+      shapes.push_back({prefix + "norm_k.weight", {dim}});
+      if (std::string(attention) == "self_attn") {
+        shapes.push_back({block + "norm3.weight", {dim}});
+        shapes.push_back({block + "norm3.bias", {dim}});
+      }
+    }
+    linear(block + "ffn.0", dim, ffn_dim);
+    linear(block + "ffn.2", ffn_dim, dim);
+    shapes.push_back({block + "modulation", {1, 6, dim}});
+  }
+  linear("head.head", dim, patch_volume * out_dim);
+  shapes.push_back({"head.modulation", {1, 2, dim}});
+  return shapes;
+}
+
+std::int64_t WanConfig::parameter_count() const {
+  std::int64_t n = 0;
+  for (const auto& [name, shape] : parameter_shapes()) {
+    std::int64_t numel = 1;
+    for (const std::int64_t d : shape) numel *= d;
+    n += numel;
+  }
   return n;
 }
 

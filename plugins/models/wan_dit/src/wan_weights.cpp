@@ -1,6 +1,7 @@
 #include "wan/wan_weights.hpp"
 
 #include <regex>
+#include <set>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -66,9 +67,10 @@ std::string listed(const std::vector<std::string>& items) {
 
 }  // namespace
 
-WeightLayout load_wan_weights(WanDiTImpl& model, const fs::path& given, const std::string& subfolder) {
-  const fs::path path = resolve(given, subfolder);
-  const wanfw::SafetensorsCheckpoint checkpoint = wanfw::SafetensorsCheckpoint::open(path);
+namespace {
+
+WeightLayout check_opened(const WanConfig& config, const wanfw::SafetensorsCheckpoint& checkpoint, const fs::path& path,
+                          std::map<std::string, std::string>* key_of) {
   const std::vector<std::string> keys = checkpoint.names();
   const bool diffusers = std::any_of(keys.begin(), keys.end(), [](const std::string& k) {
     return k.rfind("condition_embedder.", 0) == 0 || k.find(".attn1.") != std::string::npos;
@@ -76,39 +78,56 @@ WeightLayout load_wan_weights(WanDiTImpl& model, const fs::path& given, const st
   const WeightLayout layout = diffusers ? WeightLayout::Diffusers : WeightLayout::Official;
 
   std::map<std::string, std::string> source_of;  // official name -> checkpoint key
-  std::vector<std::string> unexpected, missing, mismatched;
   for (const auto& key : keys) {
     std::string name = official_name(key, layout);
     if (name.rfind("model.diffusion_model.", 0) == 0) name = name.substr(22);  // single-file repackages
     source_of[name] = key;
   }
-  auto parameters = model.named_parameters(/*recurse=*/true);
-  for (const auto& p : parameters) {
-    auto it = source_of.find(p.key());
+  std::vector<std::string> unexpected, missing, mismatched;
+  std::set<std::string> expected;
+  for (const auto& [name, shape] : config.parameter_shapes()) {
+    expected.insert(name);
+    auto it = source_of.find(name);
     if (it == source_of.end()) {
-      missing.push_back(p.key());
+      missing.push_back(name);
       continue;
     }
     const auto& record = checkpoint.record(it->second);
-    if (c10::IntArrayRef(record.shape) != p.value().sizes())
-      mismatched.push_back(fmt::format("{} (file {}, model {})", p.key(), c10::str(c10::IntArrayRef(record.shape)),
-                                       c10::str(p.value().sizes())));
+    if (record.shape != shape)
+      mismatched.push_back(fmt::format("{} (file {}, model {})", name, c10::str(c10::IntArrayRef(record.shape)),
+                                       c10::str(c10::IntArrayRef(shape))));
   }
   for (const auto& [name, key] : source_of)
-    if (!parameters.contains(name)) unexpected.push_back(key);
+    if (!expected.count(name)) unexpected.push_back(key);
   if (!missing.empty() || !unexpected.empty() || !mismatched.empty()) {
     std::string problem = fmt::format("Wan weights at {} ({} layout) do not fit the model (preset '{}', dim {}, {} "
                                       "layers, in {}, out {}):",
-                                      path.string(), diffusers ? "diffusers" : "official", model.config().preset,
-                                      model.config().dim, model.config().num_layers, model.config().in_dim,
-                                      model.config().out_dim);
+                                      path.string(), diffusers ? "diffusers" : "official", config.preset, config.dim,
+                                      config.num_layers, config.in_dim, config.out_dim);
     if (!missing.empty()) problem += fmt::format("\n  missing ({}): {}", missing.size(), listed(missing));
     if (!unexpected.empty()) problem += fmt::format("\n  unexpected ({}): {}", unexpected.size(), listed(unexpected));
     if (!mismatched.empty()) problem += fmt::format("\n  shape mismatch ({}): {}", mismatched.size(), listed(mismatched));
     throw wanfw::FileError(problem, "choose the preset (or dims) the checkpoint was trained with");
   }
+  if (key_of != nullptr) *key_of = std::move(source_of);
+  return layout;
+}
+
+}  // namespace
+
+WeightLayout check_wan_weights(const WanConfig& config, const fs::path& given, const std::string& subfolder,
+                               std::map<std::string, std::string>* key_of) {
+  const fs::path path = resolve(given, subfolder);
+  return check_opened(config, wanfw::SafetensorsCheckpoint::open(path), path, key_of);
+}
+
+WeightLayout load_wan_weights(WanDiTImpl& model, const fs::path& given, const std::string& subfolder) {
+  const fs::path path = resolve(given, subfolder);
+  const wanfw::SafetensorsCheckpoint checkpoint = wanfw::SafetensorsCheckpoint::open(path);
+  std::map<std::string, std::string> key_of;
+  const WeightLayout layout = check_opened(model.config(), checkpoint, path, &key_of);
   torch::NoGradGuard no_grad;
-  for (auto& p : parameters) p.value().copy_(checkpoint.tensor(source_of.at(p.key())));
+  for (auto& p : model.named_parameters(/*recurse=*/true)) p.value().copy_(checkpoint.tensor(key_of.at(p.key())));
   return layout;
 }
 

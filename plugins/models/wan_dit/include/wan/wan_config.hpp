@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace wan {
@@ -26,6 +27,8 @@ struct WanConfig {
   std::int64_t head_dim() const { return dim / num_heads; }
   /// RoPE split of the head dim into frame, height, width parts: d-4(d/6), 2(d/6), 2(d/6).
   std::array<std::int64_t, 3> rope_split() const;
+  /// Every parameter's official name and shape, worked out without allocating (order not significant).
+  std::vector<std::pair<std::string, std::vector<std::int64_t>>> parameter_shapes() const;
   /// Trainable parameters, computed without allocating anything.
   std::int64_t parameter_count() const;
   /// Throws wanfw::Error when the dimensions do not fit together (dim % heads, RoPE split).

@@ -3,6 +3,7 @@
 // diffusers layout (its key names, transformer/ folders), detected automatically.
 
 #include <filesystem>
+#include <map>
 #include <string>
 
 #include "wan/wan_dit.hpp"
@@ -14,6 +15,13 @@ enum class WeightLayout { Official, Diffusers };
 /// The official name of a diffusers key ("condition_embedder.time_proj.weight" ->
 /// "time_projection.1.weight"); official names pass through unchanged.
 std::string official_name(const std::string& key, WeightLayout layout);
+
+/// Checks, from the safetensors headers alone, that the checkpoint at `path` holds exactly the
+/// parameters `config` describes with their shapes; returns the layout and, per official name,
+/// the checkpoint key. Throws wanfw::FileError listing missing, unexpected and shape-mismatched
+/// tensors together. Reads no tensor data.
+WeightLayout check_wan_weights(const WanConfig& config, const std::filesystem::path& path,
+                               const std::string& subfolder, std::map<std::string, std::string>* key_of = nullptr);
 
 /// Copies every parameter of `model` from the checkpoint at `path` (a .safetensors file, an
 /// index json, or a folder holding either; a diffusers pipeline folder is entered through
