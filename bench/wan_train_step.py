@@ -2,7 +2,10 @@
 in Python with diffusers' WanTransformer3DModel — same torch, same thread count, run one after the
 other in fresh processes. Prints both median step times, their ratio and each peak RSS.
 
-    .venv/bin/python bench/wan_train_step.py [--threads 2] [--steps 12]
+    .venv/bin/python bench/wan_train_step.py [--threads 2] [--steps 12] [--rounds 3]
+
+The two sides run alternately for `rounds` rounds (so drifting machine load hits both alike); the
+step time of a side is the median over all its measured steps.
 
 Target: wanfw <= 1.0x Python's step time and <= Python's peak memory.
 """
@@ -63,14 +66,8 @@ def measure(command, env):
         return result.stdout, int(rss.read().split()[-1]) / 1024
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=12)
-    args = parser.parse_args()
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
-    steps = args.steps + WARMUP
-
+def run_wanfw(env, steps):
+    """One wanfw training run; returns (measured step times, peak RSS in MiB)."""
     with tempfile.TemporaryDirectory() as tmp:
         config = {
             "run": {"name": "bench", "output_dir": tmp, "seed": 0},
@@ -87,17 +84,32 @@ def main():
         }
         path = Path(tmp) / "bench.yaml"
         path.write_text(json.dumps(config))
-        _, wanfw_rss = measure([str(WANFW), "run", str(path)], env)
+        _, rss = measure([str(WANFW), "run", str(path)], env)
         with open(Path(tmp) / "bench" / "version_0" / "metrics.csv") as f:
-            wanfw_times = [float(row["step_time"]) for row in csv.DictReader(f)][WARMUP:]
+            return [float(row["step_time"]) for row in csv.DictReader(f)][WARMUP:], rss
 
-    python_out, python_rss = measure(
-        [sys.executable, "-c", PYTHON_LOOP, json.dumps([DIMS, LATENT, BATCH, steps, WARMUP])], env)
-    python_times = json.loads(python_out)["step_times"]
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
+    steps = args.steps + WARMUP
+
+    wanfw_times, python_times, wanfw_rss, python_rss = [], [], 0.0, 0.0
+    for _ in range(args.rounds):
+        times, rss = run_wanfw(env, steps)
+        wanfw_times += times
+        wanfw_rss = max(wanfw_rss, rss)
+        out, rss = measure([sys.executable, "-c", PYTHON_LOOP, json.dumps([DIMS, LATENT, BATCH, steps, WARMUP])], env)
+        python_times += json.loads(out)["step_times"]
+        python_rss = max(python_rss, rss)
 
     w, p = statistics.median(wanfw_times), statistics.median(python_times)
     print(f"Wan DiT training step, dims {DIMS}, latents {LATENT}, batch {BATCH}, {args.threads} threads, "
-          f"median of {args.steps} steps after {WARMUP} warm-up")
+          f"median of {args.rounds} x {args.steps} steps after {WARMUP} warm-up each")
     print(f"  wanfw   step {w * 1000:8.1f} ms   peak RSS {wanfw_rss:8.1f} MiB")
     print(f"  python  step {p * 1000:8.1f} ms   peak RSS {python_rss:8.1f} MiB")
     print(f"  ratio wanfw/python: step time {w / p:.3f}x, peak memory {wanfw_rss / python_rss:.3f}x")
