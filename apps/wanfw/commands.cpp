@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -90,36 +91,26 @@ RunRequest parse_run_request(const std::vector<std::string>& args, bool allow_re
     if (a == "--set") request.overrides.push_back(value("--set"));
     else if (a.rfind("--set=", 0) == 0) request.overrides.push_back(a.substr(6));
     else if (allow_resume && a == "--resume") request.resume = value("--resume");
-    else if (allow_resume && a.rfind("--resume=", 0) == 0) request.resume = a.substr(9);
+    else if (allow_resume && a.rfind("--resume=", 0) == 0) {
+      request.resume = a.substr(9);
+      if (request.resume.empty()) usage_error("--resume needs auto or a path", help);
+    }
     else if (!a.empty() && a[0] == '-') usage_error(fmt::format("unknown option '{}'", a), help);
     else if (request.config.empty()) request.config = a;
     else usage_error(fmt::format("unexpected argument '{}'", a), help);
   }
   if (request.config.empty()) usage_error("missing CONFIG", help);
-  if (allow_resume && request.resume.empty()) {
-    // An explicit empty --resume is a usage error; no flag means a new run.
-    for (const auto& a : args)
-      if (a == "--resume=") usage_error("--resume needs auto or a path", help);
-  }
   return request;
 }
 
 }  // namespace
 
 int run_command(const std::vector<std::string>& args) {
-  if (wants_help(args)) {
-    std::fputs(kRunHelp, stdout);
-    return kSuccess;
-  }
   const RunOutcome outcome = run_experiment(parse_run_request(args, true, kRunHelp));
   return outcome.stop_signal == 0 ? kSuccess : kFailure;
 }
 
 int validate_command(const std::vector<std::string>& args) {
-  if (wants_help(args)) {
-    std::fputs(kValidateHelp, stdout);
-    return kSuccess;
-  }
   std::fputs(validate_experiment(parse_run_request(args, false, kValidateHelp)).c_str(), stdout);
   return kSuccess;
 }
@@ -144,10 +135,6 @@ std::vector<std::filesystem::path> plugin_path_flags(const std::vector<std::stri
 }  // namespace
 
 int config_reference_command(const std::vector<std::string>& args) {
-  if (wants_help(args)) {
-    std::fputs(kConfigReferenceHelp, stdout);
-    return kSuccess;
-  }
   std::vector<std::string> rest;
   const auto extra = plugin_path_flags(args, &rest, kConfigReferenceHelp);
   if (!rest.empty()) usage_error(fmt::format("unexpected argument '{}'", rest.front()), kConfigReferenceHelp);
@@ -156,10 +143,6 @@ int config_reference_command(const std::vector<std::string>& args) {
 }
 
 int predict_command(const std::vector<std::string>& args) {
-  if (wants_help(args)) {
-    std::fputs(kPredictHelp, stdout);
-    return kSuccess;
-  }
   std::map<std::string, std::string> named = {{"--inputs", ""}, {"--out", ""}};
   const RunRequest request = parse_run_request(args, false, kPredictHelp, &named);
   if (named["--inputs"].empty() || named["--out"].empty()) usage_error("--inputs and --out are required", kPredictHelp);
@@ -168,19 +151,11 @@ int predict_command(const std::vector<std::string>& args) {
 }
 
 int model_info_command(const std::vector<std::string>& args) {
-  if (wants_help(args)) {
-    std::fputs(kModelInfoHelp, stdout);
-    return kSuccess;
-  }
   std::fputs(inspect_model(parse_run_request(args, false, kModelInfoHelp)).c_str(), stdout);
   return kSuccess;
 }
 
 int plugins_command(const std::vector<std::string>& args) {
-  if (wants_help(args)) {
-    std::fputs(kPluginsHelp, stdout);
-    return kSuccess;
-  }
   std::vector<std::string> rest;
   const auto extra = plugin_path_flags(args, &rest, kPluginsHelp);
   const PluginHost host(PluginHost::search_path(extra));
@@ -217,6 +192,34 @@ int plugins_command(const std::vector<std::string>& args) {
   }
   if (!found) usage_error(fmt::format("no plugin named '{}'; `wanfw plugins` lists them", rest[1]), kPluginsHelp);
   return kSuccess;
+}
+
+namespace {
+struct Command {
+  const char* name;
+  const char* help;
+  int (*handler)(const std::vector<std::string>&);
+};
+const Command kCommands[] = {
+    {"run", kRunHelp, run_command},
+    {"validate", kValidateHelp, validate_command},
+    {"predict", kPredictHelp, predict_command},
+    {"model-info", kModelInfoHelp, model_info_command},
+    {"plugins", kPluginsHelp, plugins_command},
+    {"config-reference", kConfigReferenceHelp, config_reference_command},
+};
+}  // namespace
+
+std::optional<int> dispatch(const std::string& name, const std::vector<std::string>& args) {
+  for (const Command& command : kCommands) {
+    if (name != command.name) continue;
+    if (wants_help(args)) {
+      std::fputs(command.help, stdout);
+      return kSuccess;
+    }
+    return command.handler(args);
+  }
+  return std::nullopt;
 }
 
 }  // namespace wanfw::cli

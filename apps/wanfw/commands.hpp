@@ -1,6 +1,7 @@
 #pragma once
 // The `wanfw` subcommands. Each returns the process exit code.
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,5 +16,9 @@ int predict_command(const std::vector<std::string>& args);
 int model_info_command(const std::vector<std::string>& args);
 int plugins_command(const std::vector<std::string>& args);
 int config_reference_command(const std::vector<std::string>& args);
+
+/// Runs the subcommand `name` (printing its help for --help/-h); nothing if there is no such
+/// subcommand.
+std::optional<int> dispatch(const std::string& name, const std::vector<std::string>& args);
 
 }  // namespace wanfw::cli

@@ -3,6 +3,7 @@
 #include <csignal>
 #include <cstdio>
 #include <exception>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,12 +56,7 @@ int main(int argc, char** argv) {
   const std::string command = args[0];
   args.erase(args.begin());
   try {
-    if (command == "run") return wanfw::cli::run_command(args);
-    if (command == "validate") return wanfw::cli::validate_command(args);
-    if (command == "predict") return wanfw::cli::predict_command(args);
-    if (command == "model-info") return wanfw::cli::model_info_command(args);
-    if (command == "plugins") return wanfw::cli::plugins_command(args);
-    if (command == "config-reference") return wanfw::cli::config_reference_command(args);
+    if (const std::optional<int> code = wanfw::cli::dispatch(command, args)) return *code;
     std::fprintf(stderr, "wanfw: unknown command '%s'\n\n%s", command.c_str(), kUsage);
     return wanfw::cli::kBadUsage;
   } catch (const wanfw::ConfigError& e) {

@@ -38,6 +38,17 @@ struct Experiment {
   std::optional<std::string> model_summary;
 };
 
+/// The model plugin's own summary of the config's model section, worked out without building it;
+/// nothing if the plugin cannot describe itself. Records the resolved model options in `config`.
+std::optional<std::string> describe_model(Config& config, const PluginHost& host, const PluginInfo** plugin = nullptr) {
+  const PluginInfo& info = host.find(PluginKind::Model, config.string_at("model.name"), config.where("model.name"));
+  if (plugin != nullptr) *plugin = &info;
+  if (info.descriptor->inspect_model == nullptr) return std::nullopt;
+  const Options options = config.section("model", info.descriptor->options, {"name"});
+  config.record_resolved(options, info.descriptor->name);
+  return info.descriptor->inspect_model(options);
+}
+
 /// How `assemble` treats the model: build it (training, predict), or have its plugin describe it
 /// without allocating weights when the plugin can (validate).
 enum class ModelAssembly { Build, DescribeIfPossible };
@@ -60,13 +71,8 @@ Experiment assemble(const RunRequest& request, ModelAssembly assembly = ModelAss
   if (!e.config.has("model"))
     throw ConfigError(e.config.where("model"), "the config has no 'model' section",
                       "add 'model: {name: <model plugin>}'; `wanfw plugins` lists them");
-  const PluginInfo& model_plugin =
-      e.host->find(PluginKind::Model, e.config.string_at("model.name"), e.config.where("model.name"));
-  if (assembly == ModelAssembly::DescribeIfPossible && model_plugin.descriptor->inspect_model != nullptr) {
-    const Options options = e.config.section("model", model_plugin.descriptor->options, {"name"});
-    e.config.record_resolved(options, model_plugin.descriptor->name);
-    e.model_summary = model_plugin.descriptor->inspect_model(options);
-  } else {
+  if (assembly == ModelAssembly::DescribeIfPossible) e.model_summary = describe_model(e.config, *e.host);
+  if (!e.model_summary) {
     torch::manual_seed(e.settings.run.seed);  // the model's initial weights follow the run's seed
     e.model = e.host->make_model(e.config, "model", context);
   }
@@ -191,14 +197,11 @@ std::string inspect_model(const RunRequest& request) {
   Config config = Config::load(request.config, request.overrides);
   const CoreSettings settings = CoreSettings::from(config);
   const PluginHost host(PluginHost::search_path(settings.plugin_path));
-  const std::string name = config.string_at("model.name");
-  const PluginInfo& info = host.find(PluginKind::Model, name, config.where("model.name"));
-  const Options options = config.section("model", info.descriptor->options, {"name"});
-  if (info.descriptor->inspect_model == nullptr)
-    throw PluginError(fmt::format("the model plugin '{}' ({}) cannot describe itself without being built",
-                                  name, info.path.string()),
-                      "`wanfw validate` builds the model and reports its trainable parameters");
-  return info.descriptor->inspect_model(options);
+  const PluginInfo* info = nullptr;
+  if (std::optional<std::string> summary = describe_model(config, host, &info)) return *summary;
+  throw PluginError(fmt::format("the model plugin '{}' ({}) cannot describe itself without being built",
+                                info->descriptor->name, info->path.string()),
+                    "`wanfw validate` builds the model and reports its trainable parameters");
 }
 
 void predict_experiment(const RunRequest& request, const fs::path& inputs, const fs::path& outputs) {
