@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include <fmt/format.h>
+#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
 #include "wanfw/error.hpp"
@@ -26,13 +27,12 @@ torch::Tensor plain_layer_norm(const torch::Tensor& x, std::int64_t dim, double 
   return torch::layer_norm(x.to(torch::kFloat32), {dim}, {}, {}, eps);
 }
 
-/// Rotates consecutive channel pairs of `x` [B, L, H, D] by the tables [L, D/2], in float64.
+/// Rotates consecutive channel pairs of `x` [B, L, H, D] by the rotations [L, D/2], in float32.
 torch::Tensor apply_rope(const torch::Tensor& x, const RopeTables& rope) {
   const auto sizes = x.sizes();
-  const torch::Tensor pairs = x.to(torch::kFloat64).reshape({sizes[0], sizes[1], sizes[2], sizes[3] / 2, 2});
-  const torch::Tensor even = pairs.select(-1, 0), odd = pairs.select(-1, 1);
-  const torch::Tensor cos = rope.cos.unsqueeze(1), sin = rope.sin.unsqueeze(1);  // [L, 1, D/2]
-  return torch::stack({even * cos - odd * sin, even * sin + odd * cos}, -1).reshape(sizes).to(x.scalar_type());
+  const torch::Tensor pairs = torch::view_as_complex(
+      x.to(torch::kFloat32).reshape({sizes[0], sizes[1], sizes[2], sizes[3] / 2, 2}).contiguous());
+  return torch::view_as_real(pairs * rope.rotations.unsqueeze(1)).reshape(sizes).to(x.scalar_type());
 }
 
 /// The six (or two) modulation chunks of `table + e`, each broadcastable against [B, L, dim].
@@ -45,22 +45,27 @@ std::vector<torch::Tensor> modulation_chunks(const torch::Tensor& table, const t
 
 }  // namespace
 
-WanRMSNormImpl::WanRMSNormImpl(std::int64_t dim, double eps) : eps_(eps) {
-  weight = register_parameter("weight", torch::ones({dim}));
-}
+WanRMSNormImpl::WanRMSNormImpl(std::int64_t dim, double eps) : dim_(dim), eps_(eps) { reset(); }
+
+void WanRMSNormImpl::reset() { weight = register_parameter("weight", torch::ones({dim_})); }
 
 torch::Tensor WanRMSNormImpl::forward(const torch::Tensor& x) {
   const torch::Tensor xf = x.to(torch::kFloat32);
   return (xf * torch::rsqrt(xf.pow(2).mean(-1, true) + eps_)).to(x.scalar_type()) * weight;
 }
 
-WanAttentionImpl::WanAttentionImpl(std::int64_t dim, std::int64_t num_heads, double eps) : num_heads_(num_heads) {
-  q = register_module("q", torch::nn::Linear(dim, dim));
-  k = register_module("k", torch::nn::Linear(dim, dim));
-  v = register_module("v", torch::nn::Linear(dim, dim));
-  o = register_module("o", torch::nn::Linear(dim, dim));
-  norm_q = register_module("norm_q", WanRMSNorm(dim, eps));
-  norm_k = register_module("norm_k", WanRMSNorm(dim, eps));
+WanAttentionImpl::WanAttentionImpl(std::int64_t dim, std::int64_t num_heads, double eps)
+    : dim_(dim), num_heads_(num_heads), eps_(eps) {
+  reset();
+}
+
+void WanAttentionImpl::reset() {
+  q = register_module("q", torch::nn::Linear(dim_, dim_));
+  k = register_module("k", torch::nn::Linear(dim_, dim_));
+  v = register_module("v", torch::nn::Linear(dim_, dim_));
+  o = register_module("o", torch::nn::Linear(dim_, dim_));
+  norm_q = register_module("norm_q", WanRMSNorm(dim_, eps_));
+  norm_k = register_module("norm_k", WanRMSNorm(dim_, eps_));
 }
 
 torch::Tensor WanAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& context, const RopeTables* rope) {
@@ -80,7 +85,10 @@ torch::Tensor WanAttentionImpl::forward(const torch::Tensor& x, const torch::Ten
   return o(out.transpose(1, 2).flatten(2).to(x.scalar_type()));
 }
 
-WanBlockImpl::WanBlockImpl(const WanConfig& c) : eps_(c.eps), dim_(c.dim) {
+WanBlockImpl::WanBlockImpl(const WanConfig& config) : config_(config) { reset(); }
+
+void WanBlockImpl::reset() {
+  const WanConfig& c = config_;
   self_attn = register_module("self_attn", WanAttention(c.dim, c.num_heads, c.eps));
   norm3 = register_module("norm3", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.dim}).eps(c.eps)));
   cross_attn = register_module("cross_attn", WanAttention(c.dim, c.num_heads, c.eps));
@@ -93,28 +101,49 @@ WanBlockImpl::WanBlockImpl(const WanConfig& c) : eps_(c.eps), dim_(c.dim) {
 torch::Tensor WanBlockImpl::forward(const torch::Tensor& x_in, const torch::Tensor& e0, const torch::Tensor& context,
                                     const RopeTables& rope) {
   // shift, scale, gate for self-attention, then for the feed-forward network; all in fp32.
+  const double eps = config_.eps;
+  const std::int64_t dim = config_.dim;
   const auto e = modulation_chunks(modulation, e0, 6);
   const auto dtype = x_in.scalar_type();
   torch::Tensor x = x_in;
-  const torch::Tensor attn_in = (plain_layer_norm(x, dim_, eps_) * (1 + e[1]) + e[0]).to(dtype);
+  const torch::Tensor attn_in = (plain_layer_norm(x, dim, eps) * (1 + e[1]) + e[0]).to(dtype);
   x = (x.to(torch::kFloat32) + self_attn(attn_in, torch::Tensor(), &rope) * e[2]).to(dtype);
-  x = x + cross_attn(norm3(x.to(torch::kFloat32)).to(dtype), context, nullptr);
-  const torch::Tensor ffn_in = (plain_layer_norm(x, dim_, eps_) * (1 + e[4]) + e[3]).to(dtype);
+  // norm3 (affine) in fp32 whatever the weights' dtype.
+  const auto f32 = [](const torch::Tensor& t) { return t.to(torch::kFloat32); };
+  const torch::Tensor normed = torch::layer_norm(f32(x), {dim}, f32(norm3->weight), f32(norm3->bias), eps);
+  x = x + cross_attn(normed.to(dtype), context, nullptr);
+  const torch::Tensor ffn_in = (plain_layer_norm(x, dim, eps) * (1 + e[4]) + e[3]).to(dtype);
   return (x.to(torch::kFloat32) + ffn->forward(ffn_in).to(torch::kFloat32) * e[5]).to(dtype);
 }
 
-WanHeadImpl::WanHeadImpl(const WanConfig& c) : eps_(c.eps), dim_(c.dim) {
+WanHeadImpl::WanHeadImpl(const WanConfig& config) : config_(config) { reset(); }
+
+void WanHeadImpl::reset() {
+  const WanConfig& c = config_;
   head = register_module("head", torch::nn::Linear(c.dim, c.patch[0] * c.patch[1] * c.patch[2] * c.out_dim));
   modulation = register_parameter("modulation", torch::randn({1, 2, c.dim}) / std::sqrt(static_cast<double>(c.dim)));
 }
 
 torch::Tensor WanHeadImpl::forward(const torch::Tensor& x, const torch::Tensor& e) {
   const auto chunks = modulation_chunks(modulation, e.dim() == 2 ? e.unsqueeze(1) : e.unsqueeze(2), 2);
-  return head((plain_layer_norm(x, dim_, eps_) * (1 + chunks[1]) + chunks[0]).to(x.scalar_type()));
+  return head((plain_layer_norm(x, config_.dim, config_.eps) * (1 + chunks[1]) + chunks[0]).to(x.scalar_type()));
 }
 
 WanDiTImpl::WanDiTImpl(WanConfig config) : config_(std::move(config)) {
   config_.validate();
+  // RoPE angles per axis: position x theta^(-2i/d) for the frame, height and width parts.
+  const auto split = config_.rope_split();
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  for (int axis = 0; axis < 3; ++axis) {
+    const torch::Tensor inverse =
+        torch::pow(config_.rope_theta, -torch::arange(0, split[axis], 2, f64) / static_cast<double>(split[axis]));
+    rope_angles_[axis] = torch::outer(torch::arange(config_.rope_max_positions, f64), inverse);
+  }
+  reset();
+  reset_parameters();
+}
+
+void WanDiTImpl::reset() {
   const auto& c = config_;
   patch_embedding = register_module(
       "patch_embedding",
@@ -133,16 +162,6 @@ WanDiTImpl::WanDiTImpl(WanConfig config) : config_(std::move(config)) {
   blocks = register_module("blocks", torch::nn::ModuleList());
   for (std::int64_t i = 0; i < c.num_layers; ++i) blocks->push_back(WanBlock(c));
   head = register_module("head", WanHead(c));
-
-  // RoPE angles per axis: position x theta^(-2i/d) for the frame, height and width parts.
-  const auto split = c.rope_split();
-  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
-  for (int axis = 0; axis < 3; ++axis) {
-    const torch::Tensor inverse =
-        torch::pow(c.rope_theta, -torch::arange(0, split[axis], 2, f64) / static_cast<double>(split[axis]));
-    rope_angles_[axis] = torch::outer(torch::arange(c.rope_max_positions, f64), inverse);
-  }
-  reset_parameters();
 }
 
 void WanDiTImpl::reset_parameters() {
@@ -164,18 +183,88 @@ std::array<std::int64_t, 3> WanDiTImpl::token_grid(std::int64_t frames, std::int
   return {frames / p[0], height / p[1], width / p[2]};
 }
 
-RopeTables WanDiTImpl::rope_for(const std::array<std::int64_t, 3>& grid, const torch::Device& device) const {
+const RopeTables& WanDiTImpl::rope_for(const std::array<std::int64_t, 3>& grid, const torch::Device& device) {
+  const auto [f, h, w] = grid;
+  const auto key = std::make_tuple(f, h, w, device.str());
+  if (auto it = rope_cache_.find(key); it != rope_cache_.end()) return it->second;
   for (int axis = 0; axis < 3; ++axis)
     if (grid[axis] > config_.rope_max_positions)
       throw wanfw::Error(fmt::format("the latent grid has {} positions along axis {}, more than RoPE's {}", grid[axis],
                                      axis, config_.rope_max_positions));
-  const auto [f, h, w] = grid;
+  torch::NoGradGuard no_grad;
   const torch::Tensor angles = torch::cat(
       {rope_angles_[0].slice(0, 0, f).view({f, 1, 1, -1}).expand({f, h, w, -1}),
        rope_angles_[1].slice(0, 0, h).view({1, h, 1, -1}).expand({f, h, w, -1}),
        rope_angles_[2].slice(0, 0, w).view({1, 1, w, -1}).expand({f, h, w, -1})},
-      -1).reshape({f * h * w, -1}).to(device);
-  return {torch::cos(angles), torch::sin(angles)};
+      -1).reshape({f * h * w, -1});
+  const torch::Tensor rotations = torch::polar(torch::ones_like(angles), angles).to(torch::kComplexFloat).to(device);
+  return rope_cache_.emplace(key, RopeTables{rotations}).first->second;
+}
+
+namespace {
+
+/// Saves a block's inputs instead of its activations, and recomputes the block in backward.
+struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& e0,
+                               const torch::Tensor& context, at::TensorList parameters, WanBlockImpl* block,
+                               const RopeTables* rope) {
+    ctx->save_for_backward({x, e0, context});
+    ctx->saved_data["block"] = reinterpret_cast<std::int64_t>(block);
+    ctx->saved_data["rope"] = rope->rotations;
+    ctx->saved_data["parameters"] = static_cast<std::int64_t>(parameters.size());
+    const auto device_type = x.device().type();
+    ctx->saved_data["autocast"] = at::autocast::is_autocast_enabled(device_type);
+    ctx->saved_data["autocast_dtype"] = at::autocast::get_autocast_dtype(device_type);
+    return block->forward(x, e0, context, *rope);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    auto* block = reinterpret_cast<WanBlockImpl*>(ctx->saved_data["block"].toInt());
+    const RopeTables rope{ctx->saved_data["rope"].toTensor()};
+    const auto saved = ctx->get_saved_variables();
+    std::vector<torch::Tensor> inputs;
+    for (const auto& t : saved) inputs.push_back(t.detach().requires_grad_(t.requires_grad()));
+
+    // Recompute under the forward's grad and autocast state.
+    torch::Tensor output;
+    {
+      torch::AutoGradMode grad(true);
+      const auto device_type = inputs[0].device().type();
+      const bool autocast_before = at::autocast::is_autocast_enabled(device_type);
+      const auto dtype_before = at::autocast::get_autocast_dtype(device_type);
+      at::autocast::set_autocast_enabled(device_type, ctx->saved_data["autocast"].toBool());
+      at::autocast::set_autocast_dtype(device_type, ctx->saved_data["autocast_dtype"].toScalarType());
+      output = block->forward(inputs[0], inputs[1], inputs[2], rope);
+      at::autocast::set_autocast_enabled(device_type, autocast_before);
+      at::autocast::set_autocast_dtype(device_type, dtype_before);
+    }
+
+    // Differentiate with respect to whatever requires grad: the inputs, then the parameters.
+    std::vector<torch::Tensor> wrt;
+    std::vector<std::size_t> slot;  // position of each differentiated tensor in the result
+    for (std::size_t i = 0; i < inputs.size(); ++i)
+      if (inputs[i].requires_grad()) wrt.push_back(inputs[i]), slot.push_back(i);
+    const auto parameters = block->parameters();
+    for (std::size_t i = 0; i < parameters.size(); ++i)
+      if (parameters[i].requires_grad()) wrt.push_back(parameters[i]), slot.push_back(inputs.size() + i);
+    // One gradient per forward argument: x, e0, context, each parameter, block, rope.
+    torch::autograd::variable_list result(inputs.size() + parameters.size() + 2);
+    if (!wrt.empty()) {
+      const auto grads = torch::autograd::grad({output}, wrt, {grad_outputs[0]}, /*retain_graph=*/false,
+                                               /*create_graph=*/false, /*allow_unused=*/true);
+      for (std::size_t i = 0; i < grads.size(); ++i) result[slot[i]] = grads[i];
+    }
+    return result;
+  }
+};
+
+}  // namespace
+
+torch::Tensor checkpointed_block(WanBlockImpl& block, const torch::Tensor& x, const torch::Tensor& e0,
+                                 const torch::Tensor& context, const RopeTables& rope) {
+  const std::vector<torch::Tensor> parameters = block.parameters();
+  return BlockCheckpoint::apply(x, e0, context, at::TensorList(parameters), &block, &rope);
 }
 
 torch::Tensor WanDiTImpl::forward(const torch::Tensor& x_in, const torch::Tensor& t, const torch::Tensor& context_in,
@@ -202,8 +291,12 @@ torch::Tensor WanDiTImpl::forward(const torch::Tensor& x_in, const torch::Tensor
   e0 = e0.unflatten(-1, {6, c.dim});  // [B, 6, dim] or [B, L, 6, dim]
   const torch::Tensor context = text_embedding->forward(context_in.to(dtype));
 
-  const RopeTables rope = rope_for(grid, x.device());
-  for (const auto& block : *blocks) x = block->as<WanBlock>()->forward(x, e0, context, rope);
+  const RopeTables& rope = rope_for(grid, x.device());
+  const bool checkpoint = gradient_checkpointing_ && is_training() && torch::GradMode::is_enabled();
+  for (const auto& block : *blocks) {
+    auto* b = block->as<WanBlock>();
+    x = checkpoint ? checkpointed_block(*b, x, e0, context, rope) : b->forward(x, e0, context, rope);
+  }
   x = head(x, e);  // [B, L, patch_volume * out_dim]
 
   // Unpatchify: (F, H, W, pt, ph, pw, C) -> (C, F*pt, H*ph, W*pw).

@@ -1,10 +1,14 @@
 #pragma once
 // The Wan DiT (Wan2.1 / Wan2.2 blocks) as LibTorch modules, registered under the official
-// checkpoint names so that loading an official checkpoint is a lookup.
+// checkpoint names so that loading an official checkpoint is a lookup. Every module is Cloneable
+// (`clone(device)` gives an independent replica, as DataParallel needs).
 
 #include <array>
+#include <map>
 #include <optional>
+#include <tuple>
 
+#include <torch/nn/cloneable.h>
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/conv.h>
@@ -16,40 +20,46 @@
 namespace wan {
 
 /// RMSNorm over the whole hidden dim (all heads), computed in fp32, with a learnable weight.
-class WanRMSNormImpl : public torch::nn::Module {
+class WanRMSNormImpl : public torch::nn::Cloneable<WanRMSNormImpl> {
  public:
   WanRMSNormImpl(std::int64_t dim, double eps);
+  void reset() override;
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor weight;
 
  private:
+  std::int64_t dim_;
   double eps_;
 };
 TORCH_MODULE(WanRMSNorm);
 
-/// cos/sin tables of the 3-D RoPE for one token grid, [tokens, head_dim / 2] each (float64).
+/// The 3-D RoPE rotations for one token grid: [tokens, head_dim / 2] complex64 (angles worked
+/// out in float64, the rotation applied in float32).
 struct RopeTables {
-  torch::Tensor cos;
-  torch::Tensor sin;
+  torch::Tensor rotations;
 };
 
 /// Multi-head attention with q/k RMSNorm; self-attention applies RoPE, cross-attention does not.
-class WanAttentionImpl : public torch::nn::Module {
+class WanAttentionImpl : public torch::nn::Cloneable<WanAttentionImpl> {
  public:
   WanAttentionImpl(std::int64_t dim, std::int64_t num_heads, double eps);
+  void reset() override;
   /// `x` [B, L, dim]; `context` [B, Lc, dim] for cross-attention, or undefined for self-attention.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& context, const RopeTables* rope);
   torch::nn::Linear q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr};
   WanRMSNorm norm_q{nullptr}, norm_k{nullptr};
 
  private:
+  std::int64_t dim_;
   std::int64_t num_heads_;
+  double eps_;
 };
 TORCH_MODULE(WanAttention);
 
-class WanBlockImpl : public torch::nn::Module {
+class WanBlockImpl : public torch::nn::Cloneable<WanBlockImpl> {
  public:
   explicit WanBlockImpl(const WanConfig& config);
+  void reset() override;
   /// `e0`: the time projection, [B, 6, dim] or [B, L, 6, dim] (one timestep per token).
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& e0, const torch::Tensor& context,
                         const RopeTables& rope);
@@ -59,29 +69,30 @@ class WanBlockImpl : public torch::nn::Module {
   torch::Tensor modulation;
 
  private:
-  double eps_;
-  std::int64_t dim_;
+  WanConfig config_;
 };
 TORCH_MODULE(WanBlock);
 
-class WanHeadImpl : public torch::nn::Module {
+class WanHeadImpl : public torch::nn::Cloneable<WanHeadImpl> {
  public:
   explicit WanHeadImpl(const WanConfig& config);
+  void reset() override;
   /// `e`: the time embedding, [B, dim] or [B, L, dim].
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& e);
   torch::nn::Linear head{nullptr};
   torch::Tensor modulation;
 
  private:
-  double eps_;
-  std::int64_t dim_;
+  WanConfig config_;
 };
 TORCH_MODULE(WanHead);
 
 /// The whole DiT: patchify, text and time conditioning, blocks, head, unpatchify.
-class WanDiTImpl : public torch::nn::Module {
+class WanDiTImpl : public torch::nn::Cloneable<WanDiTImpl> {
  public:
   explicit WanDiTImpl(WanConfig config);
+  /// Registers the submodules (Cloneable calls it on a fresh copy before copying the weights).
+  void reset() override;
 
   /// `x` [B, in_dim - y_channels, F, H, W] noisy latents; `t` [B] or [B, tokens] timesteps on the
   /// 0..1000 scale; `context` [B, Lc, text_dim]; `y` (optional) [B, C_y, F, H, W] concatenated
@@ -91,6 +102,10 @@ class WanDiTImpl : public torch::nn::Module {
 
   /// The official initialisation (xavier linears, N(0, 0.02) embeddings, zero head).
   void reset_parameters();
+  /// Recompute each block's activations in the backward pass instead of keeping them: memory
+  /// for activations drops to one block's, at the price of a second forward per block.
+  void set_gradient_checkpointing(bool enabled) { gradient_checkpointing_ = enabled; }
+  bool gradient_checkpointing() const { return gradient_checkpointing_; }
   const WanConfig& config() const { return config_; }
   /// Tokens of a latent of F x H x W after patching.
   std::array<std::int64_t, 3> token_grid(std::int64_t frames, std::int64_t height, std::int64_t width) const;
@@ -101,12 +116,21 @@ class WanDiTImpl : public torch::nn::Module {
   WanHead head{nullptr};
 
  private:
-  RopeTables rope_for(const std::array<std::int64_t, 3>& grid, const torch::Device& device) const;
+  /// The RoPE tables of a token grid on a device, built once and kept.
+  const RopeTables& rope_for(const std::array<std::int64_t, 3>& grid, const torch::Device& device);
 
   WanConfig config_;
+  bool gradient_checkpointing_ = false;
   std::array<torch::Tensor, 3> rope_angles_;  ///< [max_positions, part / 2] float64, per axis
+  std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::string>, RopeTables> rope_cache_;
 };
 TORCH_MODULE(WanDiT);
+
+/// Runs `block` on its inputs without keeping the activations: they are recomputed from the
+/// saved inputs during backward (under the autocast state of the forward), and the gradients
+/// of the inputs and of the block's parameters are returned from there.
+torch::Tensor checkpointed_block(WanBlockImpl& block, const torch::Tensor& x, const torch::Tensor& e0,
+                                 const torch::Tensor& context, const RopeTables& rope);
 
 /// Sinusoidal embedding of timesteps `t` (any shape) into `dim` channels, cos half first,
 /// computed in float64 and returned as float32: [..., dim].
