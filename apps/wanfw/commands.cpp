@@ -36,11 +36,29 @@ Loads the config and every plugin it names, checks every option, builds the mode
 set, and prints the resolved config. Trains nothing. Exits 2 on any problem.
 )";
 
-const char* kPredictHelp = R"(usage: wanfw predict CONFIG --inputs IN.safetensors --out OUT.safetensors [--set key=value]...
+const char* kPredictHelp = R"(usage: wanfw predict CONFIG --inputs IN.safetensors --out OUT.safetensors
+                     [--checkpoint PATH] [--set key=value]...
 
 Builds the config's model (with its weights) on the strategy's device and runs it once, without
 gradients, on the tensors in IN; writes what the model returns to OUT. For the Wan model: x
 [B,C,F,H,W] (noisy latents), t [B] or [B,tokens] (0..1000), context [B,L,text_dim] -> v.
+
+  --checkpoint PATH   take the weights from a training checkpoint (a <run>/checkpoints/step-*
+                      folder, or a run folder for its newest one) instead of the config's
+)";
+
+const char* kSampleHelp = R"(usage: wanfw sample CONFIG --out OUT.safetensors [--inputs IN.safetensors] [--checkpoint PATH]
+                    [--seed N] [--count N] [--set key=value]...
+
+Builds the config's model like `predict` and draws samples with its sampler, writing them to
+OUT. For the Wan model: a flow-matching Euler sampler with classifier-free guidance (options
+model.sample_steps, sample_guidance, sample_shift) writes `latents` [B,C,F,H,W] and `sigmas`.
+IN holds the conditioning (context [B,L,text_dim]; optionally negative_context, noise, and image
+[B,C,H,W] for ti2v and i2v); without IN, the first N samples of the config's data set condition it.
+
+  --checkpoint PATH   take the weights from a training checkpoint or run folder
+  --seed N            seed of the initial noise (default: run.seed)
+  --count N           samples drawn when there is no IN (default 1)
 )";
 
 const char* kModelInfoHelp = R"(usage: wanfw model-info CONFIG [--set key=value]...
@@ -142,11 +160,43 @@ int config_reference_command(const std::vector<std::string>& args) {
   return kSuccess;
 }
 
+namespace {
+/// The flags `predict` and `sample` share, parsed into an EvaluateRequest.
+EvaluateRequest parse_evaluate_request(const std::vector<std::string>& args, const char* help,
+                                       std::map<std::string, std::string> named) {
+  for (const char* flag : {"--inputs", "--out", "--checkpoint"}) named.emplace(flag, "");
+  EvaluateRequest request;
+  request.run = parse_run_request(args, false, help, &named);
+  request.inputs = named["--inputs"];
+  request.outputs = named["--out"];
+  request.checkpoint = named["--checkpoint"];
+  if (request.outputs.empty()) usage_error("--out is required", help);
+  auto integer = [&](const char* flag) -> std::optional<std::int64_t> {
+    auto it = named.find(flag);
+    if (it == named.end() || it->second.empty()) return std::nullopt;
+    try {
+      std::size_t used = 0;
+      const long long value = std::stoll(it->second, &used);
+      if (used == it->second.size() && value >= 0) return value;
+    } catch (const std::exception&) {
+    }
+    usage_error(fmt::format("{} needs a non-negative integer, got '{}'", flag, it->second), help);
+  };
+  if (auto seed = integer("--seed")) request.seed = static_cast<std::uint64_t>(*seed);
+  if (auto count = integer("--count")) request.count = *count;
+  return request;
+}
+}  // namespace
+
 int predict_command(const std::vector<std::string>& args) {
-  std::map<std::string, std::string> named = {{"--inputs", ""}, {"--out", ""}};
-  const RunRequest request = parse_run_request(args, false, kPredictHelp, &named);
-  if (named["--inputs"].empty() || named["--out"].empty()) usage_error("--inputs and --out are required", kPredictHelp);
-  predict_experiment(request, named["--inputs"], named["--out"]);
+  const EvaluateRequest request = parse_evaluate_request(args, kPredictHelp, {});
+  if (request.inputs.empty()) usage_error("--inputs is required", kPredictHelp);
+  predict_experiment(request);
+  return kSuccess;
+}
+
+int sample_command(const std::vector<std::string>& args) {
+  sample_experiment(parse_evaluate_request(args, kSampleHelp, {{"--seed", ""}, {"--count", ""}}));
   return kSuccess;
 }
 
@@ -204,6 +254,7 @@ const Command kCommands[] = {
     {"run", kRunHelp, run_command},
     {"validate", kValidateHelp, validate_command},
     {"predict", kPredictHelp, predict_command},
+    {"sample", kSampleHelp, sample_command},
     {"model-info", kModelInfoHelp, model_info_command},
     {"plugins", kPluginsHelp, plugins_command},
     {"config-reference", kConfigReferenceHelp, config_reference_command},

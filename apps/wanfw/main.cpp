@@ -24,6 +24,7 @@ commands:
   run CONFIG [--set key=value]... [--resume auto|PATH]   train
   validate CONFIG [--set key=value]...                   check a config without training
   predict CONFIG --inputs IN --out OUT [--set k=v]...    run the model once on saved tensors
+  sample CONFIG --out OUT [--inputs IN] [--seed N]...    draw samples (latents) with the model's sampler
   model-info CONFIG [--set key=value]...                 parameters and memory, without allocating
   plugins [--plugin-path DIR]...                         list the plugins found
   plugins show NAME [--plugin-path DIR]...               a plugin's options, defaults and docs

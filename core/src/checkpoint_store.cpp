@@ -12,6 +12,7 @@
 #include <torch/torch.h>
 
 #include "file_io.hpp"
+#include "generators.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/safetensors.hpp"
 #include "wanfw/version.hpp"
@@ -49,11 +50,7 @@ std::vector<std::pair<std::string, at::Tensor>> optimizer_tensors(Model& model, 
 
 std::vector<std::pair<std::string, at::Tensor>> generator_states() {
   std::vector<std::pair<std::string, at::Tensor>> states;
-  states.emplace_back("cpu", at::detail::getDefaultCPUGenerator().get_state());
-  if (torch::cuda::is_available())
-    for (std::int64_t i = 0; i < static_cast<std::int64_t>(torch::cuda::device_count()); ++i)
-      states.emplace_back(fmt::format("cuda:{}", i),
-                          at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, i)).get_state());
+  for (auto& [name, generator] : default_generators()) states.emplace_back(name, generator.get_state());
   return states;
 }
 
@@ -141,6 +138,26 @@ std::int64_t CheckpointStore::load_step(const fs::path& checkpoint) {
   }
 }
 
+void CheckpointStore::load_weights(const fs::path& checkpoint, Model& model) {
+  // Every parameter and buffer must be present with the right shape.
+  const fs::path model_file = checkpoint / "model.safetensors";
+  const SafetensorsFile weights = SafetensorsFile::open(model_file);
+  std::set<std::string> expected;
+  for (const auto& [name, tensor] : model_tensors(model)) {
+    expected.insert(name);
+    if (!weights.contains(name))
+      throw FileError(fmt::format("{}: tensor '{}' is missing", model_file.string(), name),
+                      "the checkpoint belongs to another model");
+    copy_into(tensor, weights.tensor(name), model_file, name);
+  }
+  for (const auto& record : weights.records())
+    if (!expected.count(record.name))
+      throw FileError(fmt::format("{}: unexpected tensor '{}' (the model has no such parameter)",
+                                  model_file.string(), record.name),
+                      "the checkpoint belongs to another model");
+
+}
+
 TrainerState CheckpointStore::load(const fs::path& checkpoint, Model& model, torch::optim::AdamW& optimizer) {
   const fs::path state_path = checkpoint / kStateFile;
   std::ifstream in(state_path);
@@ -160,22 +177,7 @@ TrainerState CheckpointStore::load(const fs::path& checkpoint, Model& model, tor
     throw FileError(fmt::format("{}: malformed trainer state: {}", state_path.string(), e.what()));
   }
 
-  // Weights: every parameter and buffer must be present with the right shape.
-  const fs::path model_file = checkpoint / "model.safetensors";
-  const SafetensorsFile weights = SafetensorsFile::open(model_file);
-  std::set<std::string> expected;
-  for (const auto& [name, tensor] : model_tensors(model)) {
-    expected.insert(name);
-    if (!weights.contains(name))
-      throw FileError(fmt::format("{}: tensor '{}' is missing", model_file.string(), name),
-                      "the checkpoint belongs to another model");
-    copy_into(tensor, weights.tensor(name), model_file, name);
-  }
-  for (const auto& record : weights.records())
-    if (!expected.count(record.name))
-      throw FileError(fmt::format("{}: unexpected tensor '{}' (the model has no such parameter)",
-                                  model_file.string(), record.name),
-                      "the checkpoint belongs to another model");
+  load_weights(checkpoint, model);
 
   // Optimizer moments.
   const fs::path optimizer_file = checkpoint / "optimizer.safetensors";
@@ -204,13 +206,11 @@ TrainerState CheckpointStore::load(const fs::path& checkpoint, Model& model, tor
   // Generators last, so that nothing above consumes random numbers after the restore.
   const fs::path rng_file = checkpoint / "rng.safetensors";
   const SafetensorsFile generators = SafetensorsFile::open(rng_file);
-  for (const auto& [name, current] : generator_states()) {
+  for (auto& [name, generator] : default_generators()) {
     if (!generators.contains(name)) {
       spdlog::warn("{}: no state for generator {}; it continues unrestored", rng_file.string(), name);
       continue;
     }
-    at::Generator generator = name == "cpu" ? at::detail::getDefaultCPUGenerator()
-                                            : at::globalContext().defaultGenerator(c10::Device(name));
     generator.set_state(generators.load(name));
   }
   return state;

@@ -47,6 +47,8 @@ class CheckpointStore {
   /// Restores model weights, optimizer state and generator states from `checkpoint` and returns
   /// the trainer state. Throws FileError naming the file (and tensor) at fault.
   static TrainerState load(const std::filesystem::path& checkpoint, Model& model, torch::optim::AdamW& optimizer);
+  /// Restores only the model weights (every parameter and buffer, shapes checked).
+  static void load_weights(const std::filesystem::path& checkpoint, Model& model);
   /// The step a checkpoint was written at (reads only its trainer state).
   static std::int64_t load_step(const std::filesystem::path& checkpoint);
   /// True if `folder` looks like a complete checkpoint.

@@ -6,7 +6,7 @@ namespace wanfw {
 
 const std::vector<std::string>& top_level_sections() {
   static const std::vector<std::string> sections = {"run",  "trainer", "optimizer", "scheduler", "data",
-                                                    "checkpoint", "model", "strategy", "loggers", "plugin_path"};
+                                                    "validation", "checkpoint", "model", "strategy", "loggers", "plugin_path"};
   return sections;
 }
 
@@ -58,6 +58,15 @@ const std::vector<std::pair<std::string, OptionSchema>>& core_schemas() {
             .doc("Drop the tail that does not fill a batch (and the samples that do not divide over ranks)."),
         option("workers", T::Integer).value("2").doc("Loader threads; 0 loads on the training thread."),
         option("prefetch", T::Integer).value("2").doc("Batches each worker prepares ahead.")}},
+      {"validation",
+       {option("every", T::Integer)
+            .value("0")
+            .doc("Score the held-out set every N optimizer steps and at the last step; 0 disables. Logged as "
+                 "val/<metric>."),
+        option("num_samples", T::Integer)
+            .value("16")
+            .doc("Held-out synthetic samples (drawn apart from the training set), the same at every validation."),
+        option("batch_size", T::Integer).value("0").doc("Samples per validation batch; 0 uses data.batch_size.")}},
       {"checkpoint",
        {option("every", T::Integer).value("0").doc("Write a checkpoint every N steps; 0 only at the end."),
         option("keep_last", T::Integer).value("3").doc("Keep the newest K checkpoints; 0 keeps all.")}},
@@ -137,13 +146,22 @@ CoreSettings CoreSettings::from(Config& config) {
   require_positive(data, "workers", s.data.workers, 0);
   require_positive(data, "prefetch", s.data.prefetch);
 
+  Options validation = section("validation");
+  s.validation.every = validation.integer("every");
+  s.validation.num_samples = validation.integer("num_samples");
+  s.validation.batch_size = validation.integer("batch_size");
+  require_positive(validation, "every", s.validation.every, 0);
+  require_positive(validation, "num_samples", s.validation.num_samples);
+  require_positive(validation, "batch_size", s.validation.batch_size, 0);
+  if (s.validation.batch_size == 0) s.validation.batch_size = s.data.batch_size;
+
   Options checkpoint = section("checkpoint");
   s.checkpoint.every = checkpoint.integer("every");
   s.checkpoint.keep_last = checkpoint.integer("keep_last");
   require_positive(checkpoint, "every", s.checkpoint.every, 0);
   require_positive(checkpoint, "keep_last", s.checkpoint.keep_last, 0);
 
-  for (Options* o : {&run, &trainer, &optimizer, &scheduler, &data, &checkpoint}) config.record_resolved(*o);
+  for (Options* o : {&run, &trainer, &optimizer, &scheduler, &data, &validation, &checkpoint}) config.record_resolved(*o);
 
   if (config.has("plugin_path")) {
     const std::size_t n = config.sequence_size("plugin_path");

@@ -54,6 +54,12 @@ struct DataSettings {
   int prefetch = 2;
 };
 
+struct ValidationSettings {
+  std::int64_t every = 0;  ///< 0: no validation
+  std::int64_t num_samples = 16;
+  std::int64_t batch_size = 0;  ///< 0: data.batch_size
+};
+
 struct CheckpointSettings {
   std::int64_t every = 0;
   std::int64_t keep_last = 3;
@@ -66,6 +72,7 @@ struct CoreSettings {
   OptimizerSettings optimizer;
   SchedulerSettings scheduler;
   DataSettings data;
+  ValidationSettings validation;
   CheckpointSettings checkpoint;
   std::vector<std::filesystem::path> plugin_path;
 

@@ -111,6 +111,18 @@ struct RunPlace {
   std::optional<fs::path> checkpoint;
 };
 
+/// A checkpoint folder as given, or the newest complete checkpoint of a run folder.
+fs::path locate_checkpoint(const fs::path& path, const char* flag) {
+  if (!fs::exists(path))
+    throw FileError(fmt::format("{} {}: no such checkpoint or run folder", flag, path.string()),
+                    "pass a run folder or a <run>/checkpoints/step-* folder");
+  if (CheckpointStore::is_checkpoint(path)) return path;
+  if (auto latest = CheckpointStore(path).latest()) return *latest;
+  throw FileError(fmt::format("{} {}: neither a checkpoint nor a run folder with a complete checkpoint", flag,
+                              path.string()),
+                  "checkpoints live in <run>/checkpoints/step-*");
+}
+
 RunPlace choose_run_dir(const CoreSettings& settings, const std::string& resume) {
   const fs::path run_root = settings.run.output_dir / settings.run.name;
   const auto versions = versions_of(run_root);
@@ -124,14 +136,8 @@ RunPlace choose_run_dir(const CoreSettings& settings, const std::string& resume)
     if (!versions.empty()) next = std::strtol(versions.back().filename().string().c_str() + 8, nullptr, 10) + 1;
     return {run_root / fmt::format("version_{}", next), std::nullopt};
   }
-  fs::path path = resume;
-  if (!fs::exists(path))
-    throw FileError(fmt::format("--resume {}: no such checkpoint or run folder", resume),
-                    "pass --resume auto, a run folder, or a <run>/checkpoints/step-* folder");
-  if (CheckpointStore::is_checkpoint(path)) return {path.parent_path().parent_path(), path};
-  if (auto latest = CheckpointStore(path).latest()) return {path, latest};
-  throw FileError(fmt::format("--resume {}: neither a checkpoint nor a run folder with a complete checkpoint", resume),
-                  "checkpoints live in <run>/checkpoints/step-*");
+  const fs::path checkpoint = locate_checkpoint(resume, "--resume");
+  return {checkpoint.parent_path().parent_path(), checkpoint};
 }
 
 }  // namespace
@@ -171,8 +177,13 @@ RunOutcome run_experiment(const RunRequest& request) {
     }
   }
 
+  // The held-out set: the same fields, drawn from a seed of its own.
+  std::shared_ptr<Dataset> validation_set;
+  if (e.settings.validation.every > 0)
+    validation_set = std::make_shared<SyntheticDataset>(e.model->batch_fields(), e.settings.validation.num_samples,
+                                                        e.settings.run.seed ^ 0x5eed'7a11'da7aULL);
   Trainer trainer(e.settings, e.config.resolved_yaml(), e.model, e.strategy, loggers, std::move(loader),
-                  place.run_dir);
+                  place.run_dir, validation_set);
   const TrainingResult result = trainer.fit(place.checkpoint);
   for (auto& logger : loggers) logger->close();
 
@@ -204,16 +215,58 @@ std::string inspect_model(const RunRequest& request) {
                     "`wanfw validate` builds the model and reports its trainable parameters");
 }
 
-void predict_experiment(const RunRequest& request, const fs::path& inputs, const fs::path& outputs) {
-  Experiment e = assemble(request);
+namespace {
+
+/// The model of an evaluation, on the strategy's device, with the checkpoint's weights if given.
+Experiment evaluation_model(const EvaluateRequest& request) {
+  Experiment e = assemble(request.run);
+  if (!request.checkpoint.empty()) {
+    const fs::path checkpoint = locate_checkpoint(request.checkpoint, "--checkpoint");
+    CheckpointStore::load_weights(checkpoint, *e.model);
+    spdlog::info("weights from {}", checkpoint.string());
+  }
   e.strategy->setup(*e.model);
-  const SafetensorsFile file = SafetensorsFile::open(inputs);
+  return e;
+}
+
+std::map<std::string, at::Tensor> read_tensors(const fs::path& path) {
+  const SafetensorsFile file = SafetensorsFile::open(path);
   std::map<std::string, at::Tensor> tensors;
   for (const auto& record : file.records()) tensors.emplace(record.name, file.load(record.name));
-  const std::map<std::string, at::Tensor> results = e.model->predict(tensors);
+  return tensors;
+}
+
+void write_results(const fs::path& path, const std::map<std::string, at::Tensor>& results, const char* writer) {
   std::vector<std::pair<std::string, at::Tensor>> ordered(results.begin(), results.end());
-  write_safetensors(outputs, ordered, {{"written_by", "wanfw predict"}});
-  spdlog::info("wrote {} tensor(s) to {}", ordered.size(), outputs.string());
+  write_safetensors(path, ordered, {{"written_by", writer}});
+  spdlog::info("wrote {} tensor(s) to {}", ordered.size(), path.string());
+}
+
+}  // namespace
+
+void predict_experiment(const EvaluateRequest& request) {
+  Experiment e = evaluation_model(request);
+  write_results(request.outputs, e.model->predict(read_tensors(request.inputs)), "wanfw predict");
+}
+
+void sample_experiment(const EvaluateRequest& request) {
+  Experiment e = evaluation_model(request);
+  std::map<std::string, at::Tensor> inputs;
+  if (!request.inputs.empty()) {
+    inputs = read_tensors(request.inputs);
+  } else {
+    if (request.count < 1 || request.count > e.dataset->size())
+      throw ConfigError(SourceLocation{"command line", 0, 0},
+                        fmt::format("--count {} is outside the data set's 1..{} samples", request.count,
+                                    e.dataset->size()),
+                        "raise data.num_samples or lower --count");
+    std::vector<std::map<std::string, at::Tensor>> items;
+    for (std::int64_t i = 0; i < request.count; ++i) items.push_back(e.dataset->get(i));
+    inputs = collate(items).fields;
+    spdlog::info("conditioning on the first {} sample(s) of the data set", request.count);
+  }
+  const std::uint64_t seed = request.seed.value_or(e.settings.run.seed);
+  write_results(request.outputs, e.model->sample(inputs, seed), "wanfw sample");
 }
 
 std::string validate_experiment(const RunRequest& request) {

@@ -15,4 +15,14 @@ std::map<std::string, at::Tensor> Model::predict(const std::map<std::string, at:
   throw Error("this model plugin does not support `wanfw predict`", "use a model plugin that implements predict()");
 }
 
+std::map<std::string, at::Tensor> Model::validation_step(const Batch& batch) {
+  StepOutput out = training_step(batch);
+  out.metrics["loss"] = out.loss;
+  return out.metrics;
+}
+
+std::map<std::string, at::Tensor> Model::sample(const std::map<std::string, at::Tensor>&, std::uint64_t) {
+  throw Error("this model plugin does not support `wanfw sample`", "use a model plugin that implements sample()");
+}
+
 }  // namespace wanfw

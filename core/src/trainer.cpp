@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
+#include "generators.hpp"
 #include "lr_schedule.hpp"
 #include "progress.hpp"
 #include "stop_signal.hpp"
@@ -18,7 +19,7 @@ namespace wanfw {
 
 Trainer::Trainer(const CoreSettings& settings, std::string config_yaml, std::shared_ptr<Model> model,
                  std::shared_ptr<Strategy> strategy, std::vector<std::shared_ptr<Logger>> loggers,
-                 std::unique_ptr<DataLoader> loader, fs::path run_dir)
+                 std::unique_ptr<DataLoader> loader, fs::path run_dir, std::shared_ptr<Dataset> validation_set)
     : settings_(settings),
       config_yaml_(std::move(config_yaml)),
       model_(std::move(model)),
@@ -26,6 +27,7 @@ Trainer::Trainer(const CoreSettings& settings, std::string config_yaml, std::sha
       loggers_(std::move(loggers)),
       loader_(std::move(loader)),
       run_dir_(std::move(run_dir)),
+      validation_set_(std::move(validation_set)),
       checkpoints_(run_dir_) {
   for (auto& [name, tensor] : model_->trainable_parameters()) parameters_.push_back(tensor);
   if (parameters_.empty())
@@ -54,6 +56,43 @@ fs::path Trainer::save_checkpoint() {
   }
   strategy_->barrier();
   return path;
+}
+
+std::map<std::string, double> Trainer::validate() {
+  const auto started = std::chrono::steady_clock::now();
+  const auto& v = settings_.validation;
+  // Every rank scores its shard; shards are padded to equal length so every rank runs as many
+  // batches as the others (collectives in the strategy stay matched).
+  const ShardedSampler shard({validation_set_->size(), strategy_->rank(), strategy_->world_size(),
+                              /*shuffle=*/false, /*drop_last=*/false, settings_.run.seed});
+  const auto& indices = shard.indices();
+  const std::shared_ptr<torch::nn::Module> module = model_->module();
+  const bool was_training = module->is_training();
+  module->eval();
+  torch::NoGradGuard no_grad;
+  std::map<std::string, double> sums;
+  std::int64_t samples = 0;
+  for (std::size_t first = 0; first < indices.size(); first += static_cast<std::size_t>(v.batch_size)) {
+    const std::size_t last = std::min(indices.size(), first + static_cast<std::size_t>(v.batch_size));
+    std::vector<std::map<std::string, at::Tensor>> items;
+    for (std::size_t i = first; i < last; ++i) items.push_back(validation_set_->get(indices[i]));
+    const Batch batch = collate(items).to(strategy_->device());
+    // The same draws (noise, timesteps) at every validation: seeded by the batch's first sample.
+    SeededGenerators seeded(settings_.run.seed ^ (0x9e3779b97f4a7c15ULL * static_cast<std::uint64_t>(indices[first] + 1)));
+    for (const auto& [name, value] : model_->validation_step(batch))
+      sums["val/" + name] += value.detach().to(at::kDouble).item<double>() * static_cast<double>(batch.size);
+    samples += batch.size;
+  }
+  module->train(was_training);
+  for (auto& [name, sum] : sums) sum /= static_cast<double>(std::max<std::int64_t>(samples, 1));
+  sums = strategy_->reduce_metrics(std::move(sums));
+  if (strategy_->is_main()) {
+    std::string line;
+    for (const auto& [name, value] : sums) line += fmt::format(" | {} {:.6g}", name, value);
+    spdlog::info("validation at step {} ({} samples, {:.1f} s){}", state_.step, validation_set_->size(),
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), line);
+  }
+  return sums;
 }
 
 TrainingResult Trainer::fit(const std::optional<fs::path>& checkpoint) {
@@ -159,11 +198,15 @@ TrainingResult Trainer::fit(const std::optional<fs::path>& checkpoint) {
     result.final_loss = scalars.at("loss");
     result.best_loss = std::min(result.best_loss, result.final_loss);
 
-    if (main) {
-      progress.update(state_.step, scalars);
-      if (state_.step % log_every == 0 || state_.step == total)
-        for (auto& logger : loggers_) logger->log_scalars(state_.step, scalars);
-    }
+    if (main) progress.update(state_.step, scalars);
+    // Validation results go into the step's row when it is a logging step, else into one of their own.
+    std::map<std::string, double> logged;
+    if (state_.step % log_every == 0 || state_.step == total) logged = scalars;
+    const std::int64_t validate_every = settings_.validation.every;
+    if (validation_set_ && validate_every > 0 && (state_.step % validate_every == 0 || state_.step == total))
+      logged.merge(validate());
+    if (main && !logged.empty())
+      for (auto& logger : loggers_) logger->log_scalars(state_.step, logged);
     const int signal = StopSignal::received();
     const bool periodic = settings_.checkpoint.every > 0 && state_.step % settings_.checkpoint.every == 0;
     if (periodic || signal != 0 || state_.step == total) {

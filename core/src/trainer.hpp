@@ -27,7 +27,8 @@ class Trainer {
  public:
   Trainer(const CoreSettings& settings, std::string config_yaml, std::shared_ptr<Model> model,
           std::shared_ptr<Strategy> strategy, std::vector<std::shared_ptr<Logger>> loggers,
-          std::unique_ptr<DataLoader> loader, std::filesystem::path run_dir);
+          std::unique_ptr<DataLoader> loader, std::filesystem::path run_dir,
+          std::shared_ptr<Dataset> validation_set = nullptr);
   ~Trainer();
 
   /// Trains to the end (or to a stop signal), resuming from `checkpoint` when given.
@@ -36,6 +37,9 @@ class Trainer {
  private:
   void set_learning_rate(double lr);
   std::filesystem::path save_checkpoint();
+  /// Scores this rank's shard of the validation set; returns "val/<metric>" averaged over
+  /// samples and ranks.
+  std::map<std::string, double> validate();
 
   CoreSettings settings_;
   std::string config_yaml_;
@@ -44,6 +48,7 @@ class Trainer {
   std::vector<std::shared_ptr<Logger>> loggers_;
   std::unique_ptr<DataLoader> loader_;
   std::filesystem::path run_dir_;
+  std::shared_ptr<Dataset> validation_set_;
   CheckpointStore checkpoints_;
   std::vector<at::Tensor> parameters_;  ///< the trainable parameters, in optimizer order
   std::unique_ptr<torch::optim::AdamW> optimizer_;

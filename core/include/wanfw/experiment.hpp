@@ -36,10 +36,25 @@ std::string validate_experiment(const RunRequest& request);
 }  // namespace wanfw
 
 namespace wanfw {
+/// What `wanfw predict` and `wanfw sample` evaluate, and where the results go.
+struct EvaluateRequest {
+  RunRequest run;
+  std::filesystem::path inputs;   ///< safetensors of named input tensors ("" for sample: see below)
+  std::filesystem::path outputs;  ///< safetensors the results are written to
+  /// A checkpoint folder, or a run folder (its newest checkpoint), whose weights replace the
+  /// config's; "" keeps the config's.
+  std::filesystem::path checkpoint;
+  std::optional<std::uint64_t> seed;  ///< sample: the noise seed (default run.seed)
+  std::int64_t count = 1;             ///< sample without inputs: how many data-set samples condition it
+};
+
 /// Builds the experiment's model (with its weights) on the strategy's device, runs it once
-/// without gradients on the tensors of `inputs` (safetensors), and writes its outputs to `outputs`.
-void predict_experiment(const RunRequest& request, const std::filesystem::path& inputs,
-                        const std::filesystem::path& outputs);
+/// without gradients on the tensors of `inputs`, and writes its outputs to `outputs`.
+void predict_experiment(const EvaluateRequest& request);
+
+/// Builds the model like predict_experiment and draws samples (Model::sample). The conditioning
+/// comes from `inputs`, or, without it, from the first `count` samples of the config's data set.
+void sample_experiment(const EvaluateRequest& request);
 
 /// The model plugin's summary of the config's model, worked out without allocating weights.
 std::string inspect_model(const RunRequest& request);

@@ -1,6 +1,7 @@
 #pragma once
 // The model plugin interface: the trainable module and its objective.
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -36,6 +37,15 @@ class Model {
   /// Runs the model once, without gradients, on named inputs and returns named outputs
   /// (`wanfw predict`). The default throws: not every model can be evaluated this way.
   virtual std::map<std::string, at::Tensor> predict(const std::map<std::string, at::Tensor>& inputs);
+  /// Scores one held-out micro-batch (already on the module's device) without gradients, for
+  /// validation every `validation.every` steps; the trainer logs each result as "val/<name>".
+  /// The trainer seeds the generators before every validation batch, so random draws repeat
+  /// from one validation to the next. Default: the training objective's loss and metrics.
+  virtual std::map<std::string, at::Tensor> validation_step(const Batch& batch);
+  /// Draws samples (`wanfw sample`) from conditioning `inputs`; `seed` fixes the noise. The
+  /// default throws: not every model is generative.
+  virtual std::map<std::string, at::Tensor> sample(const std::map<std::string, at::Tensor>& inputs,
+                                                   std::uint64_t seed);
 };
 
 }  // namespace wanfw

@@ -11,7 +11,7 @@
 /// The plugin ABI: bumped whenever a class in the SDK headers changes layout or virtual table.
 /// A plugin records the value it was compiled with; the host refuses any other.
 #ifndef WANFW_PLUGIN_ABI_VERSION
-#define WANFW_PLUGIN_ABI_VERSION 2
+#define WANFW_PLUGIN_ABI_VERSION 3
 #endif
 
 /// The LibTorch version a plugin was compiled against ("2.15.0").

@@ -11,14 +11,15 @@ namespace {
 struct Preset {
   const char* name;
   std::int64_t dim, ffn_dim, num_heads, num_layers, in_dim, out_dim, text_dim;
+  std::int64_t expert_boundary;
 };
 // Dimensions of the public Wan configs; `tiny` exists for tests and quick runs on a CPU.
 constexpr Preset kPresets[] = {
-    {"wan2.1-t2v-1.3b", 1536, 8960, 12, 30, 16, 16, 4096},
-    {"wan2.2-ti2v-5b", 3072, 14336, 24, 30, 48, 48, 4096},
-    {"wan2.2-t2v-a14b", 5120, 13824, 40, 40, 16, 16, 4096},
-    {"wan2.2-i2v-a14b", 5120, 13824, 40, 40, 36, 16, 4096},
-    {"tiny", 48, 96, 2, 2, 4, 4, 32},
+    {"wan2.1-t2v-1.3b", 1536, 8960, 12, 30, 16, 16, 4096, 0},
+    {"wan2.2-ti2v-5b", 3072, 14336, 24, 30, 48, 48, 4096, 0},
+    {"wan2.2-t2v-a14b", 5120, 13824, 40, 40, 16, 16, 4096, 875},  // boundary_ratio 0.875
+    {"wan2.2-i2v-a14b", 5120, 13824, 40, 40, 36, 16, 4096, 900},  // boundary_ratio 0.9
+    {"tiny", 48, 96, 2, 2, 4, 4, 32, 0},
 };
 }  // namespace
 
@@ -43,6 +44,7 @@ WanConfig wan_preset(const std::string& name) {
       c.in_dim = p.in_dim;
       c.out_dim = p.out_dim;
       c.text_dim = p.text_dim;
+      c.expert_boundary = p.expert_boundary;
       return c;
     }
   throw wanfw::Error(fmt::format("unknown Wan preset '{}'", name),

@@ -270,7 +270,8 @@ torch::Tensor checkpointed_block(WanBlockImpl& block, const torch::Tensor& x, co
 torch::Tensor WanDiTImpl::forward(const torch::Tensor& x_in, const torch::Tensor& t, const torch::Tensor& context_in,
                                   const torch::Tensor& y) {
   const auto& c = config_;
-  const torch::Tensor x_full = y.defined() ? torch::cat({x_in, y}, 1) : x_in;
+  // Latents enter in the weights' dtype (float32 inputs to a bfloat16 model, for one).
+  const torch::Tensor x_full = (y.defined() ? torch::cat({x_in, y}, 1) : x_in).to(patch_embedding->weight.scalar_type());
   if (x_full.dim() != 5 || x_full.size(1) != c.in_dim)
     throw wanfw::Error(fmt::format("Wan DiT input has shape {} but the model takes [B, {}, F, H, W] (noise and "
                                    "conditioning channels together)",

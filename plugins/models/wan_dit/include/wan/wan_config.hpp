@@ -23,6 +23,9 @@ struct WanConfig {
   double eps = 1e-6;
   double rope_theta = 10000.0;
   std::int64_t rope_max_positions = 1024;
+  /// For the two-expert (MoE) presets: the timestep (0..1000) at which the high-noise expert
+  /// hands over to the low-noise one; 0 for single-model presets.
+  std::int64_t expert_boundary = 0;
 
   std::int64_t head_dim() const { return dim / num_heads; }
   /// RoPE split of the head dim into frame, height, width parts: d-4(d/6), 2(d/6), 2(d/6).

@@ -1,18 +1,15 @@
-// Model `wan22_flow_matching`: the Wan DiT trained with the flow-matching objective.
-//
-//   x_t = (1 - s) x0 + s eps,  t = 1000 s,  target v = eps - x0,  loss = mean w(t) (v_pred - v)^2
-//
-// Tasks: t2v (latents + text context); ti2v (the first latent frame stays clean, its tokens get
-// t = 0 and are left out of the loss); i2v (the noisy latents are concatenated with a 4-channel
-// first-frame mask and the first-frame latent, zeros after it: in_dim = 2 out_dim + 4).
+// Plugin `wan22_flow_matching`: its options, checked against each other, and the factory of
+// the model (flow_matching_model.hpp).
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 
-#include "wan/wan_dit.hpp"
+#include "flow_matching_model.hpp"
 #include "wan/wan_weights.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/plugin.hpp"
@@ -20,128 +17,9 @@
 namespace {
 
 using wanfw::option;
+using wan_fm::Expert;
+using wan_fm::FlowMatchingSettings;
 using T = wanfw::OptionType;
-
-struct FlowMatchingSettings {
-  std::string task;      ///< t2v | ti2v | i2v
-  std::string sampling;  ///< uniform | logit_normal | shift
-  double shift = 5.0;
-  double logit_mean = 0.0;
-  double logit_std = 1.0;
-  double min_sigma = 0.0;  ///< min_timestep / 1000
-  double max_sigma = 1.0;
-  bool bell_weighting = false;
-  std::int64_t frames = 0, height = 0, width = 0, text_len = 0;
-};
-
-class WanFlowMatchingModel final : public wanfw::Model {
- public:
-  WanFlowMatchingModel(wan::WanConfig config, FlowMatchingSettings settings)
-      : dit_(std::move(config)), settings_(std::move(settings)) {}
-
-  wan::WanDiT& dit() { return dit_; }
-  std::shared_ptr<torch::nn::Module> module() override { return dit_.ptr(); }
-
-  std::vector<wanfw::FieldSpec> batch_fields() const override {
-    const auto& c = dit_->config();
-    return {{"latents", {c.out_dim, settings_.frames, settings_.height, settings_.width}, at::kFloat},
-            {"context", {settings_.text_len, c.text_dim}, at::kFloat}};
-  }
-
-  wanfw::StepOutput training_step(const wanfw::Batch& batch) override {
-    const torch::Tensor x0 = batch.at("latents");
-    const torch::Tensor noise = torch::randn_like(x0);
-    const torch::Tensor sigma = sample_sigma(x0.size(0), x0.device());
-    const Objective out = objective(x0, noise, sigma, batch.at("context"));
-    return {out.loss, {{"sigma_mean", sigma.mean().detach()}}};
-  }
-
-  std::map<std::string, at::Tensor> predict(const std::map<std::string, at::Tensor>& inputs) override {
-    torch::NoGradGuard no_grad;
-    dit_->eval();
-    const torch::Device device = dit_->parameters().front().device();
-    auto input = [&](const char* name, bool required = true) -> torch::Tensor {
-      auto it = inputs.find(name);
-      if (it == inputs.end()) {
-        if (required)
-          throw wanfw::Error(fmt::format("predict: the inputs have no tensor '{}'", name),
-                             "give x [B,C,F,H,W], t [B] or [B,tokens], context [B,L,text_dim] (and y for "
-                             "image conditioning); or x0, noise, sigma and context to evaluate the loss");
-        return {};
-      }
-      return it->second.to(device);
-    };
-    if (inputs.count("x0")) {  // the training objective for given draws
-      const Objective out = objective(input("x0"), input("noise"), input("sigma"), input("context"));
-      return {{"loss", out.loss.cpu()}, {"v", out.prediction.cpu()}, {"target", out.target.cpu()}};
-    }
-    return {{"v", dit_->forward(input("x"), input("t"), input("context"), input("y", false)).cpu()}};
-  }
-
- private:
-  struct Objective {
-    torch::Tensor loss, prediction, target;
-  };
-
-  /// s in [min_sigma, max_sigma], drawn as configured.
-  torch::Tensor sample_sigma(std::int64_t batch, const torch::Device& device) const {
-    const auto options = torch::TensorOptions().dtype(torch::kFloat32).device(device);
-    torch::Tensor u;
-    if (settings_.sampling == "logit_normal") {
-      u = torch::sigmoid(torch::randn({batch}, options) * settings_.logit_std + settings_.logit_mean);
-    } else {
-      u = torch::rand({batch}, options);
-      if (settings_.sampling == "shift") u = settings_.shift * u / (1 + (settings_.shift - 1) * u);
-    }
-    return settings_.min_sigma + (settings_.max_sigma - settings_.min_sigma) * u;
-  }
-
-  Objective objective(const torch::Tensor& x0, const torch::Tensor& noise, const torch::Tensor& sigma,
-                      const torch::Tensor& context) {
-    const torch::Tensor s = sigma.to(torch::kFloat32).view({-1, 1, 1, 1, 1});
-    torch::Tensor xt = (1 - s) * x0 + s * noise;
-    const torch::Tensor target = noise - x0;
-    torch::Tensor t = sigma.to(torch::kFloat32) * 1000.0;  // [B]
-    const bool ti2v = settings_.task == "ti2v";
-    if (ti2v) {
-      // The first latent frame is the clean image latent; its tokens are at t = 0.
-      xt = torch::cat({x0.slice(2, 0, 1), xt.slice(2, 1)}, 2);
-      const auto grid = dit_->token_grid(x0.size(2), x0.size(3), x0.size(4));
-      const std::int64_t first_frame_tokens = grid[1] * grid[2];
-      t = t.unsqueeze(1).repeat({1, grid[0] * first_frame_tokens});
-      t.slice(1, 0, first_frame_tokens).zero_();
-    }
-    const torch::Tensor prediction = dit_->forward(xt, t, context, settings_.task == "i2v" ? i2v_condition(x0) : torch::Tensor());
-    torch::Tensor error = (prediction.to(torch::kFloat32) - target.to(torch::kFloat32)).pow(2);
-    if (ti2v) error = error.slice(2, 1);  // frames after the first
-    torch::Tensor per_sample = error.flatten(1).mean(1);
-    if (settings_.bell_weighting) {
-      // exp(-2 ((t - 500) / 1000)^2), normalised to mean 1 over t in [0, 1000).
-      static const double norm = [] {
-        double total = 0;
-        for (int i = 0; i < 1000; ++i) total += std::exp(-2 * std::pow((i - 500) / 1000.0, 2));
-        return total / 1000;
-      }();
-      per_sample = per_sample * torch::exp(-2 * ((sigma * 1000 - 500) / 1000).pow(2)) / norm;
-    }
-    return {per_sample.mean(), prediction, target};
-  }
-
-  /// The I2V conditioning: a 4-channel mask (1 on the first latent frame) and the first-frame
-  /// latent followed by zeros, [B, 4 + C, F, H, W].
-  static torch::Tensor i2v_condition(const torch::Tensor& x0) {
-    auto sizes = x0.sizes().vec();
-    sizes[1] = 4;
-    torch::Tensor mask = torch::zeros(sizes, x0.options());
-    mask.select(2, 0).fill_(1.0);
-    torch::Tensor image = torch::zeros_like(x0);
-    image.select(2, 0).copy_(x0.select(2, 0));
-    return torch::cat({mask, image}, 1);
-  }
-
-  wan::WanDiT dit_;
-  FlowMatchingSettings settings_;
-};
 
 wan::WanConfig config_from(const wanfw::Options& o) {
   wan::WanConfig c;
@@ -177,9 +55,48 @@ FlowMatchingSettings settings_from(const wanfw::Options& o, const wan::WanConfig
   s.height = o.integer("latent_height");
   s.width = o.integer("latent_width");
   s.text_len = o.integer("text_len");
+  s.validation_timesteps = o.numbers("validation_timesteps");
+  s.sample_steps = o.integer("sample_steps");
+  s.sample_guidance = o.number("sample_guidance");
+  s.sample_shift = o.number("sample_shift");
   if (!(s.min_sigma >= 0 && s.min_sigma < s.max_sigma && s.max_sigma <= 1))
     o.fail("min_timestep", "need 0 <= min_timestep < max_timestep <= 1000");
   if (s.shift <= 0) o.fail("shift", "must be positive");
+  if (s.sample_shift <= 0) o.fail("sample_shift", "must be positive");
+  if (s.sample_steps < 1) o.fail("sample_steps", "must be at least 1");
+
+  // Experts: the boundary comes from the preset (A14B) or the config.
+  s.expert = wan_fm::parse_expert(o.string("expert"));
+  const double boundary = o.number("boundary") > 0 ? o.number("boundary") : static_cast<double>(config.expert_boundary);
+  if (s.expert == Expert::None && config.expert_boundary > 0 && o.number("boundary") == 0)
+    o.fail("expert",
+           fmt::format("preset {} is two experts split at t = {}: say which to train", config.preset,
+                       config.expert_boundary),
+           "set model.expert to high_noise, low_noise or both");
+  if (s.expert != Expert::None) {
+    if (!(boundary > 0 && boundary < 1000))
+      o.fail("boundary", fmt::format("expert: {} needs a boundary between 0 and 1000; preset {} has none",
+                                     o.string("expert"), config.preset),
+             "set model.boundary (875 for Wan2.2 T2V-A14B, 900 for I2V-A14B)");
+    s.boundary = boundary / 1000.0;
+    // A single expert trains on its side of the boundary, within [min_timestep, max_timestep].
+    if (s.expert == Expert::HighNoise) s.min_sigma = std::max(s.min_sigma, s.boundary);
+    if (s.expert == Expert::LowNoise) s.max_sigma = std::min(s.max_sigma, s.boundary);
+    if (!(s.min_sigma < s.max_sigma))
+      o.fail("expert", fmt::format("the {} expert covers no timestep of [min_timestep, max_timestep]",
+                                   o.string("expert")));
+  }
+  std::vector<double> kept;
+  for (double t : s.validation_timesteps) {
+    if (t < 0 || t > 1000) o.fail("validation_timesteps", fmt::format("{} lies outside 0..1000", t));
+    if (t / 1000.0 >= s.min_sigma && t / 1000.0 <= s.max_sigma) kept.push_back(t);
+  }
+  if (kept.empty())
+    o.fail("validation_timesteps",
+           fmt::format("none of [{}] lies in the trained range [{}, {}]", fmt::join(s.validation_timesteps, ", "),
+                       s.min_sigma * 1000, s.max_sigma * 1000));
+  s.validation_timesteps = kept;
+
   const std::int64_t expected_in = s.task == "i2v" ? 2 * config.out_dim + 4 : config.out_dim;
   if (config.in_dim != expected_in)
     o.fail("task", fmt::format("the {} task feeds the model {} input channels (out_dim {}{}), but in_dim is {}", s.task,
@@ -197,10 +114,12 @@ FlowMatchingSettings settings_from(const wanfw::Options& o, const wan::WanConfig
 
 std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::PluginContext&) {
   const wan::WanConfig config = config_from(o);
-  const FlowMatchingSettings s = settings_from(o, config);
-  auto model = std::make_unique<WanFlowMatchingModel>(config, s);
+  auto model = std::make_unique<wan_fm::WanFlowMatchingModel>(config, settings_from(o, config));
+  wan_fm::WanDenoiser& denoiser = model->denoiser();
   const std::string weights = o.string("weights");
-  if (!weights.empty()) wan::load_wan_weights(*model->dit(), weights, o.string("weights_subfolder"));
+  if (!weights.empty()) denoiser.load_weights(weights, o.string("weights_subfolder"));
+  if (o.string("dtype") == "bfloat16") denoiser.module()->to(torch::kBFloat16);
+  for (auto& dit : denoiser.dits()) dit->set_gradient_checkpointing(o.boolean("gradient_checkpointing"));
   return model;
 }
 
@@ -214,32 +133,43 @@ std::string with_thousands(std::int64_t n) {
   return out;
 }
 
-std::string weights_summary(const wanfw::Options& o, const wan::WanConfig& c) {
+std::string weights_summary(const wanfw::Options& o, const wan::WanConfig& c, Expert expert) {
   const std::string weights = o.string("weights");
   if (weights.empty()) return "weights: none (the official random initialisation)\n";
   if (!std::filesystem::exists(weights))
     return fmt::format("weights: {} is not on this machine; it is checked when a run starts\n", weights);
-  const wan::WeightLayout layout = wan::check_wan_weights(c, weights, o.string("weights_subfolder"));
-  return fmt::format("weights: {} ({} layout): every tensor present with the model's shape\n", weights,
-                     layout == wan::WeightLayout::Diffusers ? "diffusers" : "official");
+  std::string out;
+  for (const auto& source : wan_fm::expert_weights(weights, o.string("weights_subfolder"), expert)) {
+    const wan::WeightLayout layout = wan::check_wan_weights(c, source.path, source.subfolder);
+    out += fmt::format("weights{}: {} ({} layout): every tensor present with the model's shape\n",
+                       source.expert.empty() ? "" : " of " + source.expert, source.path.string(),
+                       layout == wan::WeightLayout::Diffusers ? "diffusers" : "official");
+  }
+  return out;
 }
 
 std::string inspect(const wanfw::Options& o) {
   const wan::WanConfig c = config_from(o);
   const FlowMatchingSettings s = settings_from(o, c);
-  const double n = static_cast<double>(c.parameter_count());
+  const int models = s.expert == Expert::Both ? 2 : 1;
+  const double n = static_cast<double>(c.parameter_count() * models);
+  const std::string experts =
+      s.expert == Expert::None ? std::string()
+                               : fmt::format("experts: {} (boundary t = {}; high noise at or above it){}\n",
+                                             o.string("expert"), s.boundary * 1000,
+                                             models == 2 ? ", two DiTs" : "");
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   const auto split = c.rope_split();
   return fmt::format(
       "Wan DiT, preset {}: dim {}, ffn_dim {}, {} heads (head dim {}, RoPE {}/{}/{}), {} layers, in {}, out {}, "
       "text_dim {}\n"
-      "parameters: {}\n"
+      "{}parameters: {}\n"
       "size of the weights: {:.2f} GiB in float32, {:.2f} GiB in bfloat16\n"
       "training state in float32 with AdamW (weights, gradients, two moments): {:.2f} GiB, before activations\n"
       "task {}, synthetic latents [{}, {}, {}, {}], text {} x {}\n{}",
       c.preset, c.dim, c.ffn_dim, c.num_heads, c.head_dim(), split[0], split[1], split[2], c.num_layers, c.in_dim,
-      c.out_dim, c.text_dim, with_thousands(c.parameter_count()), n * 4 / kGiB, n * 2 / kGiB, n * 16 / kGiB, s.task, c.out_dim,
-      s.frames, s.height, s.width, s.text_len, c.text_dim, weights_summary(o, c));
+      c.out_dim, c.text_dim, experts, with_thousands(c.parameter_count() * models), n * 4 / kGiB, n * 2 / kGiB, n * 16 / kGiB, s.task, c.out_dim,
+      s.frames, s.height, s.width, s.text_len, c.text_dim, weights_summary(o, c, s.expert));
 }
 
 wanfw::PluginDescriptor describe() {
@@ -275,6 +205,27 @@ wanfw::PluginDescriptor describe() {
           .value("none")
           .choices({"none", "bell"})
           .doc("none, or bell: exp(-2((t-500)/1000)^2) normalised to mean 1."),
+      option("expert", T::Choice)
+          .value("none")
+          .choices({"none", "high_noise", "low_noise", "both"})
+          .doc("Two-expert presets (A14B): train the high-noise expert (t >= boundary), the low-noise one, or "
+               "both, each sample routed to its expert by t. Required for A14B presets."),
+      option("boundary", T::Number)
+          .value("0")
+          .doc("Timestep (0..1000) splitting the experts; 0 takes the preset's (875 T2V-A14B, 900 I2V-A14B)."),
+      option("dtype", T::Choice)
+          .value("float32")
+          .choices({"float32", "bfloat16"})
+          .doc("Dtype of the DiT's weights and activations (modulation, norms and RoPE stay float32)."),
+      option("gradient_checkpointing", T::Boolean)
+          .value("false")
+          .doc("Recompute each block in backward instead of storing its activations."),
+      option("validation_timesteps", T::NumberList)
+          .value("[100, 300, 500, 700, 900]")
+          .doc("Fixed timesteps of the validation loss (those outside the trained range are skipped)."),
+      option("sample_steps", T::Integer).value("20").doc("Euler steps of `wanfw sample`."),
+      option("sample_guidance", T::Number).value("5.0").doc("Classifier-free guidance scale; 1 disables."),
+      option("sample_shift", T::Number).value("5.0").doc("Shift k of the sampling schedule s' = k s / (1 + (k-1) s)."),
       option("latent_frames", T::Integer).value("3").doc("Latent frames of the synthetic data."),
       option("latent_height", T::Integer).value("8").doc("Latent height of the synthetic data."),
       option("latent_width", T::Integer).value("8").doc("Latent width of the synthetic data."),

@@ -1,0 +1,35 @@
+#include "generators.hpp"
+
+#include <mutex>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+namespace wanfw {
+
+std::vector<std::pair<std::string, at::Generator>> default_generators() {
+  std::vector<std::pair<std::string, at::Generator>> generators;
+  generators.emplace_back("cpu", at::detail::getDefaultCPUGenerator());
+  if (torch::cuda::is_available())
+    for (std::int64_t i = 0; i < static_cast<std::int64_t>(torch::cuda::device_count()); ++i)
+      generators.emplace_back(fmt::format("cuda:{}", i),
+                              at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, static_cast<int8_t>(i))));
+  return generators;
+}
+
+SeededGenerators::SeededGenerators(std::uint64_t seed) {
+  for (auto& [name, generator] : default_generators()) {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    saved_.emplace_back(generator, generator.get_state());
+    generator.set_current_seed(seed);
+  }
+}
+
+SeededGenerators::~SeededGenerators() {
+  for (auto& [generator, state] : saved_) {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(state);
+  }
+}
+
+}  // namespace wanfw

@@ -1,0 +1,210 @@
+#include "flow_matching_model.hpp"
+
+#include <cmath>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include "wanfw/error.hpp"
+
+namespace wan_fm {
+
+namespace {
+
+/// The I2V conditioning from the first-frame latent [B, C, H, W]: a 4-channel mask that is 1 on
+/// the first latent frame, then the first-frame latent followed by zero frames: [B, 4 + C, F, H, W].
+torch::Tensor i2v_condition(const torch::Tensor& first_frame, std::int64_t frames) {
+  const auto b = first_frame.size(0), c = first_frame.size(1), h = first_frame.size(2), w = first_frame.size(3);
+  torch::Tensor mask = torch::zeros({b, 4, frames, h, w}, first_frame.options());
+  mask.select(2, 0).fill_(1.0);
+  torch::Tensor image = torch::zeros({b, c, frames, h, w}, first_frame.options());
+  image.select(2, 0).copy_(first_frame);
+  return torch::cat({mask, image}, 1);
+}
+
+/// The mean of exp(-2 ((t - 500) / 1000)^2) over t in [0, 1000): the bell weighting's normaliser.
+double bell_normaliser() {
+  static const double norm = [] {
+    double total = 0;
+    for (int i = 0; i < 1000; ++i) total += std::exp(-2 * std::pow((i - 500) / 1000.0, 2));
+    return total / 1000;
+  }();
+  return norm;
+}
+
+const char* kPredictInputs =
+    "give x [B,C,F,H,W], t [B] or [B,tokens], context [B,L,text_dim] (and y for image conditioning); or x0, noise, "
+    "sigma and context to evaluate the loss";
+const char* kSampleInputs =
+    "give context [B,L,text_dim]; optionally negative_context, noise [B,C,F,H,W], and image [B,C,H,W] (the "
+    "first-frame latent) for ti2v and i2v";
+
+}  // namespace
+
+WanFlowMatchingModel::WanFlowMatchingModel(const wan::WanConfig& config, FlowMatchingSettings settings)
+    : denoiser_(config, settings.expert, settings.boundary), settings_(std::move(settings)) {}
+
+torch::Device WanFlowMatchingModel::device() const { return denoiser_.dits().front()->parameters().front().device(); }
+
+std::vector<wanfw::FieldSpec> WanFlowMatchingModel::batch_fields() const {
+  const auto& c = denoiser_.config();
+  return {{"latents", {c.out_dim, settings_.frames, settings_.height, settings_.width}, at::kFloat},
+          {"context", {settings_.text_len, c.text_dim}, at::kFloat}};
+}
+
+torch::Tensor WanFlowMatchingModel::sample_sigma(std::int64_t batch, const torch::Device& device) const {
+  const auto options = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+  torch::Tensor u;
+  if (settings_.sampling == "logit_normal") {
+    u = torch::sigmoid(torch::randn({batch}, options) * settings_.logit_std + settings_.logit_mean);
+  } else {
+    u = torch::rand({batch}, options);
+    if (settings_.sampling == "shift") u = settings_.shift * u / (1 + (settings_.shift - 1) * u);
+  }
+  return settings_.min_sigma + (settings_.max_sigma - settings_.min_sigma) * u;
+}
+
+torch::Tensor WanFlowMatchingModel::timesteps(const torch::Tensor& sigma, const torch::Tensor& latents) const {
+  torch::Tensor t = sigma.to(torch::kFloat32) * 1000.0;  // [B]
+  if (settings_.task != "ti2v") return t;
+  // The first latent frame is the clean image latent; its tokens are at t = 0.
+  const auto& p = denoiser_.config().patch;
+  const std::int64_t frame_tokens = (latents.size(3) / p[1]) * (latents.size(4) / p[2]);
+  t = t.unsqueeze(1).repeat({1, (latents.size(2) / p[0]) * frame_tokens});
+  t.slice(1, 0, frame_tokens).zero_();
+  return t;
+}
+
+WanFlowMatchingModel::Objective WanFlowMatchingModel::objective(const torch::Tensor& x0, const torch::Tensor& noise,
+                                                                const torch::Tensor& sigma,
+                                                                const torch::Tensor& context) {
+  const torch::Tensor s = sigma.to(torch::kFloat32).view({-1, 1, 1, 1, 1});
+  torch::Tensor xt = (1 - s) * x0 + s * noise;
+  const torch::Tensor target = noise - x0;
+  const bool ti2v = settings_.task == "ti2v";
+  if (ti2v) xt = torch::cat({x0.slice(2, 0, 1), xt.slice(2, 1)}, 2);
+  const torch::Tensor y = settings_.task == "i2v" ? i2v_condition(x0.select(2, 0), x0.size(2)) : torch::Tensor();
+  const torch::Tensor prediction = denoiser_.forward(xt, timesteps(sigma, x0), context, y, sigma);
+  torch::Tensor error = (prediction.to(torch::kFloat32) - target.to(torch::kFloat32)).pow(2);
+  if (ti2v) error = error.slice(2, 1);  // frames after the first
+  torch::Tensor per_sample = error.flatten(1).mean(1);
+  if (settings_.bell_weighting)
+    per_sample = per_sample * torch::exp(-2 * ((sigma.to(torch::kFloat32) * 1000 - 500) / 1000).pow(2)) / bell_normaliser();
+  return {per_sample.mean(), per_sample, prediction, target};
+}
+
+wanfw::StepOutput WanFlowMatchingModel::training_step(const wanfw::Batch& batch) {
+  const torch::Tensor x0 = batch.at("latents");
+  const torch::Tensor noise = torch::randn_like(x0);
+  const torch::Tensor sigma = sample_sigma(x0.size(0), x0.device());
+  const Objective out = objective(x0, noise, sigma, batch.at("context"));
+  return {out.loss, {{"sigma_mean", sigma.mean().detach()}}};
+}
+
+std::map<std::string, at::Tensor> WanFlowMatchingModel::validation_step(const wanfw::Batch& batch) {
+  // The same noise at every fixed timestep: one curve per timestep, comparable across steps.
+  const torch::Tensor x0 = batch.at("latents");
+  const torch::Tensor noise = torch::randn_like(x0);
+  std::map<std::string, at::Tensor> metrics;
+  torch::Tensor total = torch::zeros({}, x0.options().dtype(torch::kFloat64));
+  for (const double t : settings_.validation_timesteps) {
+    const torch::Tensor sigma = torch::full({x0.size(0)}, t / 1000.0, x0.options().dtype(torch::kFloat32));
+    const torch::Tensor loss = objective(x0, noise, sigma, batch.at("context")).loss.to(torch::kFloat64);
+    metrics[fmt::format("loss_t{:03d}", static_cast<int>(std::lround(t)))] = loss;
+    total = total + loss;
+  }
+  metrics["loss"] = total / static_cast<double>(settings_.validation_timesteps.size());
+  return metrics;
+}
+
+std::map<std::string, at::Tensor> WanFlowMatchingModel::predict(const std::map<std::string, at::Tensor>& inputs) {
+  torch::NoGradGuard no_grad;
+  module()->eval();
+  const torch::Device dev = device();
+  auto input = [&](const char* name, bool required = true) -> torch::Tensor {
+    auto it = inputs.find(name);
+    if (it != inputs.end()) return it->second.to(dev);
+    if (required) throw wanfw::Error(fmt::format("predict: the inputs have no tensor '{}'", name), kPredictInputs);
+    return {};
+  };
+  if (inputs.count("x0")) {  // the training objective for given draws
+    const Objective out = objective(input("x0"), input("noise"), input("sigma"), input("context"));
+    return {{"loss", out.loss.cpu()}, {"v", out.prediction.cpu()}, {"target", out.target.cpu()}};
+  }
+  const torch::Tensor t = input("t");
+  // The expert of each sample follows its timestep (per-token timesteps: the noisy tokens' one).
+  const torch::Tensor sigma = (t.dim() == 2 ? std::get<0>(t.max(1)) : t).to(torch::kFloat32) / 1000.0;
+  return {{"v", denoiser_.forward(input("x"), t, input("context"), input("y", false), sigma).cpu()}};
+}
+
+std::map<std::string, at::Tensor> WanFlowMatchingModel::sample(const std::map<std::string, at::Tensor>& inputs,
+                                                               std::uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  module()->eval();
+  const torch::Device dev = device();
+  const auto& c = denoiser_.config();
+  auto input = [&](const char* name, bool required) -> torch::Tensor {
+    auto it = inputs.find(name);
+    if (it != inputs.end()) return it->second.to(dev).to(torch::kFloat32);
+    if (required) throw wanfw::Error(fmt::format("sample: the inputs have no tensor '{}'", name), kSampleInputs);
+    return {};
+  };
+  const torch::Tensor context = input("context", true);
+  if (context.dim() != 3 || context.size(2) != c.text_dim)
+    throw wanfw::Error(fmt::format("sample: context has shape {}; expected [B, L, {}]", c10::str(context.sizes()),
+                                   c.text_dim),
+                       kSampleInputs);
+  const std::int64_t batch = context.size(0);
+  torch::Tensor negative = input("negative_context", false);
+  if (!negative.defined()) negative = torch::zeros_like(context);
+  if (negative.size(0) == 1 && batch > 1) negative = negative.expand({batch, -1, -1});
+
+  torch::Tensor noise = input("noise", false);
+  if (!noise.defined()) {
+    // Drawn on the CPU from the seed, so a seed gives the same samples on every device.
+    torch::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+    noise = torch::randn({batch, c.out_dim, settings_.frames, settings_.height, settings_.width}, generator,
+                         torch::TensorOptions().dtype(torch::kFloat32)).to(dev);
+  }
+  if (noise.dim() != 5 || noise.size(0) != batch || noise.size(1) != c.out_dim)
+    throw wanfw::Error(fmt::format("sample: noise has shape {}; expected [{}, {}, F, H, W]", c10::str(noise.sizes()),
+                                   batch, c.out_dim));
+  const bool ti2v = settings_.task == "ti2v", i2v = settings_.task == "i2v";
+  torch::Tensor image = input("image", ti2v || i2v);
+  if (image.defined() && image.dim() == 5) image = image.select(2, 0);
+  if (image.defined() && (image.dim() != 4 || image.size(0) != batch || image.size(1) != c.out_dim ||
+                          image.size(2) != noise.size(3) || image.size(3) != noise.size(4)))
+    throw wanfw::Error(fmt::format("sample: image has shape {}; expected [{}, {}, {}, {}]", c10::str(image.sizes()),
+                                   batch, c.out_dim, noise.size(3), noise.size(4)));
+  const torch::Tensor y = i2v ? i2v_condition(image, noise.size(2)) : torch::Tensor();
+  if (settings_.expert == Expert::HighNoise || settings_.expert == Expert::LowNoise)
+    spdlog::warn("sampling with the {} expert alone: it denoises every step, also those the other expert takes",
+                 settings_.expert == Expert::HighNoise ? "high-noise" : "low-noise");
+
+  // The official schedule: s_i = linspace(1, 0, steps + 1) shifted by k s / (1 + (k - 1) s).
+  const double k = settings_.sample_shift;
+  const std::int64_t steps = settings_.sample_steps;
+  std::vector<double> sigmas(steps + 1);
+  for (std::int64_t i = 0; i <= steps; ++i) {
+    const double s = 1.0 - static_cast<double>(i) / static_cast<double>(steps);
+    sigmas[i] = k * s / (1 + (k - 1) * s);
+  }
+  const double guidance = settings_.sample_guidance;
+  torch::Tensor x = noise;
+  for (std::int64_t i = 0; i < steps; ++i) {
+    if (ti2v) x = torch::cat({image.unsqueeze(2), x.slice(2, 1)}, 2);
+    const torch::Tensor sigma = torch::full({batch}, sigmas[i], x.options());
+    const torch::Tensor t = timesteps(sigma, x);
+    torch::Tensor v = denoiser_.forward(x, t, context, y, sigma).to(torch::kFloat32);
+    if (guidance != 1.0) {
+      const torch::Tensor unconditional = denoiser_.forward(x, t, negative, y, sigma).to(torch::kFloat32);
+      v = unconditional + guidance * (v - unconditional);
+    }
+    x = x + (sigmas[i + 1] - sigmas[i]) * v;  // Euler step of dx/ds = v
+  }
+  if (ti2v) x = torch::cat({image.unsqueeze(2), x.slice(2, 1)}, 2);
+  return {{"latents", x.cpu()}, {"sigmas", torch::tensor(sigmas, torch::kFloat64)}};
+}
+
+}  // namespace wan_fm

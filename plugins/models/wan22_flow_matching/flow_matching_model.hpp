@@ -1,0 +1,65 @@
+#pragma once
+// The Wan flow-matching model (the plugin's wanfw::Model):
+//
+//   x_t = (1 - s) x0 + s eps,  t = 1000 s,  target v = eps - x0,  loss = mean w(t) (v_pred - v)^2
+//
+// Tasks: t2v (latents + text context); ti2v (the first latent frame stays clean, its tokens get
+// t = 0 and are left out of the loss); i2v (the noisy latents are concatenated with a 4-channel
+// first-frame mask and the first-frame latent, zeros after it: in_dim = 2 out_dim + 4).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "wan_denoiser.hpp"
+#include "wanfw/model.hpp"
+
+namespace wan_fm {
+
+struct FlowMatchingSettings {
+  std::string task;      ///< t2v | ti2v | i2v
+  std::string sampling;  ///< uniform | logit_normal | shift
+  double shift = 5.0;
+  double logit_mean = 0.0;
+  double logit_std = 1.0;
+  double min_sigma = 0.0;  ///< min_timestep / 1000
+  double max_sigma = 1.0;
+  bool bell_weighting = false;
+  Expert expert = Expert::None;
+  double boundary = 0.0;  ///< expert boundary / 1000
+  std::int64_t frames = 0, height = 0, width = 0, text_len = 0;
+  std::vector<double> validation_timesteps;  ///< 0..1000
+  std::int64_t sample_steps = 20;
+  double sample_guidance = 5.0;
+  double sample_shift = 5.0;
+};
+
+class WanFlowMatchingModel final : public wanfw::Model {
+ public:
+  WanFlowMatchingModel(const wan::WanConfig& config, FlowMatchingSettings settings);
+
+  WanDenoiser& denoiser() { return denoiser_; }
+  std::shared_ptr<torch::nn::Module> module() override { return denoiser_.module(); }
+  std::vector<wanfw::FieldSpec> batch_fields() const override;
+  wanfw::StepOutput training_step(const wanfw::Batch& batch) override;
+  std::map<std::string, at::Tensor> validation_step(const wanfw::Batch& batch) override;
+  std::map<std::string, at::Tensor> predict(const std::map<std::string, at::Tensor>& inputs) override;
+  std::map<std::string, at::Tensor> sample(const std::map<std::string, at::Tensor>& inputs,
+                                           std::uint64_t seed) override;
+
+ private:
+  struct Objective {
+    torch::Tensor loss, per_sample, prediction, target;
+  };
+  torch::Tensor sample_sigma(std::int64_t batch, const torch::Device& device) const;
+  Objective objective(const torch::Tensor& x0, const torch::Tensor& noise, const torch::Tensor& sigma,
+                      const torch::Tensor& context);
+  /// Per-token timesteps for ti2v (the first frame's tokens at 0), else t as given: [B] -> [B] or [B, L].
+  torch::Tensor timesteps(const torch::Tensor& sigma, const torch::Tensor& latents) const;
+  torch::Device device() const;
+
+  WanDenoiser denoiser_;
+  FlowMatchingSettings settings_;
+};
+
+}  // namespace wan_fm

@@ -1,0 +1,113 @@
+#include "wan_denoiser.hpp"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "wan/wan_weights.hpp"
+#include "wanfw/error.hpp"
+
+namespace fs = std::filesystem;
+
+namespace wan_fm {
+
+Expert parse_expert(const std::string& name) {
+  if (name == "none") return Expert::None;
+  if (name == "high_noise") return Expert::HighNoise;
+  if (name == "low_noise") return Expert::LowNoise;
+  if (name == "both") return Expert::Both;
+  throw wanfw::Error(fmt::format("unknown expert '{}'", name), "use none, high_noise, low_noise or both");
+}
+
+WanExpertPairImpl::WanExpertPairImpl(wan::WanConfig config) : config_(std::move(config)) { reset(); }
+
+void WanExpertPairImpl::reset() {
+  high_noise_model = register_module("high_noise_model", wan::WanDiT(config_));
+  low_noise_model = register_module("low_noise_model", wan::WanDiT(config_));
+}
+
+std::vector<ExpertWeights> expert_weights(const fs::path& weights, const std::string& subfolder, Expert expert) {
+  if (expert == Expert::None) return {{"", weights, subfolder}};
+  struct Side {
+    Expert expert;
+    const char* official;
+    const char* diffusers;
+  };
+  const Side sides[] = {{Expert::HighNoise, "high_noise_model", "transformer"},
+                        {Expert::LowNoise, "low_noise_model", "transformer_2"}};
+  const bool official = fs::is_directory(weights / "high_noise_model") || fs::is_directory(weights / "low_noise_model");
+  const bool diffusers = fs::is_directory(weights / "transformer_2");
+  std::vector<ExpertWeights> out;
+  for (const Side& side : sides) {
+    if (expert != Expert::Both && expert != side.expert) continue;
+    if (official || diffusers) {
+      const fs::path path = weights / (official ? side.official : side.diffusers);
+      if (!fs::exists(path))
+        throw wanfw::FileError(fmt::format("Wan weights: {} holds expert folders but not {}", weights.string(),
+                                           path.filename().string()),
+                               "point model.weights at the complete Wan2.2 A14B download");
+      out.push_back({side.official, path, ""});
+    } else if (expert == Expert::Both) {
+      throw wanfw::FileError(
+          fmt::format("Wan weights: {} holds one model, but expert: both trains two", weights.string()),
+          "point model.weights at a folder with high_noise_model/ and low_noise_model/ (official) or transformer/ "
+          "and transformer_2/ (diffusers), or train one expert (expert: high_noise or low_noise)");
+    } else {
+      out.push_back({side.official, weights, subfolder});  // the expert's own folder or file
+    }
+  }
+  return out;
+}
+
+WanDenoiser::WanDenoiser(const wan::WanConfig& config, Expert expert, double boundary)
+    : config_(config), expert_(expert), boundary_(boundary) {
+  if (expert_ == Expert::Both) pair_ = WanExpertPair(config_);
+  else single_ = wan::WanDiT(config_);
+}
+
+std::shared_ptr<torch::nn::Module> WanDenoiser::module() const {
+  if (pair_) return pair_.ptr();
+  return single_.ptr();
+}
+
+std::vector<wan::WanDiT> WanDenoiser::dits() const {
+  if (pair_) return {pair_->high_noise_model, pair_->low_noise_model};
+  return {single_};
+}
+
+void WanDenoiser::load_weights(const fs::path& weights, const std::string& subfolder) {
+  const auto sources = expert_weights(weights, subfolder, expert_);
+  auto targets = dits();
+  for (std::size_t i = 0; i < sources.size(); ++i)
+    wan::load_wan_weights(*targets[i].ptr(), sources[i].path, sources[i].subfolder);
+}
+
+std::pair<double, double> WanDenoiser::sigma_range() const {
+  switch (expert_) {
+    case Expert::HighNoise: return {boundary_, 1.0};
+    case Expert::LowNoise: return {0.0, boundary_};
+    default: return {0.0, 1.0};
+  }
+}
+
+torch::Tensor WanDenoiser::forward(const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& context,
+                                   const torch::Tensor& y, const torch::Tensor& sigma) {
+  if (!pair_) return single_->forward(x, t, context, y);
+  // Route each sample by its timestep: t >= boundary to the high-noise expert.
+  const torch::Tensor high = sigma.to(torch::kFloat64) >= boundary_ - 1e-12;
+  const std::int64_t high_count = high.sum().item<std::int64_t>();
+  if (high_count == x.size(0)) return pair_->high_noise_model->forward(x, t, context, y);
+  if (high_count == 0) return pair_->low_noise_model->forward(x, t, context, y);
+  const torch::Tensor high_index = high.nonzero().squeeze(1).to(x.device());
+  const torch::Tensor low_index = (~high).nonzero().squeeze(1).to(x.device());
+  auto part = [&](wan::WanDiT& dit, const torch::Tensor& index) {
+    return dit->forward(x.index_select(0, index), t.index_select(0, index), context.index_select(0, index),
+                        y.defined() ? y.index_select(0, index) : torch::Tensor());
+  };
+  const torch::Tensor high_out = part(pair_->high_noise_model, high_index);
+  const torch::Tensor low_out = part(pair_->low_noise_model, low_index);
+  auto sizes = high_out.sizes().vec();
+  sizes[0] = x.size(0);
+  return torch::zeros(sizes, high_out.options()).index_copy(0, high_index, high_out).index_copy(0, low_index, low_out);
+}
+
+}  // namespace wan_fm

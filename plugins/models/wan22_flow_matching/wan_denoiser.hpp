@@ -1,0 +1,75 @@
+#pragma once
+// The network a Wan flow-matching model trains: one Wan DiT, or the two experts of Wan2.2 A14B
+// (the high-noise expert for t >= boundary, the low-noise expert below it), routed per sample.
+
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/nn/cloneable.h>
+
+#include "wan/wan_dit.hpp"
+
+namespace wan_fm {
+
+enum class Expert { None, HighNoise, LowNoise, Both };
+Expert parse_expert(const std::string& name);
+
+/// Both experts, registered under the official folder names so that checkpoint keys say which
+/// expert a tensor belongs to ("high_noise_model.blocks.0...").
+class WanExpertPairImpl : public torch::nn::Cloneable<WanExpertPairImpl> {
+ public:
+  explicit WanExpertPairImpl(wan::WanConfig config);
+  void reset() override;
+  wan::WanDiT high_noise_model{nullptr}, low_noise_model{nullptr};
+
+ private:
+  wan::WanConfig config_;
+};
+TORCH_MODULE(WanExpertPair);
+
+/// Where each expert's weights are, below the `weights` option: the official download holds
+/// high_noise_model/ and low_noise_model/, a diffusers pipeline transformer/ (high noise) and
+/// transformer_2/ (low noise). With one expert, `weights` may also name that expert's own folder
+/// or file. Returns (folder name in checkpoints, path, subfolder) for each expert trained; throws
+/// wanfw::FileError when the layout does not fit the expert setting.
+struct ExpertWeights {
+  std::string expert;
+  std::filesystem::path path;
+  std::string subfolder;
+};
+std::vector<ExpertWeights> expert_weights(const std::filesystem::path& weights, const std::string& subfolder,
+                                          Expert expert);
+
+class WanDenoiser {
+ public:
+  /// `boundary` in sigma units (timestep / 1000); used when `expert` is not None.
+  WanDenoiser(const wan::WanConfig& config, Expert expert, double boundary);
+
+  /// The velocity for noisy latents `x`, timesteps `t` ([B] or [B, tokens]), text `context` and
+  /// image conditioning `y` (or undefined). `sigma` [B] picks each sample's expert when both
+  /// experts are trained.
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& context,
+                        const torch::Tensor& y, const torch::Tensor& sigma);
+
+  /// The trained module: the DiT itself, or the expert pair.
+  std::shared_ptr<torch::nn::Module> module() const;
+  /// Every DiT held (one, or the two experts).
+  std::vector<wan::WanDiT> dits() const;
+  void load_weights(const std::filesystem::path& weights, const std::string& subfolder);
+  /// The sigma range this network is trained on: [0, 1], or one expert's side of the boundary.
+  std::pair<double, double> sigma_range() const;
+  Expert expert() const { return expert_; }
+  double boundary() const { return boundary_; }
+  const wan::WanConfig& config() const { return config_; }
+
+ private:
+  wan::WanConfig config_;
+  Expert expert_;
+  double boundary_;
+  wan::WanDiT single_{nullptr};
+  WanExpertPair pair_{nullptr};
+};
+
+}  // namespace wan_fm
