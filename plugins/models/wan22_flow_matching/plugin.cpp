@@ -116,9 +116,10 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
   const wan::WanConfig config = config_from(o);
   auto model = std::make_unique<wan_fm::WanFlowMatchingModel>(config, settings_from(o, config));
   wan_fm::WanDenoiser& denoiser = model->denoiser();
+  // Cast first: the checkpoint is then copied straight into bf16 parameters, never held in fp32.
+  if (o.string("dtype") == "bfloat16") denoiser.module()->to(torch::kBFloat16);
   const std::string weights = o.string("weights");
   if (!weights.empty()) denoiser.load_weights(weights, o.string("weights_subfolder"));
-  if (o.string("dtype") == "bfloat16") denoiser.module()->to(torch::kBFloat16);
   for (auto& dit : denoiser.dits()) dit->set_gradient_checkpointing(o.boolean("gradient_checkpointing"));
   return model;
 }
@@ -165,10 +166,10 @@ std::string inspect(const wanfw::Options& o) {
       "text_dim {}\n"
       "{}parameters: {}\n"
       "size of the weights: {:.2f} GiB in float32, {:.2f} GiB in bfloat16\n"
-      "training state in float32 with AdamW (weights, gradients, two moments): {:.2f} GiB, before activations\n"
+      "training state in {} with AdamW (weights, gradients, two moments): {:.2f} GiB, before activations\n"
       "task {}, synthetic latents [{}, {}, {}, {}], text {} x {}\n{}",
       c.preset, c.dim, c.ffn_dim, c.num_heads, c.head_dim(), split[0], split[1], split[2], c.num_layers, c.in_dim,
-      c.out_dim, c.text_dim, experts, with_thousands(c.parameter_count() * models), n * 4 / kGiB, n * 2 / kGiB, n * 16 / kGiB, s.task, c.out_dim,
+      c.out_dim, c.text_dim, experts, with_thousands(c.parameter_count() * models), n * 4 / kGiB, n * 2 / kGiB, o.string("dtype"), n * 4 * (o.string("dtype") == "bfloat16" ? 2 : 4) / kGiB, s.task, c.out_dim,
       s.frames, s.height, s.width, s.text_len, c.text_dim, weights_summary(o, c, s.expert));
 }
 
