@@ -61,6 +61,15 @@ IN holds the conditioning (context [B,L,text_dim]; optionally negative_context, 
   --count N           samples drawn when there is no IN (default 1)
 )";
 
+const char* kExportHelp = R"(usage: wanfw export CONFIG --out FOLDER [--checkpoint PATH] [--max-shard-size BYTES] [--set key=value]...
+
+Builds the config's model (with the weights of the config, or of --checkpoint: a training
+checkpoint or a run folder's newest) and writes them in the model family's release layout, so
+that other tools load them. For the Wan model: the official layout (official tensor names,
+diffusion_pytorch_model*.safetensors shards with their index json, config.json); the A14B experts
+go to high_noise_model/ and low_noise_model/. Shards hold at most BYTES (default 5000000000).
+)";
+
 const char* kModelInfoHelp = R"(usage: wanfw model-info CONFIG [--set key=value]...
 
 Prints the config's model as its plugin describes it without building it: dimensions, parameter
@@ -184,6 +193,10 @@ EvaluateRequest parse_evaluate_request(const std::vector<std::string>& args, con
   };
   if (auto seed = integer("--seed")) request.seed = static_cast<std::uint64_t>(*seed);
   if (auto count = integer("--count")) request.count = *count;
+  if (auto bytes = integer("--max-shard-size")) {
+    if (*bytes < 1) usage_error("--max-shard-size needs a positive number of bytes", help);
+    request.max_shard_bytes = *bytes;
+  }
   return request;
 }
 }  // namespace
@@ -197,6 +210,11 @@ int predict_command(const std::vector<std::string>& args) {
 
 int sample_command(const std::vector<std::string>& args) {
   sample_experiment(parse_evaluate_request(args, kSampleHelp, {{"--seed", ""}, {"--count", ""}}));
+  return kSuccess;
+}
+
+int export_command(const std::vector<std::string>& args) {
+  export_experiment(parse_evaluate_request(args, kExportHelp, {{"--max-shard-size", ""}}));
   return kSuccess;
 }
 
@@ -255,6 +273,7 @@ const Command kCommands[] = {
     {"validate", kValidateHelp, validate_command},
     {"predict", kPredictHelp, predict_command},
     {"sample", kSampleHelp, sample_command},
+    {"export", kExportHelp, export_command},
     {"model-info", kModelInfoHelp, model_info_command},
     {"plugins", kPluginsHelp, plugins_command},
     {"config-reference", kConfigReferenceHelp, config_reference_command},

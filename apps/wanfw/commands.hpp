@@ -14,6 +14,7 @@ int run_command(const std::vector<std::string>& args);
 int validate_command(const std::vector<std::string>& args);
 int predict_command(const std::vector<std::string>& args);
 int sample_command(const std::vector<std::string>& args);
+int export_command(const std::vector<std::string>& args);
 int model_info_command(const std::vector<std::string>& args);
 int plugins_command(const std::vector<std::string>& args);
 int config_reference_command(const std::vector<std::string>& args);

@@ -25,6 +25,7 @@ commands:
   validate CONFIG [--set key=value]...                   check a config without training
   predict CONFIG --inputs IN --out OUT [--set k=v]...    run the model once on saved tensors
   sample CONFIG --out OUT [--inputs IN] [--seed N]...    draw samples (latents) with the model's sampler
+  export CONFIG --out FOLDER [--checkpoint PATH]...      weights in the model's release layout
   model-info CONFIG [--set key=value]...                 parameters and memory, without allocating
   plugins [--plugin-path DIR]...                         list the plugins found
   plugins show NAME [--plugin-path DIR]...               a plugin's options, defaults and docs

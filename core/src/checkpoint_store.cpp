@@ -11,7 +11,7 @@
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
-#include "file_io.hpp"
+#include "wanfw/file_io.hpp"
 #include "generators.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/safetensors.hpp"

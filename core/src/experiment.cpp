@@ -10,7 +10,7 @@
 #include "checkpoint_store.hpp"
 #include "core_sections.hpp"
 #include "data_loader.hpp"
-#include "file_io.hpp"
+#include "wanfw/file_io.hpp"
 #include "progress.hpp"
 #include "trainer.hpp"
 #include "wanfw/config.hpp"
@@ -267,6 +267,11 @@ void sample_experiment(const EvaluateRequest& request) {
   }
   const std::uint64_t seed = request.seed.value_or(e.settings.run.seed);
   write_results(request.outputs, e.model->sample(inputs, seed), "wanfw sample");
+}
+
+void export_experiment(const EvaluateRequest& request) {
+  Experiment e = evaluation_model(request);
+  e.model->export_weights(request.outputs, request.max_shard_bytes);
 }
 
 std::string validate_experiment(const RunRequest& request) {

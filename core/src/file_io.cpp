@@ -1,4 +1,4 @@
-#include "file_io.hpp"
+#include "wanfw/file_io.hpp"
 
 #include <cerrno>
 #include <cstring>

@@ -25,4 +25,9 @@ std::map<std::string, at::Tensor> Model::sample(const std::map<std::string, at::
   throw Error("this model plugin does not support `wanfw sample`", "use a model plugin that implements sample()");
 }
 
+void Model::export_weights(const std::filesystem::path&, std::int64_t) {
+  throw Error("this model plugin does not support `wanfw export`",
+              "use the checkpoint's model.safetensors, which holds every parameter under its module name");
+}
+
 }  // namespace wanfw

@@ -15,7 +15,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "file_io.hpp"
+#include "wanfw/file_io.hpp"
 #include "wanfw/error.hpp"
 
 namespace fs = std::filesystem;

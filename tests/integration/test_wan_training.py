@@ -137,3 +137,45 @@ def test_bfloat16_model_loads_weights_and_predicts_within_bfloat16_precision(tmp
     assert got.dtype == torch.bfloat16
     relative = ((got.float() - expected).abs().max() / expected.abs().max()).item()
     assert 0 < relative < 0.05, relative  # bf16 rounding, not an identical float32 computation
+
+
+def export_and_compare(tmp_path, config, inputs):
+    """Trains `config` briefly, exports its checkpoint, and returns (export folder, predictions from
+    the checkpoint, predictions from the export loaded as `weights`)."""
+    checkpoint = run(tmp_path, "trained", config)
+    path = write_config(tmp_path / "trained.yaml", {**config, "run": {**config["run"], "name": "trained"}})
+    wanfw("export", path, "--checkpoint", checkpoint, "--out", tmp_path / "export", "--max-shard-size", "20000",
+          check=0)
+    save_file({k: v.contiguous() for k, v in inputs.items()}, tmp_path / "in.safetensors")
+    wanfw("predict", path, "--checkpoint", checkpoint, "--inputs", tmp_path / "in.safetensors", "--out",
+          tmp_path / "ckpt.safetensors", check=0)
+    from_checkpoint = load_file(tmp_path / "ckpt.safetensors")["v"]
+    exported = write_config(tmp_path / "exported.yaml", {**config, "model": {**config["model"],
+                                                                              "weights": str(tmp_path / "export")}})
+    return tmp_path / "export", from_checkpoint, predict(tmp_path, exported, inputs)["v"]
+
+
+def test_export_writes_the_official_layout_in_shards_that_load_back(tmp_path):
+    import json
+    g = torch.Generator().manual_seed(12)
+    inputs = {"x": torch.randn(1, 4, 2, 4, 4, generator=g), "t": torch.tensor([600.0]),
+              "context": torch.randn(1, 5, 32, generator=g)}
+    folder, from_checkpoint, from_export = export_and_compare(tmp_path, tiny_wan(tmp_path), inputs)
+    index = json.loads((folder / "diffusion_pytorch_model.safetensors.index.json").read_text())
+    shards = sorted(folder.glob("diffusion_pytorch_model-*-of-*.safetensors"))
+    assert len(shards) > 1 and set(index["weight_map"].values()) == {s.name for s in shards}
+    assert "blocks.0.self_attn.q.weight" in index["weight_map"]  # official names
+    config = json.loads((folder / "config.json").read_text())
+    assert (config["dim"], config["num_layers"], config["model_type"]) == (48, 2, "t2v")
+    assert torch.equal(from_checkpoint, from_export)
+
+
+def test_export_of_both_experts_writes_a_folder_each_that_loads_back(tmp_path):
+    g = torch.Generator().manual_seed(13)
+    inputs = {"x": torch.randn(2, 4, 2, 4, 4, generator=g), "t": torch.tensor([900.0, 100.0]),
+              "context": torch.randn(2, 5, 32, generator=g)}
+    folder, from_checkpoint, from_export = export_and_compare(tmp_path, tiny_wan(tmp_path, expert="both", boundary=500),
+                                                              inputs)
+    assert (folder / "high_noise_model" / "config.json").exists()
+    assert (folder / "low_noise_model" / "diffusion_pytorch_model.safetensors.index.json").exists()
+    assert torch.equal(from_checkpoint, from_export)

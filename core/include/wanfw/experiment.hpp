@@ -46,6 +46,7 @@ struct EvaluateRequest {
   std::filesystem::path checkpoint;
   std::optional<std::uint64_t> seed;  ///< sample: the noise seed (default run.seed)
   std::int64_t count = 1;             ///< sample without inputs: how many data-set samples condition it
+  std::int64_t max_shard_bytes = 5'000'000'000;  ///< export: the largest weight file
 };
 
 /// Builds the experiment's model (with its weights) on the strategy's device, runs it once
@@ -55,6 +56,10 @@ void predict_experiment(const EvaluateRequest& request);
 /// Builds the model like predict_experiment and draws samples (Model::sample). The conditioning
 /// comes from `inputs`, or, without it, from the first `count` samples of the config's data set.
 void sample_experiment(const EvaluateRequest& request);
+
+/// Builds the model like predict_experiment and writes its weights in the model family's
+/// release layout (Model::export_weights) to `request.outputs`, a folder.
+void export_experiment(const EvaluateRequest& request);
 
 /// The model plugin's summary of the config's model, worked out without allocating weights.
 std::string inspect_model(const RunRequest& request);

@@ -2,6 +2,7 @@
 // The model plugin interface: the trainable module and its objective.
 
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
@@ -46,6 +47,10 @@ class Model {
   /// default throws: not every model is generative.
   virtual std::map<std::string, at::Tensor> sample(const std::map<std::string, at::Tensor>& inputs,
                                                    std::uint64_t seed);
+  /// Writes the weights in the model family's release layout (`wanfw export`), so that the
+  /// ecosystem's tools load them; files larger than `max_shard_bytes` are split into shards. The
+  /// default throws: checkpoints (model.safetensors) are the generic format.
+  virtual void export_weights(const std::filesystem::path& folder, std::int64_t max_shard_bytes);
 };
 
 }  // namespace wanfw

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
+#include "wan/wan_weights.hpp"
 #include "wanfw/error.hpp"
 
 namespace wan_fm {
@@ -205,6 +206,22 @@ std::map<std::string, at::Tensor> WanFlowMatchingModel::sample(const std::map<st
   }
   if (ti2v) x = torch::cat({image.unsqueeze(2), x.slice(2, 1)}, 2);
   return {{"latents", x.cpu()}, {"sigmas", torch::tensor(sigmas, torch::kFloat64)}};
+}
+
+void WanFlowMatchingModel::export_weights(const std::filesystem::path& folder, std::int64_t max_shard_bytes) {
+  const auto dits = denoiser_.dits();
+  std::vector<std::string> subfolders;
+  switch (settings_.expert) {
+    case Expert::None: subfolders = {""}; break;
+    case Expert::HighNoise: subfolders = {"high_noise_model"}; break;
+    case Expert::LowNoise: subfolders = {"low_noise_model"}; break;
+    case Expert::Both: subfolders = {"high_noise_model", "low_noise_model"}; break;
+  }
+  for (std::size_t i = 0; i < dits.size(); ++i) {
+    const std::filesystem::path target = subfolders[i].empty() ? folder : folder / subfolders[i];
+    wan::save_wan_weights(*dits[i], target, settings_.task, max_shard_bytes);
+    spdlog::info("wrote the official layout to {}", target.string());
+  }
 }
 
 }  // namespace wan_fm

@@ -46,6 +46,9 @@ class WanFlowMatchingModel final : public wanfw::Model {
   std::map<std::string, at::Tensor> predict(const std::map<std::string, at::Tensor>& inputs) override;
   std::map<std::string, at::Tensor> sample(const std::map<std::string, at::Tensor>& inputs,
                                            std::uint64_t seed) override;
+  /// The official layout: one DiT in `folder`; experts in folder/high_noise_model and
+  /// folder/low_noise_model (a single trained expert in its own subfolder).
+  void export_weights(const std::filesystem::path& folder, std::int64_t max_shard_bytes) override;
 
  private:
   struct Objective {

@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include "wanfw/error.hpp"
+#include "wanfw/file_io.hpp"
 #include "wanfw/safetensors.hpp"
 
 namespace fs = std::filesystem;
@@ -129,6 +130,52 @@ WeightLayout load_wan_weights(WanDiTImpl& model, const fs::path& given, const st
   torch::NoGradGuard no_grad;
   for (auto& p : model.named_parameters(/*recurse=*/true)) p.value().copy_(checkpoint.tensor(key_of.at(p.key())));
   return layout;
+}
+
+void save_wan_weights(const WanDiTImpl& model, const fs::path& folder, const std::string& model_type,
+                      std::int64_t max_shard_bytes) {
+  std::error_code ec;
+  fs::create_directories(folder, ec);
+  if (ec) throw wanfw::FileError(fmt::format("{}: cannot create the folder: {}", folder.string(), ec.message()));
+  // Shards in parameter order, each up to max_shard_bytes (a larger tensor gets one of its own).
+  std::vector<std::vector<std::pair<std::string, at::Tensor>>> shards(1);
+  std::int64_t shard_bytes = 0, total_bytes = 0;
+  for (const auto& p : model.named_parameters(/*recurse=*/true)) {
+    const at::Tensor tensor = p.value().detach().cpu().contiguous();
+    const std::int64_t bytes = static_cast<std::int64_t>(tensor.nbytes());
+    if (!shards.back().empty() && shard_bytes + bytes > max_shard_bytes) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shards.back().emplace_back(p.key(), tensor);
+    shard_bytes += bytes;
+    total_bytes += bytes;
+  }
+  const std::map<std::string, std::string> metadata = {{"format", "pt"}, {"written_by", "wanfw"}};
+  if (shards.size() == 1) {
+    wanfw::write_safetensors(folder / "diffusion_pytorch_model.safetensors", shards.front(), metadata);
+  } else {
+    std::string weight_map;
+    for (std::size_t i = 0; i < shards.size(); ++i) {
+      const std::string file = fmt::format("diffusion_pytorch_model-{:05d}-of-{:05d}.safetensors", i + 1, shards.size());
+      wanfw::write_safetensors(folder / file, shards[i], metadata);
+      for (const auto& [name, tensor] : shards[i])
+        weight_map += fmt::format("{}    \"{}\": \"{}\"", weight_map.empty() ? "" : ",\n", name, file);
+    }
+    wanfw::write_file_atomically(
+        folder / "diffusion_pytorch_model.safetensors.index.json",
+        fmt::format("{{\n  \"metadata\": {{\"total_size\": {}}},\n  \"weight_map\": {{\n{}\n  }}\n}}\n", total_bytes,
+                    weight_map));
+  }
+  const WanConfig& c = model.config();
+  wanfw::write_file_atomically(
+      folder / "config.json",
+      fmt::format("{{\n  \"_class_name\": \"WanModel\",\n  \"model_type\": \"{}\",\n  \"patch_size\": [{}, {}, {}],\n"
+                  "  \"text_len\": 512,\n  \"in_dim\": {},\n  \"dim\": {},\n  \"ffn_dim\": {},\n  \"freq_dim\": {},\n"
+                  "  \"text_dim\": {},\n  \"out_dim\": {},\n  \"num_heads\": {},\n  \"num_layers\": {},\n"
+                  "  \"window_size\": [-1, -1],\n  \"qk_norm\": true,\n  \"cross_attn_norm\": true,\n  \"eps\": {}\n}}\n",
+                  model_type, c.patch[0], c.patch[1], c.patch[2], c.in_dim, c.dim, c.ffn_dim, c.freq_dim, c.text_dim,
+                  c.out_dim, c.num_heads, c.num_layers, c.eps));
 }
 
 }  // namespace wan

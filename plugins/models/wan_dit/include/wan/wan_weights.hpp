@@ -3,6 +3,7 @@
 // diffusers layout (its key names, transformer/ folders), detected automatically.
 
 #include <filesystem>
+#include <cstdint>
 #include <map>
 #include <string>
 
@@ -29,5 +30,13 @@ WeightLayout check_wan_weights(const WanConfig& config, const std::filesystem::p
 /// checkpoint never needs twice its size in memory. Throws wanfw::FileError listing missing,
 /// unexpected and shape-mismatched tensors together.
 WeightLayout load_wan_weights(WanDiTImpl& model, const std::filesystem::path& path, const std::string& subfolder = "");
+
+/// Writes `model` in the official layout to `folder`: official tensor names in
+/// diffusion_pytorch_model.safetensors, or, past `max_shard_bytes`, in
+/// diffusion_pytorch_model-0000N-of-0000M.safetensors shards listed by
+/// diffusion_pytorch_model.safetensors.index.json; plus the official config.json (`model_type`
+/// t2v, ti2v or i2v). Every file appears atomically.
+void save_wan_weights(const WanDiTImpl& model, const std::filesystem::path& folder, const std::string& model_type,
+                      std::int64_t max_shard_bytes);
 
 }  // namespace wan

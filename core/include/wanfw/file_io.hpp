@@ -1,5 +1,5 @@
 #pragma once
-// Internal: durable file writes. A file written here either appears whole under its final name
+// Durable file writes (for the core and plugins). A file written here either appears whole under its final name
 // or not at all; failures (a full disk, a read-only folder) raise FileError naming the file.
 
 #include <filesystem>
