@@ -106,13 +106,16 @@ fs::path CheckpointStore::save(const TrainerState& state, Model& model, torch::o
     write_safetensors(temp / "optimizer.safetensors", optimizer_tensors(model, optimizer),
                       {{"optimizer", "adamw"}});
     write_safetensors(temp / "rng.safetensors", generator_states());
-    const json trainer_state = {{"step", state.step},
+    json trainer_state = {{"step", state.step},
                                 {"epoch", state.epoch},
                                 {"batch_in_epoch", state.batch_in_epoch},
                                 {"world_size", state.world_size},
                                 {"wanfw_version", version()},
                                 {"torch_version", host_torch_version()},
                                 {"config", state.config_yaml}};
+    if (state.loss_scaler)
+      trainer_state["loss_scaler"] = {{"scale", state.loss_scaler->scale},
+                                      {"growth_tracker", state.loss_scaler->growth_tracker}};
     write_file_atomically(temp / kStateFile, trainer_state.dump(2) + "\n");
     fs::remove_all(final_path, ec);
     fs::rename(temp, final_path);
@@ -173,6 +176,9 @@ TrainerState CheckpointStore::load(const fs::path& checkpoint, Model& model, tor
     state.batch_in_epoch = j.at("batch_in_epoch").get<std::int64_t>();
     state.world_size = j.at("world_size").get<std::int64_t>();
     state.config_yaml = j.value("config", "");
+    if (j.contains("loss_scaler"))
+      state.loss_scaler = LossScalerState{j["loss_scaler"].at("scale").get<double>(),
+                                          j["loss_scaler"].at("growth_tracker").get<std::int64_t>()};
   } catch (const json::exception& e) {
     throw FileError(fmt::format("{}: malformed trainer state: {}", state_path.string(), e.what()));
   }

@@ -19,6 +19,7 @@
 #include <torch/optim/adamw.h>
 
 #include "wanfw/model.hpp"
+#include "wanfw/precision.hpp"
 
 namespace wanfw {
 
@@ -29,6 +30,8 @@ struct TrainerState {
   std::int64_t batch_in_epoch = 0;  ///< micro-batches of `epoch` already consumed
   std::int64_t world_size = 1;
   std::string config_yaml;
+  /// fp16 runs: the dynamic loss scaler.
+  std::optional<LossScalerState> loss_scaler;
 };
 
 class CheckpointStore {

@@ -6,7 +6,7 @@ namespace wanfw {
 
 const std::vector<std::string>& top_level_sections() {
   static const std::vector<std::string> sections = {"run",  "trainer", "optimizer", "scheduler", "data",
-                                                    "validation", "checkpoint", "model", "strategy", "loggers", "plugin_path"};
+                                                    "validation", "precision", "checkpoint", "model", "strategy", "loggers", "plugin_path"};
   return sections;
 }
 
@@ -37,7 +37,15 @@ const std::vector<std::pair<std::string, OptionSchema>>& core_schemas() {
             .doc("Progress display: a bar on terminals and plain lines otherwise (auto), or forced.")}},
       {"optimizer",
        {option("name", T::Choice).value("adamw").choices({"adamw"}).doc("Optimizer."),
-        option("lr", T::Number).value("1e-4").doc("Peak learning rate."),
+        option("lr", T::Number).value("1e-4").doc("Peak learning rate (before lr_scaling)."),
+        option("lr_scaling", T::Choice)
+            .value("none")
+            .choices({"none", "linear", "sqrt"})
+            .doc("Scale lr with the global batch (world size x batch_size x accumulation) relative to "
+                 "lr_reference_batch: linearly, by the square root, or not at all."),
+        option("lr_reference_batch", T::Integer)
+            .value("0")
+            .doc("The global batch `lr` was tuned for; 0 means data.batch_size (one device, no accumulation)."),
         option("betas", T::NumberList).value("[0.9, 0.999]").doc("AdamW beta1 and beta2."),
         option("eps", T::Number).value("1e-8").doc("AdamW epsilon."),
         option("weight_decay", T::Number).value("0.01").doc("Decoupled weight decay.")}},
@@ -67,6 +75,16 @@ const std::vector<std::pair<std::string, OptionSchema>>& core_schemas() {
             .value("16")
             .doc("Held-out synthetic samples (drawn apart from the training set), the same at every validation."),
         option("batch_size", T::Integer).value("0").doc("Samples per validation batch; 0 uses data.batch_size.")}},
+      {"precision",
+       {option("mode", T::Choice)
+            .value("fp32")
+            .choices({"fp32", "bf16", "fp16"})
+            .doc("fp32; bf16 autocast over float32 weights; fp16 autocast with dynamic loss scaling (steps whose "
+                 "gradients overflow are skipped and the scale backs off; its state is checkpointed)."),
+        option("init_scale", T::Number).value("65536").doc("fp16: the first loss scale."),
+        option("growth_factor", T::Number).value("2.0").doc("fp16: scale multiplier after growth_interval clean steps."),
+        option("backoff_factor", T::Number).value("0.5").doc("fp16: scale multiplier after an overflow."),
+        option("growth_interval", T::Integer).value("2000").doc("fp16: clean steps before the scale grows.")}},
       {"checkpoint",
        {option("every", T::Integer).value("0").doc("Write a checkpoint every N steps; 0 only at the end."),
         option("keep_last", T::Integer).value("3").doc("Keep the newest K checkpoints; 0 keeps all.")}},
@@ -125,6 +143,9 @@ CoreSettings CoreSettings::from(Config& config) {
   s.optimizer.eps = optimizer.number("eps");
   s.optimizer.weight_decay = optimizer.number("weight_decay");
   if (!(s.optimizer.lr > 0)) optimizer.fail("lr", "must be positive");
+  s.optimizer.lr_scaling = optimizer.string("lr_scaling");
+  s.optimizer.lr_reference_batch = optimizer.integer("lr_reference_batch");
+  require_positive(optimizer, "lr_reference_batch", s.optimizer.lr_reference_batch, 0);
 
   Options scheduler = section("scheduler");
   s.scheduler.warmup_steps = scheduler.integer("warmup_steps");
@@ -155,13 +176,25 @@ CoreSettings CoreSettings::from(Config& config) {
   require_positive(validation, "batch_size", s.validation.batch_size, 0);
   if (s.validation.batch_size == 0) s.validation.batch_size = s.data.batch_size;
 
+  Options precision = section("precision");
+  s.precision.mode = parse_precision(precision.string("mode"));
+  s.precision.init_scale = precision.number("init_scale");
+  s.precision.growth_factor = precision.number("growth_factor");
+  s.precision.backoff_factor = precision.number("backoff_factor");
+  s.precision.growth_interval = precision.integer("growth_interval");
+  if (!(s.precision.init_scale > 0)) precision.fail("init_scale", "must be positive");
+  if (!(s.precision.growth_factor > 1)) precision.fail("growth_factor", "must be above 1");
+  if (!(s.precision.backoff_factor > 0 && s.precision.backoff_factor < 1))
+    precision.fail("backoff_factor", "must lie in (0, 1)");
+  require_positive(precision, "growth_interval", s.precision.growth_interval);
+
   Options checkpoint = section("checkpoint");
   s.checkpoint.every = checkpoint.integer("every");
   s.checkpoint.keep_last = checkpoint.integer("keep_last");
   require_positive(checkpoint, "every", s.checkpoint.every, 0);
   require_positive(checkpoint, "keep_last", s.checkpoint.keep_last, 0);
 
-  for (Options* o : {&run, &trainer, &optimizer, &scheduler, &data, &validation, &checkpoint}) config.record_resolved(*o);
+  for (Options* o : {&run, &trainer, &optimizer, &scheduler, &data, &validation, &precision, &checkpoint}) config.record_resolved(*o);
 
   if (config.has("plugin_path")) {
     const std::size_t n = config.sequence_size("plugin_path");

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "wanfw/config.hpp"
+#include "wanfw/precision.hpp"
 
 namespace wanfw {
 
@@ -33,6 +34,8 @@ struct TrainerSettings {
 
 struct OptimizerSettings {
   double lr = 1e-4;
+  std::string lr_scaling;  ///< none | linear | sqrt
+  std::int64_t lr_reference_batch = 0;  ///< 0: data.batch_size
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
@@ -73,6 +76,7 @@ struct CoreSettings {
   SchedulerSettings scheduler;
   DataSettings data;
   ValidationSettings validation;
+  PrecisionOptions precision;
   CheckpointSettings checkpoint;
   std::vector<std::filesystem::path> plugin_path;
 

@@ -147,6 +147,8 @@ RunOutcome run_experiment(const RunRequest& request) {
   Strategy& strategy = *e.strategy;
   const bool main = strategy.is_main();
   const RunPlace place = choose_run_dir(e.settings, request.resume);
+  // Every rank picks the run folder before the main one creates it, so they all pick the same.
+  strategy.barrier();
 
   if (main) {
     spdlog::info("wanfw {} | LibTorch {} | strategy: {}", version(), host_torch_version(), strategy.describe());

@@ -17,6 +17,24 @@ std::vector<std::pair<std::string, at::Generator>> default_generators() {
   return generators;
 }
 
+namespace {
+/// splitmix64: spreads nearby inputs over the whole 64-bit range.
+std::uint64_t mix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+}  // namespace
+
+void seed_generators(std::uint64_t seed, int rank, std::int64_t step) {
+  const std::uint64_t value = mix(mix(mix(seed) ^ static_cast<std::uint64_t>(rank)) ^ static_cast<std::uint64_t>(step));
+  for (auto& [name, generator] : default_generators()) {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_current_seed(value);
+  }
+}
+
 SeededGenerators::SeededGenerators(std::uint64_t seed) {
   for (auto& [name, generator] : default_generators()) {
     std::lock_guard<std::mutex> lock(generator.mutex());

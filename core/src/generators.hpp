@@ -14,6 +14,10 @@ namespace wanfw {
 /// Every default generator of this process: "cpu", and "cuda:N" for each visible device.
 std::vector<std::pair<std::string, at::Generator>> default_generators();
 
+/// Seeds every default generator from (seed, rank, step), a different stream for every rank
+/// and step that any run reproduces.
+void seed_generators(std::uint64_t seed, int rank, std::int64_t step);
+
 /// Seeds every default generator from `seed` for its lifetime and puts their states back when
 /// it ends, so that work done inside (validation) leaves the training's random stream as it was.
 class SeededGenerators {

@@ -28,7 +28,8 @@ Trainer::Trainer(const CoreSettings& settings, std::string config_yaml, std::sha
       loader_(std::move(loader)),
       run_dir_(std::move(run_dir)),
       validation_set_(std::move(validation_set)),
-      checkpoints_(run_dir_) {
+      checkpoints_(run_dir_),
+      precision_(settings_.precision) {
   for (auto& [name, tensor] : model_->trainable_parameters()) parameters_.push_back(tensor);
   if (parameters_.empty())
     throw Error("the model has no trainable parameters", "check the model plugin's trainable_parameters()");
@@ -100,6 +101,7 @@ TrainingResult Trainer::fit(const std::optional<fs::path>& checkpoint) {
   if (checkpoint) {
     state_ = CheckpointStore::load(*checkpoint, *model_, *optimizer_);
     state_.config_yaml = config_yaml_;
+    if (precision_.scales_loss() && state_.loss_scaler) precision_.restore(*state_.loss_scaler);
     if (state_.world_size != strategy_->world_size())
       spdlog::warn("the checkpoint was written by {} processes and resumes on {}; the data order changes",
                    state_.world_size, strategy_->world_size());
@@ -117,19 +119,32 @@ TrainingResult Trainer::fit(const std::optional<fs::path>& checkpoint) {
   const std::int64_t total = settings_.trainer.max_steps > 0
                                  ? settings_.trainer.max_steps
                                  : settings_.trainer.epochs * (batches_per_epoch / accumulation);
+  // The peak learning rate, scaled with the global batch when asked.
+  const auto& opt = settings_.optimizer;
+  const std::int64_t global_batch = strategy_->world_size() * settings_.data.batch_size * accumulation;
+  const double reference_batch = static_cast<double>(opt.lr_reference_batch > 0 ? opt.lr_reference_batch
+                                                                                  : settings_.data.batch_size);
+  const double lr_factor = opt.lr_scaling == "linear" ? global_batch / reference_batch
+                           : opt.lr_scaling == "sqrt" ? std::sqrt(global_batch / reference_batch)
+                                                      : 1.0;
   const auto& sched = settings_.scheduler;
-  const LearningRateSchedule schedule(settings_.optimizer.lr, sched.warmup_steps, total, sched.decay == "cosine",
+  const LearningRateSchedule schedule(opt.lr * lr_factor, sched.warmup_steps, total, sched.decay == "cosine",
                                       sched.min_lr_ratio);
   const bool main = strategy_->is_main();
   const std::int64_t log_every = settings_.trainer.log_every;
   ProgressReporter progress(main ? ProgressReporter::mode_from(settings_.trainer.progress)
                                  : ProgressReporter::Mode::Off,
                             state_.step, total, log_every);
-  if (main)
-    spdlog::info("training {} steps from step {}: {} micro-batch(es) of {} per step per process, {} process(es); "
-                 "{} steps per epoch",
-                 total, state_.step, accumulation, settings_.data.batch_size, strategy_->world_size(),
-                 batches_per_epoch / accumulation);
+  if (main) {
+    spdlog::info("world size {} | batch {} per device x {} accumulation = global batch {} | {} steps per epoch | "
+                 "precision {}",
+                 strategy_->world_size(), settings_.data.batch_size, accumulation, global_batch,
+                 batches_per_epoch / accumulation, precision_name(precision_.mode()));
+    if (opt.lr_scaling != "none")
+      spdlog::info("lr scaled {} with the global batch: {:.6g} x {:.4g} = {:.6g} (reference batch {})", opt.lr_scaling,
+                   opt.lr, lr_factor, opt.lr * lr_factor, reference_batch);
+    spdlog::info("training {} steps from step {}", total, state_.step);
+  }
 
   StopSignal stop;
   const auto started = std::chrono::steady_clock::now();
@@ -140,6 +155,9 @@ TrainingResult Trainer::fit(const std::optional<fs::path>& checkpoint) {
 
   while (state_.step < total) {
     const auto step_started = std::chrono::steady_clock::now();
+    // Random draws (noise, timesteps) depend on (seed, rank, step) alone: every rank draws its
+    // own, and a resumed run draws what the uninterrupted one would have.
+    seed_generators(settings_.run.seed, strategy_->rank(), state_.step);
     optimizer_->zero_grad(/*set_to_none=*/true);
     at::Tensor loss_sum;
     std::map<std::string, at::Tensor> metric_sums;
@@ -154,7 +172,8 @@ TrainingResult Trainer::fit(const std::optional<fs::path>& checkpoint) {
       }
       ++state_.batch_in_epoch;
       samples += batch->size;
-      const StepOutput out = strategy_->micro_step(*model_, *batch, {m, accumulation, m + 1 == accumulation});
+      const StepOutput out =
+          strategy_->micro_step(*model_, *batch, {m, accumulation, m + 1 == accumulation, &precision_});
       const at::Tensor loss = out.loss.detach();
       loss_sum = loss_sum.defined() ? loss_sum + loss : loss;
       for (const auto& [name, value] : out.metrics) {
@@ -167,11 +186,16 @@ TrainingResult Trainer::fit(const std::optional<fs::path>& checkpoint) {
     strategy_->before_optimizer_step(*model_);
 
     const double loss = loss_sum.item<double>() / accumulation;
+    // fp16: gradients back to their true scale; an overflow skips the step (the scaler's job,
+    // not the NaN guard's).
+    const double loss_scale = precision_.scaler().scale;
+    const bool overflow = precision_.unscale_and_check(parameters_);
     const double grad_norm =
-        settings_.trainer.grad_clip > 0
+        overflow ? INFINITY
+        : settings_.trainer.grad_clip > 0
             ? torch::nn::utils::clip_grad_norm_(parameters_, settings_.trainer.grad_clip)
             : torch::nn::utils::clip_grad_norm_(parameters_, std::numeric_limits<double>::infinity());
-    if (settings_.trainer.nan_guard && (!std::isfinite(loss) || !std::isfinite(grad_norm))) {
+    if (settings_.trainer.nan_guard && (!std::isfinite(loss) || (!overflow && !std::isfinite(grad_norm)))) {
       const bool loss_bad = !std::isfinite(loss);
       const std::string where = last_checkpoint ? fmt::format("the last checkpoint, {}, is intact", last_checkpoint->string())
                                                 : std::string("no checkpoint had been written yet");
@@ -183,7 +207,15 @@ TrainingResult Trainer::fit(const std::optional<fs::path>& checkpoint) {
     }
     const double lr = schedule.at(state_.step);
     set_learning_rate(lr);
-    optimizer_->step();
+    if (overflow) {
+      if (main)
+        spdlog::info("step {}: fp16 gradients overflowed at loss scale {:g}; step skipped, scale now {:g}",
+                     state_.step + 1, loss_scale, loss_scale * settings_.precision.backoff_factor);
+    } else {
+      optimizer_->step();
+    }
+    precision_.update(overflow);
+    if (precision_.scales_loss()) state_.loss_scaler = precision_.scaler();
     ++state_.step;
 
     const double step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_started).count();
@@ -193,6 +225,10 @@ TrainingResult Trainer::fit(const std::optional<fs::path>& checkpoint) {
                                              {"step_time", step_seconds},
                                              {"samples_per_sec", samples / std::max(step_seconds, 1e-9)}};
     for (const auto& [name, sum] : metric_sums) scalars[name] = sum.item<double>() / accumulation;
+    if (precision_.scales_loss()) {
+      scalars["loss_scale"] = loss_scale;
+      scalars["skipped_steps"] = (skipped_steps_ += overflow ? 1 : 0);
+    }
     scalars = strategy_->reduce_metrics(std::move(scalars));
     scalars["samples_per_sec"] *= strategy_->world_size();
     result.final_loss = scalars.at("loss");

@@ -52,6 +52,8 @@ class Trainer {
   CheckpointStore checkpoints_;
   std::vector<at::Tensor> parameters_;  ///< the trainable parameters, in optimizer order
   std::unique_ptr<torch::optim::AdamW> optimizer_;
+  Precision precision_;
+  std::int64_t skipped_steps_ = 0;  ///< fp16 steps skipped on overflow, this process
   TrainerState state_;
 };
 

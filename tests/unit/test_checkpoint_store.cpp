@@ -30,6 +30,15 @@ void train_one_step(TinyModel& model, torch::optim::AdamW& optimizer) {
   optimizer.step();
 }
 
+/// The trainer state at `step`, `batch_in_epoch` micro-batches into epoch 0, one process.
+TrainerState state_at(std::int64_t step, std::int64_t batch_in_epoch = 0, std::string config = "") {
+  TrainerState state;
+  state.step = step;
+  state.batch_in_epoch = batch_in_epoch;
+  state.config_yaml = std::move(config);
+  return state;
+}
+
 }  // namespace
 
 TEST_CASE("a checkpoint restores the weights, the generator and the data position") {
@@ -39,7 +48,7 @@ TEST_CASE("a checkpoint restores the weights, the generator and the data positio
   torch::optim::AdamW opt_a(a.module()->parameters(), torch::optim::AdamWOptions(0.1));
   train_one_step(a, opt_a);
   CheckpointStore store(dir.path());
-  const fs::path saved = store.save({1, 0, 4, 1, "cfg"}, a, opt_a, 0);
+  const fs::path saved = store.save(state_at(1, 4, "cfg"), a, opt_a, 0);
   const at::Tensor next_draw = torch::rand({5});
 
   torch::manual_seed(99);
@@ -60,7 +69,7 @@ TEST_CASE("a restored optimizer takes the same step as the original") {
   TinyModel a;
   torch::optim::AdamW opt_a(a.module()->parameters(), torch::optim::AdamWOptions(0.1));
   train_one_step(a, opt_a);
-  const fs::path saved = CheckpointStore(dir.path()).save({1, 0, 0, 1, ""}, a, opt_a, 0);
+  const fs::path saved = CheckpointStore(dir.path()).save(state_at(1), a, opt_a, 0);
 
   TinyModel b;
   torch::optim::AdamW opt_b(b.module()->parameters(), torch::optim::AdamWOptions(0.1));
@@ -78,7 +87,7 @@ TEST_CASE("only the newest keep_last checkpoints are kept, and partial folders a
   TinyModel model;
   torch::optim::AdamW optimizer(model.module()->parameters(), torch::optim::AdamWOptions(0.1));
   CheckpointStore store(dir.path());
-  for (std::int64_t step : {1, 2, 3, 4}) store.save({step, 0, 0, 1, ""}, model, optimizer, 2);
+  for (std::int64_t step : {1, 2, 3, 4}) store.save(state_at(step), model, optimizer, 2);
   fs::create_directories(store.folder() / ".step-00000009.partial");
   fs::create_directories(store.folder() / "step-00000010");  // no trainer state: incomplete
   const auto all = store.list();
@@ -91,7 +100,7 @@ TEST_CASE("a doctored checkpoint is refused, naming the file and the tensor") {
   testing::TempDir dir;
   TinyModel model;
   torch::optim::AdamW optimizer(model.module()->parameters(), torch::optim::AdamWOptions(0.1));
-  const fs::path saved = CheckpointStore(dir.path()).save({1, 0, 0, 1, ""}, model, optimizer, 0);
+  const fs::path saved = CheckpointStore(dir.path()).save(state_at(1), model, optimizer, 0);
   write_safetensors(saved / "model.safetensors", {{"net.weight", torch::zeros({5, 5})}, {"net.bias", torch::zeros({2})}});
   CHECK_THROWS_WITH_AS(CheckpointStore::load(saved, model, optimizer),
                        doctest::Contains("tensor 'net.weight' has shape [5, 5] but the model expects [2, 3]"), FileError);
@@ -101,8 +110,24 @@ TEST_CASE("a checkpoint missing a tensor is refused, naming it") {
   testing::TempDir dir;
   TinyModel model;
   torch::optim::AdamW optimizer(model.module()->parameters(), torch::optim::AdamWOptions(0.1));
-  const fs::path saved = CheckpointStore(dir.path()).save({1, 0, 0, 1, ""}, model, optimizer, 0);
+  const fs::path saved = CheckpointStore(dir.path()).save(state_at(1), model, optimizer, 0);
   write_safetensors(saved / "model.safetensors", {{"net.weight", torch::zeros({2, 3})}});
   CHECK_THROWS_WITH_AS(CheckpointStore::load(saved, model, optimizer), doctest::Contains("'net.bias' is missing"),
                        FileError);
+}
+
+TEST_CASE("the fp16 loss scaler's state round-trips through a checkpoint") {
+  testing::TempDir dir;
+  TinyModel model;
+  torch::optim::AdamW optimizer(model.module()->parameters(), torch::optim::AdamWOptions(0.1));
+  TrainerState state = state_at(3);
+  state.loss_scaler = LossScalerState{1024.0, 17};
+  const fs::path saved = CheckpointStore(dir.path()).save(state, model, optimizer, 0);
+  const TrainerState loaded = CheckpointStore::load(saved, model, optimizer);
+  REQUIRE(loaded.loss_scaler.has_value());
+  CHECK(loaded.loss_scaler->scale == 1024.0);
+  CHECK(loaded.loss_scaler->growth_tracker == 17);
+  CHECK_FALSE(CheckpointStore::load(CheckpointStore(dir.path() / "other").save(state_at(1), model, optimizer, 0),
+                                    model, optimizer)
+                  .loss_scaler.has_value());
 }

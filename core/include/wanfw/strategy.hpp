@@ -8,6 +8,7 @@
 #include <c10/core/Device.h>
 
 #include "wanfw/model.hpp"
+#include "wanfw/precision.hpp"
 
 namespace wanfw {
 
@@ -17,6 +18,8 @@ struct MicroStep {
   int count = 1;  ///< micro-batches per optimizer step
   /// Gradients must be synchronised across replicas after this micro-batch.
   bool sync_gradients = true;
+  /// Autocast and loss scaling; null means fp32.
+  const Precision* precision = nullptr;
 };
 
 /// A strategy decides where the model lives, how a batch is processed, when gradients are
@@ -40,8 +43,8 @@ class Strategy {
   /// Micro-batches per optimizer step (gradient accumulation).
   virtual int accumulation_steps() const { return 1; }
 
-  /// Forward and backward of one micro-batch (on the CPU as the loader produced it). The loss
-  /// is scaled by 1/count before backward so accumulated gradients average.
+  /// Forward and backward of one micro-batch (on the CPU as the loader produced it): `forward`
+  /// then `backward`. Strategies that act between the two (DDP) override this.
   virtual StepOutput micro_step(Model& model, const Batch& batch, const MicroStep& micro);
   /// Finishes gradient synchronisation before the optimizer reads the gradients.
   virtual void before_optimizer_step(Model& model) {}
@@ -51,6 +54,14 @@ class Strategy {
   }
   /// Blocks until every process arrives.
   virtual void barrier() {}
+
+ protected:
+  /// Moves the batch to device() and runs the model's training step under the precision's
+  /// autocast.
+  StepOutput forward(Model& model, const Batch& batch, const MicroStep& micro);
+  /// Backward of the loss divided by micro.count (accumulated gradients average), scaled by
+  /// the fp16 loss scale.
+  void backward(const StepOutput& out, const MicroStep& micro);
 };
 
 }  // namespace wanfw
