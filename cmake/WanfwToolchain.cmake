@@ -70,6 +70,23 @@ if(_rpath_link)
   target_link_options(wanfw_torch INTERFACE "LINKER:-rpath-link,${_rpath_link}")
 endif()
 
+# wanfw::c10d: what code that drives c10d (process groups, Reducer) needs besides LibTorch.
+# Gloo's headers: Debian's libgloo-dev (the wheel has none; declarations only, every symbol
+# resolves in libtorch_cpu). NCCL's header: the wheel's nvidia/nccl, matching the NCCL it loads.
+find_path(WANFW_GLOO_INCLUDE_DIR gloo/algorithm.h)
+if(NOT WANFW_GLOO_INCLUDE_DIR)
+  message(FATAL_ERROR "wanfw: Gloo headers (gloo/algorithm.h) not found; scripts/setup.sh installs libgloo-dev")
+endif()
+add_library(wanfw_c10d INTERFACE)
+add_library(wanfw::c10d ALIAS wanfw_c10d)
+target_link_libraries(wanfw_c10d INTERFACE wanfw::torch)
+target_include_directories(wanfw_c10d SYSTEM INTERFACE ${WANFW_GLOO_INCLUDE_DIR})
+target_compile_definitions(wanfw_c10d INTERFACE USE_C10D_GLOO)
+if(EXISTS "${_site_packages}/nvidia/nccl/include/nccl.h" AND EXISTS "${WANFW_TORCH_LIB_DIR}/libtorch_cuda.so")
+  target_include_directories(wanfw_c10d SYSTEM INTERFACE "${_site_packages}/nvidia/nccl/include")
+  target_compile_definitions(wanfw_c10d INTERFACE USE_C10D_NCCL)
+endif()
+
 find_package(Boost 1.74 REQUIRED COMPONENTS filesystem)
 find_package(yaml-cpp REQUIRED)
 find_package(spdlog REQUIRED)

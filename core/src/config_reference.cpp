@@ -35,6 +35,9 @@ std::string configuration_reference(const PluginHost& host) {
       const PluginDescriptor& d = *plugin.descriptor;
       if (d.kind != kind) continue;
       out += fmt::format("\n### `{}` ({})\n\n{}\n\n{}", d.name, d.version, d.summary, table(d.options));
+      for (const auto& sub : d.subsections)
+        out += fmt::format("\n`{}:` a section of its own, naming another {} plugin and its options.\n", sub,
+                           plugin_kind_name(kind));
     }
   }
   return out;

@@ -183,11 +183,14 @@ std::shared_ptr<Object> build(const PluginHost& host, Config& config, const std:
                               const PluginContext& context, Factory PluginDescriptor::*factory) {
   const std::string name = config.string_at(section + ".name");
   const PluginInfo& info = host.find(kind, name, config.where(section + ".name"));
-  const Options options = config.section(section, info.descriptor->options, {"name"});
+  std::vector<std::string> extra_keys = {"name"};
+  extra_keys.insert(extra_keys.end(), info.descriptor->subsections.begin(), info.descriptor->subsections.end());
+  const Options options = config.section(section, info.descriptor->options, extra_keys);
   config.record_resolved(options, name);
   PluginContext ctx = context;
   ctx.host = &host;
   ctx.section = section;
+  ctx.config = &config;
   std::unique_ptr<Object> object = (info.descriptor->*factory)(options, ctx);
   if (!object)
     throw PluginError(fmt::format("{}: the {} plugin '{}' returned no object", info.path.string(),

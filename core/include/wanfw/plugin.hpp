@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <boost/dll/alias.hpp>
 
@@ -29,6 +30,7 @@ namespace wanfw {
 enum class PluginKind : std::uint32_t { Model = 1, Strategy = 2, Logger = 3 };
 const char* plugin_kind_name(PluginKind kind);
 
+class Config;
 class PluginHost;
 
 /// What the host hands a factory besides the plugin's own options.
@@ -38,6 +40,8 @@ struct PluginContext {
   const PluginHost* host = nullptr;
   /// The config path of the section being built ("strategy", "strategy.inner").
   std::string section;
+  /// The whole config, for plugins that build others from their subsections.
+  Config* config = nullptr;
 };
 
 struct PluginDescriptor {
@@ -50,6 +54,9 @@ struct PluginDescriptor {
   std::string version;
   std::string summary;
   OptionSchema options;
+  /// Keys of this plugin's section that hold another plugin's section (a strategy's `inner`);
+  /// they are not options, and the plugin builds them through PluginContext::host.
+  std::vector<std::string> subsections;
 
   // Exactly the factory of `kind` is set.
   std::unique_ptr<Model> (*make_model)(const Options&, const PluginContext&) = nullptr;

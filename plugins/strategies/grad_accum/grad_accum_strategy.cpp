@@ -1,0 +1,66 @@
+// Strategy `grad_accum`: N micro-batches per optimizer step around any other strategy (`inner`).
+// Gradients of the N micro-batches add up locally (each loss scaled by 1/N), and the inner
+// strategy synchronises only after the last one, so the update equals one batch of N x B.
+
+#include <fmt/format.h>
+
+#include "wanfw/config.hpp"
+#include "wanfw/plugin.hpp"
+#include "wanfw/plugin_host.hpp"
+
+namespace {
+
+using wanfw::option;
+using T = wanfw::OptionType;
+
+class GradAccumStrategy final : public wanfw::Strategy {
+ public:
+  GradAccumStrategy(int steps, std::shared_ptr<wanfw::Strategy> inner) : steps_(steps), inner_(std::move(inner)) {}
+
+  std::string describe() const override {
+    return fmt::format("grad_accum: {} micro-batches per step, around {}", steps_, inner_->describe());
+  }
+  void setup(wanfw::Model& model) override { inner_->setup(model); }
+  c10::Device device() const override { return inner_->device(); }
+  int rank() const override { return inner_->rank(); }
+  int world_size() const override { return inner_->world_size(); }
+  int accumulation_steps() const override { return steps_ * inner_->accumulation_steps(); }
+  wanfw::StepOutput micro_step(wanfw::Model& model, const wanfw::Batch& batch,
+                               const wanfw::MicroStep& micro) override {
+    return inner_->micro_step(model, batch, micro);  // micro.sync_gradients is set on the last one only
+  }
+  void before_optimizer_step(wanfw::Model& model) override { inner_->before_optimizer_step(model); }
+  std::map<std::string, double> reduce_metrics(std::map<std::string, double> metrics) override {
+    return inner_->reduce_metrics(std::move(metrics));
+  }
+  void barrier() override { inner_->barrier(); }
+
+ private:
+  int steps_;
+  std::shared_ptr<wanfw::Strategy> inner_;
+};
+
+std::unique_ptr<wanfw::Strategy> make_strategy(const wanfw::Options& o, const wanfw::PluginContext& ctx) {
+  const std::int64_t steps = o.integer("steps");
+  if (steps < 1) o.fail("steps", "must be at least 1");
+  const std::string inner = ctx.section + ".inner";
+  if (!ctx.config->has(inner))
+    throw wanfw::ConfigError(o.where("steps"), fmt::format("{} is missing: grad_accum wraps another strategy", inner),
+                             "add for example `inner: {name: ddp}` or `inner: {name: single}`");
+  return std::make_unique<GradAccumStrategy>(static_cast<int>(steps), ctx.host->make_strategy(*ctx.config, inner, ctx));
+}
+
+wanfw::PluginDescriptor describe() {
+  auto d = wanfw::PluginDescriptor::for_strategy(
+      "grad_accum", "0.1.0",
+      "Gradient accumulation around any strategy (`inner`): N micro-batches per optimizer step, gradients "
+      "synchronised once, after the last.");
+  d.options = {option("steps", T::Integer).value("2").doc("Micro-batches per optimizer step.")};
+  d.subsections = {"inner"};
+  d.make_strategy = make_strategy;
+  return d;
+}
+
+}  // namespace
+
+WANFW_PLUGIN(describe)
