@@ -259,8 +259,11 @@ class DdpStrategy final : public wanfw::Strategy {
   void guarded(const char* what, F&& body) {
     try {
       body();
-    } catch (const c10::Error& e) {
-      throw wanfw::Error(fmt::format("rank {}: {} failed: {}{}", env_.rank, what, first_line(e.what_without_backtrace()),
+    } catch (const wanfw::Error&) {
+      throw;  // the model's own errors pass through
+    } catch (const std::exception& e) {
+      // c10d's errors (c10::DistBackendError), also when the autograd engine rethrows them.
+      throw wanfw::Error(fmt::format("rank {}: {} failed: {}{}", env_.rank, what, first_line(e.what()),
                                      lost_ranks()),
                          "the other ranks' logs say why they stopped; resume with --resume auto once the job "
                          "is restarted (torchrun --max-restarts restarts it for you)");

@@ -3,6 +3,8 @@
 // must fall towards zero, and every strategy must produce the same updates.
 
 #include <chrono>
+#include <csignal>
+#include <cstdlib>
 #include <thread>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -12,6 +14,14 @@
 #include "wanfw/plugin.hpp"
 
 namespace {
+
+/// Faults a test can plant (all off by default).
+struct Faults {
+  std::int64_t nan_at_call = 0;       ///< the loss becomes NaN on this call
+  std::int64_t inf_grad_at_call = 0;  ///< the weight's gradient becomes inf on this call (loss finite)
+  std::int64_t kill_rank = -1;        ///< the process of this RANK ...
+  std::int64_t kill_at_call = 0;      ///< ... SIGKILLs itself on this call, in the first torchrun attempt only
+};
 
 struct LinearRegressionImpl : torch::nn::Module {
   LinearRegressionImpl(std::int64_t in, std::int64_t out) : linear(register_module("linear", torch::nn::Linear(in, out))) {}
@@ -23,11 +33,16 @@ TORCH_MODULE(LinearRegression);
 class LinearRegressionModel final : public wanfw::Model {
  public:
   LinearRegressionModel(std::int64_t in, std::int64_t out, std::uint64_t truth_seed, std::int64_t delay_ms,
-                        std::int64_t nan_at_step)
-      : module_(in, out), delay_ms_(delay_ms), nan_at_step_(nan_at_step) {
+                        Faults faults)
+      : module_(in, out), delay_ms_(delay_ms), faults_(faults) {
     auto generator = at::make_generator<at::CPUGeneratorImpl>(truth_seed);
     true_weight_ = at::randn({out, in}, generator);
     true_bias_ = at::randn({out}, generator);
+    module_->linear->weight.register_hook([this](const torch::Tensor& g) -> torch::Tensor {
+      if (!poison_next_gradient_) return {};  // unchanged
+      poison_next_gradient_ = false;
+      return g * INFINITY;
+    });
   }
 
   std::shared_ptr<torch::nn::Module> module() override { return module_.ptr(); }
@@ -43,17 +58,29 @@ class LinearRegressionModel final : public wanfw::Model {
     const torch::Tensor w = true_weight_.to(x.device()), b = true_bias_.to(x.device());
     const torch::Tensor target = torch::nn::functional::linear(x, w, b);
     torch::Tensor loss = torch::mse_loss(module_->forward(x), target);
-    if (nan_at_step_ > 0 && calls_ == nan_at_step_) loss = loss * std::numeric_limits<float>::quiet_NaN();
+    if (faults_.nan_at_call > 0 && calls_ == faults_.nan_at_call)
+      loss = loss * std::numeric_limits<float>::quiet_NaN();
+    if (faults_.inf_grad_at_call > 0 && calls_ == faults_.inf_grad_at_call)
+      poison_next_gradient_ = true;
+    if (faults_.kill_rank >= 0 && calls_ == faults_.kill_at_call && env_int("RANK") == faults_.kill_rank &&
+        env_int("TORCHELASTIC_RESTART_COUNT") == 0)
+      std::raise(SIGKILL);
     const torch::Tensor error = (module_->linear->weight.detach() - w).norm();
     return {loss, {{"weight_error", error}}};
   }
 
  private:
+  static std::int64_t env_int(const char* name) {
+    const char* value = std::getenv(name);
+    return value == nullptr ? 0 : std::atoll(value);
+  }
+
   LinearRegression module_;
   torch::Tensor true_weight_, true_bias_;
   std::int64_t delay_ms_;
-  std::int64_t nan_at_step_;
+  Faults faults_;
   std::int64_t calls_ = 0;
+  bool poison_next_gradient_ = false;
 };
 
 wanfw::PluginDescriptor describe() {
@@ -67,13 +94,18 @@ wanfw::PluginDescriptor describe() {
       option("truth_seed", T::Integer).value("1234").doc("Seed of the hidden map the model must learn."),
       option("step_delay_ms", T::Integer).value("0").doc("Sleep per micro-batch (tests that interrupt runs)."),
       option("nan_at_call", T::Integer).value("0").doc("Make the loss NaN on this training_step call (tests)."),
+      option("inf_grad_at_call", T::Integer).value("0").doc("Make the weight's gradient inf on this call (tests)."),
+      option("kill_rank", T::Integer).value("-1").doc("The RANK whose process SIGKILLs itself (tests)."),
+      option("kill_at_call", T::Integer).value("0").doc("On which call it does, in a job's first attempt (tests)."),
   };
   d.make_model = [](const wanfw::Options& o, const wanfw::PluginContext&) -> std::unique_ptr<wanfw::Model> {
     for (const char* name : {"in_features", "out_features"})
       if (o.integer(name) < 1) o.fail(name, "must be at least 1");
     return std::make_unique<LinearRegressionModel>(o.integer("in_features"), o.integer("out_features"),
                                                    static_cast<std::uint64_t>(o.integer("truth_seed")),
-                                                   o.integer("step_delay_ms"), o.integer("nan_at_call"));
+                                                   o.integer("step_delay_ms"),
+                                                   Faults{o.integer("nan_at_call"), o.integer("inf_grad_at_call"),
+                                                          o.integer("kill_rank"), o.integer("kill_at_call")});
   };
   return d;
 }
