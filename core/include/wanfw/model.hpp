@@ -51,6 +51,10 @@ class Model {
   /// ecosystem's tools load them; files larger than `max_shard_bytes` are split into shards. The
   /// default throws: checkpoints (model.safetensors) are the generic format.
   virtual void export_weights(const std::filesystem::path& folder, std::int64_t max_shard_bytes);
+  /// An independent copy of this model (same configuration, its own module and weights) on
+  /// `device`, for strategies that run replicas side by side (data_parallel). The strategy keeps
+  /// the replica's weights equal to this model's. Default: null, the model cannot be replicated.
+  virtual std::unique_ptr<Model> replicate(const c10::Device& device);
 };
 
 }  // namespace wanfw

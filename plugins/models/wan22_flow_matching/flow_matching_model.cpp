@@ -46,6 +46,13 @@ const char* kSampleInputs =
 WanFlowMatchingModel::WanFlowMatchingModel(const wan::WanConfig& config, FlowMatchingSettings settings)
     : denoiser_(config, settings.expert, settings.boundary), settings_(std::move(settings)) {}
 
+WanFlowMatchingModel::WanFlowMatchingModel(const WanFlowMatchingModel& other, const c10::Device& device)
+    : denoiser_(other.denoiser_, device), settings_(other.settings_) {}
+
+std::unique_ptr<wanfw::Model> WanFlowMatchingModel::replicate(const c10::Device& device) {
+  return std::make_unique<WanFlowMatchingModel>(*this, device);
+}
+
 torch::Device WanFlowMatchingModel::device() const { return denoiser_.dits().front()->parameters().front().device(); }
 
 std::vector<wanfw::FieldSpec> WanFlowMatchingModel::batch_fields() const {

@@ -37,6 +37,8 @@ struct FlowMatchingSettings {
 class WanFlowMatchingModel final : public wanfw::Model {
  public:
   WanFlowMatchingModel(const wan::WanConfig& config, FlowMatchingSettings settings);
+  /// A replica: `other`'s modules cloned onto `device`.
+  WanFlowMatchingModel(const WanFlowMatchingModel& other, const c10::Device& device);
 
   WanDenoiser& denoiser() { return denoiser_; }
   std::shared_ptr<torch::nn::Module> module() override { return denoiser_.module(); }
@@ -49,6 +51,7 @@ class WanFlowMatchingModel final : public wanfw::Model {
   /// The official layout: one DiT in `folder`; experts in folder/high_noise_model and
   /// folder/low_noise_model (a single trained expert in its own subfolder).
   void export_weights(const std::filesystem::path& folder, std::int64_t max_shard_bytes) override;
+  std::unique_ptr<wanfw::Model> replicate(const c10::Device& device) override;
 
  private:
   struct Objective {

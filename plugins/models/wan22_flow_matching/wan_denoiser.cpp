@@ -64,6 +64,12 @@ WanDenoiser::WanDenoiser(const wan::WanConfig& config, Expert expert, double bou
   else single_ = wan::WanDiT(config_);
 }
 
+WanDenoiser::WanDenoiser(const WanDenoiser& other, const c10::Device& device)
+    : config_(other.config_), expert_(other.expert_), boundary_(other.boundary_) {
+  if (other.pair_) pair_ = WanExpertPair(std::dynamic_pointer_cast<WanExpertPairImpl>(other.pair_->clone(device)));
+  else single_ = wan::WanDiT(std::dynamic_pointer_cast<wan::WanDiTImpl>(other.single_->clone(device)));
+}
+
 std::shared_ptr<torch::nn::Module> WanDenoiser::module() const {
   if (pair_) return pair_.ptr();
   return single_.ptr();

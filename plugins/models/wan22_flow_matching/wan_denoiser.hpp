@@ -46,6 +46,8 @@ class WanDenoiser {
  public:
   /// `boundary` in sigma units (timestep / 1000); used when `expert` is not None.
   WanDenoiser(const wan::WanConfig& config, Expert expert, double boundary);
+  /// A replica of `other` on `device`: its modules cloned, weights and settings included.
+  WanDenoiser(const WanDenoiser& other, const c10::Device& device);
 
   /// The velocity for noisy latents `x`, timesteps `t` ([B] or [B, tokens]), text `context` and
   /// image conditioning `y` (or undefined). `sigma` [B] picks each sample's expert when both

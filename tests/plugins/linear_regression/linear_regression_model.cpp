@@ -47,6 +47,14 @@ class LinearRegressionModel final : public wanfw::Model {
 
   std::shared_ptr<torch::nn::Module> module() override { return module_.ptr(); }
 
+  std::unique_ptr<wanfw::Model> replicate(const c10::Device& device) override {
+    auto copy = std::make_unique<LinearRegressionModel>(*this);
+    copy->module_ = LinearRegression(module_->linear->options.in_features(), module_->linear->options.out_features());
+    copy->module_->to(device);
+    copy->faults_ = Faults{};  // faults are planted in the main replica only
+    return copy;
+  }
+
   std::vector<wanfw::FieldSpec> batch_fields() const override {
     return {{"x", {module_->linear->options.in_features()}, at::kFloat}};
   }
