@@ -34,7 +34,11 @@ const std::vector<std::pair<std::string, OptionSchema>>& core_schemas() {
         option("progress", T::Choice)
             .value("auto")
             .choices({"auto", "bar", "lines", "off"})
-            .doc("Progress display: a bar on terminals and plain lines otherwise (auto), or forced.")}},
+            .doc("Progress display: a bar on terminals and plain lines otherwise (auto), or forced."),
+        option("histogram_every", T::Integer)
+            .value("0")
+            .doc("Log histograms of every trainable parameter and its gradient every N steps (loggers that "
+                 "draw them: tensorboard); 0 disables.")}},
       {"optimizer",
        {option("name", T::Choice).value("adamw").choices({"adamw"}).doc("Optimizer."),
         option("lr", T::Number).value("1e-4").doc("Peak learning rate (before lr_scaling)."),
@@ -74,7 +78,11 @@ const std::vector<std::pair<std::string, OptionSchema>>& core_schemas() {
         option("num_samples", T::Integer)
             .value("16")
             .doc("Held-out synthetic samples (drawn apart from the training set), the same at every validation."),
-        option("batch_size", T::Integer).value("0").doc("Samples per validation batch; 0 uses data.batch_size.")}},
+        option("batch_size", T::Integer).value("0").doc("Samples per validation batch; 0 uses data.batch_size."),
+        option("preview", T::Boolean)
+            .value("true")
+            .doc("At each validation, also log the model's preview images (the Wan model: a sampled latent "
+                 "video as a strip of frames).")}},
       {"precision",
        {option("mode", T::Choice)
             .value("fp32")
@@ -128,6 +136,8 @@ CoreSettings CoreSettings::from(Config& config) {
   s.trainer.grad_clip = trainer.number("grad_clip");
   s.trainer.nan_guard = trainer.boolean("nan_guard");
   s.trainer.progress = trainer.string("progress");
+  s.trainer.histogram_every = trainer.integer("histogram_every");
+  require_positive(trainer, "histogram_every", s.trainer.histogram_every, 0);
   require_positive(trainer, "max_steps", s.trainer.max_steps, 0);
   if (s.trainer.max_steps == 0) require_positive(trainer, "epochs", s.trainer.epochs);
   require_positive(trainer, "log_every", s.trainer.log_every);
@@ -171,6 +181,7 @@ CoreSettings CoreSettings::from(Config& config) {
   s.validation.every = validation.integer("every");
   s.validation.num_samples = validation.integer("num_samples");
   s.validation.batch_size = validation.integer("batch_size");
+  s.validation.preview = validation.boolean("preview");
   require_positive(validation, "every", s.validation.every, 0);
   require_positive(validation, "num_samples", s.validation.num_samples);
   require_positive(validation, "batch_size", s.validation.batch_size, 0);

@@ -30,6 +30,7 @@ struct TrainerSettings {
   double grad_clip = 0.0;
   bool nan_guard = true;
   std::string progress;  ///< auto | bar | lines | off
+  std::int64_t histogram_every = 0;  ///< 0: no weight/gradient histograms
 };
 
 struct OptimizerSettings {
@@ -61,6 +62,7 @@ struct ValidationSettings {
   std::int64_t every = 0;  ///< 0: no validation
   std::int64_t num_samples = 16;
   std::int64_t batch_size = 0;  ///< 0: data.batch_size
+  bool preview = true;          ///< log the model's preview images at each validation
 };
 
 struct CheckpointSettings {

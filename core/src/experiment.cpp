@@ -1,11 +1,13 @@
 #include "wanfw/experiment.hpp"
 
 #include <cstdlib>
+#include <functional>
 #include <sstream>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
+#include <yaml-cpp/yaml.h>
 
 #include "checkpoint_store.hpp"
 #include "core_sections.hpp"
@@ -106,6 +108,31 @@ std::vector<fs::path> versions_of(const fs::path& run_root) {
   return out;
 }
 
+/// The resolved config's scalar leaves as "section.key" (list items as "loggers.0.name") -> text.
+std::map<std::string, std::string> flatten_yaml(const std::string& yaml) {
+  std::map<std::string, std::string> out;
+  std::function<void(const YAML::Node&, const std::string&)> walk = [&](const YAML::Node& node,
+                                                                         const std::string& prefix) {
+    if (node.IsScalar()) out[prefix] = node.Scalar();
+    else if (node.IsMap())
+      for (const auto& item : node) walk(item.second, prefix.empty() ? item.first.Scalar() : prefix + "." + item.first.Scalar());
+    else if (node.IsSequence()) {
+      bool scalars = true;
+      for (const auto& item : node) scalars = scalars && item.IsScalar();
+      if (scalars) {  // a list of values reads better as one entry: [0.9, 0.999]
+        std::string joined;
+        for (const auto& item : node) joined += (joined.empty() ? "" : ", ") + item.Scalar();
+        out[prefix] = "[" + joined + "]";
+      } else {
+        std::size_t i = 0;
+        for (const auto& item : node) walk(item, prefix + "." + std::to_string(i++));
+      }
+    }
+  };
+  walk(YAML::Load(yaml), "");
+  return out;
+}
+
 struct RunPlace {
   fs::path run_dir;
   std::optional<fs::path> checkpoint;
@@ -173,8 +200,12 @@ RunOutcome run_experiment(const RunRequest& request) {
   if (main) {
     const std::int64_t resume_step =
         place.checkpoint ? CheckpointStore::load_step(*place.checkpoint) : 0;
+    const std::string yaml = e.config.resolved_yaml();
+    const auto hparams = flatten_yaml(yaml);
     for (auto& logger : e.loggers) {
       logger->open({place.run_dir, resume_step});
+      logger->log_text(resume_step, "config", "```yaml\n" + yaml + "\n```");
+      logger->log_hparams(hparams);
       loggers.push_back(logger);
     }
   }
@@ -193,8 +224,12 @@ RunOutcome run_experiment(const RunRequest& request) {
     if (result.stop_signal != 0)
       spdlog::warn("stopped by signal {} at step {}; checkpoint written; continue with --resume auto",
                    result.stop_signal, result.final_step);
-    spdlog::info("done: {} steps in {} | final loss {:.6g} | best loss {:.6g}", result.final_step,
-                 format_duration(result.wall_seconds), result.final_loss, result.best_loss);
+    std::string memory = fmt::format("peak memory {:.0f} MiB", result.peak_memory_mib);
+    if (result.peak_gpu_memory_mib > 0) memory += fmt::format(" (GPU {:.0f} MiB)", result.peak_gpu_memory_mib);
+    spdlog::info("done: {} steps in {} | {:.1f} samples/s | {} | final loss {:.6g} | best loss {:.6g}",
+                 result.final_step, format_duration(result.wall_seconds),
+                 static_cast<double>(result.samples) / std::max(result.wall_seconds, 1e-9), memory, result.final_loss,
+                 result.best_loss);
     if (result.last_checkpoint) spdlog::info("last checkpoint: {}", result.last_checkpoint->string());
     spdlog::info("outputs: {}", place.run_dir.string());
   }

@@ -30,6 +30,8 @@ void Model::export_weights(const std::filesystem::path&, std::int64_t) {
               "use the checkpoint's model.safetensors, which holds every parameter under its module name");
 }
 
+std::map<std::string, at::Tensor> Model::preview(const Batch&, std::uint64_t) { return {}; }
+
 std::unique_ptr<Model> Model::replicate(const c10::Device&) { return nullptr; }
 
 }  // namespace wanfw

@@ -7,6 +7,11 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
+#include <sys/resource.h>
+
+#include <c10/core/CachingDeviceAllocator.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+
 #include "generators.hpp"
 #include "lr_schedule.hpp"
 #include "progress.hpp"
@@ -94,6 +99,51 @@ std::map<std::string, double> Trainer::validate() {
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), line);
   }
   return sums;
+}
+
+namespace {
+
+double peak_memory_mib() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;  // KiB on Linux
+}
+
+double peak_gpu_memory_mib(const c10::Device& device) {
+  if (!device.is_cuda()) return 0;
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+  const auto aggregate = static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  return static_cast<double>(stats.allocated_bytes[aggregate].peak) / (1024.0 * 1024.0);
+}
+
+}  // namespace
+
+void Trainer::log_previews() {
+  std::vector<std::map<std::string, at::Tensor>> items = {validation_set_->get(0)};
+  const Batch batch = collate(items).to(strategy_->device());
+  const std::shared_ptr<torch::nn::Module> module = model_->module();
+  const bool was_training = module->is_training();
+  module->eval();
+  std::map<std::string, at::Tensor> images;
+  {
+    torch::NoGradGuard no_grad;
+    SeededGenerators seeded(settings_.run.seed);
+    images = model_->preview(batch, settings_.run.seed);
+  }
+  module->train(was_training);
+  for (const auto& [tag, image] : images)
+    for (auto& logger : loggers_) logger->log_image(state_.step, "preview/" + tag, image.cpu());
+}
+
+void Trainer::log_histograms() {
+  for (const auto& [name, parameter] : model_->trainable_parameters()) {
+    const at::Tensor weights = parameter.detach().cpu();
+    for (auto& logger : loggers_) logger->log_histogram(state_.step, "weights/" + name, weights);
+    if (parameter.grad().defined()) {
+      const at::Tensor grads = parameter.grad().detach().cpu();
+      for (auto& logger : loggers_) logger->log_histogram(state_.step, "grads/" + name, grads);
+    }
+  }
 }
 
 TrainingResult Trainer::fit(const std::optional<fs::path>& checkpoint) {
@@ -223,7 +273,10 @@ TrainingResult Trainer::fit(const std::optional<fs::path>& checkpoint) {
                                              {"lr", lr},
                                              {"grad_norm", grad_norm},
                                              {"step_time", step_seconds},
-                                             {"samples_per_sec", samples / std::max(step_seconds, 1e-9)}};
+                                             {"samples_per_sec", samples / std::max(step_seconds, 1e-9)},
+                                             {"peak_memory_mb", peak_memory_mib()}};
+    if (strategy_->device().is_cuda()) scalars["peak_gpu_memory_mb"] = peak_gpu_memory_mib(strategy_->device());
+    result.samples += samples * strategy_->world_size();
     for (const auto& [name, sum] : metric_sums) scalars[name] = sum.item<double>() / accumulation;
     if (precision_.scales_loss()) {
       scalars["loss_scale"] = loss_scale;
@@ -239,10 +292,14 @@ TrainingResult Trainer::fit(const std::optional<fs::path>& checkpoint) {
     std::map<std::string, double> logged;
     if (state_.step % log_every == 0 || state_.step == total) logged = scalars;
     const std::int64_t validate_every = settings_.validation.every;
-    if (validation_set_ && validate_every > 0 && (state_.step % validate_every == 0 || state_.step == total))
-      logged.merge(validate());
+    const bool validating =
+        validation_set_ && validate_every > 0 && (state_.step % validate_every == 0 || state_.step == total);
+    if (validating) logged.merge(validate());
     if (main && !logged.empty())
       for (auto& logger : loggers_) logger->log_scalars(state_.step, logged);
+    if (main && validating && settings_.validation.preview) log_previews();
+    if (main && settings_.trainer.histogram_every > 0 && state_.step % settings_.trainer.histogram_every == 0)
+      log_histograms();
     const int signal = StopSignal::received();
     const bool periodic = settings_.checkpoint.every > 0 && state_.step % settings_.checkpoint.every == 0;
     if (periodic || signal != 0 || state_.step == total) {
@@ -260,6 +317,8 @@ TrainingResult Trainer::fit(const std::optional<fs::path>& checkpoint) {
   result.final_step = state_.step;
   result.last_checkpoint = last_checkpoint;
   result.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  result.peak_memory_mib = peak_memory_mib();
+  result.peak_gpu_memory_mib = peak_gpu_memory_mib(strategy_->device());
   if (!std::isfinite(result.best_loss)) result.best_loss = result.final_loss;
   return result;
 }

@@ -21,6 +21,9 @@ struct TrainingResult {
   double wall_seconds = 0;
   double final_loss = 0;
   double best_loss = 0;
+  std::int64_t samples = 0;       ///< samples trained on by all processes together, this session
+  double peak_memory_mib = 0;     ///< this process's peak resident memory
+  double peak_gpu_memory_mib = 0; ///< peak CUDA memory allocated on this process's device (0 on CPUs)
 };
 
 class Trainer {
@@ -40,6 +43,10 @@ class Trainer {
   /// Scores this rank's shard of the validation set; returns "val/<metric>" averaged over
   /// samples and ranks.
   std::map<std::string, double> validate();
+  /// Preview images of the model on held-out samples (main process only).
+  void log_previews();
+  /// Histograms of every trainable parameter and its gradient (main process only).
+  void log_histograms();
 
   CoreSettings settings_;
   std::string config_yaml_;

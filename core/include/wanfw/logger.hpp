@@ -6,6 +6,8 @@
 #include <map>
 #include <string>
 
+#include <ATen/core/Tensor.h>
+
 namespace wanfw {
 
 /// Where a logger writes and whether the run continues an earlier one.
@@ -24,8 +26,13 @@ class Logger {
   virtual void open(const LoggerContext& context) = 0;
   virtual void log_scalars(std::int64_t step, const std::map<std::string, double>& scalars) = 0;
   virtual void log_text(std::int64_t step, const std::string& tag, const std::string& text) {}
-  /// The run's hyper-parameters (flattened config) at the start of a run.
+  /// The run's hyper-parameters (the resolved config flattened to "section.key" -> value) at
+  /// the start of a run.
   virtual void log_hparams(const std::map<std::string, std::string>& hparams) {}
+  /// An image: [H, W, C] uint8 with C = 1 (grey), 3 (RGB) or 4 (RGBA), on the CPU.
+  virtual void log_image(std::int64_t step, const std::string& tag, const at::Tensor& image) {}
+  /// The distribution of a tensor's values (weights, gradients), on the CPU.
+  virtual void log_histogram(std::int64_t step, const std::string& tag, const at::Tensor& values) {}
   virtual void flush() {}
   virtual void close() { flush(); }
 };

@@ -51,6 +51,10 @@ class Model {
   /// ecosystem's tools load them; files larger than `max_shard_bytes` are split into shards. The
   /// default throws: checkpoints (model.safetensors) are the generic format.
   virtual void export_weights(const std::filesystem::path& folder, std::int64_t max_shard_bytes);
+  /// Images that show what the model currently does (the Wan model: a sampled latent video as
+  /// a strip of frames), [H, W, C] uint8 per tag, conditioned on `batch` (held-out samples on the
+  /// module's device). Called on the main process only, without gradients. Default: none.
+  virtual std::map<std::string, at::Tensor> preview(const Batch& batch, std::uint64_t seed);
   /// An independent copy of this model (same configuration, its own module and weights) on
   /// `device`, for strategies that run replicas side by side (data_parallel). The strategy keeps
   /// the replica's weights equal to this model's. Default: null, the model cannot be replicated.

@@ -148,6 +148,28 @@ std::map<std::string, at::Tensor> WanFlowMatchingModel::predict(const std::map<s
 
 std::map<std::string, at::Tensor> WanFlowMatchingModel::sample(const std::map<std::string, at::Tensor>& inputs,
                                                                std::uint64_t seed) {
+  return draw(inputs, seed, settings_.sample_steps);
+}
+
+std::map<std::string, at::Tensor> WanFlowMatchingModel::preview(const wanfw::Batch& batch, std::uint64_t seed) {
+  const torch::Tensor latents = batch.at("latents").narrow(0, 0, 1);
+  std::map<std::string, at::Tensor> inputs = {{"context", batch.at("context").narrow(0, 0, 1)}};
+  if (settings_.task != "t2v") inputs["image"] = latents.select(2, 0);
+  const torch::Tensor video = draw(inputs, seed, settings_.preview_steps).at("latents")[0];  // [C, F, H, W]
+  // Channels 0-2 (or the only one) as RGB, each stretched to 0..255; frames side by side.
+  torch::Tensor rgb = video.slice(0, 0, std::min<std::int64_t>(3, video.size(0))).to(torch::kFloat32);
+  if (rgb.size(0) < 3) rgb = rgb.expand({3, -1, -1, -1}).contiguous();
+  const auto lo = std::get<0>(rgb.flatten(1).min(1)).view({3, 1, 1, 1});
+  const auto hi = std::get<0>(rgb.flatten(1).max(1)).view({3, 1, 1, 1});
+  rgb = ((rgb - lo) / (hi - lo).clamp_min(1e-6) * 255).round().clamp(0, 255);
+  torch::Tensor strip = rgb.permute({2, 1, 3, 0}).reshape({rgb.size(2), rgb.size(1) * rgb.size(3), 3});  // H, F*W, 3
+  const std::int64_t zoom = std::max<std::int64_t>(1, 128 / strip.size(0));  // nearest-neighbour, ~128 px high
+  strip = strip.repeat_interleave(zoom, 0).repeat_interleave(zoom, 1);
+  return {{"latents", strip.to(torch::kUInt8).contiguous()}};
+}
+
+std::map<std::string, at::Tensor> WanFlowMatchingModel::draw(const std::map<std::string, at::Tensor>& inputs,
+                                                             std::uint64_t seed, std::int64_t steps) {
   torch::NoGradGuard no_grad;
   module()->eval();
   const torch::Device dev = device();
@@ -192,7 +214,6 @@ std::map<std::string, at::Tensor> WanFlowMatchingModel::sample(const std::map<st
 
   // The official schedule: s_i = linspace(1, 0, steps + 1) shifted by k s / (1 + (k - 1) s).
   const double k = settings_.sample_shift;
-  const std::int64_t steps = settings_.sample_steps;
   std::vector<double> sigmas(steps + 1);
   for (std::int64_t i = 0; i <= steps; ++i) {
     const double s = 1.0 - static_cast<double>(i) / static_cast<double>(steps);

@@ -30,6 +30,7 @@ struct FlowMatchingSettings {
   std::int64_t frames = 0, height = 0, width = 0, text_len = 0;
   std::vector<double> validation_timesteps;  ///< 0..1000
   std::int64_t sample_steps = 20;
+  std::int64_t preview_steps = 10;
   double sample_guidance = 5.0;
   double sample_shift = 5.0;
 };
@@ -52,6 +53,9 @@ class WanFlowMatchingModel final : public wanfw::Model {
   /// folder/low_noise_model (a single trained expert in its own subfolder).
   void export_weights(const std::filesystem::path& folder, std::int64_t max_shard_bytes) override;
   std::unique_ptr<wanfw::Model> replicate(const c10::Device& device) override;
+  /// "latents": the first sample's latent video drawn with `preview_steps` guided Euler steps, as
+  /// a strip of frames in false colour (latent channels 0-2 as RGB, each scaled to its range).
+  std::map<std::string, at::Tensor> preview(const wanfw::Batch& batch, std::uint64_t seed) override;
 
  private:
   struct Objective {
@@ -63,6 +67,8 @@ class WanFlowMatchingModel final : public wanfw::Model {
   /// Per-token timesteps for ti2v (the first frame's tokens at 0), else t as given: [B] -> [B] or [B, L].
   torch::Tensor timesteps(const torch::Tensor& sigma, const torch::Tensor& latents) const;
   torch::Device device() const;
+  std::map<std::string, at::Tensor> draw(const std::map<std::string, at::Tensor>& inputs, std::uint64_t seed,
+                                         std::int64_t steps);
 
   WanDenoiser denoiser_;
   FlowMatchingSettings settings_;

@@ -57,6 +57,8 @@ FlowMatchingSettings settings_from(const wanfw::Options& o, const wan::WanConfig
   s.text_len = o.integer("text_len");
   s.validation_timesteps = o.numbers("validation_timesteps");
   s.sample_steps = o.integer("sample_steps");
+  s.preview_steps = o.integer("preview_steps");
+  if (s.preview_steps < 1) o.fail("preview_steps", "must be at least 1");
   s.sample_guidance = o.number("sample_guidance");
   s.sample_shift = o.number("sample_shift");
   if (!(s.min_sigma >= 0 && s.min_sigma < s.max_sigma && s.max_sigma <= 1))
@@ -225,6 +227,7 @@ wanfw::PluginDescriptor describe() {
           .value("[100, 300, 500, 700, 900]")
           .doc("Fixed timesteps of the validation loss (those outside the trained range are skipped)."),
       option("sample_steps", T::Integer).value("20").doc("Euler steps of `wanfw sample`."),
+      option("preview_steps", T::Integer).value("10").doc("Euler steps of the preview image at each validation."),
       option("sample_guidance", T::Number).value("5.0").doc("Classifier-free guidance scale; 1 disables."),
       option("sample_shift", T::Number).value("5.0").doc("Shift k of the sampling schedule s' = k s / (1 + (k-1) s)."),
       option("latent_frames", T::Integer).value("3").doc("Latent frames of the synthetic data."),
