@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "generators.hpp"
 #include "wanfw/error.hpp"
 
 namespace wanfw {
@@ -27,16 +28,6 @@ Batch Batch::to(const at::Device& device, bool non_blocking) const {
   return out;
 }
 
-namespace {
-/// SplitMix64: decorrelates (seed, index) pairs into generator seeds.
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-}  // namespace
-
 SyntheticDataset::SyntheticDataset(std::vector<FieldSpec> fields, std::int64_t size, std::uint64_t seed)
     : fields_(std::move(fields)), size_(size), seed_(seed) {
   if (size_ <= 0) throw Error(fmt::format("a synthetic data set needs at least one sample, got {}", size_));
@@ -44,7 +35,7 @@ SyntheticDataset::SyntheticDataset(std::vector<FieldSpec> fields, std::int64_t s
 
 std::map<std::string, at::Tensor> SyntheticDataset::get(std::int64_t index) const {
   std::map<std::string, at::Tensor> sample;
-  auto generator = at::make_generator<at::CPUGeneratorImpl>(mix(seed_ ^ mix(static_cast<std::uint64_t>(index))));
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(mix_seed(seed_ ^ mix_seed(static_cast<std::uint64_t>(index))));
   for (const auto& field : fields_) {
     const auto options = at::TensorOptions().dtype(field.dtype);
     at::Tensor value;

@@ -10,25 +10,25 @@ namespace wanfw {
 std::vector<std::pair<std::string, at::Generator>> default_generators() {
   std::vector<std::pair<std::string, at::Generator>> generators;
   generators.emplace_back("cpu", at::detail::getDefaultCPUGenerator());
-  if (torch::cuda::is_available())
-    for (std::int64_t i = 0; i < static_cast<std::int64_t>(torch::cuda::device_count()); ++i)
+  // Asked once: the trainer seeds the generators every step.
+  static const std::int64_t cuda_devices =
+      torch::cuda::is_available() ? static_cast<std::int64_t>(torch::cuda::device_count()) : 0;
+  for (std::int64_t i = 0; i < cuda_devices; ++i)
       generators.emplace_back(fmt::format("cuda:{}", i),
                               at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, static_cast<int8_t>(i))));
   return generators;
 }
 
-namespace {
-/// splitmix64: spreads nearby inputs over the whole 64-bit range.
-std::uint64_t mix(std::uint64_t x) {
+std::uint64_t mix_seed(std::uint64_t x) {
   x += 0x9e3779b97f4a7c15ULL;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
   return x ^ (x >> 31);
 }
-}  // namespace
 
 void seed_generators(std::uint64_t seed, int rank, std::int64_t step) {
-  const std::uint64_t value = mix(mix(mix(seed) ^ static_cast<std::uint64_t>(rank)) ^ static_cast<std::uint64_t>(step));
+  const std::uint64_t value =
+      mix_seed(mix_seed(mix_seed(seed) ^ static_cast<std::uint64_t>(rank)) ^ static_cast<std::uint64_t>(step));
   for (auto& [name, generator] : default_generators()) {
     std::lock_guard<std::mutex> lock(generator.mutex());
     generator.set_current_seed(value);

@@ -14,6 +14,9 @@ namespace wanfw {
 /// Every default generator of this process: "cpu", and "cuda:N" for each visible device.
 std::vector<std::pair<std::string, at::Generator>> default_generators();
 
+/// SplitMix64: spreads nearby inputs ((seed, index) pairs) over the whole 64-bit range.
+std::uint64_t mix_seed(std::uint64_t x);
+
 /// Seeds every default generator from (seed, rank, step), a different stream for every rank
 /// and step that any run reproduces.
 void seed_generators(std::uint64_t seed, int rank, std::int64_t step);
