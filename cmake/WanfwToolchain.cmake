@@ -38,21 +38,34 @@ endif()
 set(CMAKE_CUDA_STANDARD 17)
 set(USE_SYSTEM_NVTX ON CACHE BOOL "Use the toolkit's nvtx3 headers")
 find_package(Torch REQUIRED CONFIG)
+# Real paths: the project's .venv is a link into a per-user cache, and what the build (and an
+# install) records must not depend on the source folder.
+file(REAL_PATH "${Torch_DIR}" WANFW_TORCH_CMAKE_DIR)
 get_filename_component(WANFW_TORCH_LIB_DIR "${TORCH_LIBRARY}" DIRECTORY)
-message(STATUS "wanfw: LibTorch ${Torch_VERSION} from ${WANFW_TORCH_LIB_DIR}")
+file(REAL_PATH "${WANFW_TORCH_LIB_DIR}" WANFW_TORCH_LIB_DIR)
+include(wanfwTorch)  # wanfw_torch_identity(), shared with the installed package
+wanfw_torch_identity("${WANFW_TORCH_CMAKE_DIR}" WANFW_TORCH_IDENTITY WANFW_TORCH_CUDA)
+message(STATUS "wanfw: LibTorch ${WANFW_TORCH_IDENTITY} (CUDA ${WANFW_TORCH_CUDA}) from ${WANFW_TORCH_LIB_DIR}")
 
 # wanfw::torch: LibTorch as the wheel ships it. TORCH_LIBRARIES would also link the system CUDA
 # runtime and NVRTC directly into every binary, and the loader would then pick those (the
 # toolkit's 13.0) over the ones the wheel was built with (found through libtorch_cuda's own
 # RPATH). So link only LibTorch's libraries, and let the linker resolve their dependencies (NCCL,
-# cuBLAS, ...) in the wheel's nvidia/ folders.
+# cuBLAS, ...) in the wheel's nvidia/ folders. Exported with the SDK: plugins get the same.
 get_filename_component(_site_packages "${WANFW_TORCH_LIB_DIR}/../.." ABSOLUTE)
 file(GLOB _nvidia_lib_dirs LIST_DIRECTORIES true "${_site_packages}/nvidia/*/lib")
 list(JOIN _nvidia_lib_dirs ":" _rpath_link)
 get_target_property(_torch_definitions torch_cpu INTERFACE_COMPILE_DEFINITIONS)
 add_library(wanfw_torch INTERFACE)
 add_library(wanfw::torch ALIAS wanfw_torch)
-target_include_directories(wanfw_torch SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS} ${CUDAToolkit_INCLUDE_DIRS})
+set_target_properties(wanfw_torch PROPERTIES EXPORT_NAME torch)
+set(_torch_includes)
+foreach(_dir ${TORCH_INCLUDE_DIRS})
+  file(REAL_PATH "${_dir}" _real)
+  list(APPEND _torch_includes "${_real}")
+endforeach()
+# The CUDA toolkit's headers: LibTorch's CUDA headers include cuda_runtime_api.h.
+target_include_directories(wanfw_torch SYSTEM INTERFACE ${_torch_includes} ${CUDAToolkit_INCLUDE_DIRS})
 if(_torch_definitions)
   target_compile_definitions(wanfw_torch INTERFACE ${_torch_definitions})
 endif()
@@ -70,22 +83,33 @@ if(_rpath_link)
   target_link_options(wanfw_torch INTERFACE "LINKER:-rpath-link,${_rpath_link}")
 endif()
 
-# wanfw::c10d: what code that drives c10d (process groups, Reducer) needs besides LibTorch.
-# Gloo's headers: Debian's libgloo-dev (the wheel has none; declarations only, every symbol
-# resolves in libtorch_cpu). NCCL's header: the wheel's nvidia/nccl, matching the NCCL it loads.
+# What code that creates c10d process groups needs besides LibTorch, applied per source file
+# (wanfw_use_c10d): Gloo's headers from Debian's libgloo-dev (the wheel has none; declarations
+# only, every symbol resolves in libtorch_cpu) and NCCL's header from the wheel's nvidia/nccl.
 find_path(WANFW_GLOO_INCLUDE_DIR gloo/algorithm.h)
 if(NOT WANFW_GLOO_INCLUDE_DIR)
   message(FATAL_ERROR "wanfw: Gloo headers (gloo/algorithm.h) not found; scripts/setup.sh installs libgloo-dev")
 endif()
-add_library(wanfw_c10d INTERFACE)
-add_library(wanfw::c10d ALIAS wanfw_c10d)
-target_link_libraries(wanfw_c10d INTERFACE wanfw::torch)
-target_include_directories(wanfw_c10d SYSTEM INTERFACE ${WANFW_GLOO_INCLUDE_DIR})
-target_compile_definitions(wanfw_c10d INTERFACE USE_C10D_GLOO)
+set(WANFW_C10D_INCLUDE_DIRS ${WANFW_GLOO_INCLUDE_DIR})
+set(WANFW_C10D_DEFINITIONS USE_C10D_GLOO)
 if(EXISTS "${_site_packages}/nvidia/nccl/include/nccl.h" AND EXISTS "${WANFW_TORCH_LIB_DIR}/libtorch_cuda.so")
-  target_include_directories(wanfw_c10d SYSTEM INTERFACE "${_site_packages}/nvidia/nccl/include")
-  target_compile_definitions(wanfw_c10d INTERFACE USE_C10D_NCCL)
+  list(APPEND WANFW_C10D_INCLUDE_DIRS "${_site_packages}/nvidia/nccl/include")
+  list(APPEND WANFW_C10D_DEFINITIONS USE_C10D_NCCL)
 endif()
+# Compiles SOURCES with the c10d backends' headers (and without the shared precompiled header,
+# whose definitions differ).
+function(wanfw_use_c10d)
+  set(_options)
+  foreach(_dir ${WANFW_C10D_INCLUDE_DIRS})
+    if(NOT _dir STREQUAL "/usr/include")  # already searched; -isystem on it breaks include_next
+      list(APPEND _options "-isystem" "${_dir}")  # system: their warnings are not ours
+    endif()
+  endforeach()
+  set_source_files_properties(${ARGN} PROPERTIES
+    COMPILE_OPTIONS "${_options}"
+    COMPILE_DEFINITIONS "${WANFW_C10D_DEFINITIONS}"
+    SKIP_PRECOMPILE_HEADERS ON)
+endfunction()
 
 find_package(Boost 1.74 REQUIRED COMPONENTS filesystem)
 find_package(yaml-cpp REQUIRED)
@@ -109,6 +133,7 @@ foreach(_probe fmt/format.h spdlog/spdlog.h)
     message(FATAL_ERROR "wanfw: ${_probe} not found; run scripts/setup.sh to install the Debian packages")
   endif()
   file(CREATE_LINK ${_${_lib}_dir}/${_lib} ${WANFW_INCLUDE_SHIM}/${_lib} SYMBOLIC)
+  set(WANFW_SHIM_${_lib}_DIR ${_${_lib}_dir})  # recorded by the installed package
 endforeach()
 include_directories(BEFORE SYSTEM ${WANFW_INCLUDE_SHIM})
 

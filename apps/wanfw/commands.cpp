@@ -10,8 +10,9 @@
 #include <spdlog/spdlog.h>
 
 #include "wanfw/error.hpp"
-#include "wanfw/experiment.hpp"
-#include "wanfw/plugin_host.hpp"
+#include "config.hpp"
+#include "experiment.hpp"
+#include "plugin_host.hpp"
 
 namespace wanfw::cli {
 
@@ -76,12 +77,13 @@ Prints the config's model as its plugin describes it without building it: dimens
 count and a memory estimate. Allocates no weights, so it works for models larger than memory.
 )";
 
-const char* kPluginsHelp = R"(usage: wanfw plugins [--plugin-path DIR]...
-       wanfw plugins show NAME [--plugin-path DIR]...
+const char* kPluginsHelp = R"(usage: wanfw plugins [CONFIG] [--plugin-path DIR]...
+       wanfw plugins show NAME [CONFIG] [--plugin-path DIR]...
 
-Lists the plugins found on the search path (each --plugin-path, then $WANFW_PLUGIN_PATH, then
-the install's plugin folder) with kind, version and file, and the libraries that were refused
-and why. `show` prints one plugin's options with their types, defaults and docs.
+Lists the plugins found on the search path (each --plugin-path, then CONFIG's plugin_path, then
+$WANFW_PLUGIN_PATH, then the install's plugin folder) with kind, version and file, and the
+libraries that were refused and why. `show` prints one plugin's options with their types,
+defaults and docs.
 )";
 
 const char* kConfigReferenceHelp = R"(usage: wanfw config-reference [--plugin-path DIR]...
@@ -225,9 +227,18 @@ int model_info_command(const std::vector<std::string>& args) {
 
 int plugins_command(const std::vector<std::string>& args) {
   std::vector<std::string> rest;
-  const auto extra = plugin_path_flags(args, &rest, kPluginsHelp);
-  const PluginHost host(PluginHost::search_path(extra));
-  if (rest.empty()) {
+  auto folders = plugin_path_flags(args, &rest, kPluginsHelp);
+  std::string show;
+  if (!rest.empty() && rest[0] == "show") {
+    if (rest.size() < 2) usage_error("`plugins show` needs a plugin NAME", kPluginsHelp);
+    show = rest[1];
+    rest.erase(rest.begin(), rest.begin() + 2);
+  }
+  if (rest.size() > 1) usage_error(fmt::format("unexpected argument '{}'", rest[1]), kPluginsHelp);
+  if (!rest.empty())  // a config: its plugin_path, after the --plugin-path folders
+    for (auto& folder : config_plugin_path(rest[0])) folders.push_back(std::move(folder));
+  const PluginHost host(PluginHost::search_path(folders));
+  if (show.empty()) {
     std::printf("%-9s %-20s %-8s %s\n", "KIND", "NAME", "VERSION", "PATH");
     for (const auto& p : host.plugins())
       std::printf("%-9s %-20s %-8s %s\n", plugin_kind_name(p.descriptor->kind), p.descriptor->name.c_str(),
@@ -241,11 +252,12 @@ int plugins_command(const std::vector<std::string>& args) {
     }
     return kSuccess;
   }
-  if (rest.size() != 2 || rest[0] != "show") usage_error("expected `plugins` or `plugins show NAME`", kPluginsHelp);
   bool found = false;
+  std::vector<std::string> names;
   for (const auto& p : host.plugins()) {
     const PluginDescriptor& d = *p.descriptor;
-    if (d.name != rest[1]) continue;
+    names.push_back(d.name);
+    if (d.name != show) continue;
     found = true;
     std::printf("%s (%s plugin, version %s)\n  %s\n  file: %s\n\noptions:\n", d.name.c_str(),
                 plugin_kind_name(d.kind), d.version.c_str(), d.summary.c_str(), p.path.c_str());
@@ -256,9 +268,16 @@ int plugins_command(const std::vector<std::string>& args) {
       const std::string def = o.required ? "required" : o.default_yaml.empty() ? "unset" : "default " + o.default_yaml;
       std::printf("  %s: %s, %s\n      %s\n", o.name.c_str(), type.c_str(), def.c_str(), o.doc.c_str());
     }
+    for (const auto& key : d.subsections) std::printf("  %s: a section naming another plugin\n", key.c_str());
     std::printf("\n");
   }
-  if (!found) usage_error(fmt::format("no plugin named '{}'; `wanfw plugins` lists them", rest[1]), kPluginsHelp);
+  if (!found) {
+    const std::string suggestion = closest_match(show, names);
+    throw ConfigError({"command line", 0, 0}, fmt::format("no plugin named '{}' was found", show),
+                      (suggestion.empty() ? std::string() : fmt::format("did you mean '{}'? ", suggestion)) +
+                          (names.empty() ? std::string("no plugins were found; `wanfw plugins` shows where it looked")
+                                         : fmt::format("found: {}", fmt::join(names, ", "))));
+  }
   return kSuccess;
 }
 

@@ -10,7 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "commands.hpp"
-#include "wanfw/console.hpp"
+#include "console.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/version.hpp"
 
@@ -27,8 +27,8 @@ commands:
   sample CONFIG --out OUT [--inputs IN] [--seed N]...    draw samples (latents) with the model's sampler
   export CONFIG --out FOLDER [--checkpoint PATH]...      weights in the model's release layout
   model-info CONFIG [--set key=value]...                 parameters and memory, without allocating
-  plugins [--plugin-path DIR]...                         list the plugins found
-  plugins show NAME [--plugin-path DIR]...               a plugin's options, defaults and docs
+  plugins [CONFIG] [--plugin-path DIR]...                list the plugins found (and refused)
+  plugins show NAME [CONFIG] [--plugin-path DIR]...      a plugin's options, defaults and docs
   config-reference [--plugin-path DIR]...                every config option, as Markdown
 
 options:

@@ -1,4 +1,4 @@
-#include "wanfw/config.hpp"
+#include "config.hpp"
 
 #include <algorithm>
 #include <fstream>
@@ -72,6 +72,8 @@ struct Config::Impl {
   YAML::Node root;
   std::map<std::string, SourceLocation> override_locations;  ///< path -> "--set path=..."
   std::vector<std::pair<std::string, YAML::Node>> resolved;  ///< section path -> resolved values
+  std::vector<std::pair<std::string, std::string>> resolved_values;  ///< key path -> YAML text
+  std::vector<std::string> notes;
 
   /// The node at `path`, or an undefined node. Never creates nodes.
   YAML::Node find(const std::string& path) const {
@@ -108,6 +110,29 @@ struct Config::Impl {
     return {source, 0, 0};
   }
 
+  /// `--set <section>.name=X` where the file's section names another plugin: the section is the
+  /// new plugin's, so the old plugin's options (those no earlier --set gave) are dropped, with a note.
+  void replace_plugin_section(const std::string& name_path, const YAML::Node& value) {
+    const std::string section = name_path.substr(0, name_path.rfind('.'));
+    if (section == "run") return;  // run.name names the run, not a plugin
+    YAML::Node parent = find(section);
+    if (!parent.IsMap() || !value.IsScalar()) return;
+    const YAML::Node old_name = parent["name"];
+    if (!old_name || !old_name.IsScalar() || old_name.Scalar() == value.Scalar()) return;
+    std::vector<std::string> dropped;
+    for (const auto& entry : parent) {
+      if (!entry.first.IsScalar()) continue;
+      const std::string key = entry.first.Scalar();
+      if (key != "name" && !override_locations.count(section + "." + key)) dropped.push_back(key);
+    }
+    for (const auto& key : dropped) parent.remove(key);
+    if (!dropped.empty())
+      notes.push_back(fmt::format("--set {}={} replaces the '{}' section of {}: its other options ({}) belonged to "
+                                  "'{}' and were dropped; give the new plugin's options with --set {}.<option>=...",
+                                  name_path, value.Scalar(), display_path(section), source, fmt::join(dropped, ", "),
+                                  old_name.Scalar(), section));
+  }
+
   void apply_override(const std::string& text) {
     const SourceLocation here{"--set " + text, 0, 0};
     const auto eq = text.find('=');
@@ -123,9 +148,10 @@ struct Config::Impl {
                         "quote strings that contain YAML syntax");
     }
     if (!root.IsMap()) root = YAML::Node(YAML::NodeType::Map);
+    const auto parts = split_path(path);
+    if (parts.size() >= 2 && parts.back() == "name") replace_plugin_section(path, value);
     YAML::Node current;
     current.reset(root);
-    const auto parts = split_path(path);
     for (std::size_t i = 0; i < parts.size(); ++i) {
       const auto& part = parts[i];
       if (part.empty()) throw ConfigError(here, fmt::format("'{}' has an empty path component", path));
@@ -333,6 +359,12 @@ void Config::record_resolved(const Options& options, const std::string& plugin_n
   impl_->resolved.emplace_back(path, node);
 }
 
+void Config::record_resolved_value(const std::string& path, const std::string& yaml) {
+  impl_->resolved_values.emplace_back(path, yaml);
+}
+
+const std::vector<std::string>& Config::notes() const { return impl_->notes; }
+
 std::string Config::resolved_yaml() const {
   Config copy(*this);
   copy.impl_->root = YAML::Clone(impl_->root);  // edited below; positions are not needed
@@ -347,6 +379,7 @@ std::string Config::resolved_yaml() const {
       for (const auto& entry : node) fresh[entry.first.as<std::string>()] = entry.second;
     }
   }
+  for (const auto& [path, yaml] : impl_->resolved_values) copy.impl_->apply_override(path + "=" + yaml);
   YAML::Emitter out;
   out << copy.impl_->root;
   return std::string(out.c_str()) + "\n";

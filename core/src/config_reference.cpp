@@ -2,8 +2,8 @@
 #include <fmt/ranges.h>
 
 #include "core_sections.hpp"
-#include "wanfw/experiment.hpp"
-#include "wanfw/plugin_host.hpp"
+#include "experiment.hpp"
+#include "plugin_host.hpp"
 
 namespace wanfw {
 

@@ -1,4 +1,4 @@
-#include "wanfw/console.hpp"
+#include "console.hpp"
 
 #include <cstdio>
 #include <cstdlib>

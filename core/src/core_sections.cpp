@@ -112,6 +112,18 @@ void require_positive(const Options& o, const char* name, std::int64_t value, st
 }
 }  // namespace
 
+namespace {
+/// `text` as a double-quoted YAML scalar.
+std::string yaml_quoted(const std::string& text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+}  // namespace
+
 CoreSettings CoreSettings::from(Config& config) {
   config.check_top_level_keys(top_level_sections());
   CoreSettings s;
@@ -206,14 +218,19 @@ CoreSettings CoreSettings::from(Config& config) {
   require_positive(checkpoint, "keep_last", s.checkpoint.keep_last, 0);
 
   for (Options* o : {&run, &trainer, &optimizer, &scheduler, &data, &validation, &precision, &checkpoint}) config.record_resolved(*o);
+  // The saved config names its run and finds its plugins from wherever it is run again.
+  config.record_resolved_value("run.name", yaml_quoted(s.run.name));
 
   if (config.has("plugin_path")) {
     const std::size_t n = config.sequence_size("plugin_path");
     const auto base = std::filesystem::path(config.source_name()).parent_path();
     for (std::size_t i = 0; i < n; ++i) {
       std::filesystem::path p = config.string_at("plugin_path." + std::to_string(i));
-      s.plugin_path.push_back(p.is_absolute() ? p : (base / p).lexically_normal());
+      s.plugin_path.push_back(std::filesystem::absolute(p.is_absolute() ? p : base / p).lexically_normal());
     }
+    std::string list;
+    for (const auto& p : s.plugin_path) list += (list.empty() ? "" : ", ") + yaml_quoted(p.string());
+    config.record_resolved_value("plugin_path", "[" + list + "]");
   }
   return s;
 }

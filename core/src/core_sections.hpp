@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "wanfw/config.hpp"
+#include "config.hpp"
 #include "wanfw/precision.hpp"
 
 namespace wanfw {

@@ -1,4 +1,4 @@
-#include "wanfw/experiment.hpp"
+#include "experiment.hpp"
 
 #include <cstdlib>
 #include <functional>
@@ -15,10 +15,10 @@
 #include "wanfw/file_io.hpp"
 #include "progress.hpp"
 #include "trainer.hpp"
-#include "wanfw/config.hpp"
-#include "wanfw/console.hpp"
+#include "config.hpp"
+#include "console.hpp"
 #include "wanfw/error.hpp"
-#include "wanfw/plugin_host.hpp"
+#include "plugin_host.hpp"
 #include "wanfw/safetensors.hpp"
 
 namespace fs = std::filesystem;
@@ -51,6 +51,20 @@ std::optional<std::string> describe_model(Config& config, const PluginHost& host
   return info.descriptor->inspect_model(options);
 }
 
+bool usable(const c10::Device& device) {
+  if (!device.is_cuda()) return device.is_cpu();
+  return torch::cuda::is_available() && device.index() < static_cast<int>(torch::cuda::device_count());
+}
+
+at::ScalarType compute_dtype(PrecisionMode mode) {
+  switch (mode) {
+    case PrecisionMode::BF16: return at::kBFloat16;
+    case PrecisionMode::FP16: return at::kHalf;
+    case PrecisionMode::FP32: break;
+  }
+  return at::kFloat;
+}
+
 /// How `assemble` treats the model: build it (training, predict), or have its plugin describe it
 /// without allocating weights when the plugin can (validate).
 enum class ModelAssembly { Build, DescribeIfPossible };
@@ -62,6 +76,8 @@ Experiment assemble(const RunRequest& request, ModelAssembly assembly = ModelAss
   configure_console(e.settings.run.log_level, 0);
   e.host = std::make_unique<PluginHost>(PluginHost::search_path(e.settings.plugin_path));
 
+  for (const auto& note : e.config.notes()) spdlog::warn("{}", note);
+
   PluginContext context;
   context.seed = e.settings.run.seed;
   if (!e.config.has("strategy"))
@@ -69,6 +85,11 @@ Experiment assemble(const RunRequest& request, ModelAssembly assembly = ModelAss
                       "add 'strategy: {name: single}' to train on one device");
   e.strategy = e.host->make_strategy(e.config, "strategy", context);
   configure_console(e.settings.run.log_level, e.strategy->rank());
+  // Models and loggers learn where the model will live, so weights are built there. A device this
+  // machine lacks (a config validated away from its GPUs) leaves them on the CPU; the strategy's
+  // setup names the missing device when a run starts.
+  context.device = usable(e.strategy->device()) ? e.strategy->device() : c10::Device(c10::kCPU);
+  context.dtype = compute_dtype(e.settings.precision.mode);
 
   if (!e.config.has("model"))
     throw ConfigError(e.config.where("model"), "the config has no 'model' section",
@@ -239,6 +260,11 @@ RunOutcome run_experiment(const RunRequest& request) {
   outcome.stop_signal = result.stop_signal;
   outcome.last_checkpoint = result.last_checkpoint;
   return outcome;
+}
+
+std::vector<fs::path> config_plugin_path(const fs::path& config_file) {
+  Config config = Config::load(config_file);
+  return CoreSettings::from(config).plugin_path;
 }
 
 std::string inspect_model(const RunRequest& request) {

@@ -4,10 +4,18 @@
 
 namespace wanfw {
 
+std::vector<ParameterGroup> Model::parameter_groups() {
+  ParameterGroup group;
+  group.name = "default";
+  for (const auto& item : module()->named_parameters(/*recurse=*/true))
+    if (item.value().requires_grad()) group.parameters.emplace_back(item.key(), item.value());
+  return {group};
+}
+
 std::vector<std::pair<std::string, at::Tensor>> Model::trainable_parameters() {
   std::vector<std::pair<std::string, at::Tensor>> out;
-  for (const auto& item : module()->named_parameters(/*recurse=*/true))
-    if (item.value().requires_grad()) out.emplace_back(item.key(), item.value());
+  for (auto& group : parameter_groups())
+    for (auto& item : group.parameters) out.push_back(std::move(item));
   return out;
 }
 

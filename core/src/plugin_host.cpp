@@ -1,4 +1,4 @@
-#include "wanfw/plugin_host.hpp"
+#include "plugin_host.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -11,7 +11,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "wanfw/config.hpp"
+#include "config.hpp"
+#include "plugin_file.hpp"
 
 namespace fs = std::filesystem;
 
@@ -39,12 +40,11 @@ PluginDescriptor describe(PluginKind kind, std::string name, std::string version
 
 /// Libraries are loaded once and never unloaded: objects they made may live until exit, and
 /// unloading code that static destructors or thread-locals still point into is never safe.
-boost::dll::shared_library& keep_loaded(boost::dll::shared_library library) {
+void keep_loaded(boost::dll::shared_library library) {
   static std::mutex mutex;
   static auto* libraries = new std::deque<boost::dll::shared_library>();  // intentionally leaked
   std::lock_guard<std::mutex> lock(mutex);
   libraries->push_back(std::move(library));
-  return libraries->back();
 }
 
 constexpr const char* kEntryName = "wanfw_plugin_entry";
@@ -76,6 +76,22 @@ std::vector<fs::path> PluginHost::search_path(const std::vector<fs::path>& confi
 }
 
 PluginInfo PluginHost::load_library(const fs::path& path) {
+  // Checked on the file before the library is loaded: a refused plugin runs no code at all.
+  const PluginRecord record = read_plugin_record(path);
+  if (record.abi_version != host_plugin_abi_version())
+    throw PluginError(fmt::format("{}: built for wanfw plugin ABI version {} (wanfw {}), but this wanfw uses plugin ABI "
+                                  "version {} (wanfw {})",
+                                  path.string(), record.abi_version, record.wanfw_version, host_plugin_abi_version(),
+                                  version()),
+                      "rebuild the plugin against this wanfw's SDK (find_package(wanfw) from its install)");
+  if (std::string(record.torch_version) != host_torch_version())
+    throw PluginError(fmt::format("{}: built against LibTorch {}, but this wanfw runs LibTorch {}", path.string(),
+                                  record.torch_version, host_torch_version()),
+                      "rebuild the plugin against the LibTorch wanfw was built with (find_package(wanfw) selects it)");
+  const auto kind = static_cast<PluginKind>(record.kind);
+  if (kind != PluginKind::Model && kind != PluginKind::Strategy && kind != PluginKind::Logger)
+    throw PluginError(fmt::format("{}: its record names an unknown plugin kind {}", path.string(), record.kind));
+
   boost::dll::shared_library library;
   try {
     library.load(path, boost::dll::load_mode::rtld_lazy | boost::dll::load_mode::rtld_local);
@@ -84,21 +100,15 @@ PluginInfo PluginHost::load_library(const fs::path& path) {
                       "rebuild it, or remove it from the plugin folder");
   }
   if (!library.has(kEntryName))
-    throw PluginError(fmt::format("{}: not a wanfw plugin (it exports no '{}' entry)", path.string(), kEntryName),
-                      "plugins end with WANFW_PLUGIN(describe); move other libraries out of plugin folders");
-  const PluginDescriptor* descriptor = library.get_alias<PluginEntry>(kEntryName)();
+    throw PluginError(fmt::format("{}: has a plugin record but exports no '{}' entry", path.string(), kEntryName),
+                      "plugins end with WANFW_PLUGIN(kind, describe); rebuild it");
+  const PluginDescriptor* descriptor = library.get<PluginEntry>(kEntryName)();
   if (descriptor == nullptr)
     throw PluginError(fmt::format("{}: its plugin entry returned no descriptor", path.string()));
-  if (descriptor->abi_version != host_plugin_abi_version())
-    throw PluginError(fmt::format("{}: built for wanfw plugin ABI version {}, but this wanfw uses plugin ABI "
-                                  "version {}",
-                                  path.string(), descriptor->abi_version, host_plugin_abi_version()),
-                      "rebuild the plugin against this wanfw's SDK headers");
-  const std::string plugin_torch = descriptor->torch_version ? descriptor->torch_version : "(none)";
-  if (plugin_torch != host_torch_version())
-    throw PluginError(fmt::format("{}: built against LibTorch {}, but this wanfw runs LibTorch {}", path.string(),
-                                  plugin_torch, host_torch_version()),
-                      "rebuild the plugin against the LibTorch in wanfw's environment (.venv)");
+  if (descriptor->kind != kind)
+    throw PluginError(fmt::format("{}: its record says it is a {} plugin, its descriptor a {} plugin", path.string(),
+                                  plugin_kind_name(kind), plugin_kind_name(descriptor->kind)),
+                      "use the same kind in WANFW_PLUGIN(kind, ...) and PluginDescriptor::for_<kind>");
   const bool factory_ok = (descriptor->kind == PluginKind::Model && descriptor->make_model) ||
                           (descriptor->kind == PluginKind::Strategy && descriptor->make_strategy) ||
                           (descriptor->kind == PluginKind::Logger && descriptor->make_logger);
@@ -184,13 +194,26 @@ std::shared_ptr<Object> build(const PluginHost& host, Config& config, const std:
   const std::string name = config.string_at(section + ".name");
   const PluginInfo& info = host.find(kind, name, config.where(section + ".name"));
   std::vector<std::string> extra_keys = {"name"};
-  extra_keys.insert(extra_keys.end(), info.descriptor->subsections.begin(), info.descriptor->subsections.end());
+  const auto& subsections = info.descriptor->subsections;
+  extra_keys.insert(extra_keys.end(), subsections.begin(), subsections.end());
   const Options options = config.section(section, info.descriptor->options, extra_keys);
   config.record_resolved(options, name);
   PluginContext ctx = context;
-  ctx.host = &host;
   ctx.section = section;
-  ctx.config = &config;
+  // Valid while the factory runs: it refers to the host and the config being assembled.
+  ctx.build_strategy = [&host, &config, &context, section, name, subsections](const std::string& key) {
+    const std::string path = section + "." + key;
+    if (std::find(subsections.begin(), subsections.end(), key) == subsections.end())
+      throw PluginError(fmt::format("the {} plugin '{}' asked to build '{}', which its descriptor does not list in "
+                                    "subsections",
+                                    plugin_kind_name(PluginKind::Strategy), name, path),
+                        "add the key to PluginDescriptor::subsections");
+    if (!config.has(path))
+      throw ConfigError(config.where(section), fmt::format("'{}' is missing: the plugin '{}' builds a strategy from it",
+                                                           path, name),
+                        fmt::format("add for example `{}: {{name: single}}` to '{}'", key, section));
+    return host.make_strategy(config, path, context);
+  };
   std::unique_ptr<Object> object = (info.descriptor->*factory)(options, ctx);
   if (!object)
     throw PluginError(fmt::format("{}: the {} plugin '{}' returned no object", info.path.string(),

@@ -35,12 +35,45 @@ Trainer::Trainer(const CoreSettings& settings, std::string config_yaml, std::sha
       validation_set_(std::move(validation_set)),
       checkpoints_(run_dir_),
       precision_(settings_.precision) {
-  for (auto& [name, tensor] : model_->trainable_parameters()) parameters_.push_back(tensor);
-  if (parameters_.empty())
-    throw Error("the model has no trainable parameters", "check the model plugin's trainable_parameters()");
   const auto& o = settings_.optimizer;
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  std::map<const void*, std::string> owner;  // parameter -> its group, to refuse duplicates
+  for (auto& group : model_->parameter_groups()) {
+    if (group.parameters.empty()) continue;
+    if (!(group.lr_scale >= 0) || !std::isfinite(group.lr_scale))
+      throw Error(fmt::format("parameter group '{}' has lr_scale {}", group.name, group.lr_scale),
+                  "the model plugin must give every group a finite, non-negative lr_scale");
+    std::vector<at::Tensor> tensors;
+    for (auto& [name, tensor] : group.parameters) {
+      const auto [it, fresh] = owner.emplace(tensor.unsafeGetTensorImpl(), group.name);
+      if (!fresh)
+        throw Error(fmt::format("parameter '{}' is in two parameter groups, '{}' and '{}'", name, it->second, group.name),
+                    "the model plugin's parameter_groups() must list each parameter once");
+      tensors.push_back(tensor);
+      parameters_.push_back(tensor);
+    }
+    auto options = std::make_unique<torch::optim::AdamWOptions>(o.lr);
+    options->betas({group.beta1.value_or(o.beta1), group.beta2.value_or(o.beta2)})
+        .eps(o.eps)
+        .weight_decay(group.weight_decay.value_or(o.weight_decay));
+    groups.emplace_back(std::move(tensors), std::move(options));
+    group_names_.push_back(group.name);
+    lr_scales_.push_back(group.lr_scale);
+  }
+  if (parameters_.empty())
+    throw Error("the model has no trainable parameters", "check the model plugin's parameter_groups()");
   optimizer_ = std::make_unique<torch::optim::AdamW>(
-      parameters_, torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weight_decay));
+      std::move(groups), torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weight_decay));
+  if (strategy_->is_main() && group_names_.size() > 1) {
+    std::string line;
+    for (std::size_t i = 0; i < group_names_.size(); ++i) {
+      const auto& g = static_cast<const torch::optim::AdamWOptions&>(optimizer_->param_groups()[i].options());
+      line += fmt::format("{}{} ({} tensors, lr x {:g}, weight decay {:g}, betas {:g}/{:g})", i ? "; " : "",
+                          group_names_[i], optimizer_->param_groups()[i].params().size(), lr_scales_[i],
+                          g.weight_decay(), std::get<0>(g.betas()), std::get<1>(g.betas()));
+    }
+    spdlog::info("parameter groups: {}", line);
+  }
   state_.world_size = strategy_->world_size();
   state_.config_yaml = config_yaml_;
 }
@@ -48,7 +81,9 @@ Trainer::Trainer(const CoreSettings& settings, std::string config_yaml, std::sha
 Trainer::~Trainer() = default;
 
 void Trainer::set_learning_rate(double lr) {
-  for (auto& group : optimizer_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+  auto& groups = optimizer_->param_groups();
+  for (std::size_t i = 0; i < groups.size(); ++i)
+    static_cast<torch::optim::AdamWOptions&>(groups[i].options()).lr(lr * lr_scales_[i]);
 }
 
 fs::path Trainer::save_checkpoint() {
@@ -267,6 +302,10 @@ TrainingResult Trainer::fit(const std::optional<fs::path>& checkpoint) {
     precision_.update(overflow);
     if (precision_.scales_loss()) state_.loss_scaler = precision_.scaler();
     ++state_.step;
+    const int signal = StopSignal::received();
+    const bool periodic = settings_.checkpoint.every > 0 && state_.step % settings_.checkpoint.every == 0;
+    const bool checkpoint_due = periodic || signal != 0 || state_.step == total;
+    strategy_->after_optimizer_step(*model_, {state_.step, !overflow, checkpoint_due, optimizer_.get()});
 
     const double step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_started).count();
     std::map<std::string, double> scalars = {{"loss", loss},
@@ -275,6 +314,8 @@ TrainingResult Trainer::fit(const std::optional<fs::path>& checkpoint) {
                                              {"step_time", step_seconds},
                                              {"samples_per_sec", samples / std::max(step_seconds, 1e-9)},
                                              {"peak_memory_mb", peak_memory_mib()}};
+    if (group_names_.size() > 1)
+      for (std::size_t i = 0; i < group_names_.size(); ++i) scalars["lr/" + group_names_[i]] = lr * lr_scales_[i];
     if (strategy_->device().is_cuda()) scalars["peak_gpu_memory_mb"] = peak_gpu_memory_mib(strategy_->device());
     result.samples += samples * strategy_->world_size();
     for (const auto& [name, sum] : metric_sums) scalars[name] = sum.item<double>() / accumulation;
@@ -300,9 +341,7 @@ TrainingResult Trainer::fit(const std::optional<fs::path>& checkpoint) {
     if (main && validating && settings_.validation.preview) log_previews();
     if (main && settings_.trainer.histogram_every > 0 && state_.step % settings_.trainer.histogram_every == 0)
       log_histograms();
-    const int signal = StopSignal::received();
-    const bool periodic = settings_.checkpoint.every > 0 && state_.step % settings_.checkpoint.every == 0;
-    if (periodic || signal != 0 || state_.step == total) {
+    if (checkpoint_due) {
       last_checkpoint = save_checkpoint();
       last_saved_step = state_.step;
     }

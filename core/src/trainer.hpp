@@ -58,6 +58,8 @@ class Trainer {
   std::shared_ptr<Dataset> validation_set_;
   CheckpointStore checkpoints_;
   std::vector<at::Tensor> parameters_;  ///< the trainable parameters, in optimizer order
+  std::vector<std::string> group_names_;  ///< the model's parameter groups, in optimizer order
+  std::vector<double> lr_scales_;         ///< each group's learning-rate multiplier
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   Precision precision_;
   std::int64_t skipped_steps_ = 0;  ///< fp16 steps skipped on overflow, this process

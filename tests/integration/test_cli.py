@@ -1,6 +1,7 @@
 """The command line: help, versions, plugin listing, and config errors a user can act on."""
 
 import re
+import shutil
 
 from conftest import BAD_PLUGINS, SOURCE, TEST_PLUGINS, base_config, wanfw, write_config
 
@@ -98,7 +99,7 @@ def test_an_unknown_plugin_name_is_a_config_error_with_suggestions(tmp_path):
 def test_a_plugin_built_for_another_abi_is_refused_naming_both_versions(tmp_path):
     config = write_config(tmp_path / "exp.yaml", base_config(tmp_path / "runs", plugin_path=[str(BAD_PLUGINS / "abi")]))
     result = wanfw("run", config, check=2)
-    assert "built for wanfw plugin ABI version 999, but this wanfw uses plugin ABI version 3" in result.stderr
+    assert "built for wanfw plugin ABI version 999 (wanfw 0.1.0), but this wanfw uses plugin ABI version 4" in result.stderr
 
 
 def test_a_missing_cuda_device_is_an_error_not_a_cpu_fallback(tmp_path):
@@ -120,3 +121,43 @@ def test_the_configuration_reference_in_docs_is_current():
     assert marker in doc
     generated = wanfw("config-reference", check=0).stdout
     assert doc.split(marker, 1)[1] == generated, "regenerate with scripts/update-docs.sh"
+
+
+def test_plugins_takes_a_config_and_searches_its_plugin_path(tmp_path):
+    config = write_config(tmp_path / "exp.yaml", base_config(tmp_path / "runs"))  # plugin_path: test plugins
+    result = wanfw("plugins", config, check=0)
+    assert "linear_regression" in result.stdout
+    assert str(TEST_PLUGINS) in result.stdout.split("searched:")[1]
+    shown = wanfw("plugins", "show", "linear_regression", config, check=0)
+    assert "bias_lr_scale: number, default 1.0" in shown.stdout
+
+
+def test_plugins_show_with_an_unknown_name_suggests_the_closest(tmp_path):
+    result = wanfw("plugins", "show", "grad_acum", check=2)
+    assert "no plugin named 'grad_acum'" in result.stderr
+    assert "did you mean 'grad_accum'?" in result.stderr
+
+
+def test_setting_another_strategy_name_drops_the_old_plugins_options_with_a_note(tmp_path):
+    config = base_config(tmp_path / "runs", strategy={"name": "grad_accum", "steps": 2,
+                                                      "inner": {"name": "single", "device": "cpu"}})
+    path = write_config(tmp_path / "exp.yaml", config)
+    result = wanfw("validate", path, "--set", "strategy.name=single", "--set", "strategy.device=cpu", check=0)
+    assert "strategy: single device cpu" in result.stdout
+    assert "--set strategy.name=single replaces the 'strategy' section" in result.stderr
+    assert "(steps, inner) belonged to 'grad_accum' and were dropped" in result.stderr
+
+
+def test_the_saved_config_runs_again_from_its_run_folder_with_its_plugins_and_name(tmp_path):
+    (tmp_path / "my-plugins").mkdir()
+    shutil.copy(TEST_PLUGINS / "libwanfw_model_linear_regression.so", tmp_path / "my-plugins")
+    config = base_config(tmp_path / "runs", trainer={"max_steps": 4, "log_every": 2})
+    del config["run"]["name"]  # the default: the config file's name
+    config["plugin_path"] = ["my-plugins"]  # relative to the config file
+    path = write_config(tmp_path / "relative.yaml", config)
+    wanfw("run", path, check=0)
+    run_dir = tmp_path / "runs" / "relative" / "version_0"
+    text = (run_dir / "config.yaml").read_text()
+    assert str(tmp_path / "my-plugins") in text and "name: relative" in text
+    wanfw("run", "config.yaml", cwd=run_dir, check=0)  # from the run folder, by its saved config
+    assert (tmp_path / "runs" / "relative" / "version_1" / "config.yaml").exists()

@@ -215,7 +215,7 @@ def test_ddp_without_a_launcher_runs_one_process_and_says_so(tmp_path):
 
 def test_grad_accum_without_an_inner_strategy_is_a_config_error(tmp_path):
     result = wanfw("validate", config(tmp_path, "bad", {"name": "grad_accum", "steps": 2}, 8), check=2)
-    assert "strategy.inner is missing" in result.stderr
+    assert "'strategy.inner' is missing" in result.stderr
 
 
 def test_data_parallel_replicas_update_like_one_device_with_the_whole_batch(tmp_path):

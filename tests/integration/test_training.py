@@ -190,3 +190,29 @@ def test_epochs_mode_runs_whole_epochs_and_counts_them_in_the_checkpoint(tmp_pat
     assert last.name == "step-00000048"
     state = json.loads((last / "trainer_state.json").read_text())
     assert (state["epoch"], state["batch_in_epoch"]) == (2, 16)
+
+
+def test_a_parameter_group_trains_at_its_own_learning_rate_multiplier(tmp_path, out):
+    config = base_config(out, model={"bias_lr_scale": 0.0}, trainer={"max_steps": 20, "log_every": 5})
+    wanfw("run", write_config(tmp_path / "exp.yaml", config), check=0)
+    run_dir = out / "exp" / "version_0"
+    first = load_file(checkpoints(run_dir)[0] / "model.safetensors")
+    last = load_file(checkpoints(run_dir)[-1] / "model.safetensors")
+    assert not (first["linear.weight"] == last["linear.weight"]).all()  # the weight group trains
+    assert (first["linear.bias"] == last["linear.bias"]).all()  # the bias group's lr is lr x 0
+    rows = read_csv(run_dir / "metrics.csv")
+    assert all(float(r["lr/bias"]) == 0.0 and float(r["lr/weight"]) == float(r["lr"]) for r in rows)
+
+
+def test_a_run_with_parameter_groups_resumes_bitwise(tmp_path):
+    sections = dict(model={"bias_lr_scale": 3.0}, trainer={"max_steps": 20, "log_every": 5},
+                    checkpoint={"every": 10, "keep_last": 0})
+    wanfw("run", write_config(tmp_path / "a.yaml", base_config(tmp_path / "a", **sections)), check=0)
+    path = write_config(tmp_path / "b.yaml", base_config(tmp_path / "b", **sections))
+    wanfw("run", path, check=0)
+    run_dir = tmp_path / "b" / "exp" / "version_0"
+    wanfw("run", path, "--resume", checkpoints(run_dir)[0], check=0)  # step 10 -> 20 again
+    a = load_file(checkpoints(tmp_path / "a" / "exp" / "version_0")[-1] / "model.safetensors")
+    b = load_file(checkpoints(run_dir)[-1] / "model.safetensors")
+    for name in a:
+        assert a[name].numpy().tobytes() == b[name].numpy().tobytes(), name

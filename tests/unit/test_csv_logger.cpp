@@ -4,8 +4,8 @@
 #include <sstream>
 
 #include "temp_dir.hpp"
-#include "wanfw/config.hpp"
-#include "wanfw/plugin_host.hpp"
+#include "config.hpp"
+#include "plugin_host.hpp"
 // doctest last: c10/util/Logging.h defines a CHECK macro of its own.
 #include <doctest/doctest.h>
 

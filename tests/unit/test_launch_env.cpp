@@ -1,14 +1,14 @@
 #include <map>
 
-#include "launch_env.hpp"
+#include "wanfw/distributed.hpp"
 #include "wanfw/error.hpp"
 #include <doctest/doctest.h>
 
-using wanfw::ddp::detect_launch;
-using wanfw::ddp::first_slurm_host;
+using wanfw::detect_launch;
+using wanfw::first_slurm_host;
 
 namespace {
-wanfw::ddp::EnvLookup env_of(std::map<std::string, std::string> vars) {
+wanfw::EnvLookup env_of(std::map<std::string, std::string> vars) {
   return [vars](const std::string& name) -> std::optional<std::string> {
     auto it = vars.find(name);
     if (it == vars.end()) return std::nullopt;

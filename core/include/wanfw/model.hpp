@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,6 +22,17 @@ struct StepOutput {
   std::map<std::string, at::Tensor> metrics;  ///< scalars to log (detached), besides the loss
 };
 
+/// Named trainable parameters with their own optimizer settings (LoRA adapters at their own
+/// learning rate, a distillation critic, embeddings and norms without weight decay). Unset
+/// values take the config's `optimizer` section.
+struct ParameterGroup {
+  std::string name;
+  std::vector<std::pair<std::string, at::Tensor>> parameters;  ///< (checkpoint name, parameter)
+  double lr_scale = 1.0;                ///< multiplies the scheduled learning rate
+  std::optional<double> weight_decay;   ///< default: optimizer.weight_decay
+  std::optional<double> beta1, beta2;   ///< default: optimizer.betas
+};
+
 /// A model owns its module(s) and its objective. Parameter names are checkpoint keys, so a
 /// model should register the names its ecosystem's checkpoints use.
 class Model {
@@ -33,8 +45,13 @@ class Model {
   virtual std::vector<FieldSpec> batch_fields() const = 0;
   /// Forward pass and loss on one micro-batch that already lives on the module's device.
   virtual StepOutput training_step(const Batch& batch) = 0;
-  /// The parameters the optimizer updates (default: every parameter that requires grad).
-  virtual std::vector<std::pair<std::string, at::Tensor>> trainable_parameters();
+  /// The parameters the optimizer updates, in groups with their own optimizer settings. Default:
+  /// one group "default" holding every parameter of module() that requires grad. A parameter may
+  /// be in one group only; parameters in no group are not trained (nor synchronised by strategies).
+  virtual std::vector<ParameterGroup> parameter_groups();
+  /// Every parameter of every group, in group order: what the optimizer updates, strategies
+  /// synchronise and checkpoints keep optimizer state for.
+  std::vector<std::pair<std::string, at::Tensor>> trainable_parameters();
   /// Runs the model once, without gradients, on named inputs and returns named outputs
   /// (`wanfw predict`). The default throws: not every model can be evaluated this way.
   virtual std::map<std::string, at::Tensor> predict(const std::map<std::string, at::Tensor>& inputs);

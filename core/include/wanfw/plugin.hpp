@@ -1,23 +1,30 @@
 #pragma once
-// The plugin contract. A plugin library exports exactly one entry, made by WANFW_PLUGIN, that
-// returns a PluginDescriptor. The host reads `abi_version` and `torch_version` first and
-// refuses a plugin whose values differ from its own before it touches anything else.
+// The plugin contract. A plugin library exports two symbols, both made by WANFW_PLUGIN:
+//
+//   - `wanfw_plugin_record`: plain constant data (ABI version, LibTorch version, kind). The host
+//     reads it from the file itself, before it loads the library, and refuses a plugin whose
+//     versions differ from its own: no code of a refused plugin runs, not even its static
+//     initialisers.
+//   - `wanfw_plugin_entry`: a function returning the PluginDescriptor (name, options, factory),
+//     called only for a plugin whose record matched.
 //
 //   #include <wanfw/plugin.hpp>
 //   static wanfw::PluginDescriptor describe() {
-//     wanfw::PluginDescriptor d = wanfw::PluginDescriptor::for_model("my_model", "1.0.0", "...");
+//     auto d = wanfw::PluginDescriptor::for_model("my_model", "1.0.0", "One line for `wanfw plugins`.");
 //     d.options = {wanfw::option("width", wanfw::OptionType::Integer).value("64").doc("...")};
 //     d.make_model = [](const wanfw::Options& o, const wanfw::PluginContext& c) { ... };
 //     return d;
 //   }
-//   WANFW_PLUGIN(describe)
+//   WANFW_PLUGIN(Model, describe)
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include <boost/dll/alias.hpp>
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
 
 #include "wanfw/logger.hpp"
 #include "wanfw/model.hpp"
@@ -30,32 +37,45 @@ namespace wanfw {
 enum class PluginKind : std::uint32_t { Model = 1, Strategy = 2, Logger = 3 };
 const char* plugin_kind_name(PluginKind kind);
 
-class Config;
-class PluginHost;
+/// The versions a plugin was built with, as plain data the host can read without running the
+/// plugin. Its layout never changes; a later wanfw may append fields (record_size tells).
+struct PluginRecord {
+  char magic[16];               ///< kPluginRecordMagic
+  std::uint32_t record_size;    ///< sizeof(PluginRecord) of the plugin's wanfw
+  std::uint32_t abi_version;    ///< WANFW_PLUGIN_ABI_VERSION
+  std::uint32_t kind;           ///< PluginKind
+  std::uint32_t reserved;
+  char torch_version[32];       ///< TORCH_VERSION, e.g. "2.15.0"
+  char wanfw_version[32];       ///< WANFW_VERSION_STRING
+};
+inline constexpr char kPluginRecordMagic[16] = "wanfw-plugin";
 
 /// What the host hands a factory besides the plugin's own options.
 struct PluginContext {
+  /// The run's seed (run.seed).
   std::uint64_t seed = 0;
-  /// Lets a plugin build other plugins (a strategy that wraps another one).
-  const PluginHost* host = nullptr;
-  /// The config path of the section being built ("strategy", "strategy.inner").
+  /// The config path of the section being built: "model", "strategy", "strategy.inner", "loggers.0".
   std::string section;
-  /// The whole config, for plugins that build others from their subsections.
-  Config* config = nullptr;
+  /// Models and loggers: the device the model will train on (the strategy's), so that a model can
+  /// build its weights where they will live. Strategies are built first and choose it: for them
+  /// it is the CPU.
+  c10::Device device{c10::kCPU};
+  /// The precision the run computes in: kFloat (fp32), kBFloat16 (bf16 autocast), kHalf (fp16).
+  at::ScalarType dtype = at::kFloat;
+  /// Builds the strategy described by the subsection `key` of this plugin's section (a strategy
+  /// that wraps another, like grad_accum's `inner`). The key must be listed in
+  /// PluginDescriptor::subsections. Throws ConfigError when the subsection is missing or wrong.
+  std::function<std::shared_ptr<Strategy>(const std::string& key)> build_strategy;
 };
 
 struct PluginDescriptor {
-  // -- Read before anything else; keep these two first and never change their types. --------
-  std::uint32_t abi_version = WANFW_PLUGIN_ABI_VERSION;
-  const char* torch_version = WANFW_TORCH_VERSION_STRING;
-  // --------------------------------------------------------------------------------------------
   PluginKind kind = PluginKind::Model;
   std::string name;
   std::string version;
   std::string summary;
   OptionSchema options;
   /// Keys of this plugin's section that hold another plugin's section (a strategy's `inner`);
-  /// they are not options, and the plugin builds them through PluginContext::host.
+  /// they are not options, and the plugin builds them through PluginContext::build_strategy.
   std::vector<std::string> subsections;
 
   // Exactly the factory of `kind` is set.
@@ -77,19 +97,21 @@ using PluginEntry = const PluginDescriptor*();
 
 }  // namespace wanfw
 
-/// Exports `describe_fn` (a function returning PluginDescriptor) as the library's plugin entry.
-/// The versions are stamped here, in the plugin's own translation unit, so they record what the
-/// plugin was compiled with even though the descriptor's helpers live in the host library.
-#define WANFW_PLUGIN(describe_fn)                                           \
-  namespace {                                                               \
-  const ::wanfw::PluginDescriptor* wanfw_plugin_entry_impl() {              \
-    static const ::wanfw::PluginDescriptor descriptor = [] {                \
-      ::wanfw::PluginDescriptor d = describe_fn();                          \
-      d.abi_version = WANFW_PLUGIN_ABI_VERSION;                             \
-      d.torch_version = WANFW_TORCH_VERSION_STRING;                         \
-      return d;                                                             \
-    }();                                                                    \
-    return &descriptor;                                                     \
-  }                                                                         \
-  }                                                                         \
-  BOOST_DLL_ALIAS(wanfw_plugin_entry_impl, wanfw_plugin_entry)
+#define WANFW_PLUGIN_EXPORT __attribute__((visibility("default")))
+
+/// Exports the record of a plugin of kind KIND (Model, Strategy or Logger) and `describe_fn` (a
+/// function returning PluginDescriptor) as its entry. The versions are stamped here, in the
+/// plugin's own translation unit, so they record what the plugin was compiled with.
+#define WANFW_PLUGIN(KIND, describe_fn)                                                                    \
+  extern "C" WANFW_PLUGIN_EXPORT const ::wanfw::PluginRecord wanfw_plugin_record = {                      \
+      "wanfw-plugin",                                                                                      \
+      sizeof(::wanfw::PluginRecord),                                                                       \
+      WANFW_PLUGIN_ABI_VERSION,                                                                            \
+      static_cast<std::uint32_t>(::wanfw::PluginKind::KIND),                                               \
+      0,                                                                                                   \
+      WANFW_TORCH_VERSION_STRING,                                                                          \
+      WANFW_VERSION_STRING};                                                                               \
+  extern "C" WANFW_PLUGIN_EXPORT const ::wanfw::PluginDescriptor* wanfw_plugin_entry() {                  \
+    static const ::wanfw::PluginDescriptor descriptor = describe_fn();                                     \
+    return &descriptor;                                                                                    \
+  }

@@ -1,6 +1,7 @@
 #pragma once
 // The strategy plugin interface: placement and synchronisation.
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -10,7 +11,21 @@
 #include "wanfw/model.hpp"
 #include "wanfw/precision.hpp"
 
+namespace torch::optim {
+class Optimizer;
+}
+
 namespace wanfw {
+
+/// What the core tells a strategy after each optimizer step.
+struct OptimizerStep {
+  std::int64_t step = 0;      ///< optimizer steps completed, this one included
+  bool applied = true;        ///< false when the step was skipped (fp16 overflow)
+  /// A checkpoint of the main process's model and optimizer is written right after this call
+  /// (periodic, final, or after a stop signal): replicas that drift apart should agree now.
+  bool checkpoint_follows = false;
+  torch::optim::Optimizer* optimizer = nullptr;  ///< AdamW; its state is keyed by parameter
+};
 
 /// Position of a micro-batch inside one optimizer step.
 struct MicroStep {
@@ -24,7 +39,9 @@ struct MicroStep {
 
 /// A strategy decides where the model lives, how a batch is processed, when gradients are
 /// reduced, and which process speaks. The core calls, per optimizer step: `micro_step` for every
-/// micro-batch, then `before_optimizer_step`, then steps the optimizer.
+/// micro-batch, then `before_optimizer_step`, then steps the optimizer, then
+/// `after_optimizer_step`. Every call happens on the training thread, on every rank, in the same
+/// order.
 class Strategy {
  public:
   virtual ~Strategy() = default;
@@ -48,6 +65,9 @@ class Strategy {
   virtual StepOutput micro_step(Model& model, const Batch& batch, const MicroStep& micro);
   /// Finishes gradient synchronisation before the optimizer reads the gradients.
   virtual void before_optimizer_step(Model& model) {}
+  /// After the optimizer stepped (or skipped): strategies that synchronise parameters rather
+  /// than gradients (local SGD) act here.
+  virtual void after_optimizer_step(Model& model, const OptimizerStep& step) {}
   /// Averages scalar metrics across processes.
   virtual std::map<std::string, double> reduce_metrics(std::map<std::string, double> metrics) {
     return metrics;

@@ -6,12 +6,13 @@
 
 #include <torch/version.h>
 
-#define WANFW_VERSION_STRING "0.1.0"
+#define WANFW_VERSION_STRING "0.1.0"  // keep equal to project(VERSION) in CMakeLists.txt
 
-/// The plugin ABI: bumped whenever a class in the SDK headers changes layout or virtual table.
-/// A plugin records the value it was compiled with; the host refuses any other.
+/// The plugin ABI: bumped whenever anything a plugin compiles against in the SDK headers changes
+/// layout, virtual table or meaning (docs/plugins.md lists what counts). A plugin records the
+/// value it was compiled with in its PluginRecord; the host refuses any other.
 #ifndef WANFW_PLUGIN_ABI_VERSION
-#define WANFW_PLUGIN_ABI_VERSION 3
+#define WANFW_PLUGIN_ABI_VERSION 4
 #endif
 
 /// The LibTorch version a plugin was compiled against ("2.15.0").

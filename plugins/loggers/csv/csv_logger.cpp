@@ -154,4 +154,4 @@ wanfw::PluginDescriptor describe() {
 
 }  // namespace
 
-WANFW_PLUGIN(describe)
+WANFW_PLUGIN(Logger, describe)

@@ -106,4 +106,4 @@ wanfw::PluginDescriptor describe() {
 
 }  // namespace
 
-WANFW_PLUGIN(describe)
+WANFW_PLUGIN(Logger, describe)

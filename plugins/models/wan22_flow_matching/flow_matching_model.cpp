@@ -43,8 +43,9 @@ const char* kSampleInputs =
 
 }  // namespace
 
-WanFlowMatchingModel::WanFlowMatchingModel(const wan::WanConfig& config, FlowMatchingSettings settings)
-    : denoiser_(config, settings.expert, settings.boundary), settings_(std::move(settings)) {}
+WanFlowMatchingModel::WanFlowMatchingModel(const wan::WanConfig& config, FlowMatchingSettings settings,
+                                           wan::WanPlacement placement)
+    : denoiser_(config, settings.expert, settings.boundary, placement), settings_(std::move(settings)) {}
 
 WanFlowMatchingModel::WanFlowMatchingModel(const WanFlowMatchingModel& other, const c10::Device& device)
     : denoiser_(other.denoiser_, device), settings_(other.settings_) {}

@@ -37,7 +37,8 @@ struct FlowMatchingSettings {
 
 class WanFlowMatchingModel final : public wanfw::Model {
  public:
-  WanFlowMatchingModel(const wan::WanConfig& config, FlowMatchingSettings settings);
+  /// Builds the network where `placement` says (see wan::WanPlacement).
+  WanFlowMatchingModel(const wan::WanConfig& config, FlowMatchingSettings settings, wan::WanPlacement placement = {});
   /// A replica: `other`'s modules cloned onto `device`.
   WanFlowMatchingModel(const WanFlowMatchingModel& other, const c10::Device& device);
 

@@ -114,12 +114,13 @@ FlowMatchingSettings settings_from(const wanfw::Options& o, const wan::WanConfig
   return s;
 }
 
-std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::PluginContext&) {
+std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::PluginContext& ctx) {
   const wan::WanConfig config = config_from(o);
-  auto model = std::make_unique<wan_fm::WanFlowMatchingModel>(config, settings_from(o, config));
+  // Built where it will train, in the weights' dtype, part by part: the checkpoint is then copied
+  // straight into the final parameters, never held whole in fp32 on the CPU.
+  const wan::WanPlacement placement{ctx.device, o.string("dtype") == "bfloat16" ? torch::kBFloat16 : torch::kFloat32};
+  auto model = std::make_unique<wan_fm::WanFlowMatchingModel>(config, settings_from(o, config), placement);
   wan_fm::WanDenoiser& denoiser = model->denoiser();
-  // Cast first: the checkpoint is then copied straight into bf16 parameters, never held in fp32.
-  if (o.string("dtype") == "bfloat16") denoiser.module()->to(torch::kBFloat16);
   const std::string weights = o.string("weights");
   if (!weights.empty()) denoiser.load_weights(weights, o.string("weights_subfolder"));
   for (auto& dit : denoiser.dits()) dit->set_gradient_checkpointing(o.boolean("gradient_checkpointing"));
@@ -242,4 +243,4 @@ wanfw::PluginDescriptor describe() {
 
 }  // namespace
 
-WANFW_PLUGIN(describe)
+WANFW_PLUGIN(Model, describe)

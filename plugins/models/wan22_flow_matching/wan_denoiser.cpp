@@ -18,11 +18,14 @@ Expert parse_expert(const std::string& name) {
   throw wanfw::Error(fmt::format("unknown expert '{}'", name), "use none, high_noise, low_noise or both");
 }
 
-WanExpertPairImpl::WanExpertPairImpl(wan::WanConfig config) : config_(std::move(config)) { reset(); }
+WanExpertPairImpl::WanExpertPairImpl(wan::WanConfig config, wan::WanPlacement placement)
+    : config_(std::move(config)), placement_(placement) {
+  reset();
+}
 
 void WanExpertPairImpl::reset() {
-  high_noise_model = register_module("high_noise_model", wan::WanDiT(config_));
-  low_noise_model = register_module("low_noise_model", wan::WanDiT(config_));
+  high_noise_model = register_module("high_noise_model", wan::WanDiT(config_, placement_));
+  low_noise_model = register_module("low_noise_model", wan::WanDiT(config_, placement_));
 }
 
 std::vector<ExpertWeights> expert_weights(const fs::path& weights, const std::string& subfolder, Expert expert) {
@@ -58,10 +61,10 @@ std::vector<ExpertWeights> expert_weights(const fs::path& weights, const std::st
   return out;
 }
 
-WanDenoiser::WanDenoiser(const wan::WanConfig& config, Expert expert, double boundary)
+WanDenoiser::WanDenoiser(const wan::WanConfig& config, Expert expert, double boundary, wan::WanPlacement placement)
     : config_(config), expert_(expert), boundary_(boundary) {
-  if (expert_ == Expert::Both) pair_ = WanExpertPair(config_);
-  else single_ = wan::WanDiT(config_);
+  if (expert_ == Expert::Both) pair_ = WanExpertPair(config_, placement);
+  else single_ = wan::WanDiT(config_, placement);
 }
 
 WanDenoiser::WanDenoiser(const WanDenoiser& other, const c10::Device& device)

@@ -20,12 +20,13 @@ Expert parse_expert(const std::string& name);
 /// expert a tensor belongs to ("high_noise_model.blocks.0...").
 class WanExpertPairImpl : public torch::nn::Cloneable<WanExpertPairImpl> {
  public:
-  explicit WanExpertPairImpl(wan::WanConfig config);
+  explicit WanExpertPairImpl(wan::WanConfig config, wan::WanPlacement placement = {});
   void reset() override;
   wan::WanDiT high_noise_model{nullptr}, low_noise_model{nullptr};
 
  private:
   wan::WanConfig config_;
+  wan::WanPlacement placement_;
 };
 TORCH_MODULE(WanExpertPair);
 
@@ -44,8 +45,9 @@ std::vector<ExpertWeights> expert_weights(const std::filesystem::path& weights, 
 
 class WanDenoiser {
  public:
-  /// `boundary` in sigma units (timestep / 1000); used when `expert` is not None.
-  WanDenoiser(const wan::WanConfig& config, Expert expert, double boundary);
+  /// `boundary` in sigma units (timestep / 1000); used when `expert` is not None. The weights are
+  /// built where `placement` says (device and dtype), part by part.
+  WanDenoiser(const wan::WanConfig& config, Expert expert, double boundary, wan::WanPlacement placement = {});
   /// A replica of `other` on `device`: its modules cloned, weights and settings included.
   WanDenoiser(const WanDenoiser& other, const c10::Device& device);
 

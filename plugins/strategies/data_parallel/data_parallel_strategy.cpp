@@ -181,4 +181,4 @@ wanfw::PluginDescriptor describe() {
 
 }  // namespace
 
-WANFW_PLUGIN(describe)
+WANFW_PLUGIN(Strategy, describe)

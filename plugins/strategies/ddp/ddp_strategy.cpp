@@ -1,163 +1,56 @@
 // Strategy `ddp`: one process per device, gradients averaged across processes by c10d's Reducer
 // in buckets while backward still runs; Gloo on CPUs, NCCL on GPUs. Started by torchrun or srun.
 
-#include <atomic>
-#include <chrono>
-#include <condition_variable>
-#include <mutex>
-#include <thread>
-
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/comm.hpp>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
-#ifdef USE_C10D_NCCL
-#include <c10/cuda/CUDAFunctions.h>
-#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
-#endif
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
-#include <torch/cuda.h>
 #include <torch/torch.h>
 
-#include "launch_env.hpp"
+#include "wanfw/distributed.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/plugin.hpp"
 
 namespace {
 
 using wanfw::option;
-using wanfw::ddp::LaunchEnv;
 using T = wanfw::OptionType;
-using Milliseconds = std::chrono::milliseconds;
 
 struct DdpSettings {
-  std::string backend;  ///< auto | gloo | nccl
-  std::string device;   ///< auto | cpu | cuda
-  Milliseconds timeout{};
   std::size_t bucket_bytes = 0;
   std::size_t first_bucket_bytes = 0;
   bool find_unused_parameters = false;
   bool broadcast_buffers = true;
 };
 
-/// The first line of a c10d error (the rest is a C++ stack).
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
-
-/// Bumps a per-rank counter in the store every second, so that after a failed collective the
-/// survivors can tell which ranks have stopped.
-class Heartbeat {
- public:
-  Heartbeat(c10::intrusive_ptr<c10d::Store> store, int rank) : store_(std::move(store)), rank_(rank) {
-    beat();
-    thread_ = std::thread([this] {
-      std::unique_lock<std::mutex> lock(mutex_);
-      while (!cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stopping_; })) {
-        lock.unlock();
-        try {
-          beat();
-        } catch (const std::exception&) {
-          // The store's host is gone; diagnosis says so.
-        }
-        lock.lock();
-      }
-    });
-  }
-  ~Heartbeat() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stopping_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-  static std::string key(int rank) { return fmt::format("wanfw/heartbeat/{}", rank); }
-
- private:
-  void beat() { store_->add(key(rank_), 1); }
-
-  c10::intrusive_ptr<c10d::Store> store_;
-  int rank_;
-  std::thread thread_;
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  bool stopping_ = false;
-};
-
 class DdpStrategy final : public wanfw::Strategy {
  public:
-  DdpStrategy(const DdpSettings& settings, const LaunchEnv& env) : settings_(settings), env_(env) {
-    device_ = choose_device();
-    const std::string backend = settings_.backend == "auto" ? (device_.is_cuda() ? "nccl" : "gloo") : settings_.backend;
-    if (backend == "nccl" && !device_.is_cuda())
-      throw wanfw::ConfigError({"strategy.backend", 0, 0}, "backend nccl needs CUDA devices, but the device is the CPU",
-                               "use backend: gloo (or auto) on CPUs");
-    backend_name_ = backend;
-    store_ = make_store();
-    pg_ = c10::make_intrusive<c10d::ProcessGroup>(store_, env_.rank, env_.world_size);
-    if (backend == "gloo") {
-      auto options = c10d::ProcessGroupGloo::Options::create(settings_.timeout);
-      options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-      auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, env_.rank, env_.world_size, options);
-      pg_->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
-      pg_->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
-    } else {
-#ifdef USE_C10D_NCCL
-      c10::cuda::set_device(device_.index());
-      auto options = c10::make_intrusive<c10d::ProcessGroupNCCL::Options>();
-      options->timeout = settings_.timeout;
-      auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(store_, env_.rank, env_.world_size, options);
-      pg_->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, nccl);
-      pg_->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
-      pg_->setBoundDeviceId(device_);
-#else
-      throw wanfw::ConfigError({"strategy.backend", 0, 0}, "this build of wanfw has no NCCL backend");
-#endif
-    }
-    if (env_.world_size > 1) heartbeat_ = std::make_unique<Heartbeat>(make_store(), env_.rank);
-    guarded("joining the process group", [&] { pg_->barrier()->wait(); });
-  }
+  DdpStrategy(const DdpSettings& settings, std::unique_ptr<wanfw::DistributedSession> session)
+      : settings_(settings), session_(std::move(session)), pg_(session_->process_group()) {}
 
-  ~DdpStrategy() override {
-    heartbeat_.reset();
-    reducer_.reset();
-    try {
-      if (pg_) pg_->shutdown();
-    } catch (const std::exception& e) {
-      spdlog::debug("process group shutdown: {}", first_line(e.what()));
-    }
-  }
+  ~DdpStrategy() override { reducer_.reset(); }
 
-  std::string describe() const override {
-    return fmt::format("ddp: rank {} of {} (local rank {}), backend {}, device {}{}", env_.rank, env_.world_size,
-                       env_.local_rank, backend_name_, device_.str(),
-                       env_.launcher.empty() ? ", started alone" : ", launched by " + env_.launcher);
-  }
+  std::string describe() const override { return "ddp: " + session_->describe(); }
 
-  c10::Device device() const override { return device_; }
-  int rank() const override { return env_.rank; }
-  int world_size() const override { return env_.world_size; }
+  c10::Device device() const override { return session_->device(); }
+  int rank() const override { return session_->rank(); }
+  int world_size() const override { return session_->world_size(); }
 
   void setup(wanfw::Model& model) override {
-    model.module()->to(device_);
+    model.module()->to(device());
     for (auto& [name, tensor] : model.trainable_parameters()) {
       names_.push_back(name);
       parameters_.push_back(tensor);
     }
     for (const auto& buffer : model.module()->buffers()) buffers_.push_back(buffer);
-    guarded("checking that every rank built the same model", [&] {
+    session_->guarded("checking that every rank built the same model", [&] {
       c10d::verify_params_across_processes(pg_, parameters_, std::nullopt);
     });
     // Rank 0's initial weights everywhere.
-    guarded("broadcasting the weights from rank 0", [&] {
-      torch::NoGradGuard no_grad;
-      std::vector<at::Tensor> state = parameters_;
-      state.insert(state.end(), buffers_.begin(), buffers_.end());
-      c10d::broadcast_coalesced(pg_, state, 256u << 20, 0);
-    });
+    std::vector<at::Tensor> state = parameters_;
+    state.insert(state.end(), buffers_.begin(), buffers_.end());
+    session_->broadcast(state, 0);
     // Buckets in reverse parameter order: gradients become ready from the last layer back.
     const std::vector<bool> sparse(parameters_.size(), false);
     auto [buckets, limits] = c10d::compute_bucket_assignment_by_size(
@@ -174,19 +67,19 @@ class DdpStrategy final : public wanfw::Strategy {
                                   static_cast<std::int64_t>(settings_.bucket_bytes)});
     if (is_main())
       spdlog::info("ddp: {} parameters in {} gradient bucket(s) of up to {} MiB, averaged over {} processes",
-                   parameters_.size(), buckets.size(), settings_.bucket_bytes >> 20, env_.world_size);
+                   parameters_.size(), buckets.size(), settings_.bucket_bytes >> 20, world_size());
   }
 
   wanfw::StepOutput micro_step(wanfw::Model& model, const wanfw::Batch& batch,
                                const wanfw::MicroStep& micro) override {
     wanfw::StepOutput out;
-    guarded("the forward and backward pass", [&] {
+    session_->guarded("the forward and backward pass", [&] {
       if (reducer_->rebuild_buckets()) spdlog::debug("ddp: gradient buckets rebuilt in backward order");
       if (micro.sync_gradients) {
         reducer_->prepare_for_forward();
         if (settings_.broadcast_buffers && !buffers_.empty()) {
           torch::NoGradGuard no_grad;
-          c10d::broadcast_coalesced(pg_, buffers_, 256u << 20, 0);
+          c10d::broadcast_coalesced(pg_, buffers_, 256u << 20, 0);  // inside the guard above
         }
       }
       out = forward(model, batch, micro);
@@ -200,132 +93,37 @@ class DdpStrategy final : public wanfw::Strategy {
   }
 
   std::map<std::string, double> reduce_metrics(std::map<std::string, double> metrics) override {
-    if (env_.world_size == 1 || metrics.empty()) return metrics;
-    std::vector<double> values;
-    for (const auto& [name, value] : metrics) values.push_back(value);
-    std::vector<at::Tensor> tensors = {torch::tensor(values, torch::kFloat64).to(device_)};
-    guarded("averaging the metrics", [&] { pg_->allreduce(tensors)->wait(); });
-    const at::Tensor averaged = (tensors[0] / env_.world_size).cpu();
-    std::size_t i = 0;
-    for (auto& [name, value] : metrics) value = averaged[static_cast<std::int64_t>(i++)].item<double>();
-    return metrics;
+    return session_->mean_across_ranks(std::move(metrics));
   }
 
-  void barrier() override {
-    guarded("a barrier", [&] { pg_->barrier()->wait(); });
-  }
+  void barrier() override { session_->barrier(); }
 
  private:
-  c10::Device choose_device() const {
-    const bool cuda = torch::cuda::is_available();
-    if (settings_.device == "cpu" || (settings_.device == "auto" && !cuda)) return c10::Device(c10::kCPU);
-    if (!cuda)
-      throw wanfw::ConfigError({"strategy.device", 0, 0}, "device cuda was asked for, but no CUDA device is visible",
-                               "use device: cpu (or auto) to train on CPUs with Gloo");
-    const auto count = static_cast<int>(torch::cuda::device_count());
-    if (env_.local_rank >= count)
-      throw wanfw::Error(fmt::format("local rank {} has no GPU: this node shows {} CUDA device(s)", env_.local_rank,
-                                     count),
-                         "start as many processes per node as there are GPUs (torchrun --nproc-per-node)");
-    return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(env_.local_rank));
-  }
-
-  c10::intrusive_ptr<c10d::Store> make_store() const {
-    if (env_.world_size == 1 && env_.launcher.empty()) return c10::make_intrusive<c10d::HashStore>();
-    c10d::TCPStoreOptions o;
-    o.port = static_cast<std::uint16_t>(env_.master_port);
-    o.timeout = settings_.timeout;
-    try {
-      if (env_.agent_store) {
-        // torchrun's agent hosts the store; this attempt's keys live under their own prefix.
-        auto tcp = c10::make_intrusive<c10d::TCPStore>(env_.master_addr, o);
-        return c10::make_intrusive<c10d::PrefixStore>(fmt::format("/worker/attempt_{}", env_.restart_count), tcp);
-      }
-      o.isServer = env_.rank == 0;
-      o.numWorkers = static_cast<std::size_t>(env_.world_size);
-      o.multiTenant = true;
-      return c10::make_intrusive<c10d::TCPStore>(env_.master_addr, o);
-    } catch (const std::exception& e) {
-      throw wanfw::Error(
-          fmt::format("rank {}: cannot reach the rendezvous store at {}:{}: {}", env_.rank, env_.master_addr,
-                      env_.master_port, first_line(e.what())),
-          "if the port is in use, choose another (torchrun --master-port, or MASTER_PORT); if a rank never "
-          "arrived, check that every node can reach MASTER_ADDR and started within strategy.timeout_s");
-    }
-  }
-
-  /// Runs a collective; on failure finds which ranks stopped and says so.
-  template <typename F>
-  void guarded(const char* what, F&& body) {
-    try {
-      body();
-    } catch (const wanfw::Error&) {
-      throw;  // the model's own errors pass through
-    } catch (const std::exception& e) {
-      // c10d's errors (c10::DistBackendError), also when the autograd engine rethrows them.
-      throw wanfw::Error(fmt::format("rank {}: {} failed: {}{}", env_.rank, what, first_line(e.what()),
-                                     lost_ranks()),
-                         "the other ranks' logs say why they stopped; resume with --resume auto once the job "
-                         "is restarted (torchrun --max-restarts restarts it for you)");
-    }
-  }
-
-  /// " Rank(s) 1 stopped responding." when their heartbeat has stalled; "" when all beat.
-  std::string lost_ranks() const {
-    if (env_.world_size == 1 || !heartbeat_) return "";
-    try {
-      auto store = make_store();
-      store->setTimeout(Milliseconds(3000));
-      auto counters = [&] {
-        std::vector<std::int64_t> out;
-        for (int r = 0; r < env_.world_size; ++r) out.push_back(store->add(Heartbeat::key(r), 0));
-        return out;
-      };
-      const auto before = counters();
-      std::this_thread::sleep_for(std::chrono::milliseconds(2500));
-      const auto after = counters();
-      std::vector<int> lost;
-      for (int r = 0; r < env_.world_size; ++r)
-        if (r != env_.rank && after[r] == before[r]) lost.push_back(r);
-      if (lost.empty()) return " (every rank is still alive: a rank may have hung or raised an error)";
-      return fmt::format(". Lost: rank {} stopped responding", fmt::join(lost, ", rank "));
-    } catch (const std::exception&) {
-      return fmt::format(". Lost: the rendezvous store at {}:{} is unreachable, so its host ({}) is gone",
-                         env_.master_addr, env_.master_port, env_.agent_store ? "the torchrun agent" : "rank 0");
-    }
-  }
-
   DdpSettings settings_;
-  LaunchEnv env_;
-  c10::Device device_{c10::kCPU};
-  std::string backend_name_;
-  c10::intrusive_ptr<c10d::Store> store_;
+  std::unique_ptr<wanfw::DistributedSession> session_;
   c10::intrusive_ptr<c10d::ProcessGroup> pg_;
-  std::unique_ptr<Heartbeat> heartbeat_;
   std::unique_ptr<c10d::Reducer> reducer_;
   std::vector<std::string> names_;
   std::vector<at::Tensor> parameters_, buffers_;
 };
 
-std::unique_ptr<wanfw::Strategy> make_strategy(const wanfw::Options& o, const wanfw::PluginContext&) {
+std::unique_ptr<wanfw::Strategy> make_strategy(const wanfw::Options& o, const wanfw::PluginContext& ctx) {
   DdpSettings s;
-  s.backend = o.string("backend");
-  s.device = o.string("device");
   const double timeout = o.number("timeout_s");
   if (!(timeout > 0)) o.fail("timeout_s", "must be positive");
-  s.timeout = Milliseconds(static_cast<std::int64_t>(timeout * 1000));
   const double bucket = o.number("bucket_mb"), first = o.number("first_bucket_mb");
   if (!(bucket > 0) || !(first > 0)) o.fail("bucket_mb", "bucket sizes must be positive");
   s.bucket_bytes = static_cast<std::size_t>(bucket * (1 << 20));
   s.first_bucket_bytes = static_cast<std::size_t>(first * (1 << 20));
   s.find_unused_parameters = o.boolean("find_unused_parameters");
   s.broadcast_buffers = o.boolean("broadcast_buffers");
-  const LaunchEnv env =
-      wanfw::ddp::detect_launch(wanfw::ddp::process_environment(), static_cast<int>(o.integer("master_port")));
-  if (env.launcher.empty())
-    spdlog::info("ddp: no launcher in the environment (RANK/WORLD_SIZE or SLURM_PROCID): one process; start "
-                 "several with torchrun --no-python --nproc-per-node=N");
-  return std::make_unique<DdpStrategy>(s, env);
+  wanfw::ProcessGroupOptions group;
+  group.backend = o.string("backend");
+  group.device = o.string("device");
+  group.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(timeout * 1000));
+  group.default_port = static_cast<int>(o.integer("master_port"));
+  group.section = ctx.section;
+  return std::make_unique<DdpStrategy>(s, wanfw::DistributedSession::join(group));
 }
 
 wanfw::PluginDescriptor describe() {
@@ -353,4 +151,4 @@ wanfw::PluginDescriptor describe() {
 
 }  // namespace
 
-WANFW_PLUGIN(describe)
+WANFW_PLUGIN(Strategy, describe)

@@ -4,9 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "wanfw/config.hpp"
 #include "wanfw/plugin.hpp"
-#include "wanfw/plugin_host.hpp"
 
 namespace {
 
@@ -30,6 +28,9 @@ class GradAccumStrategy final : public wanfw::Strategy {
     return inner_->micro_step(model, batch, micro);  // micro.sync_gradients is set on the last one only
   }
   void before_optimizer_step(wanfw::Model& model) override { inner_->before_optimizer_step(model); }
+  void after_optimizer_step(wanfw::Model& model, const wanfw::OptimizerStep& step) override {
+    inner_->after_optimizer_step(model, step);
+  }
   std::map<std::string, double> reduce_metrics(std::map<std::string, double> metrics) override {
     return inner_->reduce_metrics(std::move(metrics));
   }
@@ -43,11 +44,7 @@ class GradAccumStrategy final : public wanfw::Strategy {
 std::unique_ptr<wanfw::Strategy> make_strategy(const wanfw::Options& o, const wanfw::PluginContext& ctx) {
   const std::int64_t steps = o.integer("steps");
   if (steps < 1) o.fail("steps", "must be at least 1");
-  const std::string inner = ctx.section + ".inner";
-  if (!ctx.config->has(inner))
-    throw wanfw::ConfigError(o.where("steps"), fmt::format("{} is missing: grad_accum wraps another strategy", inner),
-                             "add for example `inner: {name: ddp}` or `inner: {name: single}`");
-  return std::make_unique<GradAccumStrategy>(static_cast<int>(steps), ctx.host->make_strategy(*ctx.config, inner, ctx));
+  return std::make_unique<GradAccumStrategy>(static_cast<int>(steps), ctx.build_strategy("inner"));
 }
 
 wanfw::PluginDescriptor describe() {
@@ -63,4 +60,4 @@ wanfw::PluginDescriptor describe() {
 
 }  // namespace
 
-WANFW_PLUGIN(describe)
+WANFW_PLUGIN(Strategy, describe)

@@ -33,8 +33,8 @@ TORCH_MODULE(LinearRegression);
 class LinearRegressionModel final : public wanfw::Model {
  public:
   LinearRegressionModel(std::int64_t in, std::int64_t out, std::uint64_t truth_seed, std::int64_t delay_ms,
-                        Faults faults)
-      : module_(in, out), delay_ms_(delay_ms), faults_(faults) {
+                        Faults faults, double bias_lr_scale)
+      : module_(in, out), delay_ms_(delay_ms), faults_(faults), bias_lr_scale_(bias_lr_scale) {
     auto generator = at::make_generator<at::CPUGeneratorImpl>(truth_seed);
     true_weight_ = at::randn({out, in}, generator);
     true_bias_ = at::randn({out}, generator);
@@ -46,6 +46,20 @@ class LinearRegressionModel final : public wanfw::Model {
   }
 
   std::shared_ptr<torch::nn::Module> module() override { return module_.ptr(); }
+
+  /// With bias_lr_scale != 1: two groups, the weight ("weight") and the bias ("bias", its own
+  /// learning-rate multiplier and no weight decay).
+  std::vector<wanfw::ParameterGroup> parameter_groups() override {
+    if (bias_lr_scale_ == 1.0) return Model::parameter_groups();
+    wanfw::ParameterGroup weight, bias;
+    weight.name = "weight";
+    weight.parameters = {{"linear.weight", module_->linear->weight}};
+    bias.name = "bias";
+    bias.parameters = {{"linear.bias", module_->linear->bias}};
+    bias.lr_scale = bias_lr_scale_;
+    bias.weight_decay = 0.0;
+    return {weight, bias};
+  }
 
   std::unique_ptr<wanfw::Model> replicate(const c10::Device& device) override {
     auto copy = std::make_unique<LinearRegressionModel>(*this);
@@ -87,6 +101,7 @@ class LinearRegressionModel final : public wanfw::Model {
   torch::Tensor true_weight_, true_bias_;
   std::int64_t delay_ms_;
   Faults faults_;
+  double bias_lr_scale_ = 1.0;
   std::int64_t calls_ = 0;
   bool poison_next_gradient_ = false;
 };
@@ -105,6 +120,8 @@ wanfw::PluginDescriptor describe() {
       option("inf_grad_at_call", T::Integer).value("0").doc("Make the weight's gradient inf on this call (tests)."),
       option("kill_rank", T::Integer).value("-1").doc("The RANK whose process SIGKILLs itself (tests)."),
       option("kill_at_call", T::Integer).value("0").doc("On which call it does, in a job's first attempt (tests)."),
+      option("bias_lr_scale", T::Number).value("1.0").doc(
+          "Not 1: the bias trains as its own parameter group with this learning-rate multiplier and no weight decay."),
   };
   d.make_model = [](const wanfw::Options& o, const wanfw::PluginContext&) -> std::unique_ptr<wanfw::Model> {
     for (const char* name : {"in_features", "out_features"})
@@ -113,11 +130,12 @@ wanfw::PluginDescriptor describe() {
                                                    static_cast<std::uint64_t>(o.integer("truth_seed")),
                                                    o.integer("step_delay_ms"),
                                                    Faults{o.integer("nan_at_call"), o.integer("inf_grad_at_call"),
-                                                          o.integer("kill_rank"), o.integer("kill_at_call")});
+                                                          o.integer("kill_rank"), o.integer("kill_at_call")},
+                                                   o.number("bias_lr_scale"));
   };
   return d;
 }
 
 }  // namespace
 
-WANFW_PLUGIN(describe)
+WANFW_PLUGIN(Model, describe)

@@ -129,7 +129,8 @@ torch::Tensor WanHeadImpl::forward(const torch::Tensor& x, const torch::Tensor& 
   return head((plain_layer_norm(x, config_.dim, config_.eps) * (1 + chunks[1]) + chunks[0]).to(x.scalar_type()));
 }
 
-WanDiTImpl::WanDiTImpl(WanConfig config) : config_(std::move(config)) {
+WanDiTImpl::WanDiTImpl(WanConfig config, WanPlacement placement)
+    : config_(std::move(config)), placement_(placement) {
   config_.validate();
   // RoPE angles per axis: position x theta^(-2i/d) for the frame, height and width parts.
   const auto split = config_.rope_split();
@@ -140,8 +141,28 @@ WanDiTImpl::WanDiTImpl(WanConfig config) : config_(std::move(config)) {
     rope_angles_[axis] = torch::outer(torch::arange(config_.rope_max_positions, f64), inverse);
   }
   reset();
-  reset_parameters();
 }
+
+namespace {
+
+/// xavier-uniform weights and zero biases for every Linear in `module` (itself included).
+void init_linears(torch::nn::Module& module) {
+  torch::NoGradGuard no_grad;
+  for (auto& m : module.modules(/*include_self=*/true))
+    if (auto* linear = m->as<torch::nn::Linear>()) {
+      torch::nn::init::xavier_uniform_(linear->weight);
+      torch::nn::init::zeros_(linear->bias);
+    }
+}
+
+/// N(0, 0.02) for every weight of an embedding MLP.
+void init_embedding(torch::nn::Module& module) {
+  torch::NoGradGuard no_grad;
+  for (const auto& p : module.named_parameters())
+    if (p.key().ends_with("weight")) torch::nn::init::normal_(p.value(), 0.0, 0.02);
+}
+
+}  // namespace
 
 void WanDiTImpl::reset() {
   const auto& c = config_;
@@ -159,22 +180,42 @@ void WanDiTImpl::reset() {
       torch::nn::Sequential(torch::nn::Linear(c.freq_dim, c.dim), torch::nn::SiLU(), torch::nn::Linear(c.dim, c.dim)));
   time_projection =
       register_module("time_projection", torch::nn::Sequential(torch::nn::SiLU(), torch::nn::Linear(c.dim, 6 * c.dim)));
+  // The official initialisation, one part at a time, each placed before the next is built.
+  const auto place = [this](torch::nn::Module& part) { part.to(placement_.device, placement_.dtype); };
+  {
+    torch::NoGradGuard no_grad;
+    torch::nn::init::xavier_uniform_(patch_embedding->weight.view({c.dim, -1}));
+  }
+  place(*patch_embedding);
+  for (auto* mlp : {&text_embedding, &time_embedding}) {
+    init_linears(**mlp);
+    init_embedding(**mlp);
+    place(**mlp);
+  }
+  init_linears(*time_projection);
+  place(*time_projection);
   blocks = register_module("blocks", torch::nn::ModuleList());
-  for (std::int64_t i = 0; i < c.num_layers; ++i) blocks->push_back(WanBlock(c));
+  for (std::int64_t i = 0; i < c.num_layers; ++i) {
+    WanBlock block(c);
+    init_linears(*block);
+    place(*block);
+    blocks->push_back(block);
+  }
   head = register_module("head", WanHead(c));
+  init_linears(*head);
+  {
+    torch::NoGradGuard no_grad;
+    torch::nn::init::zeros_(head->head->weight);
+  }
+  place(*head);
 }
 
 void WanDiTImpl::reset_parameters() {
+  init_linears(*this);
   torch::NoGradGuard no_grad;
-  for (auto& module : modules(/*include_self=*/false))
-    if (auto* linear = module->as<torch::nn::Linear>()) {
-      torch::nn::init::xavier_uniform_(linear->weight);
-      torch::nn::init::zeros_(linear->bias);
-    }
   torch::nn::init::xavier_uniform_(patch_embedding->weight.view({config_.dim, -1}));
-  for (auto* sequential : {&text_embedding, &time_embedding})
-    for (const auto& p : (*sequential)->named_parameters())
-      if (p.key().ends_with("weight")) torch::nn::init::normal_(p.value(), 0.0, 0.02);
+  init_embedding(*text_embedding);
+  init_embedding(*time_embedding);
   torch::nn::init::zeros_(head->head->weight);
 }
 

@@ -87,11 +87,20 @@ class WanHeadImpl : public torch::nn::Cloneable<WanHeadImpl> {
 };
 TORCH_MODULE(WanHead);
 
+/// Where a DiT's weights live. Each part (embeddings, every block, the head) is built and
+/// initialised on the CPU in float32 (so initial weights do not depend on the device), then moved
+/// here before the next part is built: a 14B model never exists whole in fp32 on the CPU.
+struct WanPlacement {
+  torch::Device device = torch::kCPU;
+  torch::Dtype dtype = torch::kFloat32;
+};
+
 /// The whole DiT: patchify, text and time conditioning, blocks, head, unpatchify.
 class WanDiTImpl : public torch::nn::Cloneable<WanDiTImpl> {
  public:
-  explicit WanDiTImpl(WanConfig config);
-  /// Registers the submodules (Cloneable calls it on a fresh copy before copying the weights).
+  explicit WanDiTImpl(WanConfig config, WanPlacement placement = {});
+  /// Registers, initialises and places the submodules part by part (Cloneable calls it on a
+  /// fresh copy before copying the weights).
   void reset() override;
 
   /// `x` [B, in_dim - y_channels, F, H, W] noisy latents; `t` [B] or [B, tokens] timesteps on the
@@ -120,6 +129,7 @@ class WanDiTImpl : public torch::nn::Cloneable<WanDiTImpl> {
   const RopeTables& rope_for(const std::array<std::int64_t, 3>& grid, const torch::Device& device);
 
   WanConfig config_;
+  WanPlacement placement_;
   bool gradient_checkpointing_ = false;
   std::array<torch::Tensor, 3> rope_angles_;  ///< [max_positions, part / 2] float64, per axis
   std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::string>, RopeTables> rope_cache_;

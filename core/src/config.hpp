@@ -45,6 +45,13 @@ class Config {
 
   /// Records the resolved options of a section, so that `resolved_yaml` shows every value.
   void record_resolved(const Options& options, const std::string& plugin_name = "");
+  /// Records the value a key resolved to (a default computed from elsewhere, a path made
+  /// absolute), as YAML text; `resolved_yaml` writes it in place of what the file said.
+  void record_resolved_value(const std::string& path, const std::string& yaml);
+
+  /// Things the user should know about how the config was read (an override that replaced a
+  /// plugin section, say), one sentence each; the caller logs them.
+  const std::vector<std::string>& notes() const;
   /// The configuration as it will run: every section with defaults filled in.
   std::string resolved_yaml() const;
 

@@ -64,6 +64,9 @@ void export_experiment(const EvaluateRequest& request);
 /// The model plugin's summary of the config's model, worked out without allocating weights.
 std::string inspect_model(const RunRequest& request);
 
+/// The plugin folders a config's plugin_path names (absolute), for `wanfw plugins CONFIG`.
+std::vector<std::filesystem::path> config_plugin_path(const std::filesystem::path& config);
+
 class PluginHost;
 /// Markdown reference of every core config section and every plugin `host` found, generated
 /// from the same schemas the config is validated against (docs/configuration.md embeds it).

@@ -1,4 +1,4 @@
-#include "launch_env.hpp"
+#include "wanfw/distributed.hpp"
 
 #include <cstdlib>
 
@@ -6,7 +6,7 @@
 
 #include "wanfw/error.hpp"
 
-namespace wanfw::ddp {
+namespace wanfw {
 
 EnvLookup process_environment() {
   return [](const std::string& name) -> std::optional<std::string> {
@@ -60,8 +60,8 @@ std::string first_slurm_host(const std::string& nodelist) {
   return first.substr(0, open) + head + (close == std::string::npos ? "" : first.substr(close + 1));
 }
 
-LaunchEnv detect_launch(const EnvLookup& env, int default_port) {
-  LaunchEnv e;
+LaunchEnvironment detect_launch(const EnvLookup& env, int default_port) {
+  LaunchEnvironment e;
   e.master_port = default_port;
   if (env("RANK") && env("WORLD_SIZE")) {
     e.launcher = env("TORCHELASTIC_RUN_ID") ? "torchrun" : "environment";
@@ -98,4 +98,4 @@ LaunchEnv detect_launch(const EnvLookup& env, int default_port) {
   return e;
 }
 
-}  // namespace wanfw::ddp
+}  // namespace wanfw

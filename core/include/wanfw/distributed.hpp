@@ -1,0 +1,120 @@
+#pragma once
+// Multi-process jobs, for strategies: where this process sits in the job (read from torchrun's or
+// SLURM's environment) and the job's c10d process group, joined in one call.
+//
+//   auto session = wanfw::DistributedSession::join({.backend = "auto", .device = "auto"});
+//   session->all_reduce(tensors, wanfw::DistributedSession::Reduce::Mean);
+//
+// The session creates the rendezvous store (torchrun's agent store, or a TCP store hosted by
+// rank 0), the Gloo (CPU) or NCCL (CUDA) backend, and a heartbeat per rank, so that when a
+// collective fails the error names the ranks that stopped responding instead of hanging or
+// printing a c10d stack.
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/util/intrusive_ptr.h>
+
+namespace c10d {
+class ProcessGroup;
+}
+
+namespace wanfw {
+
+/// Where this process sits in a multi-process job.
+struct LaunchEnvironment {
+  std::string launcher;  ///< "torchrun", "slurm", "environment" (RANK/WORLD_SIZE set by hand), or "" when alone
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
+  /// torchrun's agent hosts the store at MASTER_ADDR:MASTER_PORT: every rank is a client, keys
+  /// under /worker/attempt_<restart_count>.
+  bool agent_store = false;
+  int restart_count = 0;
+};
+
+/// Looks an environment variable up (std::getenv in production, a map in tests).
+using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+EnvLookup process_environment();
+
+/// The launch as the environment describes it: torchrun (RANK, WORLD_SIZE, LOCAL_RANK,
+/// MASTER_ADDR, MASTER_PORT, TORCHELASTIC_*), SLURM (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID,
+/// the node list; MASTER_ADDR/MASTER_PORT override), or a single process. `default_port` when SLURM
+/// gives no MASTER_PORT. Throws wanfw::Error naming the variable when a value is missing or malformed.
+LaunchEnvironment detect_launch(const EnvLookup& env, int default_port);
+
+/// The first host of a SLURM node list: "gpu[01-04,07],cpu3" -> "gpu01".
+std::string first_slurm_host(const std::string& nodelist);
+
+struct ProcessGroupOptions {
+  std::string backend = "auto";  ///< auto (nccl on CUDA, gloo on CPUs) | gloo | nccl
+  std::string device = "auto";   ///< auto (cuda:<local rank> when CUDA is available) | cpu | cuda
+  std::chrono::milliseconds timeout{std::chrono::minutes(30)};  ///< rendezvous and every collective
+  int default_port = 29500;      ///< when the launcher sets no MASTER_PORT
+  std::string section = "strategy";  ///< the config section, named in errors about these options
+};
+
+/// This process's membership of the job's process group. Created by join(); every rank must
+/// join. Not thread-safe: use it from the training thread.
+class DistributedSession {
+ public:
+  /// Reads the launch environment and joins the process group: one process alone (a log line
+  /// says so) when no launcher is set. Throws ConfigError for impossible options (nccl on a CPU)
+  /// and wanfw::Error when the rendezvous fails, naming the address and what to check.
+  static std::unique_ptr<DistributedSession> join(const ProcessGroupOptions& options);
+  /// Joins with an explicit launch environment (tests, custom launchers).
+  static std::unique_ptr<DistributedSession> join(const ProcessGroupOptions& options, const LaunchEnvironment& launch);
+  ~DistributedSession();
+  DistributedSession(const DistributedSession&) = delete;
+  DistributedSession& operator=(const DistributedSession&) = delete;
+
+  const LaunchEnvironment& launch() const;
+  int rank() const { return launch().rank; }
+  int world_size() const { return launch().world_size; }
+  int local_rank() const { return launch().local_rank; }
+  /// cuda:<local rank>, or the CPU.
+  c10::Device device() const;
+  /// "gloo" or "nccl".
+  const std::string& backend() const;
+  /// "rank 0 of 2 (local rank 0), backend gloo, device cpu, launched by torchrun"
+  std::string describe() const;
+
+  /// The c10d process group, for what the helpers below do not cover (c10d::Reducer, say).
+  /// Include <torch/csrc/distributed/c10d/ProcessGroup.hpp> to call it.
+  const c10::intrusive_ptr<c10d::ProcessGroup>& process_group() const;
+
+  /// Runs `body`, which issues collectives. When one fails (a rank died, a timeout), throws
+  /// wanfw::Error "rank R: <what> failed: ..." naming the ranks that stopped responding;
+  /// wanfw::Errors thrown by `body` itself pass unchanged.
+  void guarded(const std::string& what, const std::function<void()>& body) const;
+
+  enum class Reduce { Sum, Mean, Max, Min };
+  /// Reduces `tensors` in place across every rank (each rank passes tensors of the same shapes and
+  /// dtypes, in the same order). Tensors are packed into a few large messages.
+  void all_reduce(const std::vector<at::Tensor>& tensors, Reduce op = Reduce::Sum) const;
+  /// Named scalars averaged over every rank (each rank passes the same names): what a strategy's
+  /// reduce_metrics returns.
+  std::map<std::string, double> mean_across_ranks(std::map<std::string, double> values) const;
+  /// Every rank's `tensors` become `root`'s, in place.
+  void broadcast(const std::vector<at::Tensor>& tensors, int root = 0) const;
+  /// Blocks until every rank arrives.
+  void barrier() const;
+
+  struct Impl;
+
+ private:
+  explicit DistributedSession(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace wanfw
