@@ -210,15 +210,6 @@ void WanDiTImpl::reset() {
   place(*head);
 }
 
-void WanDiTImpl::reset_parameters() {
-  init_linears(*this);
-  torch::NoGradGuard no_grad;
-  torch::nn::init::xavier_uniform_(patch_embedding->weight.view({config_.dim, -1}));
-  init_embedding(*text_embedding);
-  init_embedding(*time_embedding);
-  torch::nn::init::zeros_(head->head->weight);
-}
-
 std::array<std::int64_t, 3> WanDiTImpl::token_grid(std::int64_t frames, std::int64_t height, std::int64_t width) const {
   const auto& p = config_.patch;
   return {frames / p[0], height / p[1], width / p[2]};

@@ -99,8 +99,9 @@ struct WanPlacement {
 class WanDiTImpl : public torch::nn::Cloneable<WanDiTImpl> {
  public:
   explicit WanDiTImpl(WanConfig config, WanPlacement placement = {});
-  /// Registers, initialises and places the submodules part by part (Cloneable calls it on a
-  /// fresh copy before copying the weights).
+  /// Registers the submodules part by part, each with the official initialisation (xavier
+  /// linears, N(0, 0.02) embeddings, zero head) and then placed (Cloneable calls it on a fresh
+  /// copy before copying the weights).
   void reset() override;
 
   /// `x` [B, in_dim - y_channels, F, H, W] noisy latents; `t` [B] or [B, tokens] timesteps on the
@@ -109,8 +110,6 @@ class WanDiTImpl : public torch::nn::Cloneable<WanDiTImpl> {
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& context,
                         const torch::Tensor& y = {});
 
-  /// The official initialisation (xavier linears, N(0, 0.02) embeddings, zero head).
-  void reset_parameters();
   /// Recompute each block's activations in the backward pass instead of keeping them: memory
   /// for activations drops to one block's, at the price of a second forward per block.
   void set_gradient_checkpointing(bool enabled) { gradient_checkpointing_ = enabled; }
