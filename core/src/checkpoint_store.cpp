@@ -109,6 +109,7 @@ fs::path CheckpointStore::save(const TrainerState& state, Model& model, torch::o
     json trainer_state = {{"step", state.step},
                                 {"epoch", state.epoch},
                                 {"batch_in_epoch", state.batch_in_epoch},
+                                {"samples_in_epoch", state.samples_in_epoch},
                                 {"world_size", state.world_size},
                                 {"wanfw_version", version()},
                                 {"torch_version", host_torch_version()},
@@ -162,6 +163,12 @@ void CheckpointStore::load_weights(const fs::path& checkpoint, Model& model) {
 }
 
 TrainerState CheckpointStore::load(const fs::path& checkpoint, Model& model, torch::optim::AdamW& optimizer) {
+  load_weights(checkpoint, model);
+  return load_training_state(checkpoint, model, optimizer);
+}
+
+TrainerState CheckpointStore::load_training_state(const fs::path& checkpoint, Model& model,
+                                                  torch::optim::AdamW& optimizer) {
   const fs::path state_path = checkpoint / kStateFile;
   std::ifstream in(state_path);
   if (!in)
@@ -174,6 +181,7 @@ TrainerState CheckpointStore::load(const fs::path& checkpoint, Model& model, tor
     state.step = j.at("step").get<std::int64_t>();
     state.epoch = j.at("epoch").get<std::int64_t>();
     state.batch_in_epoch = j.at("batch_in_epoch").get<std::int64_t>();
+    state.samples_in_epoch = j.value("samples_in_epoch", std::int64_t{-1});
     state.world_size = j.at("world_size").get<std::int64_t>();
     state.config_yaml = j.value("config", "");
     if (j.contains("loss_scaler"))
@@ -182,8 +190,6 @@ TrainerState CheckpointStore::load(const fs::path& checkpoint, Model& model, tor
   } catch (const json::exception& e) {
     throw FileError(fmt::format("{}: malformed trainer state: {}", state_path.string(), e.what()));
   }
-
-  load_weights(checkpoint, model);
 
   // Optimizer moments.
   const fs::path optimizer_file = checkpoint / "optimizer.safetensors";

@@ -27,7 +27,10 @@ namespace wanfw {
 struct TrainerState {
   std::int64_t step = 0;            ///< optimizer steps completed
   std::int64_t epoch = 0;           ///< current epoch
-  std::int64_t batch_in_epoch = 0;  ///< micro-batches of `epoch` already consumed
+  std::int64_t batch_in_epoch = 0;  ///< micro-batches of `epoch` this process consumed
+  /// Samples of `epoch` consumed by all processes together (-1: not recorded). A run resumed on
+  /// another layout with the same global batch continues at exactly this position.
+  std::int64_t samples_in_epoch = -1;
   std::int64_t world_size = 1;
   std::string config_yaml;
   /// fp16 runs: the dynamic loss scaler.
@@ -50,6 +53,11 @@ class CheckpointStore {
   /// Restores model weights, optimizer state and generator states from `checkpoint` and returns
   /// the trainer state. Throws FileError naming the file (and tensor) at fault.
   static TrainerState load(const std::filesystem::path& checkpoint, Model& model, torch::optim::AdamW& optimizer);
+  /// load without the weights: optimizer state (keyed by `model`'s trainable parameter names),
+  /// generator states and the trainer state. A run loads the weights before the strategy places
+  /// the model (so replicas start from them) and this once its optimizer exists.
+  static TrainerState load_training_state(const std::filesystem::path& checkpoint, Model& model,
+                                          torch::optim::AdamW& optimizer);
   /// Restores only the model weights (every parameter and buffer, shapes checked).
   static void load_weights(const std::filesystem::path& checkpoint, Model& model);
   /// The step a checkpoint was written at (reads only its trainer state).

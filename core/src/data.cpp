@@ -24,9 +24,27 @@ const at::Tensor& Batch::at(const std::string& name) const {
 Batch Batch::to(const at::Device& device, bool non_blocking) const {
   Batch out;
   out.size = size;
+  out.sample_ids = sample_ids;
+  out.epoch = epoch;
+  out.seed = seed;
   for (const auto& [name, tensor] : fields) out.fields[name] = tensor.to(device, non_blocking);
   return out;
 }
+
+Batch Batch::slice(std::int64_t start, std::int64_t length) const {
+  if (start < 0 || length < 0 || start + length > size)
+    throw Error(fmt::format("samples [{}, {}) are outside a batch of {}", start, start + length, size));
+  Batch out;
+  out.size = length;
+  out.epoch = epoch;
+  out.seed = seed;
+  if (!sample_ids.empty())
+    out.sample_ids.assign(sample_ids.begin() + start, sample_ids.begin() + start + length);
+  for (const auto& [name, tensor] : fields) out.fields[name] = tensor.narrow(0, start, length);
+  return out;
+}
+
+at::Device Batch::device() const { return fields.empty() ? at::Device(at::kCPU) : fields.begin()->second.device(); }
 
 SyntheticDataset::SyntheticDataset(std::vector<FieldSpec> fields, std::int64_t size, std::uint64_t seed)
     : fields_(std::move(fields)), size_(size), seed_(seed) {

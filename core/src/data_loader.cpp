@@ -25,6 +25,7 @@ void DataLoader::stop_workers() {
 void DataLoader::start_epoch(std::int64_t epoch, std::int64_t first_batch) {
   stop_workers();
   sampler_->set_epoch(epoch);
+  epoch_ = epoch;
   indices_ = sampler_->indices();
   ready_.clear();
   failed_.clear();
@@ -39,7 +40,12 @@ Batch DataLoader::make_batch(std::int64_t batch_index) const {
   std::vector<std::map<std::string, at::Tensor>> samples;
   samples.reserve(end - begin);
   for (std::size_t i = begin; i < end; ++i) samples.push_back(dataset_->get(indices_[i]));
-  return collate(samples);
+  Batch batch = collate(samples);
+  batch.sample_ids.assign(indices_.begin() + static_cast<std::ptrdiff_t>(begin),
+                          indices_.begin() + static_cast<std::ptrdiff_t>(end));
+  batch.epoch = epoch_;
+  batch.seed = options_.seed;
+  return batch;
 }
 
 void DataLoader::work() {

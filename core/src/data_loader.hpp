@@ -22,6 +22,7 @@ class DataLoader {
     bool drop_last = true;  ///< drop the epoch's final incomplete batch
     int workers = 0;        ///< 0: batches are made on the calling thread
     int prefetch = 2;       ///< batches made ahead, per worker
+    std::uint64_t seed = 0;  ///< the batches' random-stream seed (Batch::seed)
   };
   DataLoader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<Sampler> sampler, Options options);
   ~DataLoader();
@@ -31,7 +32,7 @@ class DataLoader {
   /// Starts `epoch` at batch `first_batch` (non-zero when resuming mid-epoch).
   void start_epoch(std::int64_t epoch, std::int64_t first_batch = 0);
   /// The next batch, or nothing at the end of the epoch. The order is the sampler's, whatever
-  /// the number of workers.
+  /// the number of workers; the batch carries its samples' ids, the epoch and the seed.
   std::optional<Batch> next();
   std::int64_t batches_per_epoch() const;
 
@@ -44,6 +45,7 @@ class DataLoader {
   std::shared_ptr<Sampler> sampler_;
   Options options_;
   std::vector<std::int64_t> indices_;  ///< this epoch's order (copied from the sampler)
+  std::int64_t epoch_ = 0;
 
   std::mutex mutex_;
   std::condition_variable changed_;

@@ -27,6 +27,7 @@
 #include <torch/cuda.h>
 
 #include "wanfw/error.hpp"
+#include "wanfw/options.hpp"
 
 namespace wanfw {
 
@@ -77,6 +78,14 @@ class Heartbeat {
   bool stopping_ = false;
 };
 
+/// Rejects the value of option `key`: at its file:line when the options came from a config section,
+/// else naming "<section>.<key>".
+[[noreturn]] void fail_option(const ProcessGroupOptions& options, const std::string& key, const std::string& problem,
+                              const std::string& hint = "") {
+  if (options.config != nullptr) options.config->fail(key, problem, hint);
+  throw ConfigError(SourceLocation{}, fmt::format("{}.{}: {}", options.section, key, problem), hint);
+}
+
 /// Tensors per packed message in all_reduce (elements).
 constexpr std::int64_t kPackElements = 32ll << 20;
 
@@ -95,11 +104,10 @@ struct DistributedSession::Impl {
     const bool cuda = torch::cuda::is_available();
     if (options.device == "cpu" || (options.device == "auto" && !cuda)) return c10::Device(c10::kCPU);
     if (options.device != "cuda" && options.device != "auto")
-      throw ConfigError({options.section + ".device", 0, 0}, fmt::format("unknown device '{}'", options.device),
-                        "use auto, cpu or cuda");
+      fail_option(options, "device", fmt::format("unknown device '{}'", options.device), "use auto, cpu or cuda");
     if (!cuda)
-      throw ConfigError({options.section + ".device", 0, 0}, "device cuda was asked for, but no CUDA device is visible",
-                        "use device: cpu (or auto) to train on CPUs with Gloo");
+      fail_option(options, "device", "device cuda was asked for, but no CUDA device is visible",
+                  "use device: cpu (or auto) to train on CPUs with Gloo");
     const auto count = static_cast<int>(torch::cuda::device_count());
     if (env.local_rank >= count)
       throw Error(fmt::format("local rank {} has no GPU: this node shows {} CUDA device(s)", env.local_rank, count),
@@ -172,16 +180,15 @@ std::unique_ptr<DistributedSession> DistributedSession::join(const ProcessGroupO
   impl->options = options;
   impl->env = launch;
   if (!(options.timeout.count() > 0))
-    throw ConfigError(SourceLocation{options.section + ".timeout_s", 0, 0}, "the process group's timeout must be positive");
+    fail_option(options, "timeout_s", "the process group's timeout must be positive");
   impl->device = impl->choose_device();
   const std::string backend =
       options.backend == "auto" ? (impl->device.is_cuda() ? "nccl" : "gloo") : options.backend;
   if (backend != "gloo" && backend != "nccl")
-    throw ConfigError({options.section + ".backend", 0, 0}, fmt::format("unknown backend '{}'", backend),
-                      "use auto, gloo or nccl");
+    fail_option(options, "backend", fmt::format("unknown backend '{}'", backend), "use auto, gloo or nccl");
   if (backend == "nccl" && !impl->device.is_cuda())
-    throw ConfigError({options.section + ".backend", 0, 0}, "backend nccl needs CUDA devices, but the device is the CPU",
-                      "use backend: gloo (or auto) on CPUs");
+    fail_option(options, "backend", "backend nccl needs CUDA devices, but the device is the CPU",
+                "use backend: gloo (or auto) on CPUs");
   impl->backend = backend;
   impl->store = impl->make_store();
   const int rank = launch.rank, world = launch.world_size;
@@ -202,7 +209,7 @@ std::unique_ptr<DistributedSession> DistributedSession::join(const ProcessGroupO
     impl->pg->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
     impl->pg->setBoundDeviceId(impl->device);
 #else
-    throw ConfigError(SourceLocation{options.section + ".backend", 0, 0}, "this build of wanfw has no NCCL backend");
+    fail_option(options, "backend", "this build of wanfw has no NCCL backend", "use backend: gloo");
 #endif
   }
   if (world > 1) impl->heartbeat = std::make_unique<Heartbeat>(impl->make_store(), rank);
@@ -277,17 +284,33 @@ void DistributedSession::all_reduce(const std::vector<at::Tensor>& tensors, Redu
   });
 }
 
-std::map<std::string, double> DistributedSession::mean_across_ranks(std::map<std::string, double> values) const {
-  if (impl_->env.world_size == 1 || values.empty()) return values;
-  std::vector<double> flat;
-  for (const auto& [name, value] : values) flat.push_back(value);
-  const at::Tensor tensor = at::tensor(flat, at::kDouble).to(impl_->device);
-  all_reduce({tensor}, Reduce::Mean);
-  const at::Tensor on_cpu = tensor.cpu();
+namespace {
+
+/// `values` as a double tensor on `device` (the backend's device: NCCL reduces on GPUs only).
+at::Tensor values_tensor(const std::vector<double>& values, const c10::Device& device) {
+  return at::tensor(values, at::kDouble).to(device);
+}
+
+std::vector<double> tensor_values(const at::Tensor& tensor) {
+  const at::Tensor on_cpu = tensor.cpu().contiguous();
   const double* data = on_cpu.data_ptr<double>();
-  std::size_t i = 0;
-  for (auto& [name, value] : values) value = data[i++];
-  return values;
+  return {data, data + on_cpu.numel()};
+}
+
+}  // namespace
+
+std::vector<double> DistributedSession::all_reduce(std::vector<double> values, Reduce op) const {
+  if (impl_->env.world_size == 1 || values.empty()) return values;
+  const at::Tensor tensor = values_tensor(values, impl_->device);
+  all_reduce({tensor}, op);
+  return tensor_values(tensor);
+}
+
+std::vector<double> DistributedSession::broadcast(std::vector<double> values, int root) const {
+  if (impl_->env.world_size == 1 || values.empty()) return values;
+  const at::Tensor tensor = values_tensor(values, impl_->device);
+  broadcast({tensor}, root);
+  return tensor_values(tensor);
 }
 
 void DistributedSession::broadcast(const std::vector<at::Tensor>& tensors, int root) const {

@@ -15,6 +15,6 @@ Error::Error(const std::string& problem, const std::string& hint)
     : std::runtime_error(compose(problem, hint)) {}
 
 ConfigError::ConfigError(const SourceLocation& where, const std::string& problem, const std::string& hint)
-    : Error(where.str() + ": " + problem, hint) {}
+    : Error(where.file.empty() ? problem : where.str() + ": " + problem, hint) {}
 
 }  // namespace wanfw

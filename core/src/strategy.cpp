@@ -4,15 +4,16 @@
 
 namespace wanfw {
 
-StepOutput Strategy::forward(Model& model, const Batch& batch, const MicroStep& micro) {
-  const Batch on_device = batch.to(device(), /*non_blocking=*/device().is_cuda());
+StepOutput Strategy::forward(Model& model, const Batch& batch, const MicroStep& micro, const c10::Device& device) {
+  const Batch on_device = batch.to(device, /*non_blocking=*/device.is_cuda());
   std::optional<Precision::AutocastScope> autocast;
-  if (micro.precision != nullptr) autocast.emplace(*micro.precision, device());
+  if (micro.precision != nullptr) autocast.emplace(*micro.precision, device);
   return model.training_step(on_device);
 }
 
-void Strategy::backward(const StepOutput& out, const MicroStep& micro) {
-  at::Tensor loss = micro.count > 1 ? out.loss / static_cast<double>(micro.count) : out.loss;
+void Strategy::backward(const StepOutput& out, const MicroStep& micro, double share) {
+  const double weight = share / static_cast<double>(micro.count);
+  at::Tensor loss = weight != 1.0 ? out.loss * weight : out.loss;
   if (micro.precision != nullptr) loss = micro.precision->scale(loss);
   loss.backward();
 }
@@ -21,6 +22,16 @@ StepOutput Strategy::micro_step(Model& model, const Batch& batch, const MicroSte
   StepOutput out = forward(model, batch, micro);
   backward(out, micro);
   return out;
+}
+
+std::map<std::string, double> Strategy::reduce_metrics(std::map<std::string, double> metrics) {
+  if (world_size() == 1 || metrics.empty()) return metrics;
+  std::vector<double> values;
+  for (const auto& [name, value] : metrics) values.push_back(value);
+  values = all_reduce(std::move(values), Reduce::Mean);
+  std::size_t i = 0;
+  for (auto& [name, value] : metrics) value = values.at(i++);
+  return metrics;
 }
 
 }  // namespace wanfw

@@ -13,28 +13,54 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 
 #include "generators.hpp"
-#include "lr_schedule.hpp"
 #include "progress.hpp"
 #include "stop_signal.hpp"
+#include "validation.hpp"
 #include "wanfw/error.hpp"
 
 namespace fs = std::filesystem;
 
 namespace wanfw {
 
-Trainer::Trainer(const CoreSettings& settings, std::string config_yaml, std::shared_ptr<Model> model,
-                 std::shared_ptr<Strategy> strategy, std::vector<std::shared_ptr<Logger>> loggers,
-                 std::unique_ptr<DataLoader> loader, fs::path run_dir, std::shared_ptr<Dataset> validation_set)
+namespace {
+
+double peak_memory_mib() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;  // KiB on Linux
+}
+
+double peak_gpu_memory_mib(const c10::Device& device) {
+  if (!device.is_cuda()) return 0;
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+  const auto aggregate = static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  return static_cast<double>(stats.allocated_bytes[aggregate].peak) / (1024.0 * 1024.0);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+Trainer::Trainer(const CoreSettings& settings, std::string resolved_yaml, std::shared_ptr<Model> model,
+                 std::shared_ptr<Strategy> strategy, const TrainingData& data, LoggerSet& loggers, fs::path run_dir)
     : settings_(settings),
-      config_yaml_(std::move(config_yaml)),
+      resolved_yaml_(std::move(resolved_yaml)),
       model_(std::move(model)),
       strategy_(std::move(strategy)),
-      loggers_(std::move(loggers)),
-      loader_(std::move(loader)),
-      run_dir_(std::move(run_dir)),
-      validation_set_(std::move(validation_set)),
-      checkpoints_(run_dir_),
+      data_(data),
+      loggers_(loggers),
+      checkpoints_(std::move(run_dir)),
       precision_(settings_.precision) {
+  build_optimizer();
+  state_.world_size = strategy_->world_size();
+  state_.config_yaml = resolved_yaml_;
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::build_optimizer() {
   const auto& o = settings_.optimizer;
   std::vector<torch::optim::OptimizerParamGroup> groups;
   std::map<const void*, std::string> owner;  // parameter -> its group, to refuse duplicates
@@ -74,11 +100,7 @@ Trainer::Trainer(const CoreSettings& settings, std::string config_yaml, std::sha
     }
     spdlog::info("parameter groups: {}", line);
   }
-  state_.world_size = strategy_->world_size();
-  state_.config_yaml = config_yaml_;
 }
-
-Trainer::~Trainer() = default;
 
 void Trainer::set_learning_rate(double lr) {
   auto& groups = optimizer_->param_groups();
@@ -86,7 +108,152 @@ void Trainer::set_learning_rate(double lr) {
     static_cast<torch::optim::AdamWOptions&>(groups[i].options()).lr(lr * lr_scales_[i]);
 }
 
+void Trainer::restore(const fs::path& checkpoint) {
+  state_ = CheckpointStore::load_training_state(checkpoint, *model_, *optimizer_);
+  state_.config_yaml = resolved_yaml_;
+  if (precision_.scales_loss() && state_.loss_scaler) precision_.restore(*state_.loss_scaler);
+  // The position in the epoch is kept in samples, all processes together: a run resumed on
+  // another layout with the same global batch continues with exactly the samples that follow.
+  const std::int64_t per_batch = settings_.data.batch_size * strategy_->world_size();
+  if (state_.samples_in_epoch < 0)  // written before positions were kept in samples
+    state_.samples_in_epoch = state_.batch_in_epoch * settings_.data.batch_size * state_.world_size;
+  if (state_.samples_in_epoch % per_batch != 0)
+    spdlog::warn("the checkpoint is {} samples into epoch {}, not a whole number of batches of {} x {} processes; "
+                 "the data order changes from here",
+                 state_.samples_in_epoch, state_.epoch, settings_.data.batch_size, strategy_->world_size());
+  state_.batch_in_epoch = state_.samples_in_epoch / per_batch;
+  if (state_.world_size != strategy_->world_size() && strategy_->is_main())
+    spdlog::info("the checkpoint was written by {} processes and resumes on {}", state_.world_size,
+                 strategy_->world_size());
+  state_.world_size = strategy_->world_size();
+  last_checkpoint_ = checkpoint;
+  if (strategy_->is_main())
+    spdlog::info("resumed from {} (step {}, epoch {})", checkpoint.string(), state_.step, state_.epoch);
+}
+
+void Trainer::agree_on_epoch_length() {
+  const auto length = static_cast<double>(loader_->batches_per_epoch());
+  const std::vector<double> extremes = strategy_->all_reduce({length, -length}, Reduce::Max);
+  if (extremes[0] != -extremes[1])
+    throw Error(fmt::format("rank {}: the ranks' epochs differ in length ({} to {} micro-batches; this rank: {})",
+                            strategy_->rank(), -extremes[1], extremes[0], length),
+                "every rank must see as many batches per epoch: the data set's sampler must shard it evenly");
+}
+
+Trainer::MicroBatchTotals Trainer::run_micro_batches() {
+  if (state_.batch_in_epoch >= plan_->batches_per_epoch()) {  // the same step on every rank
+    ++state_.epoch;
+    state_.batch_in_epoch = 0;
+    loader_->start_epoch(state_.epoch, 0);
+  }
+  const int count = plan_->micro_batches_at(state_.batch_in_epoch);
+  // Models draw from their samples' streams (wanfw/sample_random.hpp). The default generators
+  // are seeded too, for plugins that still draw from them: (seed, rank, step) reproduces a run on
+  // the same layout, not across layouts.
+  seed_generators(settings_.run.seed, strategy_->rank(), state_.step);
+  optimizer_->zero_grad(/*set_to_none=*/true);
+  at::Tensor loss_sum;
+  std::map<std::string, at::Tensor> metric_sums;
+  MicroBatchTotals totals;
+  for (int m = 0; m < count; ++m) {
+    std::optional<Batch> batch = loader_->next();
+    if (!batch)
+      throw Error(fmt::format("rank {}: the data loader ran out at micro-batch {} of epoch {} ({} expected)",
+                              strategy_->rank(), state_.batch_in_epoch, state_.epoch, plan_->batches_per_epoch()));
+    ++state_.batch_in_epoch;
+    totals.samples += batch->size;
+    const StepOutput out = strategy_->micro_step(*model_, *batch, {m, count, m + 1 == count, &precision_});
+    const at::Tensor loss = out.loss.detach().to(at::kDouble);
+    loss_sum = loss_sum.defined() ? loss_sum + loss : loss;
+    for (const auto& [name, value] : out.metrics) {
+      const at::Tensor v = value.detach().to(at::kDouble);
+      auto it = metric_sums.find(name);
+      if (it == metric_sums.end()) metric_sums.emplace(name, v);
+      else it->second = it->second + v;
+    }
+  }
+  strategy_->before_optimizer_step(*model_);
+  totals.loss = loss_sum.item<double>() / count;
+  for (const auto& [name, sum] : metric_sums) totals.metrics[name] = sum.item<double>() / count;
+  return totals;
+}
+
+Trainer::Decision Trainer::agree(double loss, double grad_norm, bool overflow) {
+  const int world = strategy_->world_size(), rank = strategy_->rank();
+  const bool guard = settings_.trainer.nan_guard;
+  // Max over ranks of (world - rank) for each fault names the lowest rank that has it.
+  auto fault = [&](bool bad) { return bad ? static_cast<double>(world - rank) : 0.0; };
+  const std::vector<double> agreed = strategy_->all_reduce(
+      {static_cast<double>(StopSignal::received()), fault(guard && !std::isfinite(loss)),
+       fault(guard && !overflow && !std::isfinite(grad_norm))},
+      Reduce::Max);
+  Decision decision;
+  decision.signal = static_cast<int>(agreed[0]);
+  if (agreed[1] > 0) {
+    decision.nonfinite_rank = world - static_cast<int>(agreed[1]);
+    decision.metric = "loss";
+  } else if (agreed[2] > 0) {
+    decision.nonfinite_rank = world - static_cast<int>(agreed[2]);
+    decision.metric = "grad_norm";
+  }
+  return decision;
+}
+
+void Trainer::stop_on_nonfinite(const Decision& decision, double loss, double grad_norm) const {
+  const bool here = decision.nonfinite_rank == strategy_->rank();
+  const double value = decision.metric == "loss" ? loss : grad_norm;
+  const std::string what = strategy_->world_size() == 1 ? fmt::format("is {}", value)
+                           : here ? fmt::format("is {} on rank {}", value, decision.nonfinite_rank)
+                                  : fmt::format("is not finite on rank {}", decision.nonfinite_rank);
+  const std::string checkpoint = last_checkpoint_
+                                     ? fmt::format("the last checkpoint, {}, is intact", last_checkpoint_->string())
+                                     : std::string("no checkpoint had been written yet");
+  throw NonFiniteError(
+      fmt::format("step {}: metric '{}' {} (NaN guard); {} stopped before the optimizer applied it, and {}",
+                  state_.step + 1, decision.metric, what, strategy_->world_size() == 1 ? "training" : "every rank",
+                  checkpoint),
+      "lower optimizer.lr, enable trainer.grad_clip, or check the data; then resume with --resume auto");
+}
+
+void Trainer::apply_update(bool overflow, double lr) {
+  set_learning_rate(lr);
+  if (overflow) {
+    if (strategy_->is_main())
+      spdlog::info("step {}: fp16 gradients overflowed at loss scale {:g}; step skipped, scale now {:g}",
+                   state_.step + 1, precision_.scaler().scale,
+                   precision_.scaler().scale * settings_.precision.backoff_factor);
+  } else {
+    optimizer_->step();
+  }
+  precision_.update(overflow);
+  if (precision_.scales_loss()) state_.loss_scaler = precision_.scaler();
+}
+
+std::map<std::string, double> Trainer::report(const MicroBatchTotals& totals, double lr, double grad_norm,
+                                              bool overflow, double loss_scale, double step_seconds,
+                                              ProgressReporter& progress) {
+  std::map<std::string, double> scalars = {{"loss", totals.loss},
+                                           {"lr", lr},
+                                           {"grad_norm", grad_norm},
+                                           {"step_time", step_seconds},
+                                           {"samples_per_sec", totals.samples / std::max(step_seconds, 1e-9)},
+                                           {"peak_memory_mb", peak_memory_mib()}};
+  if (group_names_.size() > 1)
+    for (std::size_t i = 0; i < group_names_.size(); ++i) scalars["lr/" + group_names_[i]] = lr * lr_scales_[i];
+  if (strategy_->device().is_cuda()) scalars["peak_gpu_memory_mb"] = peak_gpu_memory_mib(strategy_->device());
+  for (const auto& [name, value] : totals.metrics) scalars[name] = value;
+  if (precision_.scales_loss()) {
+    scalars["loss_scale"] = loss_scale;
+    scalars["skipped_steps"] = static_cast<double>(skipped_steps_ += overflow ? 1 : 0);
+  }
+  scalars = strategy_->reduce_metrics(std::move(scalars));
+  scalars["samples_per_sec"] *= strategy_->world_size();
+  if (strategy_->is_main()) progress.update(state_.step, scalars);
+  return scalars;
+}
+
 fs::path Trainer::save_checkpoint() {
+  state_.samples_in_epoch = state_.batch_in_epoch * settings_.data.batch_size * strategy_->world_size();
   strategy_->barrier();
   fs::path path;
   if (strategy_->is_main()) {
@@ -96,266 +263,80 @@ fs::path Trainer::save_checkpoint() {
     path = checkpoints_.folder() / fmt::format("step-{:08d}", state_.step);
   }
   strategy_->barrier();
+  last_checkpoint_ = path;
   return path;
 }
 
-std::map<std::string, double> Trainer::validate() {
-  const auto started = std::chrono::steady_clock::now();
-  const auto& v = settings_.validation;
-  // Every rank scores its shard; shards are padded to equal length so every rank runs as many
-  // batches as the others (collectives in the strategy stay matched).
-  const ShardedSampler shard({validation_set_->size(), strategy_->rank(), strategy_->world_size(),
-                              /*shuffle=*/false, /*drop_last=*/false, settings_.run.seed});
-  const auto& indices = shard.indices();
-  const std::shared_ptr<torch::nn::Module> module = model_->module();
-  const bool was_training = module->is_training();
-  module->eval();
-  torch::NoGradGuard no_grad;
-  std::map<std::string, double> sums;
-  std::int64_t samples = 0;
-  for (std::size_t first = 0; first < indices.size(); first += static_cast<std::size_t>(v.batch_size)) {
-    const std::size_t last = std::min(indices.size(), first + static_cast<std::size_t>(v.batch_size));
-    std::vector<std::map<std::string, at::Tensor>> items;
-    for (std::size_t i = first; i < last; ++i) items.push_back(validation_set_->get(indices[i]));
-    const Batch batch = collate(items).to(strategy_->device());
-    // The same draws (noise, timesteps) at every validation: seeded by the batch's first sample.
-    SeededGenerators seeded(settings_.run.seed ^ (0x9e3779b97f4a7c15ULL * static_cast<std::uint64_t>(indices[first] + 1)));
-    for (const auto& [name, value] : model_->validation_step(batch))
-      sums["val/" + name] += value.detach().to(at::kDouble).item<double>() * static_cast<double>(batch.size);
-    samples += batch.size;
-  }
-  module->train(was_training);
-  for (auto& [name, sum] : sums) sum /= static_cast<double>(std::max<std::int64_t>(samples, 1));
-  sums = strategy_->reduce_metrics(std::move(sums));
-  if (strategy_->is_main()) {
-    std::string line;
-    for (const auto& [name, value] : sums) line += fmt::format(" | {} {:.6g}", name, value);
-    spdlog::info("validation at step {} ({} samples, {:.1f} s){}", state_.step, validation_set_->size(),
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), line);
-  }
-  return sums;
-}
-
-namespace {
-
-double peak_memory_mib() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<double>(usage.ru_maxrss) / 1024.0;  // KiB on Linux
-}
-
-double peak_gpu_memory_mib(const c10::Device& device) {
-  if (!device.is_cuda()) return 0;
-  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
-  const auto aggregate = static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE);
-  return static_cast<double>(stats.allocated_bytes[aggregate].peak) / (1024.0 * 1024.0);
-}
-
-}  // namespace
-
-void Trainer::log_previews() {
-  std::vector<std::map<std::string, at::Tensor>> items = {validation_set_->get(0)};
-  const Batch batch = collate(items).to(strategy_->device());
-  const std::shared_ptr<torch::nn::Module> module = model_->module();
-  const bool was_training = module->is_training();
-  module->eval();
-  std::map<std::string, at::Tensor> images;
-  {
-    torch::NoGradGuard no_grad;
-    SeededGenerators seeded(settings_.run.seed);
-    images = model_->preview(batch, settings_.run.seed);
-  }
-  module->train(was_training);
-  for (const auto& [tag, image] : images)
-    for (auto& logger : loggers_) logger->log_image(state_.step, "preview/" + tag, image.cpu());
-}
-
-void Trainer::log_histograms() {
-  for (const auto& [name, parameter] : model_->trainable_parameters()) {
-    const at::Tensor weights = parameter.detach().cpu();
-    for (auto& logger : loggers_) logger->log_histogram(state_.step, "weights/" + name, weights);
-    if (parameter.grad().defined()) {
-      const at::Tensor grads = parameter.grad().detach().cpu();
-      for (auto& logger : loggers_) logger->log_histogram(state_.step, "grads/" + name, grads);
-    }
-  }
-}
-
 TrainingResult Trainer::fit(const std::optional<fs::path>& checkpoint) {
-  TrainingResult result;
-  if (checkpoint) {
-    state_ = CheckpointStore::load(*checkpoint, *model_, *optimizer_);
-    state_.config_yaml = config_yaml_;
-    if (precision_.scales_loss() && state_.loss_scaler) precision_.restore(*state_.loss_scaler);
-    if (state_.world_size != strategy_->world_size())
-      spdlog::warn("the checkpoint was written by {} processes and resumes on {}; the data order changes",
-                   state_.world_size, strategy_->world_size());
-    state_.world_size = strategy_->world_size();
-    spdlog::info("resumed from {} (step {}, epoch {})", checkpoint->string(), state_.step, state_.epoch);
-  }
-
-  const int accumulation = strategy_->accumulation_steps();
-  const std::int64_t batches_per_epoch = loader_->batches_per_epoch();
-  if (batches_per_epoch < accumulation)
-    throw ConfigError({"data", 0, 0},
-                      fmt::format("an epoch holds {} micro-batches per rank, fewer than the {} one optimizer step needs",
-                                  batches_per_epoch, accumulation),
-                      "raise data.num_samples or lower data.batch_size / accumulation");
-  const std::int64_t total = settings_.trainer.max_steps > 0
-                                 ? settings_.trainer.max_steps
-                                 : settings_.trainer.epochs * (batches_per_epoch / accumulation);
-  // The peak learning rate, scaled with the global batch when asked.
-  const auto& opt = settings_.optimizer;
-  const std::int64_t global_batch = strategy_->world_size() * settings_.data.batch_size * accumulation;
-  const double reference_batch = static_cast<double>(opt.lr_reference_batch > 0 ? opt.lr_reference_batch
-                                                                                  : settings_.data.batch_size);
-  const double lr_factor = opt.lr_scaling == "linear" ? global_batch / reference_batch
-                           : opt.lr_scaling == "sqrt" ? std::sqrt(global_batch / reference_batch)
-                                                      : 1.0;
-  const auto& sched = settings_.scheduler;
-  const LearningRateSchedule schedule(opt.lr * lr_factor, sched.warmup_steps, total, sched.decay == "cosine",
-                                      sched.min_lr_ratio);
+  if (checkpoint) restore(*checkpoint);
+  loader_ = data_.loader(strategy_->rank(), strategy_->world_size(), strategy_->accumulation_steps());
+  agree_on_epoch_length();
+  plan_.emplace(settings_, *strategy_, loader_->batches_per_epoch());
+  const std::int64_t total = plan_->total_steps();
   const bool main = strategy_->is_main();
-  const std::int64_t log_every = settings_.trainer.log_every;
+  if (main) plan_->announce(settings_, *strategy_, state_.step);
   ProgressReporter progress(main ? ProgressReporter::mode_from(settings_.trainer.progress)
                                  : ProgressReporter::Mode::Off,
-                            state_.step, total, log_every);
-  if (main) {
-    spdlog::info("world size {} | batch {} per device x {} accumulation = global batch {} | {} steps per epoch | "
-                 "precision {}",
-                 strategy_->world_size(), settings_.data.batch_size, accumulation, global_batch,
-                 batches_per_epoch / accumulation, precision_name(precision_.mode()));
-    if (opt.lr_scaling != "none")
-      spdlog::info("lr scaled {} with the global batch: {:.6g} x {:.4g} = {:.6g} (reference batch {})", opt.lr_scaling,
-                   opt.lr, lr_factor, opt.lr * lr_factor, reference_batch);
-    spdlog::info("training {} steps from step {}", total, state_.step);
-  }
+                            state_.step, total, settings_.trainer.log_every);
+  Validation validation(settings_, data_, *model_, *strategy_);
 
   StopSignal stop;
   const auto started = std::chrono::steady_clock::now();
+  TrainingResult result;
   result.best_loss = INFINITY;
-  std::optional<fs::path> last_checkpoint = checkpoint;
   std::int64_t last_saved_step = checkpoint ? state_.step : -1;
   loader_->start_epoch(state_.epoch, state_.batch_in_epoch);
 
   while (state_.step < total) {
     const auto step_started = std::chrono::steady_clock::now();
-    // Random draws (noise, timesteps) depend on (seed, rank, step) alone: every rank draws its
-    // own, and a resumed run draws what the uninterrupted one would have.
-    seed_generators(settings_.run.seed, strategy_->rank(), state_.step);
-    optimizer_->zero_grad(/*set_to_none=*/true);
-    at::Tensor loss_sum;
-    std::map<std::string, at::Tensor> metric_sums;
-    std::int64_t samples = 0;
-    for (int m = 0; m < accumulation; ++m) {
-      std::optional<Batch> batch = loader_->next();
-      if (!batch) {
-        ++state_.epoch;
-        state_.batch_in_epoch = 0;
-        loader_->start_epoch(state_.epoch, 0);
-        batch = loader_->next();
-      }
-      ++state_.batch_in_epoch;
-      samples += batch->size;
-      const StepOutput out =
-          strategy_->micro_step(*model_, *batch, {m, accumulation, m + 1 == accumulation, &precision_});
-      const at::Tensor loss = out.loss.detach();
-      loss_sum = loss_sum.defined() ? loss_sum + loss : loss;
-      for (const auto& [name, value] : out.metrics) {
-        const at::Tensor v = value.detach().to(at::kDouble);
-        auto it = metric_sums.find(name);
-        if (it == metric_sums.end()) metric_sums.emplace(name, v);
-        else it->second = it->second + v;
-      }
-    }
-    strategy_->before_optimizer_step(*model_);
+    const MicroBatchTotals totals = run_micro_batches();
 
-    const double loss = loss_sum.item<double>() / accumulation;
     // fp16: gradients back to their true scale; an overflow skips the step (the scaler's job,
     // not the NaN guard's).
     const double loss_scale = precision_.scaler().scale;
     const bool overflow = precision_.unscale_and_check(parameters_);
-    const double grad_norm =
-        overflow ? INFINITY
-        : settings_.trainer.grad_clip > 0
-            ? torch::nn::utils::clip_grad_norm_(parameters_, settings_.trainer.grad_clip)
-            : torch::nn::utils::clip_grad_norm_(parameters_, std::numeric_limits<double>::infinity());
-    if (settings_.trainer.nan_guard && (!std::isfinite(loss) || (!overflow && !std::isfinite(grad_norm)))) {
-      const bool loss_bad = !std::isfinite(loss);
-      const std::string where = last_checkpoint ? fmt::format("the last checkpoint, {}, is intact", last_checkpoint->string())
-                                                : std::string("no checkpoint had been written yet");
-      throw NonFiniteError(
-          fmt::format("step {}: {} is {} (NaN guard); training stopped before the optimizer applied it, and {}",
-                      state_.step + 1, loss_bad ? "metric 'loss'" : "metric 'grad_norm'",
-                      loss_bad ? loss : grad_norm, where),
-          "lower optimizer.lr, enable trainer.grad_clip, or check the data; then resume with --resume auto");
-    }
-    const double lr = schedule.at(state_.step);
-    set_learning_rate(lr);
-    if (overflow) {
-      if (main)
-        spdlog::info("step {}: fp16 gradients overflowed at loss scale {:g}; step skipped, scale now {:g}",
-                     state_.step + 1, loss_scale, loss_scale * settings_.precision.backoff_factor);
-    } else {
-      optimizer_->step();
-    }
-    precision_.update(overflow);
-    if (precision_.scales_loss()) state_.loss_scaler = precision_.scaler();
+    const double clip = settings_.trainer.grad_clip > 0 ? settings_.trainer.grad_clip
+                                                        : std::numeric_limits<double>::infinity();
+    const double grad_norm = overflow ? INFINITY : torch::nn::utils::clip_grad_norm_(parameters_, clip);
+    const Decision decision = agree(totals.loss, grad_norm, overflow);
+    if (decision.nonfinite_rank >= 0) stop_on_nonfinite(decision, totals.loss, grad_norm);
+
+    const double lr = plan_->learning_rate(state_.step);
+    apply_update(overflow, lr);
     ++state_.step;
-    const int signal = StopSignal::received();
     const bool periodic = settings_.checkpoint.every > 0 && state_.step % settings_.checkpoint.every == 0;
-    const bool checkpoint_due = periodic || signal != 0 || state_.step == total;
+    const bool checkpoint_due = periodic || decision.signal != 0 || state_.step == total;
     strategy_->after_optimizer_step(*model_, {state_.step, !overflow, checkpoint_due, optimizer_.get()});
 
-    const double step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_started).count();
-    std::map<std::string, double> scalars = {{"loss", loss},
-                                             {"lr", lr},
-                                             {"grad_norm", grad_norm},
-                                             {"step_time", step_seconds},
-                                             {"samples_per_sec", samples / std::max(step_seconds, 1e-9)},
-                                             {"peak_memory_mb", peak_memory_mib()}};
-    if (group_names_.size() > 1)
-      for (std::size_t i = 0; i < group_names_.size(); ++i) scalars["lr/" + group_names_[i]] = lr * lr_scales_[i];
-    if (strategy_->device().is_cuda()) scalars["peak_gpu_memory_mb"] = peak_gpu_memory_mib(strategy_->device());
-    result.samples += samples * strategy_->world_size();
-    for (const auto& [name, sum] : metric_sums) scalars[name] = sum.item<double>() / accumulation;
-    if (precision_.scales_loss()) {
-      scalars["loss_scale"] = loss_scale;
-      scalars["skipped_steps"] = (skipped_steps_ += overflow ? 1 : 0);
-    }
-    scalars = strategy_->reduce_metrics(std::move(scalars));
-    scalars["samples_per_sec"] *= strategy_->world_size();
+    const std::map<std::string, double> scalars =
+        report(totals, lr, grad_norm, overflow, loss_scale, seconds_since(step_started), progress);
+    result.samples += totals.samples * strategy_->world_size();
     result.final_loss = scalars.at("loss");
     result.best_loss = std::min(result.best_loss, result.final_loss);
-
-    if (main) progress.update(state_.step, scalars);
     // Validation results go into the step's row when it is a logging step, else into one of their own.
     std::map<std::string, double> logged;
-    if (state_.step % log_every == 0 || state_.step == total) logged = scalars;
-    const std::int64_t validate_every = settings_.validation.every;
-    const bool validating =
-        validation_set_ && validate_every > 0 && (state_.step % validate_every == 0 || state_.step == total);
-    if (validating) logged.merge(validate());
-    if (main && !logged.empty())
-      for (auto& logger : loggers_) logger->log_scalars(state_.step, logged);
-    if (main && validating && settings_.validation.preview) log_previews();
-    if (main && settings_.trainer.histogram_every > 0 && state_.step % settings_.trainer.histogram_every == 0)
-      log_histograms();
+    if (state_.step % settings_.trainer.log_every == 0 || state_.step == total) logged = scalars;
+    const bool validating = validation.due(state_.step, total);
+    if (validating) logged.merge(validation.run(state_.step));
+    loggers_.scalars(state_.step, logged);
+    if (validating && settings_.validation.preview) validation.previews(state_.step, loggers_);
+    if (settings_.trainer.histogram_every > 0 && state_.step % settings_.trainer.histogram_every == 0)
+      loggers_.parameter_histograms(state_.step, *model_);
     if (checkpoint_due) {
-      last_checkpoint = save_checkpoint();
+      save_checkpoint();
       last_saved_step = state_.step;
     }
-    if (signal != 0) {
-      result.stop_signal = signal;
+    if (decision.signal != 0) {
+      result.stop_signal = decision.signal;
       break;
     }
   }
-  if (last_saved_step != state_.step) last_checkpoint = save_checkpoint();
+  if (last_saved_step != state_.step) save_checkpoint();
   progress.finish();
-  for (auto& logger : loggers_) logger->flush();
+  loggers_.flush();
   result.final_step = state_.step;
-  result.last_checkpoint = last_checkpoint;
-  result.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  result.last_checkpoint = last_checkpoint_;
+  result.wall_seconds = seconds_since(started);
   result.peak_memory_mib = peak_memory_mib();
   result.peak_gpu_memory_mib = peak_gpu_memory_mib(strategy_->device());
   if (!std::isfinite(result.best_loss)) result.best_loss = result.final_loss;

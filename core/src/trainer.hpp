@@ -1,22 +1,37 @@
 #pragma once
-// Internal: the training loop.
+// Internal: the training loop. One optimizer step, in order:
+//   1. micro-batches: forward and backward of each through the strategy (run_micro_batches)
+//   2. agreement: every rank learns whether any saw a stop signal or a non-finite loss or
+//      gradient norm (agree), so all take the same branch at the same step
+//   3. update: learning rate, optimizer step (or the fp16 skip), strategy hook (apply_update)
+//   4. report: metrics averaged over ranks, progress, loggers, validation (report)
+//   5. checkpoint when due (periodic, last step, or after an agreed stop signal)
 
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "checkpoint_store.hpp"
 #include "core_sections.hpp"
-#include "data_loader.hpp"
-#include "wanfw/logger.hpp"
+#include "logger_set.hpp"
+#include "training_data.hpp"
+#include "training_plan.hpp"
 #include "wanfw/strategy.hpp"
+
+namespace torch::optim {
+class AdamW;
+}
 
 namespace wanfw {
 
+class ProgressReporter;
+
 struct TrainingResult {
   std::int64_t final_step = 0;
-  int stop_signal = 0;
+  int stop_signal = 0;  ///< the signal every rank agreed to stop on (0: ran to the end)
   std::optional<std::filesystem::path> last_checkpoint;
   double wall_seconds = 0;
   double final_loss = 0;
@@ -28,41 +43,60 @@ struct TrainingResult {
 
 class Trainer {
  public:
-  Trainer(const CoreSettings& settings, std::string config_yaml, std::shared_ptr<Model> model,
-          std::shared_ptr<Strategy> strategy, std::vector<std::shared_ptr<Logger>> loggers,
-          std::unique_ptr<DataLoader> loader, std::filesystem::path run_dir,
-          std::shared_ptr<Dataset> validation_set = nullptr);
+  /// `model` is placed by `strategy` already (its weights loaded, when resuming); the trainer
+  /// builds the optimizer over the model's parameter groups.
+  Trainer(const CoreSettings& settings, std::string resolved_yaml, std::shared_ptr<Model> model,
+          std::shared_ptr<Strategy> strategy, const TrainingData& data, LoggerSet& loggers,
+          std::filesystem::path run_dir);
   ~Trainer();
 
-  /// Trains to the end (or to a stop signal), resuming from `checkpoint` when given.
+  /// Trains to the end (or to an agreed stop signal), continuing from `checkpoint`'s optimizer and
+  /// trainer state when given.
   TrainingResult fit(const std::optional<std::filesystem::path>& checkpoint);
 
  private:
-  void set_learning_rate(double lr);
+  /// What one step's micro-batches produced on this process.
+  struct MicroBatchTotals {
+    double loss = 0;                        ///< mean over the step's micro-batches
+    std::map<std::string, double> metrics;  ///< means over the step's micro-batches
+    std::int64_t samples = 0;
+  };
+  /// What every rank agreed on after a step's backward.
+  struct Decision {
+    int signal = 0;           ///< a stop signal some rank received (0: none)
+    int nonfinite_rank = -1;  ///< the lowest rank with a non-finite value (-1: none)
+    std::string metric;       ///< "loss" or "grad_norm"
+  };
+
+  void build_optimizer();
+  void restore(const std::filesystem::path& checkpoint);
+  /// Fails unless every rank's epoch holds as many micro-batches: ends of epochs are collective.
+  void agree_on_epoch_length();
+  MicroBatchTotals run_micro_batches();
+  Decision agree(double loss, double grad_norm, bool overflow);
+  [[noreturn]] void stop_on_nonfinite(const Decision& decision, double loss, double grad_norm) const;
+  void apply_update(bool overflow, double lr);
+  std::map<std::string, double> report(const MicroBatchTotals& totals, double lr, double grad_norm, bool overflow,
+                                       double loss_scale, double step_seconds, ProgressReporter& progress);
   std::filesystem::path save_checkpoint();
-  /// Scores this rank's shard of the validation set; returns "val/<metric>" averaged over
-  /// samples and ranks.
-  std::map<std::string, double> validate();
-  /// Preview images of the model on held-out samples (main process only).
-  void log_previews();
-  /// Histograms of every trainable parameter and its gradient (main process only).
-  void log_histograms();
+  void set_learning_rate(double lr);
 
   CoreSettings settings_;
-  std::string config_yaml_;
+  std::string resolved_yaml_;
   std::shared_ptr<Model> model_;
   std::shared_ptr<Strategy> strategy_;
-  std::vector<std::shared_ptr<Logger>> loggers_;
-  std::unique_ptr<DataLoader> loader_;
-  std::filesystem::path run_dir_;
-  std::shared_ptr<Dataset> validation_set_;
+  const TrainingData& data_;
+  LoggerSet& loggers_;
   CheckpointStore checkpoints_;
-  std::vector<at::Tensor> parameters_;  ///< the trainable parameters, in optimizer order
+  std::unique_ptr<DataLoader> loader_;
+  std::optional<TrainingPlan> plan_;
+  std::vector<at::Tensor> parameters_;    ///< the trainable parameters, in optimizer order
   std::vector<std::string> group_names_;  ///< the model's parameter groups, in optimizer order
   std::vector<double> lr_scales_;         ///< each group's learning-rate multiplier
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   Precision precision_;
   std::int64_t skipped_steps_ = 0;  ///< fp16 steps skipped on overflow, this process
+  std::optional<std::filesystem::path> last_checkpoint_;
   TrainerState state_;
 };
 

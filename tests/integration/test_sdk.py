@@ -181,7 +181,7 @@ def test_a_plugin_for_another_abi_is_refused_before_any_of_its_code_runs(tmp_pat
     env = {**os.environ, "WANFW_TEST_TRACE_DIR": str(traces)}
     refused = wanfw("plugins", "--plugin-path", BAD_PLUGINS / "side-effects-other-abi", check=0, env=env)
     assert "built for wanfw plugin ABI version 999" in refused.stdout
-    assert "this wanfw uses plugin ABI version 4" in refused.stdout
+    assert "this wanfw uses plugin ABI version 5" in refused.stdout
     assert sorted(p.name for p in traces.iterdir()) == []
     # The same code built for this ABI does leave its traces: the probe works.
     accepted = wanfw("plugins", "--plugin-path", BAD_PLUGINS / "side-effects-same-abi", check=0, env=env)

@@ -23,15 +23,26 @@ struct FieldSpec {
   std::int64_t integer_high = 2;  ///< Integer fields draw from [0, integer_high)
 };
 
-/// A batch: one tensor per field, each with the batch as its first dimension.
+/// A batch: one tensor per field, each with the batch as its first dimension, and the identity
+/// of every sample, which keys its random draws (wanfw/sample_random.hpp).
 struct Batch {
   std::map<std::string, at::Tensor> fields;
   std::int64_t size = 0;
+  /// Each sample's index in its data set, in batch order (size() of them).
+  std::vector<std::int64_t> sample_ids;
+  /// The epoch the batch belongs to (validation batches: 0, so their draws repeat).
+  std::int64_t epoch = 0;
+  /// The seed of the batch's random streams: the run's seed (validation: one of its own).
+  std::uint64_t seed = 0;
 
   /// The field `name`; throws wanfw::Error naming the missing field and those present.
   const at::Tensor& at(const std::string& name) const;
   /// A copy with every field moved to `device`.
   Batch to(const at::Device& device, bool non_blocking = false) const;
+  /// Samples [start, start + length): views of the fields, with their ids.
+  Batch slice(std::int64_t start, std::int64_t length) const;
+  /// Where the fields live (the CPU for a batch without fields).
+  at::Device device() const;
 };
 
 /// A map-style data set: sample `index` is a pure function of the index (and the data set's
@@ -58,7 +69,7 @@ class SyntheticDataset final : public Dataset {
   std::uint64_t seed_;
 };
 
-/// Stacks samples into a batch.
+/// Stacks samples into a batch (without ids: the caller that knows them sets them).
 Batch collate(const std::vector<std::map<std::string, at::Tensor>>& samples);
 
 /// The order in which one rank visits the data set in one epoch.

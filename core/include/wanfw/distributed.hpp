@@ -3,7 +3,7 @@
 // SLURM's environment) and the job's c10d process group, joined in one call.
 //
 //   auto session = wanfw::DistributedSession::join({.backend = "auto", .device = "auto"});
-//   session->all_reduce(tensors, wanfw::DistributedSession::Reduce::Mean);
+//   session->all_reduce(tensors, wanfw::Reduce::Mean);
 //
 // The session creates the rendezvous store (torchrun's agent store, or a TCP store hosted by
 // rank 0), the Gloo (CPU) or NCCL (CUDA) backend, and a heartbeat per rank, so that when a
@@ -22,11 +22,15 @@
 #include <c10/core/Device.h>
 #include <c10/util/intrusive_ptr.h>
 
+#include "wanfw/reduce.hpp"
+
 namespace c10d {
 class ProcessGroup;
 }
 
 namespace wanfw {
+
+class Options;
 
 /// Where this process sits in a multi-process job.
 struct LaunchEnvironment {
@@ -62,6 +66,9 @@ struct ProcessGroupOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};  ///< rendezvous and every collective
   int default_port = 29500;      ///< when the launcher sets no MASTER_PORT
   std::string section = "strategy";  ///< the config section, named in errors about these options
+  /// The config section these options came from, if any: errors about them point at its values'
+  /// file:line (Options::fail); without it they name `section`.
+  const Options* config = nullptr;
 };
 
 /// This process's membership of the job's process group. Created by join(); every rank must
@@ -98,15 +105,16 @@ class DistributedSession {
   /// wanfw::Errors thrown by `body` itself pass unchanged.
   void guarded(const std::string& what, const std::function<void()>& body) const;
 
-  enum class Reduce { Sum, Mean, Max, Min };
+  using Reduce = wanfw::Reduce;
   /// Reduces `tensors` in place across every rank (each rank passes tensors of the same shapes and
   /// dtypes, in the same order). Tensors are packed into a few large messages.
   void all_reduce(const std::vector<at::Tensor>& tensors, Reduce op = Reduce::Sum) const;
-  /// Named scalars averaged over every rank (each rank passes the same names): what a strategy's
-  /// reduce_metrics returns.
-  std::map<std::string, double> mean_across_ranks(std::map<std::string, double> values) const;
+  /// Small values reduced across every rank (each passes as many): what Strategy::all_reduce returns.
+  std::vector<double> all_reduce(std::vector<double> values, Reduce op) const;
   /// Every rank's `tensors` become `root`'s, in place.
   void broadcast(const std::vector<at::Tensor>& tensors, int root = 0) const;
+  /// `root`'s values on every rank: what Strategy::broadcast returns.
+  std::vector<double> broadcast(std::vector<double> values, int root = 0) const;
   /// Blocks until every rank arrives.
   void barrier() const;
 

@@ -27,6 +27,7 @@ class Error : public std::runtime_error {
 /// The configuration or the command line is wrong (the CLI exits with code 2).
 class ConfigError : public Error {
  public:
+  /// "<where>: <problem>"; a location without a file (a value with no source) adds nothing.
   ConfigError(const SourceLocation& where, const std::string& problem, const std::string& hint = "");
   using Error::Error;
 };

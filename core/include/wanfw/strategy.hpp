@@ -5,11 +5,13 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <c10/core/Device.h>
 
 #include "wanfw/model.hpp"
 #include "wanfw/precision.hpp"
+#include "wanfw/reduce.hpp"
 
 namespace torch::optim {
 class Optimizer;
@@ -39,9 +41,11 @@ struct MicroStep {
 
 /// A strategy decides where the model lives, how a batch is processed, when gradients are
 /// reduced, and which process speaks. The core calls, per optimizer step: `micro_step` for every
-/// micro-batch, then `before_optimizer_step`, then steps the optimizer, then
-/// `after_optimizer_step`. Every call happens on the training thread, on every rank, in the same
-/// order.
+/// micro-batch, then `before_optimizer_step`, then `all_reduce` once (the step's decisions: stop,
+/// NaN guard), then steps the optimizer, then `after_optimizer_step`, then `reduce_metrics`.
+/// Every call happens on the training thread, on every rank, in the same order; a strategy with
+/// several processes must implement `all_reduce`, `broadcast` and `barrier` as collectives,
+/// since the core's decisions (when to stop, to checkpoint, to give up on a NaN) rest on them.
 class Strategy {
  public:
   virtual ~Strategy() = default;
@@ -68,20 +72,27 @@ class Strategy {
   /// After the optimizer stepped (or skipped): strategies that synchronise parameters rather
   /// than gradients (local SGD) act here.
   virtual void after_optimizer_step(Model& model, const OptimizerStep& step) {}
-  /// Averages scalar metrics across processes.
-  virtual std::map<std::string, double> reduce_metrics(std::map<std::string, double> metrics) {
-    return metrics;
-  }
+  /// Reduces small values element-wise across every process (each passes as many, in the same
+  /// order) and returns the result, the same on every rank. Default: one process, unchanged.
+  virtual std::vector<double> all_reduce(std::vector<double> values, Reduce op) { return values; }
+  /// The main process's `values` on every rank (each passes as many). Default: unchanged.
+  virtual std::vector<double> broadcast(std::vector<double> values) { return values; }
   /// Blocks until every process arrives.
   virtual void barrier() {}
+  /// Named scalars averaged over every process (each passes the same names), via all_reduce.
+  std::map<std::string, double> reduce_metrics(std::map<std::string, double> metrics);
 
  protected:
-  /// Moves the batch to device() and runs the model's training step under the precision's
-  /// autocast.
-  StepOutput forward(Model& model, const Batch& batch, const MicroStep& micro);
-  /// Backward of the loss divided by micro.count (accumulated gradients average), scaled by
-  /// the fp16 loss scale.
-  void backward(const StepOutput& out, const MicroStep& micro);
+  /// Moves the batch to `device` and runs `model`'s training step there under the precision's
+  /// autocast (per thread: replicas on their own threads call it side by side).
+  StepOutput forward(Model& model, const Batch& batch, const MicroStep& micro, const c10::Device& device);
+  /// forward on device().
+  StepOutput forward(Model& model, const Batch& batch, const MicroStep& micro) {
+    return forward(model, batch, micro, device());
+  }
+  /// Backward of the loss x `share` / micro.count, scaled by the fp16 loss scale: accumulated
+  /// micro-batches average, and a replica holding `share` of a micro-batch weighs its loss by it.
+  void backward(const StepOutput& out, const MicroStep& micro, double share = 1.0);
 };
 
 }  // namespace wanfw

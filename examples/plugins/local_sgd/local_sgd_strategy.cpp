@@ -83,10 +83,11 @@ class LocalSgdStrategy final : public wanfw::Strategy {
     if (!settings_.trace_dir.empty()) trace(step.step, "after");
   }
 
-  std::map<std::string, double> reduce_metrics(std::map<std::string, double> metrics) override {
-    return session_->mean_across_ranks(std::move(metrics));
+  // The core's decisions (stop, NaN guard, checkpoints) and metric averages rest on these.
+  std::vector<double> all_reduce(std::vector<double> values, wanfw::Reduce op) override {
+    return session_->all_reduce(std::move(values), op);
   }
-
+  std::vector<double> broadcast(std::vector<double> values) override { return session_->broadcast(std::move(values)); }
   void barrier() override { session_->barrier(); }
 
  private:
@@ -119,6 +120,7 @@ std::unique_ptr<wanfw::Strategy> make_strategy(const wanfw::Options& o, const wa
   group.device = o.string("device");
   group.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(timeout * 1000));
   group.section = ctx.section;
+  group.config = &o;
   return std::make_unique<LocalSgdStrategy>(s, wanfw::DistributedSession::join(group));
 }
 

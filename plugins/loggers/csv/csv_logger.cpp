@@ -14,6 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include "wanfw/error.hpp"
+#include "wanfw/file_io.hpp"
 #include "wanfw/plugin.hpp"
 
 namespace fs = std::filesystem;
@@ -103,32 +104,27 @@ class CsvLogger final : public wanfw::Logger {
     return rows;
   }
 
-  /// Writes the header and `rows` to a new file that replaces the old one, then reopens it for
+  /// Writes the header and `rows` through the SDK's atomic writer (a temporary file, fsync,
+  /// rename), so a crash leaves the old file or the new one, never a mix; then reopens it for
   /// appending.
   void rewrite(const std::vector<std::vector<std::string>>& rows) {
     close();
-    const fs::path temp = fs::path(path_.string() + ".tmp");
-    file_ = std::fopen(temp.c_str(), "w");
-    if (!file_) fail("create");
-    write_row(columns_);
+    std::string text = format_row(columns_);
     for (auto row : rows) {
       row.resize(columns_.size());
-      write_row(row);
+      text += format_row(row);
     }
-    if (std::fclose(file_) != 0) {
-      file_ = nullptr;
-      fail("write");
-    }
-    file_ = nullptr;
-    std::error_code ec;
-    fs::rename(temp, path_, ec);
-    if (ec) fail("replace");
+    wanfw::write_file_atomically(path_, text);
     file_ = std::fopen(path_.c_str(), "a");
     if (!file_) fail("open");
   }
 
+  static std::string format_row(const std::vector<std::string>& cells) {
+    return fmt::format("{}\n", fmt::join(cells, ","));
+  }
+
   void write_row(const std::vector<std::string>& cells) {
-    const std::string line = fmt::format("{}\n", fmt::join(cells, ","));
+    const std::string line = format_row(cells);
     if (std::fwrite(line.data(), 1, line.size(), file_) != line.size()) fail("write");
   }
 

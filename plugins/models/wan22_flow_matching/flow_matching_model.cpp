@@ -8,6 +8,7 @@
 
 #include "wan/wan_weights.hpp"
 #include "wanfw/error.hpp"
+#include "wanfw/sample_random.hpp"
 
 namespace wan_fm {
 
@@ -62,13 +63,12 @@ std::vector<wanfw::FieldSpec> WanFlowMatchingModel::batch_fields() const {
           {"context", {settings_.text_len, c.text_dim}, at::kFloat}};
 }
 
-torch::Tensor WanFlowMatchingModel::sample_sigma(std::int64_t batch, const torch::Device& device) const {
-  const auto options = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+torch::Tensor WanFlowMatchingModel::sample_sigma(const wanfw::Batch& batch) const {
   torch::Tensor u;
   if (settings_.sampling == "logit_normal") {
-    u = torch::sigmoid(torch::randn({batch}, options) * settings_.logit_std + settings_.logit_mean);
+    u = torch::sigmoid(wanfw::sample_randn(batch, "timestep") * settings_.logit_std + settings_.logit_mean);
   } else {
-    u = torch::rand({batch}, options);
+    u = wanfw::sample_rand(batch, "timestep");
     if (settings_.sampling == "shift") u = settings_.shift * u / (1 + (settings_.shift - 1) * u);
   }
   return settings_.min_sigma + (settings_.max_sigma - settings_.min_sigma) * u;
@@ -104,17 +104,19 @@ WanFlowMatchingModel::Objective WanFlowMatchingModel::objective(const torch::Ten
 }
 
 wanfw::StepOutput WanFlowMatchingModel::training_step(const wanfw::Batch& batch) {
+  // Noise and timestep come from the sample's own streams: the same wherever the sample is trained.
   const torch::Tensor x0 = batch.at("latents");
-  const torch::Tensor noise = torch::randn_like(x0);
-  const torch::Tensor sigma = sample_sigma(x0.size(0), x0.device());
+  const torch::Tensor noise = wanfw::sample_randn(batch, "noise", x0.sizes().slice(1), x0.scalar_type());
+  const torch::Tensor sigma = sample_sigma(batch);
   const Objective out = objective(x0, noise, sigma, batch.at("context"));
   return {out.loss, {{"sigma_mean", sigma.mean().detach()}}};
 }
 
 std::map<std::string, at::Tensor> WanFlowMatchingModel::validation_step(const wanfw::Batch& batch) {
-  // The same noise at every fixed timestep: one curve per timestep, comparable across steps.
+  // The same noise at every fixed timestep: one curve per timestep, comparable across steps
+  // (validation batches keep their seed and epoch, so each sample draws the same noise every time).
   const torch::Tensor x0 = batch.at("latents");
-  const torch::Tensor noise = torch::randn_like(x0);
+  const torch::Tensor noise = wanfw::sample_randn(batch, "noise", x0.sizes().slice(1), x0.scalar_type());
   std::map<std::string, at::Tensor> metrics;
   torch::Tensor total = torch::zeros({}, x0.options().dtype(torch::kFloat64));
   for (const double t : settings_.validation_timesteps) {

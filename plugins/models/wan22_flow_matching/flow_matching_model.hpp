@@ -62,7 +62,8 @@ class WanFlowMatchingModel final : public wanfw::Model {
   struct Objective {
     torch::Tensor loss, per_sample, prediction, target;
   };
-  torch::Tensor sample_sigma(std::int64_t batch, const torch::Device& device) const;
+  /// Each sample's sigma, from its "timestep" stream: [B] fp32.
+  torch::Tensor sample_sigma(const wanfw::Batch& batch) const;
   Objective objective(const torch::Tensor& x0, const torch::Tensor& noise, const torch::Tensor& sigma,
                       const torch::Tensor& context);
   /// Per-token timesteps for ti2v (the first frame's tokens at 0), else t as given: [B] -> [B] or [B, L].

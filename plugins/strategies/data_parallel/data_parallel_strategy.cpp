@@ -1,7 +1,9 @@
 // Strategy `data_parallel`: one process, several local devices. The model is replicated onto
-// every device, each micro-batch is split across the replicas, which run forward and backward
-// side by side (one thread each), and their gradients are summed onto the first device, where
-// the optimizer steps. With fewer than two devices it runs as `single`.
+// every device (every parameter and buffer copied from the model), each micro-batch is split
+// across the replicas, which run forward and backward side by side (one thread each), and their
+// gradients are summed onto the first device, where the optimizer steps. Before each step the
+// trained parameters and the buffers are copied to the replicas again. With fewer than two
+// devices it runs as `single`.
 
 #include <exception>
 #include <thread>
@@ -35,15 +37,19 @@ class DataParallelStrategy final : public wanfw::Strategy {
   void setup(wanfw::Model& model) override {
     model.module()->to(devices_.front());
     if (devices_.size() < 2) return;
-    parameters_.push_back(parameters_of(model));
+    trainable_.push_back(trainable_of(model));
+    buffers_.push_back(buffers_of(model));
     for (std::size_t i = 1; i < devices_.size(); ++i) {
       std::unique_ptr<wanfw::Model> replica = model.replicate(devices_[i]);
       if (!replica)
         throw wanfw::PluginError("data_parallel: this model plugin cannot replicate its model (Model::replicate)",
                                  "use the ddp strategy (one process per device), which needs no replicas");
-      parameters_.push_back(parameters_of(*replica));
-      if (parameters_.back().size() != parameters_.front().size())
-        throw wanfw::PluginError("data_parallel: a replica has other trainable parameters than the model");
+      trainable_.push_back(trainable_of(*replica));
+      buffers_.push_back(buffers_of(*replica));
+      if (trainable_.back().size() != trainable_.front().size() || buffers_.back().size() != buffers_.front().size())
+        throw wanfw::PluginError("data_parallel: a replica has other parameters or buffers than the model",
+                                 "Model::replicate must build the same modules");
+      copy_state(model, *replica);
       replicas_.push_back(std::move(replica));
     }
   }
@@ -51,42 +57,28 @@ class DataParallelStrategy final : public wanfw::Strategy {
   wanfw::StepOutput micro_step(wanfw::Model& model, const wanfw::Batch& batch,
                                const wanfw::MicroStep& micro) override {
     if (replicas_.empty()) return Strategy::micro_step(model, batch, micro);
-    if (micro.index == 0) copy_weights_to_replicas();
+    if (micro.index == 0) refresh_replicas();
 
     // Split the batch as evenly as it goes; a batch smaller than the device count leaves some idle.
+    // Each slice keeps its samples' ids, so their random draws are those of any other layout.
     const std::int64_t n = static_cast<std::int64_t>(devices_.size());
-    std::vector<wanfw::Batch> chunks;
+    std::vector<wanfw::Batch> slices;
     for (std::int64_t i = 0, start = 0; i < n; ++i) {
       const std::int64_t size = batch.size / n + (i < batch.size % n ? 1 : 0);
       if (size == 0) break;
-      wanfw::Batch chunk;
-      chunk.size = size;
-      for (const auto& [name, tensor] : batch.fields) chunk.fields[name] = tensor.narrow(0, start, size);
-      chunks.push_back(std::move(chunk));
+      slices.push_back(batch.slice(start, size));
       start += size;
     }
 
-    std::vector<wanfw::StepOutput> outputs(chunks.size());
-    std::vector<std::exception_ptr> errors(chunks.size());
+    std::vector<wanfw::StepOutput> outputs(slices.size());
+    std::vector<std::exception_ptr> errors(slices.size());
     std::vector<std::thread> threads;
-    for (std::size_t i = 0; i < chunks.size(); ++i)
+    for (std::size_t i = 0; i < slices.size(); ++i)
       threads.emplace_back([&, i] {
         try {
           wanfw::Model& replica = i == 0 ? model : *replicas_[i - 1];
-          const c10::Device device = devices_[i];
-          const wanfw::Batch on_device = chunks[i].to(device, device.is_cuda());
-          wanfw::StepOutput out;
-          {
-            std::optional<wanfw::Precision::AutocastScope> autocast;  // thread-local state: per thread
-            if (micro.precision != nullptr) autocast.emplace(*micro.precision, device);
-            out = replica.training_step(on_device);
-          }
-          // Each replica's share of the batch mean, and of the accumulation.
-          const double share = static_cast<double>(chunks[i].size) / static_cast<double>(batch.size);
-          at::Tensor loss = out.loss * (share / micro.count);
-          if (micro.precision != nullptr) loss = micro.precision->scale(loss);
-          loss.backward();
-          outputs[i] = std::move(out);
+          outputs[i] = forward(replica, slices[i], micro, devices_[i]);
+          backward(outputs[i], micro, share(slices[i], batch));
         } catch (...) {
           errors[i] = std::current_exception();
         }
@@ -95,13 +87,12 @@ class DataParallelStrategy final : public wanfw::Strategy {
     for (const auto& e : errors)
       if (e) std::rethrow_exception(e);
 
-    reduce_gradients_onto_first_device(chunks.size());
+    reduce_gradients_onto_first_device(slices.size());
     // Loss and metrics as the whole batch would report them: the size-weighted mean.
     wanfw::StepOutput total;
     for (std::size_t i = 0; i < outputs.size(); ++i) {
-      const double share = static_cast<double>(chunks[i].size) / static_cast<double>(batch.size);
       auto add = [&](at::Tensor& into, const at::Tensor& value) {
-        const at::Tensor v = value.detach().to(devices_.front()).to(at::kDouble) * share;
+        const at::Tensor v = value.detach().to(devices_.front()).to(at::kDouble) * share(slices[i], batch);
         into = into.defined() ? into + v : v;
       };
       add(total.loss, outputs[i].loss);
@@ -111,26 +102,58 @@ class DataParallelStrategy final : public wanfw::Strategy {
   }
 
  private:
-  static std::vector<at::Tensor> parameters_of(wanfw::Model& model) {
+  static double share(const wanfw::Batch& slice, const wanfw::Batch& batch) {
+    return static_cast<double>(slice.size) / static_cast<double>(batch.size);
+  }
+
+  static std::vector<at::Tensor> trainable_of(wanfw::Model& model) {
     std::vector<at::Tensor> out;
     for (auto& [name, tensor] : model.trainable_parameters()) out.push_back(tensor);
     return out;
   }
 
-  void copy_weights_to_replicas() {
+  static std::vector<at::Tensor> buffers_of(wanfw::Model& model) { return model.module()->buffers(); }
+
+  /// Every parameter and buffer of `model` into `replica`, matched by name: the replica starts as
+  /// an exact copy whatever its plugin built (frozen parameters included, e.g. a teacher).
+  static void copy_state(wanfw::Model& model, wanfw::Model& replica) {
     torch::NoGradGuard no_grad;
-    for (std::size_t r = 1; r < parameters_.size(); ++r)
-      for (std::size_t i = 0; i < parameters_[0].size(); ++i) parameters_[r][i].copy_(parameters_[0][i]);
+    auto copy = [](const torch::OrderedDict<std::string, at::Tensor>& from,
+                   const torch::OrderedDict<std::string, at::Tensor>& into, const char* what) {
+      if (from.size() != into.size())
+        throw wanfw::PluginError(fmt::format("data_parallel: the replica has {} {}, the model {}", into.size(), what,
+                                             from.size()),
+                                 "Model::replicate must build the same modules");
+      for (const auto& item : from) {
+        const at::Tensor* target = into.find(item.key());
+        if (target == nullptr)
+          throw wanfw::PluginError(fmt::format("data_parallel: the replica has no {} '{}'", what, item.key()),
+                                   "Model::replicate must build the same modules");
+        at::Tensor(*target).copy_(item.value());
+      }
+    };
+    copy(model.module()->named_parameters(), replica.module()->named_parameters(), "parameters");
+    copy(model.module()->named_buffers(), replica.module()->named_buffers(), "buffers");
+  }
+
+  /// Before each step: the trained parameters and every buffer from the model to the replicas
+  /// (frozen parameters do not change, and were copied in setup).
+  void refresh_replicas() {
+    torch::NoGradGuard no_grad;
+    for (std::size_t r = 1; r < trainable_.size(); ++r) {
+      for (std::size_t i = 0; i < trainable_[0].size(); ++i) trainable_[r][i].copy_(trainable_[0][i]);
+      for (std::size_t i = 0; i < buffers_[0].size(); ++i) buffers_[r][i].copy_(buffers_[0][i]);
+    }
   }
 
   void reduce_gradients_onto_first_device(std::size_t used) {
     torch::NoGradGuard no_grad;
     for (std::size_t r = 1; r < used; ++r)
-      for (std::size_t i = 0; i < parameters_[0].size(); ++i) {
-        at::Tensor& replica_grad = parameters_[r][i].mutable_grad();
+      for (std::size_t i = 0; i < trainable_[0].size(); ++i) {
+        at::Tensor& replica_grad = trainable_[r][i].mutable_grad();
         if (!replica_grad.defined()) continue;
-        at::Tensor& grad = parameters_[0][i].mutable_grad();
-        const at::Tensor moved = replica_grad.to(grad.defined() ? grad.device() : parameters_[0][i].device());
+        at::Tensor& grad = trainable_[0][i].mutable_grad();
+        const at::Tensor moved = replica_grad.to(grad.defined() ? grad.device() : trainable_[0][i].device());
         grad = grad.defined() ? grad.add_(moved) : moved.clone();
         replica_grad = at::Tensor();
       }
@@ -138,7 +161,8 @@ class DataParallelStrategy final : public wanfw::Strategy {
 
   std::vector<c10::Device> devices_;
   std::vector<std::unique_ptr<wanfw::Model>> replicas_;
-  std::vector<std::vector<at::Tensor>> parameters_;  ///< [0]: the model's; [r]: replica r's
+  std::vector<std::vector<at::Tensor>> trainable_;  ///< [0]: the model's trained parameters; [r]: replica r's
+  std::vector<std::vector<at::Tensor>> buffers_;    ///< [0]: the model's buffers; [r]: replica r's
 };
 
 std::unique_ptr<wanfw::Strategy> make_strategy(const wanfw::Options& o, const wanfw::PluginContext&) {

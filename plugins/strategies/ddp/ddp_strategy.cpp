@@ -92,9 +92,10 @@ class DdpStrategy final : public wanfw::Strategy {
     return out;
   }
 
-  std::map<std::string, double> reduce_metrics(std::map<std::string, double> metrics) override {
-    return session_->mean_across_ranks(std::move(metrics));
+  std::vector<double> all_reduce(std::vector<double> values, wanfw::Reduce op) override {
+    return session_->all_reduce(std::move(values), op);
   }
+  std::vector<double> broadcast(std::vector<double> values) override { return session_->broadcast(std::move(values)); }
 
   void barrier() override { session_->barrier(); }
 
@@ -123,6 +124,7 @@ std::unique_ptr<wanfw::Strategy> make_strategy(const wanfw::Options& o, const wa
   group.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(timeout * 1000));
   group.default_port = static_cast<int>(o.integer("master_port"));
   group.section = ctx.section;
+  group.config = &o;
   return std::make_unique<DdpStrategy>(s, wanfw::DistributedSession::join(group));
 }
 

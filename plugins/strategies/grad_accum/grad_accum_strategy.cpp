@@ -31,9 +31,10 @@ class GradAccumStrategy final : public wanfw::Strategy {
   void after_optimizer_step(wanfw::Model& model, const wanfw::OptimizerStep& step) override {
     inner_->after_optimizer_step(model, step);
   }
-  std::map<std::string, double> reduce_metrics(std::map<std::string, double> metrics) override {
-    return inner_->reduce_metrics(std::move(metrics));
+  std::vector<double> all_reduce(std::vector<double> values, wanfw::Reduce op) override {
+    return inner_->all_reduce(std::move(values), op);
   }
+  std::vector<double> broadcast(std::vector<double> values) override { return inner_->broadcast(std::move(values)); }
   void barrier() override { inner_->barrier(); }
 
  private:

@@ -17,24 +17,38 @@ namespace {
 
 /// Faults a test can plant (all off by default).
 struct Faults {
-  std::int64_t nan_at_call = 0;       ///< the loss becomes NaN on this call
+  std::int64_t nan_at_call = 0;       ///< the loss becomes NaN on this call ...
+  std::int64_t nan_rank = -1;         ///< ... in the process of this RANK (-1: every process)
   std::int64_t inf_grad_at_call = 0;  ///< the weight's gradient becomes inf on this call (loss finite)
   std::int64_t kill_rank = -1;        ///< the process of this RANK ...
   std::int64_t kill_at_call = 0;      ///< ... SIGKILLs itself on this call, in the first torchrun attempt only
 };
 
 struct LinearRegressionImpl : torch::nn::Module {
-  LinearRegressionImpl(std::int64_t in, std::int64_t out) : linear(register_module("linear", torch::nn::Linear(in, out))) {}
-  torch::Tensor forward(const torch::Tensor& x) { return linear(x); }
+  /// With `frozen_state`: a frozen parameter `offset` and a buffer `steps_seen` that enter the
+  /// output, so that a copy of the module that missed either computes something else.
+  LinearRegressionImpl(std::int64_t in, std::int64_t out, bool frozen_state = false)
+      : linear(register_module("linear", torch::nn::Linear(in, out))) {
+    if (!frozen_state) return;
+    offset = register_parameter("offset", torch::randn({out}), /*requires_grad=*/false);
+    steps_seen = register_buffer("steps_seen", torch::zeros({}));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    torch::Tensor y = linear(x);
+    if (offset.defined()) y = y + offset * (1 + 0.1 * steps_seen);
+    return y;
+  }
   torch::nn::Linear linear;
+  torch::Tensor offset, steps_seen;
 };
 TORCH_MODULE(LinearRegression);
 
 class LinearRegressionModel final : public wanfw::Model {
  public:
   LinearRegressionModel(std::int64_t in, std::int64_t out, std::uint64_t truth_seed, std::int64_t delay_ms,
-                        Faults faults, double bias_lr_scale)
-      : module_(in, out), delay_ms_(delay_ms), faults_(faults), bias_lr_scale_(bias_lr_scale) {
+                        Faults faults, double bias_lr_scale, bool frozen_state)
+      : module_(in, out, frozen_state), delay_ms_(delay_ms), faults_(faults), bias_lr_scale_(bias_lr_scale),
+        frozen_state_(frozen_state) {
     auto generator = at::make_generator<at::CPUGeneratorImpl>(truth_seed);
     true_weight_ = at::randn({out, in}, generator);
     true_bias_ = at::randn({out}, generator);
@@ -63,7 +77,10 @@ class LinearRegressionModel final : public wanfw::Model {
 
   std::unique_ptr<wanfw::Model> replicate(const c10::Device& device) override {
     auto copy = std::make_unique<LinearRegressionModel>(*this);
-    copy->module_ = LinearRegression(module_->linear->options.in_features(), module_->linear->options.out_features());
+    // Fresh weights of its own (the default generator has moved on): the strategy must copy the
+    // model's parameters and buffers into it.
+    copy->module_ = LinearRegression(module_->linear->options.in_features(), module_->linear->options.out_features(),
+                                     frozen_state_);
     copy->module_->to(device);
     copy->faults_ = Faults{};  // faults are planted in the main replica only
     return copy;
@@ -80,7 +97,12 @@ class LinearRegressionModel final : public wanfw::Model {
     const torch::Tensor w = true_weight_.to(x.device()), b = true_bias_.to(x.device());
     const torch::Tensor target = torch::nn::functional::linear(x, w, b);
     torch::Tensor loss = torch::mse_loss(module_->forward(x), target);
-    if (faults_.nan_at_call > 0 && calls_ == faults_.nan_at_call)
+    if (frozen_state_) {
+      torch::NoGradGuard no_grad;
+      module_->steps_seen.add_(1);  // one per micro-batch, on every replica alike
+    }
+    if (faults_.nan_at_call > 0 && calls_ == faults_.nan_at_call &&
+        (faults_.nan_rank < 0 || env_int("RANK") == faults_.nan_rank))
       loss = loss * std::numeric_limits<float>::quiet_NaN();
     if (faults_.inf_grad_at_call > 0 && calls_ == faults_.inf_grad_at_call)
       poison_next_gradient_ = true;
@@ -102,6 +124,7 @@ class LinearRegressionModel final : public wanfw::Model {
   std::int64_t delay_ms_;
   Faults faults_;
   double bias_lr_scale_ = 1.0;
+  bool frozen_state_ = false;
   std::int64_t calls_ = 0;
   bool poison_next_gradient_ = false;
 };
@@ -117,11 +140,14 @@ wanfw::PluginDescriptor describe() {
       option("truth_seed", T::Integer).value("1234").doc("Seed of the hidden map the model must learn."),
       option("step_delay_ms", T::Integer).value("0").doc("Sleep per micro-batch (tests that interrupt runs)."),
       option("nan_at_call", T::Integer).value("0").doc("Make the loss NaN on this training_step call (tests)."),
+      option("nan_rank", T::Integer).value("-1").doc("... in the process of this RANK only (-1: every process)."),
       option("inf_grad_at_call", T::Integer).value("0").doc("Make the weight's gradient inf on this call (tests)."),
       option("kill_rank", T::Integer).value("-1").doc("The RANK whose process SIGKILLs itself (tests)."),
       option("kill_at_call", T::Integer).value("0").doc("On which call it does, in a job's first attempt (tests)."),
       option("bias_lr_scale", T::Number).value("1.0").doc(
           "Not 1: the bias trains as its own parameter group with this learning-rate multiplier and no weight decay."),
+      option("frozen_state", T::Boolean).value("false").doc(
+          "Add a frozen parameter `offset` and a buffer `steps_seen` (micro-batches trained) to the output (tests)."),
   };
   d.make_model = [](const wanfw::Options& o, const wanfw::PluginContext&) -> std::unique_ptr<wanfw::Model> {
     for (const char* name : {"in_features", "out_features"})
@@ -129,9 +155,10 @@ wanfw::PluginDescriptor describe() {
     return std::make_unique<LinearRegressionModel>(o.integer("in_features"), o.integer("out_features"),
                                                    static_cast<std::uint64_t>(o.integer("truth_seed")),
                                                    o.integer("step_delay_ms"),
-                                                   Faults{o.integer("nan_at_call"), o.integer("inf_grad_at_call"),
-                                                          o.integer("kill_rank"), o.integer("kill_at_call")},
-                                                   o.number("bias_lr_scale"));
+                                                   Faults{o.integer("nan_at_call"), o.integer("nan_rank"),
+                                                          o.integer("inf_grad_at_call"), o.integer("kill_rank"),
+                                                          o.integer("kill_at_call")},
+                                                   o.number("bias_lr_scale"), o.boolean("frozen_state"));
   };
   return d;
 }

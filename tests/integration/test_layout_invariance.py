@@ -1,0 +1,215 @@
+"""Where a run happens does not change what it computes: the tiny Wan DiT with its stochastic
+flow-matching objective ends with the same weights on one device, on two ranks, with accumulated
+micro-batches and with data-parallel replicas (every random draw is keyed by its sample), also
+across a resume on another world size. And every rank agrees on when to stop: a signal to one rank
+or a NaN on one rank stops all of them at the same step. Real torchrun, Gloo on loopback, CPU."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+import torch
+from conftest import WANFW, base_config, checkpoints, wait_for, wanfw, write_config
+from safetensors.torch import load_file
+from test_distributed import free_port, metrics, torchrun
+
+STEPS = 5
+# Reductions add in another order on another layout: equal to float rounding, not bitwise.
+RELATIVE = 1e-5
+# Attention ignores a shift shared by all keys, so the key projections' biases have a gradient of
+# zero up to rounding; AdamW scales that rounding to full steps, so these follow the layout's
+# rounding (docs/multi-gpu.md).
+ROUNDING_DRIVEN = ("self_attn.k.bias", "cross_attn.k.bias")
+CPU = {"name": "single", "device": "cpu"}
+DDP = {"name": "ddp", "timeout_s": 60}
+
+
+def tiny_wan(task):
+    return {"name": "wan22_flow_matching", "preset": "tiny", "latent_frames": 3, "latent_height": 4,
+            "latent_width": 4, "text_len": 4, "task": task, "timestep_sampling": "logit_normal"}
+
+
+def experiment(tmp_path, name, strategy, batch, model, **sections):
+    c = base_config(tmp_path / "runs", strategy=strategy, model=model,
+                    data={"num_samples": 24, "batch_size": batch, "workers": 0},
+                    optimizer={"lr": 1e-3, "weight_decay": 0.01},
+                    trainer={"max_steps": STEPS, "log_every": 1, "progress": "lines"},
+                    checkpoint={"every": 0, "keep_last": 0})
+    for key, value in sections.items():
+        c[key] = {**c.get(key, {}), **value}
+    c["run"]["name"] = name
+    return write_config(tmp_path / f"{name}.json", c)
+
+
+def checkpoint_file(tmp_path, name, step=None, file="model.safetensors"):
+    saved = checkpoints(tmp_path / "runs" / name / "version_0")
+    if step is not None:
+        saved = [p for p in saved if p.name == f"step-{step:08d}"]
+    return load_file(saved[-1] / file)
+
+
+def weights(tmp_path, name, step=None):
+    return checkpoint_file(tmp_path, name, step)
+
+
+def largest_relative_difference(a, b):
+    """The model's largest weight difference relative to its largest weight."""
+    assert a.keys() == b.keys()
+    return (max((a[k] - b[k]).abs().max() for k in a) / max(b[k].abs().max() for k in b)).item()
+
+
+def largest_gradient_difference(tmp_path, name, reference):
+    """AdamW's first moments (running means of the averaged gradients): the largest difference
+    relative to the largest moment of the model. Per tensor the ratio says little where a tensor's
+    gradient is a sum that cancels to almost nothing (cross-attention on random text): there its
+    rounding is all that is left."""
+    a = checkpoint_file(tmp_path, name, file="optimizer.safetensors")
+    b = checkpoint_file(tmp_path, reference, file="optimizer.safetensors")
+    keys = [k for k in b if k.endswith(".exp_avg") and not any(r in k for r in ROUNDING_DRIVEN)]
+    assert keys and a.keys() == b.keys()
+    return (max((a[k] - b[k]).abs().max() for k in keys) / max(b[k].abs().max() for k in keys)).item()
+
+
+def run_on(tmp_path, name, strategy, batch, model, ranks=1, **sections):
+    path = experiment(tmp_path, name, strategy, batch, model, **sections)
+    if ranks == 1:
+        wanfw("run", path, check=0)
+    else:
+        result = torchrun("run", path, nproc=ranks)
+        assert result.returncode == 0, result.stdout + result.stderr
+    return weights(tmp_path, name)
+
+
+LAYOUTS = {  # name: (strategy, batch per micro-batch, ranks); every one a global batch of 4
+    "ddp_2x2": (DDP, 2, 2),
+    "grad_accum_2x2": ({"name": "grad_accum", "steps": 2, "inner": CPU}, 2, 1),
+    "ddp_2x1_accum_2": ({"name": "grad_accum", "steps": 2, "inner": DDP}, 1, 2),
+    "data_parallel_2_replicas_x4": ({"name": "data_parallel", "devices": ["cpu", "cpu"]}, 4, 1),
+}
+
+
+@pytest.mark.parametrize("task", ["t2v", "ti2v"])
+def test_the_tiny_wan_model_ends_with_the_same_weights_on_every_layout(tmp_path, task):
+    reference = run_on(tmp_path, "single_1x4", CPU, 4, tiny_wan(task), checkpoint={"every": 1})
+    differences = {name: largest_relative_difference(run_on(tmp_path, name, strategy, batch, tiny_wan(task), ranks),
+                                                     reference)
+                   for name, (strategy, batch, ranks) in LAYOUTS.items()}
+    assert all(d <= RELATIVE for d in differences.values()), differences
+    gradients = {name: largest_gradient_difference(tmp_path, name, "single_1x4") for name in LAYOUTS}
+    assert all(d <= RELATIVE for d in gradients.values()), gradients
+    # Steps 2 to 5 moved the weights far more than the layouts differ: equality is not for want of training.
+    assert largest_relative_difference(reference, weights(tmp_path, "single_1x4", step=1)) > 10 * RELATIVE
+
+
+def test_a_run_resized_from_two_ranks_to_one_resumes_to_the_weights_of_the_uninterrupted_run(tmp_path):
+    model = tiny_wan("t2v")
+    six = {"trainer": {"max_steps": 6}, "checkpoint": {"every": 3}}
+    path = experiment(tmp_path, "resized", DDP, 2, model, **six)
+    result = torchrun("run", path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    uninterrupted = weights(tmp_path, "resized", step=6)
+    # Stopped after step 3 (its later checkpoint removed), continued on one rank x 4.
+    run_dir = tmp_path / "runs" / "resized" / "version_0"
+    for late in [p for p in checkpoints(run_dir) if p.name != "step-00000003"]:
+        for f in late.iterdir():
+            f.unlink()
+        late.rmdir()
+    resumed = wanfw("run", experiment(tmp_path, "resized", CPU, 4, model, **six), "--resume", "auto", check=0)
+    assert "resumed from" in resumed.stdout and "step-00000003" in resumed.stdout
+    assert "written by 2 processes and resumes on 1" in resumed.stdout
+    assert largest_relative_difference(weights(tmp_path, "resized", step=6), uninterrupted) <= RELATIVE
+    assert largest_relative_difference(weights(tmp_path, "resized", step=6), weights(tmp_path, "resized", step=3)) \
+        > 10 * RELATIVE  # steps 4 to 6 trained
+
+
+def linear(**faults):
+    return {"name": "linear_regression", "in_features": 8, "out_features": 2, "step_delay_ms": 40, **faults}
+
+
+def two_ranks(*args):
+    """`wanfw run ARGS` as ranks 0 and 1 of a job, each started on its own (as srun does)."""
+    port = free_port()
+    return [subprocess.Popen([str(WANFW), "run", *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env={**os.environ, "OMP_NUM_THREADS": "1", "RANK": str(rank), "WORLD_SIZE": "2",
+                                             "LOCAL_RANK": str(rank), "MASTER_ADDR": "127.0.0.1",
+                                             "MASTER_PORT": str(port)})
+            for rank in (0, 1)]
+
+
+def finish(processes, timeout=240):
+    outputs = [p.communicate(timeout=timeout) for p in processes]
+    return [p.returncode for p in processes], outputs
+
+
+def test_a_stop_signal_to_one_rank_stops_both_at_the_same_step_with_one_checkpoint(tmp_path):
+    long_run = {"trainer": {"max_steps": 200}}
+    path = experiment(tmp_path, "signalled", DDP, 4, linear(), **long_run)
+    processes = two_ranks(path)
+    run_dir = tmp_path / "runs" / "signalled" / "version_0"
+    wait_for(lambda: (run_dir / "metrics.csv").exists() and len((run_dir / "metrics.csv").read_text().splitlines()) > 4,
+             timeout=120, what="a few logged steps")
+    processes[1].send_signal(signal.SIGTERM)  # rank 1 only
+    sent = time.monotonic()
+    codes, outputs = finish(processes, timeout=60)
+    assert time.monotonic() - sent < 30
+    assert codes[0] == codes[1] == 1, (codes, outputs)
+    assert "stopped by signal 15" in outputs[0][1]
+    saved = checkpoints(run_dir)
+    assert len(saved) == 1
+    step = json.loads((saved[0] / "trainer_state.json").read_text())["step"]
+    assert 4 <= step < 200
+    # Resumed (same layout), the run ends bitwise where an uninterrupted one does.
+    codes, outputs = finish(two_ranks(path, "--resume", "auto"))
+    assert codes == [0, 0], outputs
+    assert f"step-{step:08d}" in outputs[0][0]
+    codes, outputs = finish(two_ranks(experiment(tmp_path, "reference", DDP, 4, linear(), **long_run)))
+    assert codes == [0, 0], outputs
+    a, b = weights(tmp_path, "signalled"), weights(tmp_path, "reference")
+    assert all(torch.equal(a[k], b[k]) for k in b)
+
+
+def test_a_nan_on_one_rank_stops_every_rank_naming_that_rank_and_the_step(tmp_path):
+    path = experiment(tmp_path, "nan", DDP, 4, linear(nan_at_call=5, nan_rank=1),
+                      checkpoint={"every": 2})
+    codes, outputs = finish(two_ranks(path), timeout=120)
+    assert codes == [1, 1], outputs
+    assert "step 5: metric 'loss' is nan on rank 1 (NaN guard)" in outputs[1][1]
+    assert "step 5: metric 'loss' is not finite on rank 1 (NaN guard); every rank stopped" in outputs[0][1]
+    saved = checkpoints(tmp_path / "runs" / "nan" / "version_0")
+    assert [p.name for p in saved] == ["step-00000002", "step-00000004"]
+    assert "the last checkpoint" in outputs[0][1] and "step-00000004, is intact" in outputs[0][1]
+
+
+def test_data_parallel_replicas_hold_the_resumed_frozen_parameters_and_buffers(tmp_path):
+    # The test model's replicas start from weights of their own; its loss reads a frozen parameter
+    # and a buffer that counts training steps, so a replica that missed any of them after the resume
+    # would compute other gradients than the one-device run.
+    model = linear(frozen_state=True, step_delay_ms=0)
+    six = {"trainer": {"max_steps": 6}, "checkpoint": {"every": 3}}
+    replicas = {"name": "data_parallel", "devices": ["cpu", "cpu"]}
+    wanfw("run", experiment(tmp_path, "dp", replicas, 8, model, **six), check=0)
+    run_dir = tmp_path / "runs" / "dp" / "version_0"
+    last = checkpoints(run_dir)[-1]
+    for f in last.iterdir():
+        f.unlink()
+    last.rmdir()
+    wanfw("run", experiment(tmp_path, "dp", replicas, 8, model, **six), "--resume", "auto", check=0)
+    wanfw("run", experiment(tmp_path, "one", CPU, 8, model, **six), check=0)
+    resumed, reference = weights(tmp_path, "dp"), weights(tmp_path, "one")
+    assert float(resumed["steps_seen"]) == 6 * 1  # the main copy's buffer, restored and counted on
+    assert largest_relative_difference(resumed, reference) <= RELATIVE
+
+
+def test_epochs_with_accumulation_run_exactly_the_micro_batches_of_whole_epochs(tmp_path):
+    # 40 samples in batches of 4: 10 micro-batches an epoch; steps of 3, 3, 3 and 1.
+    strategy = {"name": "grad_accum", "steps": 3, "inner": CPU}
+    path = experiment(tmp_path, "epochs", strategy, 4, linear(step_delay_ms=0),
+                      data={"num_samples": 40}, trainer={"max_steps": 0, "epochs": 2})
+    result = wanfw("run", path, check=0)
+    assert "4 steps per epoch (the last of 1 micro-batch)" in result.stdout
+    state = json.loads((checkpoints(tmp_path / "runs" / "epochs" / "version_0")[-1] / "trainer_state.json").read_text())
+    assert (state["step"], state["epoch"], state["batch_in_epoch"], state["samples_in_epoch"]) == (8, 1, 10, 40)
+    assert len(metrics(tmp_path, "epochs")) == 8
