@@ -24,7 +24,7 @@ const std::vector<std::pair<std::string, OptionSchema>>& core_schemas() {
             .doc("Console log level.")}},
       {"trainer",
        {option("max_steps", T::Integer).value("0").doc("Optimizer steps to run; 0 runs `epochs` full epochs."),
-        option("epochs", T::Integer).value("1").doc("Epochs to run when max_steps is 0."),
+        option("epochs", T::Integer).value("1").doc("Epochs to run when max_steps is 0; each ends with an optimizer step over its leftover micro-batches."),
         option("log_every", T::Integer).value("10").doc("Log metrics every N optimizer steps."),
         option("grad_clip", T::Number).value("1.0").doc("Clip the global gradient L2 norm to this; 0 disables."),
         option("nan_guard", T::Boolean)

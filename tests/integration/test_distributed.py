@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import WANFW, base_config, checkpoints, wanfw, write_config
+from conftest import TEST_PLUGINS, WANFW, base_config, checkpoints, wanfw, write_config
 from safetensors.torch import load_file
 
 TORCHRUN = Path(sys.executable).parent / "torchrun"
@@ -182,12 +182,13 @@ def test_mixed_precision_trains_the_tiny_wan_model_on_the_cpu(tmp_path, mode):
     path = config(tmp_path, mode, {"name": "single", "device": "cpu"}, 4, model=model, precision={"mode": mode},
                   optimizer={"lr": 2e-3, "weight_decay": 0.0})
     c = json.loads(path.read_text())
-    c["trainer"]["max_steps"] = 12
+    c["trainer"]["max_steps"] = 120
     write_config(path, c)
     wanfw("run", path, check=0)
     losses = [float(r["loss"]) for r in metrics(tmp_path, mode)]
     assert all(l == l and l < 1e3 for l in losses)
-    assert sum(losses[-3:]) < sum(losses[:3])  # it learns
+    # It learns: each step's loss is noisy (sampled timesteps), so compare the first and last 30.
+    assert sum(losses[-30:]) < 0.97 * sum(losses[:30])
 
 
 def test_the_tiny_wan_model_trains_under_ddp(tmp_path):
@@ -244,3 +245,17 @@ def test_data_parallel_replicates_the_wan_model(tmp_path):
           check=0)
     losses = [float(r["loss"]) for r in metrics(tmp_path, "wan_dp")]
     assert len(losses) == STEPS and all(l == l for l in losses)
+
+
+def test_a_rejected_process_group_option_points_at_its_line_in_the_config(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text(f"""run: {{name: exp, output_dir: {tmp_path / 'runs'}}}
+plugin_path: [{TEST_PLUGINS}]
+model: {{name: linear_regression}}
+strategy:
+  name: ddp
+  device: cpu
+  backend: nccl
+""")
+    result = wanfw("validate", path, check=2)
+    assert f"{path}:7:12: strategy.backend: backend nccl needs CUDA devices, but the device is the CPU" in result.stderr
