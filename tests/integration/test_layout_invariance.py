@@ -214,3 +214,14 @@ def test_epochs_with_accumulation_run_exactly_the_micro_batches_of_whole_epochs(
     state = json.loads((checkpoints(tmp_path / "runs" / "epochs" / "version_0")[-1] / "trainer_state.json").read_text())
     assert (state["step"], state["epoch"], state["batch_in_epoch"], state["samples_in_epoch"]) == (8, 1, 10, 40)
     assert len(metrics(tmp_path, "epochs")) == 8
+
+
+def test_under_torchrun_a_nan_on_one_rank_ends_the_job_with_both_ranks_naming_it(tmp_path):
+    path = experiment(tmp_path, "nan_torchrun", DDP, 4, linear(nan_at_call=3, nan_rank=1, step_delay_ms=0))
+    started = time.monotonic()
+    result = torchrun("run", path, timeout=120)
+    assert result.returncode != 0
+    assert time.monotonic() - started < 60
+    output = result.stdout + result.stderr
+    assert "step 3: metric 'loss' is nan on rank 1 (NaN guard)" in output
+    assert "step 3: metric 'loss' is not finite on rank 1 (NaN guard); every rank stopped" in output
