@@ -124,6 +124,11 @@ std::string yaml_quoted(const std::string& text) {
 }
 }  // namespace
 
+namespace {
+constexpr std::int64_t kMaxWorkers = 256;  ///< data.workers: threads that make batches
+constexpr std::int64_t kMaxPrefetch = 64;  ///< data.prefetch: batches made ahead per worker
+}  // namespace
+
 CoreSettings CoreSettings::from(Config& config) {
   config.check_top_level_keys(top_level_sections());
   CoreSettings s;
@@ -182,12 +187,18 @@ CoreSettings CoreSettings::from(Config& config) {
   s.data.batch_size = data.integer("batch_size");
   s.data.shuffle = data.boolean("shuffle");
   s.data.drop_last = data.boolean("drop_last");
-  s.data.workers = static_cast<int>(data.integer("workers"));
-  s.data.prefetch = static_cast<int>(data.integer("prefetch"));
+  // Checked before narrowing to int: 4294967297 must not become 1. Each worker holds up to
+  // `prefetch` batches, so both stay small.
+  const std::int64_t workers = data.integer("workers"), prefetch = data.integer("prefetch");
+  if (workers < 0 || workers > kMaxWorkers)
+    data.fail("workers", fmt::format("must lie in [0, {}], got {}", kMaxWorkers, workers),
+              "0 makes batches on the training thread; a few workers per GPU are plenty");
+  if (prefetch < 1 || prefetch > kMaxPrefetch)
+    data.fail("prefetch", fmt::format("must lie in [1, {}], got {}", kMaxPrefetch, prefetch));
+  s.data.workers = static_cast<int>(workers);
+  s.data.prefetch = static_cast<int>(prefetch);
   require_positive(data, "num_samples", s.data.num_samples);
   require_positive(data, "batch_size", s.data.batch_size);
-  require_positive(data, "workers", s.data.workers, 0);
-  require_positive(data, "prefetch", s.data.prefetch);
 
   Options validation = section("validation");
   s.validation.every = validation.integer("every");

@@ -1,5 +1,8 @@
 #include "wanfw/options.hpp"
 
+#include <cmath>
+#include <type_traits>
+
 #include <fmt/format.h>
 
 #include "options_impl.hpp"
@@ -77,13 +80,26 @@ const YAML::Node& value_of(const Options& options, const Options::Impl& impl, st
   return it->second;
 }
 
+/// A value as a message shows it: at most 60 characters, and how long it really is.
+std::string shortened(const std::string& text) {
+  constexpr std::size_t kShown = 60;
+  if (text.size() <= kShown) return text;
+  return fmt::format("{}... ({} characters)", text.substr(0, kShown), text.size());
+}
+
 template <typename T>
 T scalar_as(const Options& options, const YAML::Node& node, std::string_view name, const char* what) {
+  T value;
   try {
-    return node.as<T>();
+    value = node.as<T>();
   } catch (const YAML::Exception&) {
-    options.fail(name, fmt::format("expected {}, got '{}'", what, YAML::Dump(node)));
+    options.fail(name, fmt::format("expected {}, got '{}'", what, shortened(YAML::Dump(node))));
   }
+  if constexpr (std::is_floating_point_v<T>) {
+    if (!std::isfinite(value))
+      options.fail(name, fmt::format("expected a finite number, got '{}'", shortened(YAML::Dump(node))));
+  }
+  return value;
 }
 
 template <typename T>
