@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fstream>
 #include <set>
+#include <tuple>
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -69,7 +70,8 @@ CheckpointStore::CheckpointStore(fs::path run_dir) : folder_(std::move(run_dir) 
 
 bool CheckpointStore::is_checkpoint(const fs::path& folder) {
   const std::string name = folder.filename().string();
-  return name.size() > 5 && name.rfind("step-", 0) == 0 &&
+  // step-<at most 18 digits>: any step a run can reach, and a number that converts.
+  return name.size() > 5 && name.size() <= 5 + 18 && name.rfind("step-", 0) == 0 &&
          name.find_first_not_of("0123456789", 5) == std::string::npos && fs::exists(folder / kStateFile);
 }
 
@@ -184,6 +186,13 @@ TrainerState CheckpointStore::load_training_state(const fs::path& checkpoint, Mo
     state.samples_in_epoch = j.value("samples_in_epoch", std::int64_t{-1});
     state.world_size = j.at("world_size").get<std::int64_t>();
     state.config_yaml = j.value("config", "");
+    for (const auto& [key, value, least] : {std::tuple{"step", state.step, 0L}, {"epoch", state.epoch, 0L},
+                                            {"batch_in_epoch", state.batch_in_epoch, 0L},
+                                            {"samples_in_epoch", state.samples_in_epoch, -1L},
+                                            {"world_size", state.world_size, 1L}})
+      if (value < least)
+        throw FileError(fmt::format("{}: '{}' is {}, below its least value {}", state_path.string(), key, value, least),
+                        "the trainer state was edited or damaged; resume from an earlier checkpoint");
     if (j.contains("loss_scaler"))
       state.loss_scaler = LossScalerState{j["loss_scaler"].at("scale").get<double>(),
                                           j["loss_scaler"].at("growth_tracker").get<std::int64_t>()};

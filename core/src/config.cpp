@@ -22,8 +22,10 @@ std::vector<std::string> split_path(const std::string& path) {
   return parts;
 }
 
+/// A list index: digits only, and short enough to convert (no list holds a billion entries).
 bool is_index(const std::string& part) {
-  return !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+  return !part.empty() && part.size() <= 9 &&
+         std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
 /// "loggers.0.name" -> "loggers[0].name"

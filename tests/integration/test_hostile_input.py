@@ -36,3 +36,35 @@ def test_a_huge_value_is_shortened_in_the_error(tmp_path):
     assert "optimizer.lr: expected a number, got 'xxxx" in result.stderr
     assert "... (1000000 characters)" in result.stderr
     assert len(result.stderr) < 2000
+
+
+def test_an_override_index_too_long_to_convert_is_a_config_error(tmp_path):
+    path = write_config(tmp_path / "exp.yaml", base_config(tmp_path / "runs"))
+    result = wanfw("validate", path, "--set", "loggers.99999999999999999999.name=x")
+    assert result.returncode == 2, result.stderr
+    assert "'99999999999999999999' is not one of its indices" in result.stderr
+
+
+def short_run(tmp_path):
+    path = write_config(tmp_path / "exp.yaml", base_config(tmp_path / "runs", trainer={"max_steps": 2},
+                                                           checkpoint={"every": 1}))
+    wanfw("run", path, check=0)
+    return path, tmp_path / "runs" / "exp" / "version_0" / "checkpoints"
+
+
+def test_a_checkpoint_folder_with_a_step_too_long_to_convert_is_skipped(tmp_path):
+    path, folder = short_run(tmp_path)
+    bogus = folder / ("step-" + "9" * 20)
+    bogus.mkdir()
+    (bogus / "trainer_state.json").write_text((folder / "step-00000002" / "trainer_state.json").read_text())
+    result = wanfw("run", path, "--resume", "auto", check=0)
+    assert "resumed from" in result.stdout and "step-00000002" in result.stdout
+
+
+def test_a_negative_position_in_the_trainer_state_is_refused_naming_the_field(tmp_path):
+    path, folder = short_run(tmp_path)
+    state = folder / "step-00000002" / "trainer_state.json"
+    state.write_text(state.read_text().replace('"batch_in_epoch": 2', '"batch_in_epoch": -1'))
+    result = wanfw("run", path, "--resume", "auto", check=1)
+    assert f"{state}: 'batch_in_epoch' is -1, below its least value 0" in result.stderr
+    assert "resume from an earlier checkpoint" in result.stderr
