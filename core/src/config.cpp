@@ -198,6 +198,33 @@ Config& Config::operator=(const Config& other) {
   return *this;
 }
 
+namespace {
+
+constexpr std::size_t kMaxNesting = 64;  ///< mappings and lists inside each other; configs need a handful
+
+/// Refuses a node that contains itself (an alias to one of its own anchors: `s: &s {inner: *s}`)
+/// and nesting deeper than kMaxNesting, before anything walks the tree recursively.
+void refuse_cycles(const YAML::Node& node, std::vector<YAML::Node>& ancestors, const std::string& source,
+                   const YAML::Mark& where) {
+  for (const auto& ancestor : ancestors)
+    if (ancestor.is(node))
+      throw ConfigError(SourceLocation{source, where.line + 1, where.column + 1},
+                        "this value contains itself: a YAML alias refers to an anchor around it",
+                        "copy the section instead of aliasing it, or alias a section outside this one");
+  if (ancestors.size() >= kMaxNesting)
+    throw ConfigError(SourceLocation{source, where.line + 1, where.column + 1},
+                      fmt::format("the config nests mappings and lists more than {} deep", kMaxNesting));
+  if (!node.IsMap() && !node.IsSequence()) return;
+  ancestors.push_back(node);
+  for (const auto& entry : node) {
+    if (node.IsMap()) refuse_cycles(entry.second, ancestors, source, entry.first.Mark());
+    else refuse_cycles(entry, ancestors, source, entry.Mark());
+  }
+  ancestors.pop_back();
+}
+
+}  // namespace
+
 Config Config::parse(const std::string& yaml_text, const std::string& source_name,
                      const std::vector<std::string>& overrides) {
   Config config;
@@ -213,6 +240,8 @@ Config Config::parse(const std::string& yaml_text, const std::string& source_nam
   if (!root.IsMap())
     throw ConfigError(location_of(root, source_name), "the top level of a config must be a mapping of sections",
                       "see examples/quickstart.yaml");
+  std::vector<YAML::Node> ancestors;
+  refuse_cycles(root, ancestors, source_name, root.Mark());
   for (const auto& text : overrides) config.impl_->apply_override(text);
   return config;
 }

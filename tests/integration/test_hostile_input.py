@@ -68,3 +68,22 @@ def test_a_negative_position_in_the_trainer_state_is_refused_naming_the_field(tm
     result = wanfw("run", path, "--resume", "auto", check=1)
     assert f"{state}: 'batch_in_epoch' is -1, below its least value 0" in result.stderr
     assert "resume from an earlier checkpoint" in result.stderr
+
+
+def test_a_yaml_alias_that_contains_itself_is_refused_at_its_line(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text(f"""run: {{name: exp, output_dir: {tmp_path / 'runs'}}}
+model: {{name: linear_regression}}
+strategy: &s {{name: grad_accum, inner: *s}}
+""")
+    result = wanfw("validate", path, timeout=30)
+    assert result.returncode == 2, result.stderr
+    assert f"{path}:3:33: this value contains itself: a YAML alias refers to an anchor around it" in result.stderr
+
+
+def test_a_config_nested_deeper_than_the_limit_is_refused(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text("model: {name: linear_regression, deep: " + "[" * 100 + "]" * 100 + "}\n")
+    result = wanfw("validate", path, timeout=30)
+    assert result.returncode == 2, result.stderr
+    assert "the config nests mappings and lists more than 64 deep" in result.stderr
