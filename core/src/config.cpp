@@ -202,8 +202,9 @@ namespace {
 
 constexpr std::size_t kMaxNesting = 64;  ///< mappings and lists inside each other; configs need a handful
 
-/// Refuses a node that contains itself (an alias to one of its own anchors: `s: &s {inner: *s}`)
-/// and nesting deeper than kMaxNesting, before anything walks the tree recursively.
+/// Refuses a node that contains itself (an alias to one of its own anchors: `s: &s {inner: *s}`),
+/// nesting deeper than kMaxNesting and mapping keys that are not names, before anything walks
+/// the tree recursively or converts a key.
 void refuse_cycles(const YAML::Node& node, std::vector<YAML::Node>& ancestors, const std::string& source,
                    const YAML::Mark& where) {
   for (const auto& ancestor : ancestors)
@@ -217,6 +218,9 @@ void refuse_cycles(const YAML::Node& node, std::vector<YAML::Node>& ancestors, c
   if (!node.IsMap() && !node.IsSequence()) return;
   ancestors.push_back(node);
   for (const auto& entry : node) {
+    if (node.IsMap() && !entry.first.IsScalar())
+      throw ConfigError(SourceLocation{source, entry.first.Mark().line + 1, entry.first.Mark().column + 1},
+                        "a mapping key must be a name, not a list or mapping", "write `key: value`");
     if (node.IsMap()) refuse_cycles(entry.second, ancestors, source, entry.first.Mark());
     else refuse_cycles(entry, ancestors, source, entry.Mark());
   }

@@ -87,3 +87,11 @@ def test_a_config_nested_deeper_than_the_limit_is_refused(tmp_path):
     result = wanfw("validate", path, timeout=30)
     assert result.returncode == 2, result.stderr
     assert "the config nests mappings and lists more than 64 deep" in result.stderr
+
+
+def test_a_mapping_key_that_is_a_list_is_a_config_error_at_its_line(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text("model: {name: linear_regression}\n? [a, b]\n: 1\n")
+    result = wanfw("validate", path, timeout=30)
+    assert result.returncode == 2, result.stderr
+    assert f"{path}:2:3: a mapping key must be a name, not a list or mapping" in result.stderr
