@@ -31,7 +31,7 @@ std::int64_t total_steps_of(const CoreSettings& s, std::int64_t steps_per_epoch)
 TrainingPlan::TrainingPlan(const CoreSettings& settings, const Strategy& strategy, std::int64_t batches_per_epoch)
     : accumulation_(strategy.accumulation_steps()),
       batches_per_epoch_(batches_per_epoch),
-      total_steps_(total_steps_of(settings, (batches_per_epoch + accumulation_ - 1) / accumulation_)),
+      total_steps_(total_steps_of(settings, steps_per_epoch())),  // the members it reads come first
       global_batch_(strategy.world_size() * settings.data.batch_size * accumulation_),
       reference_batch_(reference_batch_of(settings)),
       lr_factor_(lr_factor_of(settings, global_batch_)),

@@ -31,9 +31,9 @@ def test_a_worker_count_out_of_range_is_refused_not_truncated(tmp_path, workers)
 
 
 def test_a_huge_value_is_shortened_in_the_error(tmp_path):
-    result = validate(tmp_path, optimizer={"lr": "x" * 1_000_000})
+    result = validate(tmp_path, optimizer={"lr": "q" * 1_000_000})
     assert result.returncode == 2
-    assert "optimizer.lr: expected a number, got 'xxxx" in result.stderr
+    assert "optimizer.lr: expected a number, got 'qqqq" in result.stderr
     assert "... (1000000 characters)" in result.stderr
     assert len(result.stderr) < 2000
 
