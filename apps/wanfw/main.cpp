@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include <c10/util/Exception.h>
 #include <spdlog/spdlog.h>
 
 #include "commands.hpp"
@@ -67,6 +68,9 @@ int main(int argc, char** argv) {
   } catch (const wanfw::PluginError& e) {
     spdlog::error("{}", e.what());
     return wanfw::cli::kBadUsage;
+  } catch (const c10::Error& e) {  // LibTorch's own message, without its C++ backtrace
+    spdlog::error("{}", e.what_without_backtrace());
+    return wanfw::cli::kFailure;
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
     return wanfw::cli::kFailure;

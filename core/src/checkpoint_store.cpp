@@ -69,18 +69,23 @@ void copy_into(const at::Tensor& destination, const at::Tensor& source, const fs
 CheckpointStore::CheckpointStore(fs::path run_dir) : folder_(std::move(run_dir) / "checkpoints") {}
 
 bool CheckpointStore::is_checkpoint(const fs::path& folder) {
+  std::error_code ec;
   const std::string name = folder.filename().string();
   // step-<at most 18 digits>: any step a run can reach, and a number that converts.
   return name.size() > 5 && name.size() <= 5 + 18 && name.rfind("step-", 0) == 0 &&
-         name.find_first_not_of("0123456789", 5) == std::string::npos && fs::exists(folder / kStateFile);
+         name.find_first_not_of("0123456789", 5) == std::string::npos && fs::is_regular_file(folder / kStateFile, ec);
 }
 
 std::vector<fs::path> CheckpointStore::list() const {
   std::vector<fs::path> out;
   std::error_code ec;
   if (!fs::is_directory(folder_, ec)) return out;
-  for (const auto& entry : fs::directory_iterator(folder_, ec))
-    if (entry.is_directory() && is_checkpoint(entry.path())) out.push_back(entry.path());
+  for (fs::directory_iterator it(folder_, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code entry_error;  // a symlink loop or dangling link: skipped, named, the scan goes on
+    if (it->is_directory(entry_error) && is_checkpoint(it->path())) out.push_back(it->path());
+    else if (entry_error) spdlog::warn("skipped {}: {}", it->path().string(), entry_error.message());
+  }
+  if (ec) spdlog::warn("{}: listing stopped early: {}", folder_.string(), ec.message());
   auto step_of = [](const fs::path& p) { return std::stoll(p.filename().string().substr(5)); };
   std::sort(out.begin(), out.end(), [&](const fs::path& a, const fs::path& b) { return step_of(a) < step_of(b); });
   return out;

@@ -1,10 +1,18 @@
 #include "wanfw/error.hpp"
 
+#include <fmt/format.h>
+
 namespace wanfw {
 
 std::string SourceLocation::str() const {
   if (line <= 0) return file;
   return file + ":" + std::to_string(line) + ":" + std::to_string(column);
+}
+
+std::string shortened(std::string_view text) {
+  constexpr std::size_t kShown = 60;
+  if (text.size() <= kShown) return std::string(text);
+  return fmt::format("{}... ({} characters)", text.substr(0, kShown), text.size());
 }
 
 static std::string compose(const std::string& problem, const std::string& hint) {

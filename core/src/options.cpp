@@ -80,13 +80,6 @@ const YAML::Node& value_of(const Options& options, const Options::Impl& impl, st
   return it->second;
 }
 
-/// A value as a message shows it: at most 60 characters, and how long it really is.
-std::string shortened(const std::string& text) {
-  constexpr std::size_t kShown = 60;
-  if (text.size() <= kShown) return text;
-  return fmt::format("{}... ({} characters)", text.substr(0, kShown), text.size());
-}
-
 template <typename T>
 T scalar_as(const Options& options, const YAML::Node& node, std::string_view name, const char* what) {
   T value;

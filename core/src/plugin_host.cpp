@@ -127,8 +127,21 @@ PluginHost::PluginHost(std::vector<fs::path> folders) : folders_(std::move(folde
       continue;
     }
     std::vector<fs::path> files;
-    for (const auto& entry : fs::directory_iterator(folder, ec))
-      if (entry.path().extension() == ".so" && !entry.is_directory()) files.push_back(entry.path());
+    for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
+      if (it->path().extension() != ".so") continue;
+      // A bad entry (a symlink loop or a dangling link, a pipe) is listed and skipped; the scan goes on.
+      std::error_code entry_error;
+      const fs::file_status status = it->status(entry_error);
+      if (fs::is_directory(status)) continue;
+      if (entry_error)
+        skipped_.push_back({it->path(), fmt::format("cannot be read: {}", entry_error.message()), std::nullopt,
+                            PluginKind::Model, ""});
+      else if (!fs::is_regular_file(status))
+        skipped_.push_back({it->path(), "is not a regular file", std::nullopt, PluginKind::Model, ""});
+      else
+        files.push_back(it->path());
+    }
+    if (ec) spdlog::warn("plugin folder {}: listing stopped early: {}", folder.string(), ec.message());
     std::sort(files.begin(), files.end());
     for (const auto& file : files) {
       try {

@@ -17,19 +17,20 @@ namespace wanfw {
 
 namespace {
 
-/// version_<N> folders of a run, in order of N, with their N.
+/// version_<N> folders of a run (N of at most 9 digits), in order of N, with their N. An entry
+/// that cannot be read (a symlink loop) is skipped with a warning.
 std::vector<std::pair<long, fs::path>> versions_of(const fs::path& run_root) {
   std::vector<std::pair<long, fs::path>> found;
   std::error_code ec;
-  if (fs::is_directory(run_root, ec))
-    for (const auto& entry : fs::directory_iterator(run_root, ec)) {
-      const std::string name = entry.path().filename().string();
-      if (entry.is_directory() && name.rfind("version_", 0) == 0) {
-        char* end = nullptr;
-        const long n = std::strtol(name.c_str() + 8, &end, 10);
-        if (end && *end == '\0') found.emplace_back(n, entry.path());
-      }
-    }
+  if (!fs::is_directory(run_root, ec)) return found;
+  for (fs::directory_iterator it(run_root, ec), last; !ec && it != last; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const std::string digits = name.rfind("version_", 0) == 0 ? name.substr(8) : "";
+    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::error_code entry_error;
+    if (it->is_directory(entry_error)) found.emplace_back(std::stol(digits), it->path());
+    else if (entry_error) spdlog::warn("skipped {}: {}", it->path().string(), entry_error.message());
+  }
   std::sort(found.begin(), found.end());
   return found;
 }

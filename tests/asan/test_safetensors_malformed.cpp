@@ -149,3 +149,15 @@ TEST_CASE("fields of the wrong JSON type are rejected without a crash") {
                              R"({"w":{"dtype":"F32","shape":[1]}})"})
     CHECK_FALSE(open_error(file_of(header, 4)).empty());
 }
+
+TEST_CASE("a header that nests lists 100000 deep is refused without recursing") {
+  const std::string header = R"({"w":{"dtype":"F32","shape":)" + std::string(100000, '[') + std::string(100000, ']') +
+                             R"(,"data_offsets":[0,0]}})";
+  CHECK(open_error(file_of(header, 0)).find("nests lists and objects more than 8 levels deep") != std::string::npos);
+}
+
+TEST_CASE("an empty tensor whose strides would overflow is refused") {
+  // No elements, so the element count fits; LibTorch's strides (4 * 2^62 * 8 bytes) would not.
+  const std::string header = R"({"w":{"dtype":"F32","shape":[0,4611686018427387904,8],"data_offsets":[0,0]}})";
+  CHECK(open_error(file_of(header, 0)).find("overflows") != std::string::npos);
+}

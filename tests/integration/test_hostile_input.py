@@ -1,8 +1,12 @@
 """Hostile input never crashes wanfw: values that must be refused are refused through the real CLI
 with wanfw's own message and exit code 2 (configuration), never accepted or truncated."""
 
+import json
+import os
+import struct
+
 import pytest
-from conftest import base_config, wanfw, write_config
+from conftest import BUILD, TEST_PLUGINS, base_config, wanfw, write_config
 
 
 def validate(tmp_path, **sections):
@@ -95,3 +99,111 @@ def test_a_mapping_key_that_is_a_list_is_a_config_error_at_its_line(tmp_path):
     result = wanfw("validate", path, timeout=30)
     assert result.returncode == 2, result.stderr
     assert f"{path}:2:3: a mapping key must be a name, not a list or mapping" in result.stderr
+
+
+def safetensors_bytes(header: str, data: bytes = b"") -> bytes:
+    return struct.pack("<Q", len(header.encode())) + header.encode() + data
+
+
+def predict_inputs(tmp_path, content: bytes):
+    (tmp_path / "in.safetensors").write_bytes(content)
+    path = write_config(tmp_path / "exp.yaml", base_config(tmp_path / "runs"))
+    return wanfw("predict", path, "--inputs", tmp_path / "in.safetensors", "--out", tmp_path / "out.safetensors",
+                 timeout=60)
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize("field", ["shape", "data_offsets"])
+def test_a_safetensors_header_nested_100000_deep_is_refused_by_predict(tmp_path, field):
+    entry = {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}
+    header = json.dumps({"x": entry}).replace(json.dumps(entry[field]), DEEP, 1)
+    result = predict_inputs(tmp_path, safetensors_bytes(header, b"\0" * 4))
+    assert result.returncode == 1, result.stderr
+    assert "in.safetensors: not a valid safetensors file: the header nests lists and objects more than 8 levels " \
+           "deep" in result.stderr
+
+
+def test_a_safetensors_header_nested_100000_deep_is_refused_on_resume(tmp_path):
+    path, folder = short_run(tmp_path)
+    weights = folder / "step-00000002" / "model.safetensors"
+    weights.write_bytes(safetensors_bytes('{"x":{"dtype":"F32","shape":' + DEEP + ',"data_offsets":[0,0]}}'))
+    result = wanfw("run", path, "--resume", "auto", timeout=60)
+    assert result.returncode == 1, result.stderr
+    assert f"{weights}: not a valid safetensors file: the header nests" in result.stderr
+
+
+def test_a_tensor_shape_whose_strides_overflow_is_refused_naming_the_tensor(tmp_path):
+    # No elements, so the element count fits in 64 bits; the strides LibTorch would lay out do not.
+    header = json.dumps({"x": {"dtype": "F32", "shape": [0, 2**62, 8], "data_offsets": [0, 0]}})
+    result = predict_inputs(tmp_path, safetensors_bytes(header))
+    assert result.returncode == 1, result.stderr
+    assert "in.safetensors (tensor 'x'): not a valid safetensors file: the shape overflows" in result.stderr
+    assert "frame #" not in result.stderr  # no C++ backtrace
+
+
+def tiny_wan_with_index(tmp_path, shard_name):
+    folder = tmp_path / "transformer"
+    folder.mkdir()
+    index = folder / "diffusion_pytorch_model.safetensors.index.json"
+    index.write_text(json.dumps({"metadata": {}, "weight_map": {"patch_embedding.weight": shard_name}}))
+    config = base_config(tmp_path / "runs", model={"name": "wan22_flow_matching", "preset": "tiny",
+                                                   "weights": str(index)})
+    return index, wanfw("validate", write_config(tmp_path / "wan.yaml", config), timeout=60)
+
+
+@pytest.mark.parametrize("shard, why", [
+    ("../outside.safetensors", "a path that leaves the index's folder"),
+    ("/etc/passwd", "an absolute path outside the index's folder"),
+])
+def test_an_index_entry_outside_the_index_folder_is_refused(tmp_path, shard, why):
+    (tmp_path / "outside.safetensors").write_bytes(safetensors_bytes("{}"))
+    index, result = tiny_wan_with_index(tmp_path, shard)
+    assert result.returncode == 1, result.stderr
+    assert f"{index}: weight_map entry 'patch_embedding.weight' names '{shard}', {why}" in result.stderr
+
+
+def test_an_index_shard_name_longer_than_a_file_name_can_be_is_refused(tmp_path):
+    index, result = tiny_wan_with_index(tmp_path, "s" * 300 + ".safetensors")
+    assert result.returncode == 1, result.stderr
+    assert "a file name of 312 bytes (the limit is 255)" in result.stderr
+    assert "filesystem error" not in result.stderr
+
+
+def real_plugin():
+    return next((BUILD / "lib" / "wanfw" / "plugins").glob("libwanfw_strategy_single*.so"))
+
+
+def test_a_truncated_plugin_is_refused_with_the_reason_and_the_rest_load(tmp_path):
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    (folder / "libinterrupted_copy.so").write_bytes(real_plugin().read_bytes()[:1024])
+    listed = wanfw("plugins", "--plugin-path", folder, "--plugin-path", TEST_PLUGINS, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    assert "libinterrupted_copy.so" in listed.stdout and "is truncated" in listed.stdout
+    assert "linear_regression" in listed.stdout
+    config = base_config(tmp_path / "runs")
+    config["plugin_path"].insert(0, str(folder))
+    validated = wanfw("validate", write_config(tmp_path / "exp.yaml", config), timeout=60)
+    assert validated.returncode == 0, validated.stderr
+
+
+def test_a_symlink_loop_in_a_plugin_folder_is_listed_and_the_scan_goes_on(tmp_path):
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    os.symlink(folder / "libloop.so", folder / "libloop.so")
+    os.symlink(next(TEST_PLUGINS.glob("*linear_regression*.so")), folder / "liblinear.so")
+    result = wanfw("plugins", "--plugin-path", folder, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert f"{folder / 'libloop.so'}\n    cannot be read: Too many levels of symbolic links" in result.stdout
+    assert "linear_regression" in result.stdout
+
+
+def test_a_symlink_loop_among_checkpoints_is_skipped_and_resume_goes_on(tmp_path):
+    path, folder = short_run(tmp_path)
+    os.symlink(folder / "step-00000099", folder / "step-00000099")
+    result = wanfw("run", path, "--resume", "auto", timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert f"skipped {folder / 'step-00000099'}: Too many levels of symbolic links" in result.stderr
+    assert f"resumed from {folder / 'step-00000002'}" in result.stdout

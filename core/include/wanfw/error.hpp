@@ -3,6 +3,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace wanfw {
 
@@ -16,6 +17,10 @@ struct SourceLocation {
   /// "file:line:column", or just "file" when the position is unknown.
   std::string str() const;
 };
+
+/// A value as an error message shows it: at most 60 characters, and how long it really is
+/// ("qqqq... (1000000 characters)"), so that a huge value never floods the terminal.
+std::string shortened(std::string_view text);
 
 /// Base of every wanfw error. `what()` is the full message a user sees.
 class Error : public std::runtime_error {
