@@ -1,6 +1,7 @@
 #include "checkpoint_store.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <set>
 #include <tuple>
@@ -12,8 +13,9 @@
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
-#include "wanfw/file_io.hpp"
+#include "bounded_json.hpp"
 #include "generators.hpp"
+#include "wanfw/file_io.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/safetensors.hpp"
 #include "wanfw/version.hpp"
@@ -26,6 +28,27 @@ namespace wanfw {
 namespace {
 
 constexpr const char* kStateFile = "trainer_state.json";
+constexpr std::uintmax_t kMaxStateBytes = 64 << 20;  // a state with its config is a few KB
+
+/// trainer_state.json of `checkpoint`, parsed (bounded: the file may have been edited or damaged).
+json read_state(const fs::path& checkpoint) {
+  const fs::path path = checkpoint / kStateFile;
+  const char* hint = "the trainer state was edited or damaged; resume from an earlier checkpoint";
+  std::error_code ec;
+  const std::uintmax_t size = fs::file_size(path, ec);
+  if (ec)
+    throw FileError(fmt::format("{}: no trainer state ({}); not a complete checkpoint", checkpoint.string(),
+                                ec.message()),
+                    "pass a step-* folder under <run>/checkpoints, or --resume auto");
+  if (size > kMaxStateBytes)
+    throw FileError(fmt::format("{}: {} bytes; a trainer state is at most {}", path.string(), size, kMaxStateBytes),
+                    hint);
+  std::ifstream in(path, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return parse_bounded_json(text, 8, [&](const std::string& problem) {
+    throw FileError(fmt::format("{}: malformed trainer state: it {}", path.string(), problem), hint);
+  });
+}
 
 std::vector<std::pair<std::string, at::Tensor>> model_tensors(Model& model) {
   std::vector<std::pair<std::string, at::Tensor>> tensors;
@@ -140,11 +163,12 @@ fs::path CheckpointStore::save(const TrainerState& state, Model& model, torch::o
 }
 
 std::int64_t CheckpointStore::load_step(const fs::path& checkpoint) {
-  std::ifstream in(checkpoint / kStateFile);
+  const json state = read_state(checkpoint);
   try {
-    return json::parse(in).at("step").get<std::int64_t>();
+    return state.at("step").get<std::int64_t>();
   } catch (const json::exception& e) {
-    throw FileError(fmt::format("{}: malformed trainer state: {}", (checkpoint / kStateFile).string(), e.what()),
+    throw FileError(fmt::format("{}: malformed trainer state: {}", (checkpoint / kStateFile).string(),
+                                shortened(e.what())),
                     "resume from an earlier checkpoint");
   }
 }
@@ -177,14 +201,9 @@ TrainerState CheckpointStore::load(const fs::path& checkpoint, Model& model, tor
 TrainerState CheckpointStore::load_training_state(const fs::path& checkpoint, Model& model,
                                                   torch::optim::AdamW& optimizer) {
   const fs::path state_path = checkpoint / kStateFile;
-  std::ifstream in(state_path);
-  if (!in)
-    throw FileError(fmt::format("{}: no trainer state; not a complete checkpoint", checkpoint.string()),
-                    "pass a step-* folder under <run>/checkpoints, or --resume auto");
-  json j;
+  const json j = read_state(checkpoint);
   TrainerState state;
   try {
-    j = json::parse(in);
     state.step = j.at("step").get<std::int64_t>();
     state.epoch = j.at("epoch").get<std::int64_t>();
     state.batch_in_epoch = j.at("batch_in_epoch").get<std::int64_t>();
@@ -198,11 +217,17 @@ TrainerState CheckpointStore::load_training_state(const fs::path& checkpoint, Mo
       if (value < least)
         throw FileError(fmt::format("{}: '{}' is {}, below its least value {}", state_path.string(), key, value, least),
                         "the trainer state was edited or damaged; resume from an earlier checkpoint");
-    if (j.contains("loss_scaler"))
+    if (j.contains("loss_scaler")) {
       state.loss_scaler = LossScalerState{j["loss_scaler"].at("scale").get<double>(),
                                           j["loss_scaler"].at("growth_tracker").get<std::int64_t>()};
+      if (!std::isfinite(state.loss_scaler->scale) || state.loss_scaler->scale <= 0)
+        throw FileError(fmt::format("{}: the loss scale is {}, not a positive finite number", state_path.string(),
+                                    state.loss_scaler->scale),
+                        "the trainer state was edited or damaged; resume from an earlier checkpoint");
+    }
   } catch (const json::exception& e) {
-    throw FileError(fmt::format("{}: malformed trainer state: {}", state_path.string(), e.what()));
+    throw FileError(fmt::format("{}: malformed trainer state: {}", state_path.string(), shortened(e.what())),
+                    "the trainer state was edited or damaged; resume from an earlier checkpoint");
   }
 
   // Optimizer moments.
@@ -212,7 +237,12 @@ TrainerState CheckpointStore::load_training_state(const fs::path& checkpoint, Mo
   for (const auto& [name, param] : model.trainable_parameters()) {
     if (!moments.contains(name + ".step")) continue;
     auto s = std::make_unique<torch::optim::AdamWParamState>();
-    s->step(moments.load(name + ".step").item<std::int64_t>());
+    const at::Tensor step = moments.load(name + ".step");
+    if (step.numel() != 1 || !at::isIntegralType(step.scalar_type(), false))
+      throw FileError(fmt::format("{}: tensor '{}.step' is {} of {} elements, not one integer", optimizer_file.string(),
+                                  name, c10::toString(step.scalar_type()), step.numel()),
+                      "the checkpoint is damaged; resume from an earlier one");
+    s->step(step.item<std::int64_t>());
     for (const char* field : {".exp_avg", ".exp_avg_sq"})
       if (!moments.contains(name + field))
         throw FileError(fmt::format("{}: tensor '{}{}' is missing", optimizer_file.string(), name, field));

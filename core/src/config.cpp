@@ -283,7 +283,10 @@ std::string Config::string_at(const std::string& path) const {
                       fmt::format("add '{}: <name>'", split_path(path).back()));
   if (!node.IsScalar())
     throw ConfigError(where(path), fmt::format("'{}' must be a string", display_path(path)));
-  return node.as<std::string>();
+  std::string value = node.as<std::string>();
+  if (value.find('\0') != std::string::npos)
+    throw ConfigError(where(path), fmt::format("'{}' contains a NUL byte", display_path(path)));
+  return value;
 }
 
 std::size_t Config::sequence_size(const std::string& path) const {

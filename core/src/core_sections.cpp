@@ -1,5 +1,7 @@
 #include "core_sections.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 namespace wanfw {
@@ -140,8 +142,11 @@ CoreSettings CoreSettings::from(Config& config) {
   Options run = section("run");
   s.run.name = run.has("name") ? run.string("name")
                                : std::filesystem::path(config.source_name()).stem().string();
-  if (s.run.name.empty() || s.run.name.find('/') != std::string::npos)
-    run.fail("name", fmt::format("'{}' is not usable as a folder name", s.run.name));
+  if (s.run.name.empty() || s.run.name == "." || s.run.name == ".." || std::ranges::count(s.run.name, '/') != 0)
+    run.fail("name", fmt::format("'{}' is not usable as a folder name", shortened(s.run.name)));
+  if (s.run.name.size() > 255)
+    run.fail("name", fmt::format("'{}' is {} bytes; a folder name is at most 255", shortened(s.run.name),
+                                 s.run.name.size()));
   s.run.output_dir = run.string("output_dir");
   s.run.seed = static_cast<std::uint64_t>(run.integer("seed"));
   s.run.log_level = run.string("log_level");

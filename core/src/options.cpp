@@ -92,6 +92,9 @@ T scalar_as(const Options& options, const YAML::Node& node, std::string_view nam
     if (!std::isfinite(value))
       options.fail(name, fmt::format("expected a finite number, got '{}'", shortened(YAML::Dump(node))));
   }
+  if constexpr (std::is_same_v<T, std::string>) {  // paths and names end at a NUL byte
+    if (value.find('\0') != std::string::npos) options.fail(name, "contains a NUL byte");
+  }
   return value;
 }
 

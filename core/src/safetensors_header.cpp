@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "bounded_json.hpp"
 #include "safetensors_dtypes.hpp"
 #include "wanfw/error.hpp"
 
@@ -92,35 +93,6 @@ TensorRecord tensor_record(const std::string& name, const json& entry, std::uint
 }
 
 }  // namespace
-
-std::string describe_json(const json& value) {
-  switch (value.type()) {
-    case json::value_t::array: return fmt::format("a list of {} item{}", value.size(), value.size() == 1 ? "" : "s");
-    case json::value_t::object: return fmt::format("an object of {} key{}", value.size(), value.size() == 1 ? "" : "s");
-    case json::value_t::string: return fmt::format("'{}'", shortened(value.get_ref<const std::string&>()));
-    default: return shortened(value.dump());  // a number, true, false or null
-  }
-}
-
-json parse_bounded_json(std::string_view text, int max_depth, const std::function<void(const std::string&)>& fail,
-                        const std::function<void(const std::string&)>& on_top_level_key) {
-  struct TooDeep {};
-  try {
-    return json::parse(text.begin(), text.end(), [&](int depth, json::parse_event_t event, json& parsed) {
-      if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
-          depth + 1 > max_depth)
-        throw TooDeep{};
-      if (depth == 1 && event == json::parse_event_t::key && on_top_level_key)
-        on_top_level_key(parsed.get_ref<const std::string&>());
-      return true;
-    });
-  } catch (const TooDeep&) {
-    fail(fmt::format("nests lists and objects more than {} levels deep", max_depth));
-  } catch (const json::exception& e) {
-    fail(fmt::format("is not valid JSON: {}", shortened(e.what())));
-  }
-  throw Error("internal: a JSON failure callback returned");
-}
 
 SafetensorsHeader parse_safetensors_header(std::string_view text, std::uint64_t data_size, const fs::path& path) {
   if (text.empty() || text.front() != '{') malformed(path, "the header does not start with '{'");

@@ -9,7 +9,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "safetensors_header.hpp"
+#include "bounded_json.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/safetensors.hpp"
 

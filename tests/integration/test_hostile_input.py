@@ -207,3 +207,16 @@ def test_a_symlink_loop_among_checkpoints_is_skipped_and_resume_goes_on(tmp_path
     assert result.returncode == 0, result.stderr
     assert f"skipped {folder / 'step-00000099'}: Too many levels of symbolic links" in result.stderr
     assert f"resumed from {folder / 'step-00000002'}" in result.stdout
+
+
+def test_a_string_with_a_nul_byte_is_refused_naming_the_option(tmp_path):
+    path = write_config(tmp_path / "exp.yaml", base_config(tmp_path / "runs"))
+    result = wanfw("validate", path, "--set", 'run.output_dir="runs\\x00/etc"')
+    assert result.returncode == 2, result.stderr
+    assert "run.output_dir: contains a NUL byte" in result.stderr
+
+
+def test_a_run_name_longer_than_a_folder_name_can_be_is_refused(tmp_path):
+    result = validate(tmp_path, run={"name": "n" * 300})
+    assert result.returncode == 2, result.stderr
+    assert "run.name: 'nnnn" in result.stderr and "is 300 bytes; a folder name is at most 255" in result.stderr
