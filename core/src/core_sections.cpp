@@ -26,7 +26,7 @@ const std::vector<std::pair<std::string, OptionSchema>>& core_schemas() {
             .doc("Console log level.")}},
       {"trainer",
        {option("max_steps", T::Integer).value("0").doc("Optimizer steps to run; 0 runs `epochs` full epochs."),
-        option("epochs", T::Integer).value("1").doc("Epochs to run when max_steps is 0; each ends with an optimizer step over its leftover micro-batches."),
+        option("epochs", T::Integer).value("1").doc("Epochs to run when max_steps is 0 (at most 1,000,000); each ends with an optimizer step over its leftover micro-batches."),
         option("log_every", T::Integer).value("10").doc("Log metrics every N optimizer steps."),
         option("grad_clip", T::Number).value("1.0").doc("Clip the global gradient L2 norm to this; 0 disables."),
         option("nan_guard", T::Boolean)
@@ -64,14 +64,14 @@ const std::vector<std::pair<std::string, OptionSchema>>& core_schemas() {
         option("min_lr_ratio", T::Number).value("0.0").doc("Final learning rate as a fraction of lr (cosine).")}},
       {"data",
        {option("name", T::Choice).value("synthetic").choices({"synthetic"}).doc("Data set."),
-        option("num_samples", T::Integer).value("1024").doc("Samples in the synthetic data set."),
+        option("num_samples", T::Integer).value("1024").doc("Samples in the synthetic data set (at most 100,000,000)."),
         option("batch_size", T::Integer).value("8").doc("Samples per micro-batch on each device."),
         option("shuffle", T::Boolean).value("true").doc("Reshuffle every epoch (seeded by run.seed and epoch)."),
         option("drop_last", T::Boolean)
             .value("true")
             .doc("Drop the tail that does not fill a batch (and the samples that do not divide over ranks)."),
-        option("workers", T::Integer).value("2").doc("Loader threads; 0 loads on the training thread."),
-        option("prefetch", T::Integer).value("2").doc("Batches each worker prepares ahead.")}},
+        option("workers", T::Integer).value("2").doc("Loader threads (at most 256); 0 loads on the training thread."),
+        option("prefetch", T::Integer).value("2").doc("Batches each worker prepares ahead (1 to 64).")}},
       {"validation",
        {option("every", T::Integer)
             .value("0")
@@ -79,7 +79,7 @@ const std::vector<std::pair<std::string, OptionSchema>>& core_schemas() {
                  "val/<metric>."),
         option("num_samples", T::Integer)
             .value("16")
-            .doc("Held-out synthetic samples (drawn apart from the training set), the same at every validation."),
+            .doc("Held-out synthetic samples (drawn apart from the training set), the same at every validation (at most 100,000,000)."),
         option("batch_size", T::Integer).value("0").doc("Samples per validation batch; 0 uses data.batch_size."),
         option("preview", T::Boolean)
             .value("true")
@@ -112,6 +112,12 @@ const OptionSchema& schema_of(const std::string& name) {
 void require_positive(const Options& o, const char* name, std::int64_t value, std::int64_t minimum = 1) {
   if (value < minimum) o.fail(name, fmt::format("must be at least {}, got {}", minimum, value));
 }
+
+/// Bounds that keep memory and step arithmetic sane, checked before a value is used or narrowed.
+void require_range(const Options& o, const char* name, std::int64_t value, std::int64_t least, std::int64_t most,
+                   const std::string& hint = "") {
+  if (value < least || value > most) o.fail(name, fmt::format("must lie in [{}, {}], got {}", least, most, value), hint);
+}
 }  // namespace
 
 namespace {
@@ -128,6 +134,8 @@ std::string yaml_quoted(const std::string& text) {
 
 namespace {
 constexpr std::int64_t kMaxWorkers = 256;  ///< data.workers: threads that make batches
+constexpr std::int64_t kMaxSamples = 100'000'000;  ///< data and validation sizes
+constexpr std::int64_t kMaxEpochs = 1'000'000;
 constexpr std::int64_t kMaxPrefetch = 64;  ///< data.prefetch: batches made ahead per worker
 }  // namespace
 
@@ -161,7 +169,7 @@ CoreSettings CoreSettings::from(Config& config) {
   s.trainer.histogram_every = trainer.integer("histogram_every");
   require_positive(trainer, "histogram_every", s.trainer.histogram_every, 0);
   require_positive(trainer, "max_steps", s.trainer.max_steps, 0);
-  if (s.trainer.max_steps == 0) require_positive(trainer, "epochs", s.trainer.epochs);
+  require_range(trainer, "epochs", s.trainer.epochs, 1, kMaxEpochs);  // epochs x steps per epoch stays countable
   require_positive(trainer, "log_every", s.trainer.log_every);
   if (s.trainer.grad_clip < 0) trainer.fail("grad_clip", "must be 0 (off) or positive");
 
@@ -195,15 +203,14 @@ CoreSettings CoreSettings::from(Config& config) {
   // Checked before narrowing to int: 4294967297 must not become 1. Each worker holds up to
   // `prefetch` batches, so both stay small.
   const std::int64_t workers = data.integer("workers"), prefetch = data.integer("prefetch");
-  if (workers < 0 || workers > kMaxWorkers)
-    data.fail("workers", fmt::format("must lie in [0, {}], got {}", kMaxWorkers, workers),
-              "0 makes batches on the training thread; a few workers per GPU are plenty");
-  if (prefetch < 1 || prefetch > kMaxPrefetch)
-    data.fail("prefetch", fmt::format("must lie in [1, {}], got {}", kMaxPrefetch, prefetch));
+  require_range(data, "workers", workers, 0, kMaxWorkers,
+                "0 makes batches on the training thread; a few workers per GPU are plenty");
+  require_range(data, "prefetch", prefetch, 1, kMaxPrefetch);
   s.data.workers = static_cast<int>(workers);
   s.data.prefetch = static_cast<int>(prefetch);
-  require_positive(data, "num_samples", s.data.num_samples);
-  require_positive(data, "batch_size", s.data.batch_size);
+  const char* in_memory = "an epoch's shuffled order is held in memory, 8 bytes a sample";
+  require_range(data, "num_samples", s.data.num_samples, 1, kMaxSamples, in_memory);
+  require_range(data, "batch_size", s.data.batch_size, 1, kMaxSamples);
 
   Options validation = section("validation");
   s.validation.every = validation.integer("every");
@@ -211,8 +218,8 @@ CoreSettings CoreSettings::from(Config& config) {
   s.validation.batch_size = validation.integer("batch_size");
   s.validation.preview = validation.boolean("preview");
   require_positive(validation, "every", s.validation.every, 0);
-  require_positive(validation, "num_samples", s.validation.num_samples);
-  require_positive(validation, "batch_size", s.validation.batch_size, 0);
+  require_range(validation, "num_samples", s.validation.num_samples, 1, kMaxSamples);
+  require_range(validation, "batch_size", s.validation.batch_size, 0, kMaxSamples);
   if (s.validation.batch_size == 0) s.validation.batch_size = s.data.batch_size;
 
   Options precision = section("precision");

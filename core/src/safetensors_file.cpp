@@ -46,7 +46,7 @@ struct SafetensorsFile::Mapping {
 SafetensorsFile SafetensorsFile::open(const fs::path& path) {
   auto mapping = std::make_shared<Mapping>();
   mapping->path = path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a pipe must not block the open
   if (fd < 0)
     throw FileError(fmt::format("{}: cannot open: {}", path.string(), std::strerror(errno)),
                     "check the path; for a sharded checkpoint give the .safetensors.index.json");

@@ -34,6 +34,19 @@ def test_a_worker_count_out_of_range_is_refused_not_truncated(tmp_path, workers)
     assert f"data.workers: must lie in [0, 256], got {workers}" in result.stderr
 
 
+@pytest.mark.parametrize("section, key, value, bounds", [
+    ("data", "num_samples", 2**62, "[1, 100000000]"),  # was: "cannot create std::vector larger than max_size()"
+    ("trainer", "epochs", 2**63 - 1, "[1, 1000000]"),  # was: "training -8 steps"
+    ("validation", "num_samples", 2**40, "[1, 100000000]"),
+])
+def test_a_size_that_would_exhaust_memory_or_overflow_the_step_count_is_refused(tmp_path, section, key, value,
+                                                                                 bounds):
+    path = write_config(tmp_path / "exp.yaml", base_config(tmp_path / "runs"))
+    result = wanfw("run", path, "--set", f"{section}.{key}={value}", "--set", "trainer.max_steps=0")
+    assert result.returncode == 2, result.stderr
+    assert f"{section}.{key}: must lie in {bounds}, got {value}" in result.stderr
+
+
 def test_a_huge_value_is_shortened_in_the_error(tmp_path):
     result = validate(tmp_path, optimizer={"lr": "q" * 1_000_000})
     assert result.returncode == 2
@@ -220,3 +233,30 @@ def test_a_run_name_longer_than_a_folder_name_can_be_is_refused(tmp_path):
     result = validate(tmp_path, run={"name": "n" * 300})
     assert result.returncode == 2, result.stderr
     assert "run.name: 'nnnn" in result.stderr and "is 300 bytes; a folder name is at most 255" in result.stderr
+
+
+def special_file(tmp_path, kind):
+    if kind == "pipe":
+        os.mkfifo(tmp_path / "pipe")
+        return tmp_path / "pipe"
+    if kind == "folder":
+        (tmp_path / "folder").mkdir()
+        return tmp_path / "folder"
+    return "/dev/zero"
+
+
+@pytest.mark.parametrize("kind", ["pipe", "folder", "/dev/zero"])
+def test_a_config_that_is_not_a_regular_file_is_refused_without_reading_it(tmp_path, kind):
+    path = special_file(tmp_path, kind)
+    result = wanfw("validate", path, timeout=30)  # a pipe or /dev/zero read to the end never returns
+    assert result.returncode == 2, result.stderr
+    assert f"{path}: not a regular file" in result.stderr
+
+
+@pytest.mark.parametrize("kind", ["pipe", "folder", "/dev/zero"])
+def test_safetensors_inputs_that_are_not_a_regular_file_are_refused_without_blocking(tmp_path, kind):
+    path = special_file(tmp_path, kind)
+    config = write_config(tmp_path / "exp.yaml", base_config(tmp_path / "runs"))
+    result = wanfw("predict", config, "--inputs", path, "--out", tmp_path / "out.safetensors", timeout=30)
+    assert result.returncode == 1, result.stderr
+    assert f"{path}: not a regular file" in result.stderr
