@@ -13,6 +13,12 @@ def validate(tmp_path, **sections):
     return wanfw("validate", write_config(tmp_path / "exp.yaml", base_config(tmp_path / "runs", **sections)))
 
 
+def with_overrides(command, tmp_path, *overrides):
+    """`wanfw COMMAND` on the base config with each override given as --set."""
+    path = write_config(tmp_path / "exp.yaml", base_config(tmp_path / "runs"))
+    return wanfw(command, path, *[arg for override in overrides for arg in ("--set", override)])
+
+
 @pytest.mark.parametrize("section, key, value", [
     ("trainer", "grad_clip", ".nan"),
     ("scheduler", "min_lr_ratio", ".nan"),
@@ -20,9 +26,7 @@ def validate(tmp_path, **sections):
     ("optimizer", "lr", "-.inf"),
 ])
 def test_a_number_that_is_not_finite_is_refused_naming_the_option(tmp_path, section, key, value):
-    path = tmp_path / "exp.yaml"
-    write_config(path, base_config(tmp_path / "runs"))
-    result = wanfw("validate", path, "--set", f"{section}.{key}={value}")
+    result = with_overrides("validate", tmp_path, f"{section}.{key}={value}")
     assert result.returncode == 2, result.stderr
     assert f"{section}.{key}: expected a finite number, got '{value}'" in result.stderr
 
@@ -41,8 +45,7 @@ def test_a_worker_count_out_of_range_is_refused_not_truncated(tmp_path, workers)
 ])
 def test_a_size_that_would_exhaust_memory_or_overflow_the_step_count_is_refused(tmp_path, section, key, value,
                                                                                  bounds):
-    path = write_config(tmp_path / "exp.yaml", base_config(tmp_path / "runs"))
-    result = wanfw("run", path, "--set", f"{section}.{key}={value}", "--set", "trainer.max_steps=0")
+    result = with_overrides("run", tmp_path, f"{section}.{key}={value}", "trainer.max_steps=0")
     assert result.returncode == 2, result.stderr
     assert f"{section}.{key}: must lie in {bounds}, got {value}" in result.stderr
 
@@ -56,8 +59,7 @@ def test_a_huge_value_is_shortened_in_the_error(tmp_path):
 
 
 def test_an_override_index_too_long_to_convert_is_a_config_error(tmp_path):
-    path = write_config(tmp_path / "exp.yaml", base_config(tmp_path / "runs"))
-    result = wanfw("validate", path, "--set", "loggers.99999999999999999999.name=x")
+    result = with_overrides("validate", tmp_path, "loggers.99999999999999999999.name=x")
     assert result.returncode == 2, result.stderr
     assert "'99999999999999999999' is not one of its indices" in result.stderr
 
@@ -223,8 +225,7 @@ def test_a_symlink_loop_among_checkpoints_is_skipped_and_resume_goes_on(tmp_path
 
 
 def test_a_string_with_a_nul_byte_is_refused_naming_the_option(tmp_path):
-    path = write_config(tmp_path / "exp.yaml", base_config(tmp_path / "runs"))
-    result = wanfw("validate", path, "--set", 'run.output_dir="runs\\x00/etc"')
+    result = with_overrides("validate", tmp_path, 'run.output_dir="runs\\x00/etc"')
     assert result.returncode == 2, result.stderr
     assert "run.output_dir: contains a NUL byte" in result.stderr
 

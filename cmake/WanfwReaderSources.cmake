@@ -1,0 +1,13 @@
+# The sources of wanfw's readers of untrusted files (safetensors files and indexes, bounded JSON),
+# for the builds that compile them apart from libwanfw_core: the AddressSanitizer tests and the
+# fuzz targets.
+set(_core_src ${CMAKE_CURRENT_LIST_DIR}/../core/src)
+set(WANFW_SAFETENSORS_SOURCES
+  ${_core_src}/bounded_json.cpp
+  ${_core_src}/error.cpp
+  ${_core_src}/file_io.cpp
+  ${_core_src}/safetensors_dtypes.cpp
+  ${_core_src}/safetensors_file.cpp
+  ${_core_src}/safetensors_header.cpp
+  ${_core_src}/safetensors_index.cpp
+  ${_core_src}/safetensors_writer.cpp)
