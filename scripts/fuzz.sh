@@ -9,6 +9,7 @@
 # kept between runs. A finding stops the run: the input is saved in <build>/fuzz/findings/TARGET/
 # and the script exits non-zero; replay it with <build>/fuzz/bin/fuzz_TARGET FILE.
 # The last line per target gives executions and coverage (libFuzzer's edge count "cov").
+# WANFW_FUZZ_RUNS=N also stops each target after N executions (whichever comes first).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${WANFW_BUILD_DIR:-$root/build}"
@@ -56,6 +57,7 @@ for t in "${targets[@]}"; do
   args=(-max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 -max_len=65536 -print_final_stats=1
         -artifact_prefix="$findings/")
   [ -f "$root/tests/fuzz/$t.dict" ] && args+=(-dict="$root/tests/fuzz/$t.dict")
+  [ -n "${WANFW_FUZZ_RUNS:-}" ] && args+=(-runs="$WANFW_FUZZ_RUNS")
   log "$t: ${seconds}s"
   output="$fuzz_build/$t.log"
   if "$fuzz_build/bin/fuzz_$t" "${args[@]}" "$corpus" "$root/tests/fuzz/corpus/$t" >"$output" 2>&1; then

@@ -20,16 +20,39 @@ TINY = dict(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=24, 
             qk_norm="rms_norm_across_heads", eps=1e-6, rope_max_seq_len=1024)
 
 
+TEXT_LEN = 16  # the tiny preset's text_len: every context is zero-padded to it
+
+
+def padded(context, text_len=TEXT_LEN):
+    """A context zero-padded to text_len tokens, as the official model does inside its forward and
+    diffusers' pipeline does before it calls the transformer."""
+    return torch.nn.functional.pad(context, (0, 0, 0, text_len - context.shape[1]))
+
+
+class OfficialReference:
+    """diffusers' transformer run as the official Wan model runs: every context zero-padded to
+    text_len first (the transformer alone takes any length and pads nothing)."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __call__(self, x, t, context, **kwargs):
+        return self.model(x, t, padded(context), **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+
 def reference_model(folder, seed=0, **overrides):
     """A tiny diffusers Wan transformer with every parameter randomised (norm weights included),
-    saved with save_pretrained."""
+    saved with save_pretrained, run as the official model runs."""
     torch.manual_seed(seed)
     model = diffusers.WanTransformer3DModel(**{**TINY, **overrides}).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             p.copy_(torch.randn_like(p) * (0.1 if p.dim() > 1 else 0.05) + (1.0 if "norm" in name else 0.0))
     model.save_pretrained(folder)
-    return model
+    return OfficialReference(model)
 
 
 def wan_config(tmp_path, weights, task="t2v", **model):
@@ -53,6 +76,28 @@ def test_t2v_forward_matches_diffusers(tmp_path):
     got = predict(tmp_path, wan_config(tmp_path, tmp_path / "transformer"), {"x": x, "t": t, "context": context})["v"]
     assert got.shape == expected.shape
     assert torch.allclose(got, expected, atol=TOLERANCE, rtol=0), (got - expected).abs().max()
+
+
+def test_a_context_shorter_than_text_len_matches_the_reference_on_the_zero_padded_context(tmp_path):
+    reference = reference_model(tmp_path / "transformer")
+    g = torch.Generator().manual_seed(12)
+    x, t, short = torch.randn(2, 4, 2, 4, 4, generator=g), torch.tensor([200.0, 700.0]), torch.randn(2, 5, 32, generator=g)
+    got = predict(tmp_path, wan_config(tmp_path, tmp_path / "transformer"), {"x": x, "t": t, "context": short})["v"]
+    with torch.no_grad():
+        official = reference.model(x, t, padded(short)).sample
+        unpadded = reference.model(x, t, short).sample
+    assert torch.allclose(got, official, atol=TOLERANCE, rtol=0), (got - official).abs().max()
+    # The padding is not a detail: the zero rows become keys and values after text_embedding.
+    assert (got - unpadded).abs().max() > 100 * TOLERANCE
+
+
+def test_a_context_longer_than_text_len_is_refused_naming_both_lengths(tmp_path):
+    reference_model(tmp_path / "transformer")
+    inputs = {"x": torch.randn(1, 4, 2, 4, 4), "t": torch.tensor([500.0]), "context": torch.randn(1, TEXT_LEN + 4, 32)}
+    save_file(inputs, tmp_path / "in.safetensors")
+    result = wanfw("predict", wan_config(tmp_path, tmp_path / "transformer"), "--inputs", tmp_path / "in.safetensors",
+                   "--out", tmp_path / "out.safetensors", check=1)
+    assert f"the text context has {TEXT_LEN + 4} tokens, more than the model's text_len {TEXT_LEN}" in result.stderr
 
 
 def test_ti2v_forward_with_per_token_timesteps_matches_diffusers(tmp_path):

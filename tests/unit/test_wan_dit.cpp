@@ -3,6 +3,7 @@
 
 #include "wan/wan_config.hpp"
 #include "wan/wan_dit.hpp"
+#include "wanfw/error.hpp"
 // doctest last: c10/util/Logging.h defines a CHECK macro of its own.
 #include <doctest/doctest.h>
 
@@ -106,4 +107,24 @@ TEST_CASE("the DiT in bfloat16 matches float32 within bfloat16 precision") {
   const torch::Tensor low = dit->forward(in.x.to(torch::kBFloat16), in.t, in.context.to(torch::kBFloat16));
   CHECK((low.scalar_type() == torch::kBFloat16));
   CHECK(max_relative_difference(low, reference) < 0.05);
+}
+
+TEST_CASE("a context shorter than text_len gives exactly the output of its zero-padded copy") {
+  wan::WanDiT dit = random_tiny_dit();
+  const Inputs in = tiny_inputs(dit->config());  // 5 tokens; the tiny preset pads to 16
+  REQUIRE(in.context.size(1) < dit->config().text_len);
+  const torch::Tensor padded =
+      torch::cat({in.context, torch::zeros({2, dit->config().text_len - in.context.size(1), dit->config().text_dim})}, 1);
+  torch::NoGradGuard no_grad;
+  CHECK(torch::equal(dit->forward(in.x, in.t, in.context), dit->forward(in.x, in.t, padded)));
+}
+
+TEST_CASE("a context longer than text_len is refused") {
+  wan::WanDiT dit = random_tiny_dit();
+  const Inputs in = tiny_inputs(dit->config());
+  const torch::Tensor longer = torch::randn({2, dit->config().text_len + 1, dit->config().text_dim});
+  torch::NoGradGuard no_grad;
+  CHECK_THROWS_WITH_AS(dit->forward(in.x, in.t, longer),
+                       doctest::Contains("the text context has 17 tokens, more than the model's text_len 16"),
+                       wanfw::Error);
 }

@@ -30,7 +30,7 @@ wan::WanConfig config_from(const wanfw::Options& o) {
   }
   for (auto [name, field] : {std::pair{"dim", &c.dim}, {"ffn_dim", &c.ffn_dim}, {"num_heads", &c.num_heads},
                              {"num_layers", &c.num_layers}, {"in_dim", &c.in_dim}, {"out_dim", &c.out_dim},
-                             {"text_dim", &c.text_dim}})
+                             {"text_dim", &c.text_dim}, {"text_len", &c.text_len}})
     if (o.integer(name) > 0) *field = o.integer(name);
   try {
     c.validate();
@@ -54,7 +54,7 @@ FlowMatchingSettings settings_from(const wanfw::Options& o, const wan::WanConfig
   s.frames = o.integer("latent_frames");
   s.height = o.integer("latent_height");
   s.width = o.integer("latent_width");
-  s.text_len = o.integer("text_len");
+  s.text_len = config.text_len;  // synthetic contexts fill the padded length
   s.validation_timesteps = o.numbers("validation_timesteps");
   s.sample_steps = o.integer("sample_steps");
   s.preview_steps = o.integer("preview_steps");
@@ -105,7 +105,7 @@ FlowMatchingSettings settings_from(const wanfw::Options& o, const wan::WanConfig
                                expected_in, config.out_dim, s.task == "i2v" ? " x 2 + 4 mask channels" : "",
                                config.in_dim),
            s.task == "i2v" ? "use preset wan2.2-i2v-a14b, or set in_dim" : "use a t2v/ti2v preset, or set in_dim");
-  for (const char* name : {"latent_frames", "latent_height", "latent_width", "text_len"})
+  for (const char* name : {"latent_frames", "latent_height", "latent_width"})
     if (o.integer(name) < 1) o.fail(name, "must be at least 1");
   if (s.height % config.patch[1] != 0 || s.width % config.patch[2] != 0)
     o.fail("latent_height", fmt::format("latent height and width must be multiples of the patch size {}",
@@ -166,13 +166,13 @@ std::string inspect(const wanfw::Options& o) {
   const auto split = c.rope_split();
   return fmt::format(
       "Wan DiT, preset {}: dim {}, ffn_dim {}, {} heads (head dim {}, RoPE {}/{}/{}), {} layers, in {}, out {}, "
-      "text_dim {}\n"
+      "text_dim {} (contexts padded to {} tokens)\n"
       "{}parameters: {}\n"
       "size of the weights: {:.2f} GiB in float32, {:.2f} GiB in bfloat16\n"
       "training state in {} with AdamW (weights, gradients, two moments): {:.2f} GiB, before activations\n"
       "task {}, synthetic latents [{}, {}, {}, {}], text {} x {}\n{}",
       c.preset, c.dim, c.ffn_dim, c.num_heads, c.head_dim(), split[0], split[1], split[2], c.num_layers, c.in_dim,
-      c.out_dim, c.text_dim, experts, with_thousands(c.parameter_count() * models), n * 4 / kGiB, n * 2 / kGiB, o.string("dtype"), n * 4 * (o.string("dtype") == "bfloat16" ? 2 : 4) / kGiB, s.task, c.out_dim,
+      c.out_dim, c.text_dim, c.text_len, experts, with_thousands(c.parameter_count() * models), n * 4 / kGiB, n * 2 / kGiB, o.string("dtype"), n * 4 * (o.string("dtype") == "bfloat16" ? 2 : 4) / kGiB, s.task, c.out_dim,
       s.frames, s.height, s.width, s.text_len, c.text_dim, weights_summary(o, c, s.expert));
 }
 
@@ -189,6 +189,11 @@ wanfw::PluginDescriptor describe() {
       option("in_dim", T::Integer).value("0").doc("Input latent channels; 0 keeps the preset's."),
       option("out_dim", T::Integer).value("0").doc("Output latent channels; 0 keeps the preset's."),
       option("text_dim", T::Integer).value("0").doc("Text-encoder width; 0 keeps the preset's."),
+      option("text_len", T::Integer)
+          .value("0")
+          .doc("Tokens every text context is zero-padded to before the text embedding, as the official model "
+               "does (longer contexts are refused); synthetic contexts are this long. 0 keeps the preset's (512; "
+               "16 for tiny)."),
       option("task", T::Choice)
           .value("t2v")
           .choices({"t2v", "ti2v", "i2v"})
@@ -234,7 +239,6 @@ wanfw::PluginDescriptor describe() {
       option("latent_frames", T::Integer).value("3").doc("Latent frames of the synthetic data."),
       option("latent_height", T::Integer).value("8").doc("Latent height of the synthetic data."),
       option("latent_width", T::Integer).value("8").doc("Latent width of the synthetic data."),
-      option("text_len", T::Integer).value("16").doc("Text tokens of the synthetic context."),
   };
   d.make_model = make_model;
   d.inspect_model = inspect;

@@ -10,16 +10,16 @@ namespace wan {
 namespace {
 struct Preset {
   const char* name;
-  std::int64_t dim, ffn_dim, num_heads, num_layers, in_dim, out_dim, text_dim;
+  std::int64_t dim, ffn_dim, num_heads, num_layers, in_dim, out_dim, text_dim, text_len;
   std::int64_t expert_boundary;
 };
 // Dimensions of the public Wan configs; `tiny` exists for tests and quick runs on a CPU.
 constexpr Preset kPresets[] = {
-    {"wan2.1-t2v-1.3b", 1536, 8960, 12, 30, 16, 16, 4096, 0},
-    {"wan2.2-ti2v-5b", 3072, 14336, 24, 30, 48, 48, 4096, 0},
-    {"wan2.2-t2v-a14b", 5120, 13824, 40, 40, 16, 16, 4096, 875},  // boundary_ratio 0.875
-    {"wan2.2-i2v-a14b", 5120, 13824, 40, 40, 36, 16, 4096, 900},  // boundary_ratio 0.9
-    {"tiny", 48, 96, 2, 2, 4, 4, 32, 0},
+    {"wan2.1-t2v-1.3b", 1536, 8960, 12, 30, 16, 16, 4096, 512, 0},
+    {"wan2.2-ti2v-5b", 3072, 14336, 24, 30, 48, 48, 4096, 512, 0},
+    {"wan2.2-t2v-a14b", 5120, 13824, 40, 40, 16, 16, 4096, 512, 875},  // boundary_ratio 0.875
+    {"wan2.2-i2v-a14b", 5120, 13824, 40, 40, 36, 16, 4096, 512, 900},  // boundary_ratio 0.9
+    {"tiny", 48, 96, 2, 2, 4, 4, 32, 16, 0},
 };
 }  // namespace
 
@@ -44,6 +44,7 @@ WanConfig wan_preset(const std::string& name) {
       c.in_dim = p.in_dim;
       c.out_dim = p.out_dim;
       c.text_dim = p.text_dim;
+      c.text_len = p.text_len;
       c.expert_boundary = p.expert_boundary;
       return c;
     }
@@ -59,7 +60,7 @@ std::array<std::int64_t, 3> WanConfig::rope_split() const {
 void WanConfig::validate() const {
   for (auto [name, value] : {std::pair{"dim", dim}, {"ffn_dim", ffn_dim}, {"num_heads", num_heads},
                              {"num_layers", num_layers}, {"in_dim", in_dim}, {"out_dim", out_dim},
-                             {"text_dim", text_dim}, {"freq_dim", freq_dim}})
+                             {"text_dim", text_dim}, {"text_len", text_len}, {"freq_dim", freq_dim}})
     if (value < 1) throw wanfw::Error(fmt::format("Wan config: {} must be positive, got {}", name, value));
   if (dim % num_heads != 0)
     throw wanfw::Error(fmt::format("Wan config: dim {} is not divisible by num_heads {}", dim, num_heads),

@@ -299,6 +299,22 @@ torch::Tensor checkpointed_block(WanBlockImpl& block, const torch::Tensor& x, co
   return BlockCheckpoint::apply(x, e0, context, at::TensorList(parameters), &block, &rope);
 }
 
+torch::Tensor WanDiTImpl::padded_context(const torch::Tensor& context, std::int64_t batch) const {
+  const auto& c = config_;
+  if (context.dim() != 3 || context.size(0) != batch || context.size(2) != c.text_dim)
+    throw wanfw::Error(fmt::format("the text context has shape {}; the model takes [{}, L, {}] (L <= text_len {})",
+                                   c10::str(context.sizes()), batch, c.text_dim, c.text_len));
+  const std::int64_t length = context.size(1);
+  if (length > c.text_len)
+    throw wanfw::Error(fmt::format("the text context has {} tokens, more than the model's text_len {}", length,
+                                   c.text_len),
+                       "the official model pads contexts to text_len and takes no longer ones: cut the text "
+                       "encoder's output to text_len tokens (its tokenizer's max length), or raise model.text_len");
+  // Zero rows still pass through text_embedding's biases and GELU, so they are real keys and
+  // values to cross-attention (which the official model runs without a mask).
+  return length == c.text_len ? context : torch::constant_pad_nd(context, {0, 0, 0, c.text_len - length});
+}
+
 torch::Tensor WanDiTImpl::forward(const torch::Tensor& x_in, const torch::Tensor& t, const torch::Tensor& context_in,
                                   const torch::Tensor& y) {
   const auto& c = config_;
@@ -322,7 +338,7 @@ torch::Tensor WanDiTImpl::forward(const torch::Tensor& x_in, const torch::Tensor
   const torch::Tensor e = time_embedding->forward(sinusoid);                       // [B, (L,) dim]
   torch::Tensor e0 = time_projection->forward(e);
   e0 = e0.unflatten(-1, {6, c.dim});  // [B, 6, dim] or [B, L, 6, dim]
-  const torch::Tensor context = text_embedding->forward(context_in.to(dtype));
+  const torch::Tensor context = text_embedding->forward(padded_context(context_in, batch).to(dtype));
 
   const RopeTables& rope = rope_for(grid, x.device());
   const bool checkpoint = gradient_checkpointing_ && is_training() && torch::GradMode::is_enabled();

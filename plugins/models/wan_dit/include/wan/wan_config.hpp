@@ -18,6 +18,9 @@ struct WanConfig {
   std::int64_t in_dim = 0;   ///< latent channels in (36 for I2V: noise + mask + image latent)
   std::int64_t out_dim = 0;  ///< latent channels out
   std::int64_t text_dim = 4096;
+  /// Text tokens every context is zero-padded to before `text_embedding`, as the official model
+  /// does (512 in every public config); longer contexts are refused.
+  std::int64_t text_len = 512;
   std::int64_t freq_dim = 256;
   std::array<std::int64_t, 3> patch = {1, 2, 2};
   double eps = 1e-6;

@@ -105,8 +105,9 @@ class WanDiTImpl : public torch::nn::Cloneable<WanDiTImpl> {
   void reset() override;
 
   /// `x` [B, in_dim - y_channels, F, H, W] noisy latents; `t` [B] or [B, tokens] timesteps on the
-  /// 0..1000 scale; `context` [B, Lc, text_dim]; `y` (optional) [B, C_y, F, H, W] concatenated
-  /// to `x` along channels (I2V). Returns [B, out_dim, F, H, W].
+  /// 0..1000 scale; `context` [B, Lc, text_dim] with Lc <= text_len, zero-padded to text_len as
+  /// the official model does; `y` (optional) [B, C_y, F, H, W] concatenated to `x` along
+  /// channels (I2V). Returns [B, out_dim, F, H, W].
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& context,
                         const torch::Tensor& y = {});
 
@@ -124,6 +125,8 @@ class WanDiTImpl : public torch::nn::Cloneable<WanDiTImpl> {
   WanHead head{nullptr};
 
  private:
+  /// `context` checked and zero-padded to text_len tokens.
+  torch::Tensor padded_context(const torch::Tensor& context, std::int64_t batch) const;
   /// The RoPE tables of a token grid on a device, built once and kept.
   const RopeTables& rope_for(const std::array<std::int64_t, 3>& grid, const torch::Device& device);
 
