@@ -3,6 +3,7 @@
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]   run TARGETs (default: all) SECONDS each (default 60)
 #   scripts/fuzz.sh --build-only            configure and build only
+#   scripts/fuzz.sh --coverage [TARGET...]  line coverage of wanfw's sources by the corpora (llvm-cov)
 #
 # Targets: safetensors_reader, sharded_index, config_loader. Each starts from its checked-in seed
 # corpus (tests/fuzz/corpus/TARGET) and grows a working corpus in <build>/fuzz/corpus/TARGET,
@@ -19,8 +20,10 @@ all_targets=(safetensors_reader sharded_index config_loader)
 log() { printf '[wanfw fuzz] %s\n' "$*"; }
 
 build_only=0
+coverage=0
 seconds=60
 if [ "${1:-}" = "--build-only" ]; then build_only=1; shift
+elif [ "${1:-}" = "--coverage" ]; then coverage=1; shift
 elif [[ "${1:-}" =~ ^[0-9]+$ ]]; then seconds="$1"; shift
 fi
 targets=("$@")
@@ -30,12 +33,18 @@ for t in "${targets[@]}"; do
 done
 
 command -v clang++ >/dev/null || { echo "scripts/fuzz.sh: clang++ not found; scripts/setup.sh installs it" >&2; exit 2; }
+corpora="$fuzz_build/corpus"  # grown by the sanitizer build's runs; the coverage build reads them
+cmake_args=()
+if [ $coverage -eq 1 ]; then
+  fuzz_build="$build/fuzz-coverage"
+  cmake_args=(-DWANFW_FUZZ_COVERAGE=ON)
+fi
 if [ ! -f "$fuzz_build/build.ninja" ]; then
   torch_prefix="$("$root/.venv/bin/python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')"
-  log "configuring $fuzz_build (clang, libFuzzer, ASan/UBSan)"
+  log "configuring $fuzz_build (clang, libFuzzer, $([ $coverage -eq 1 ] && echo coverage || echo ASan/UBSan))"
   mkdir -p "$fuzz_build"
   cmake -S "$root/tests/fuzz" -B "$fuzz_build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_PREFIX_PATH="$torch_prefix" \
+    -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_PREFIX_PATH="$torch_prefix" "${cmake_args[@]}" \
     >"$fuzz_build/configure.log" 2>&1 || { cat "$fuzz_build/configure.log"; exit 1; }
 fi
 cmake --build "$fuzz_build" -- -j "${WANFW_FUZZ_JOBS:-2}" >"$fuzz_build/build.log" 2>&1 ||
@@ -44,6 +53,20 @@ for t in "${all_targets[@]}"; do
   [ -x "$fuzz_build/bin/fuzz_$t" ] || { echo "scripts/fuzz.sh: the build did not produce fuzz_$t" >&2; exit 1; }
 done
 [ $build_only -eq 0 ] || exit 0
+
+if [ $coverage -eq 1 ]; then
+  profiles=()
+  for t in "${targets[@]}"; do
+    mkdir -p "$corpora/$t"
+    LLVM_PROFILE_FILE="$fuzz_build/$t.profraw" "$fuzz_build/bin/fuzz_$t" -runs=0 -max_len=65536 \
+      "$corpora/$t" "$root/tests/fuzz/corpus/$t" >"$fuzz_build/$t.log" 2>&1
+    llvm-profdata merge -sparse "$fuzz_build/$t.profraw" -o "$fuzz_build/$t.profdata"
+    log "$t: lines of wanfw's sources run by its corpus ($(ls "$corpora/$t" | wc -l) inputs + seeds)"
+    llvm-cov report "$fuzz_build/bin/fuzz_$t" -instr-profile="$fuzz_build/$t.profdata" "$root/core/src" |
+      awk '$1 ~ /\.(cpp|hpp)$|^TOTAL$/ { printf "  %-26s lines %5d  missed %4d  %7s  branches %7s\n", $1, $8, $9, $10, $13 }' 
+  done
+  exit 0
+fi
 
 # LibTorch itself is not instrumented: ODR checks across it and leaks of its static state are
 # not ours to report.

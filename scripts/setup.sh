@@ -16,7 +16,7 @@ log() { printf '[wanfw setup] %s\n' "$*"; }
 debs=(build-essential cmake ninja-build ccache pkg-config python3-venv time
       libboost-dev libboost-filesystem-dev libyaml-cpp-dev libspdlog-dev libfmt-dev
       doctest-dev nlohmann-json3-dev libgloo-dev zlib1g-dev
-      clang libclang-rt-dev)  # clang and its libFuzzer/sanitizer runtimes: the fuzz targets
+      clang libclang-rt-dev llvm)  # clang, its libFuzzer/sanitizer runtimes, llvm-cov: the fuzz targets
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
