@@ -55,7 +55,6 @@ done
 [ $build_only -eq 0 ] || exit 0
 
 if [ $coverage -eq 1 ]; then
-  profiles=()
   for t in "${targets[@]}"; do
     mkdir -p "$corpora/$t"
     LLVM_PROFILE_FILE="$fuzz_build/$t.profraw" "$fuzz_build/bin/fuzz_$t" -runs=0 -max_len=65536 \
