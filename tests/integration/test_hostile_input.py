@@ -261,3 +261,12 @@ def test_safetensors_inputs_that_are_not_a_regular_file_are_refused_without_bloc
     result = wanfw("predict", config, "--inputs", path, "--out", tmp_path / "out.safetensors", timeout=30)
     assert result.returncode == 1, result.stderr
     assert f"{path}: not a regular file" in result.stderr
+
+
+def test_a_config_file_of_50_mb_is_refused_before_it_is_parsed(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text("model: {name: linear_regression}\nnote: " + "x" * 50_000_000 + "\n")
+    result = wanfw("validate", path, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert f"{path}: the config file has 50000040 bytes; the limit is 16777216" in result.stderr
+    assert len(result.stderr) < 1000
