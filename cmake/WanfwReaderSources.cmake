@@ -3,7 +3,7 @@
 # fuzz targets.
 set(_core_src ${CMAKE_CURRENT_LIST_DIR}/../core/src)
 set(WANFW_SAFETENSORS_SOURCES
-  ${_core_src}/bounded_json.cpp
+  ${_core_src}/bounded_input.cpp
   ${_core_src}/error.cpp
   ${_core_src}/file_io.cpp
   ${_core_src}/safetensors_dtypes.cpp

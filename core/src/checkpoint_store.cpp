@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <set>
 #include <tuple>
 
@@ -13,7 +12,7 @@
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
-#include "bounded_json.hpp"
+#include "bounded_input.hpp"
 #include "generators.hpp"
 #include "wanfw/file_io.hpp"
 #include "wanfw/error.hpp"
@@ -33,21 +32,11 @@ constexpr std::uintmax_t kMaxStateBytes = 64 << 20;  // a state with its config 
 /// trainer_state.json of `checkpoint`, parsed (bounded: the file may have been edited or damaged).
 json read_state(const fs::path& checkpoint) {
   const fs::path path = checkpoint / kStateFile;
-  const char* hint = "the trainer state was edited or damaged; resume from an earlier checkpoint";
-  std::error_code ec;
-  const std::uintmax_t size = fs::file_size(path, ec);
-  if (ec)
-    throw FileError(fmt::format("{}: no trainer state ({}); not a complete checkpoint", checkpoint.string(),
-                                ec.message()),
-                    "pass a step-* folder under <run>/checkpoints, or --resume auto");
-  if (size > kMaxStateBytes)
-    throw FileError(fmt::format("{}: {} bytes; a trainer state is at most {}", path.string(), size, kMaxStateBytes),
-                    hint);
-  std::ifstream in(path, std::ios::binary);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return parse_bounded_json(text, 8, [&](const std::string& problem) {
-    throw FileError(fmt::format("{}: malformed trainer state: it {}", path.string(), problem), hint);
-  });
+  const auto fail = [&](const std::string& problem) {
+    throw FileError(fmt::format("{}: {}", path.string(), problem),
+                    "the trainer state was edited or damaged; resume from an earlier checkpoint");
+  };
+  return parse_bounded_json(read_bounded_file(path, "trainer state", kMaxStateBytes, fail), 8, fail);
 }
 
 std::vector<std::pair<std::string, at::Tensor>> model_tensors(Model& model) {

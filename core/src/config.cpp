@@ -1,13 +1,13 @@
 #include "config.hpp"
 
 #include <algorithm>
-#include <fstream>
 #include <sstream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
 
+#include "bounded_input.hpp"
 #include "options_impl.hpp"
 
 namespace wanfw {
@@ -252,21 +252,10 @@ Config Config::parse(const std::string& yaml_text, const std::string& source_nam
 
 Config Config::load(const std::filesystem::path& path, const std::vector<std::string>& overrides) {
   constexpr std::uintmax_t kMaxConfigBytes = 16 << 20;
-  const SourceLocation file{path.string(), 0, 0};
-  std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
-  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status))  // a folder, a pipe, a device
-    throw ConfigError(file, "not a regular file", "pass the experiment's YAML file");
-  const std::uintmax_t size = std::filesystem::file_size(path, ec);
-  if (!ec && size > kMaxConfigBytes)
-    throw ConfigError(file, fmt::format("the config file has {} bytes; the limit is {}", size, kMaxConfigBytes),
-                      "is this the experiment's YAML file?");
-  std::ifstream in(path);
-  if (!in)
-    throw ConfigError(file, "cannot read the config file", "check that the path exists and is readable");
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse(text.str(), path.string(), overrides);
+  const std::string text = read_bounded_file(path, "config file", kMaxConfigBytes, [&](const std::string& problem) {
+    throw ConfigError({path.string(), 0, 0}, problem, "pass the experiment's YAML file");
+  });
+  return parse(text, path.string(), overrides);
 }
 
 const std::string& Config::source_name() const { return impl_->source; }

@@ -21,12 +21,6 @@ namespace {
 
 constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;  // the format's own bound
 
-[[noreturn]] void malformed(const fs::path& path, const std::string& what) {
-  throw FileError(fmt::format("{}: not a valid safetensors file: {}", path.string(), what),
-                  "the file is truncated or corrupt; re-download or re-create it (for a checkpoint, resume from "
-                  "an earlier one)");
-}
-
 }  // namespace
 
 struct SafetensorsFile::Mapping {
@@ -63,7 +57,7 @@ SafetensorsFile SafetensorsFile::open(const fs::path& path) {
   const auto file_size = static_cast<std::uint64_t>(info.st_size);
   if (file_size < 8) {
     ::close(fd);
-    malformed(path, fmt::format("the file has {} bytes, fewer than the 8-byte header length", file_size));
+    malformed_safetensors(path, fmt::format("the file has {} bytes, fewer than the 8-byte header length", file_size));
   }
   void* base = ::mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);
@@ -75,10 +69,11 @@ SafetensorsFile SafetensorsFile::open(const fs::path& path) {
   std::uint64_t header_size = 0;
   for (int i = 7; i >= 0; --i) header_size = (header_size << 8) | bytes[i];
   if (header_size > kMaxHeaderBytes)
-    malformed(path, fmt::format("the header claims {} bytes; the limit is {}", header_size, kMaxHeaderBytes));
+    malformed_safetensors(path,
+                          fmt::format("the header claims {} bytes; the limit is {}", header_size, kMaxHeaderBytes));
   if (header_size > file_size - 8)
-    malformed(path, fmt::format("the header claims {} bytes but only {} follow the length", header_size,
-                                file_size - 8));
+    malformed_safetensors(
+        path, fmt::format("the header claims {} bytes but only {} follow the length", header_size, file_size - 8));
   const std::string_view header_text(reinterpret_cast<const char*>(bytes + 8), header_size);
   SafetensorsHeader header = parse_safetensors_header(header_text, file_size - 8 - header_size, path);
   mapping->data = bytes + 8 + header_size;
@@ -113,7 +108,8 @@ at::Tensor SafetensorsFile::tensor(const std::string& name) const {
     return copy;
   }
   auto keep_alive = mapping_;
-  return at::from_blob(const_cast<std::uint8_t*>(start), r.shape, [keep_alive](void*) {}, options);
+  return at::from_blob(
+      const_cast<std::uint8_t*>(start), r.shape, [keep_alive](void*) {}, options);
 }
 
 at::Tensor SafetensorsFile::load(const std::string& name) const { return tensor(name).clone(); }

@@ -19,6 +19,11 @@ struct SafetensorsHeader {
   std::map<std::string, std::string> metadata;
 };
 
+/// Throws the FileError for a malformed safetensors file: "<path> (tensor '<tensor>'): not a valid
+/// safetensors file: <what>", with what to do about it.
+[[noreturn]] void malformed_safetensors(const std::filesystem::path& path, const std::string& what,
+                                        const std::string& tensor = "");
+
 /// Parses and validates the header `text` of `path`, whose data area holds `data_size` bytes:
 /// JSON (nested at most a few levels), duplicate names, dtypes, shapes (element counts and
 /// strides that fit in 64 bits), offsets, and that the tensors tile the data area exactly.

@@ -1,15 +1,11 @@
 // SafetensorsCheckpoint: one .safetensors file, or the shards a .safetensors.index.json lists.
 // The index is input like any other: bounded in size and nesting, and it may only name files in
 // its own folder.
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "bounded_json.hpp"
+#include "bounded_input.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/safetensors.hpp"
 
@@ -21,7 +17,7 @@ namespace wanfw {
 namespace {
 
 constexpr std::uintmax_t kMaxIndexBytes = 100'000'000;
-constexpr int kMaxIndexDepth = 8;    // an index needs 2: the index, weight_map
+constexpr int kMaxIndexDepth = 8;           // an index needs 2: the index, weight_map
 constexpr std::size_t kMaxNameBytes = 255;  // the longest file name Linux file systems allow
 
 const char* const kIndexHint = "a sharded checkpoint index maps every tensor name to a shard file in its own folder";
@@ -32,8 +28,10 @@ fs::path checkpoint_in_folder(const fs::path& folder) {
   std::error_code ec;
   for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (name.size() > 20 && name.ends_with(".safetensors.index.json")) indexes.push_back(it->path());
-    else if (name.ends_with(".safetensors")) singles.push_back(it->path());
+    if (name.size() > 20 && name.ends_with(".safetensors.index.json"))
+      indexes.push_back(it->path());
+    else if (name.ends_with(".safetensors"))
+      singles.push_back(it->path());
   }
   if (ec) throw FileError(fmt::format("{}: cannot list the folder: {}", folder.string(), ec.message()));
   if (indexes.size() == 1) return indexes.front();
@@ -44,27 +42,13 @@ fs::path checkpoint_in_folder(const fs::path& folder) {
                   "point at the file to load");
 }
 
-std::string read_index(const fs::path& path) {
-  std::error_code ec;
-  const std::uintmax_t size = fs::file_size(path, ec);
-  if (ec) throw FileError(fmt::format("{}: cannot read: {}", path.string(), ec.message()));
-  if (size > kMaxIndexBytes)
-    throw FileError(fmt::format("{}: {} bytes; an index is at most {}", path.string(), size, kMaxIndexBytes),
-                    kIndexHint);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw FileError(fmt::format("{}: cannot open: {}", path.string(), std::strerror(errno)));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 /// Where the shard `shard` named by `index` for tensor `name` lies: a relative path below the
 /// index's folder with no `..`, every component a valid file name.
 fs::path shard_path(const fs::path& index, const std::string& name, const std::string& shard) {
   auto refuse = [&](const std::string& why) {
-    throw FileError(fmt::format("{}: weight_map entry '{}' names '{}', {}", index.string(), shortened(name),
-                                shortened(shard), why),
-                    kIndexHint);
+    throw FileError(
+        fmt::format("{}: weight_map entry '{}' names '{}', {}", index.string(), shortened(name), shortened(shard), why),
+        kIndexHint);
   };
   if (shard.empty()) refuse("an empty file name");
   if (shard.find('\0') != std::string::npos) refuse("a file name with a NUL byte");
@@ -91,9 +75,10 @@ SafetensorsCheckpoint SafetensorsCheckpoint::open(const fs::path& given) {
     return checkpoint;
   }
 
-  const json index = parse_bounded_json(read_index(path), kMaxIndexDepth, [&](const std::string& problem) {
+  const auto fail = [&](const std::string& problem) {
     throw FileError(fmt::format("{}: {}", path.string(), problem), kIndexHint);
-  });
+  };
+  const json index = parse_bounded_json(read_bounded_file(path, "index", kMaxIndexBytes, fail), kMaxIndexDepth, fail);
   if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
     throw FileError(fmt::format("{}: has no 'weight_map' object", path.string()), kIndexHint);
   std::map<std::string, fs::path> checked;  // shard name -> path, each checked once
@@ -107,8 +92,8 @@ SafetensorsCheckpoint SafetensorsCheckpoint::open(const fs::path& given) {
     if (known == checked.end()) {
       const fs::path file = shard_path(path, name, shard_name);
       if (!fs::exists(file, ec))
-        throw FileError(fmt::format("{}: shard {} (holding '{}') is {}", path.string(), file.string(),
-                                    shortened(name), ec ? "unreadable: " + ec.message() : "missing"),
+        throw FileError(fmt::format("{}: shard {} (holding '{}') is {}", path.string(), file.string(), shortened(name),
+                                    ec ? "unreadable: " + ec.message() : "missing"),
                         "download every shard the index lists");
       known = checked.emplace(shard_name, file).first;
     }
@@ -139,8 +124,7 @@ const TensorRecord& SafetensorsCheckpoint::record(const std::string& name) const
   const fs::path shard = file_of(name);
   const SafetensorsFile& f = file(shard);
   if (!f.contains(name))
-    throw FileError(
-        fmt::format("{}: the index says it holds '{}', but it does not", shard.string(), shortened(name)));
+    throw FileError(fmt::format("{}: the index says it holds '{}', but it does not", shard.string(), shortened(name)));
   return f.record(name);
 }
 at::Tensor SafetensorsCheckpoint::tensor(const std::string& name) const {

@@ -1,7 +1,10 @@
 #pragma once
-// JSON from files wanfw did not write itself (safetensors headers, checkpoint indexes, trainer
-// states): parsed with bounded nesting, and described in errors without serialising it back.
+// Input wanfw did not write itself (configs, safetensors headers, checkpoint indexes, trainer
+// states), read within bounds: files checked before they are read, JSON parsed with bounded
+// nesting and described in errors without being serialised back.
 
+#include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -9,6 +12,13 @@
 #include <nlohmann/json_fwd.hpp>
 
 namespace wanfw {
+
+/// The whole of `path`, the `what` ("config file", "index"), which must be a regular file of at
+/// most `max_bytes`: checked before anything is read, so a pipe, a device or a huge file costs
+/// nothing. On failure calls `fail` with the problem ("not a regular file", "the index has N
+/// bytes; the limit is M", "cannot read the index: <reason>"), which must throw.
+std::string read_bounded_file(const std::filesystem::path& path, const std::string& what, std::uintmax_t max_bytes,
+                              const std::function<void(const std::string&)>& fail);
 
 /// Parses JSON `text` nested at most `max_depth` levels: deeper input is refused before it is
 /// built, so nothing downstream recurses through it. On failure calls `fail` with the problem
