@@ -6,6 +6,13 @@
 
 namespace wanfw {
 
+namespace {
+constexpr std::int64_t kMaxWorkers = 256;  ///< data.workers: threads that make batches
+constexpr std::int64_t kMaxSamples = 100'000'000;  ///< data and validation sizes
+constexpr std::int64_t kMaxEpochs = 1'000'000;
+constexpr std::int64_t kMaxPrefetch = 64;  ///< data.prefetch: batches made ahead per worker
+}  // namespace
+
 const std::vector<std::string>& top_level_sections() {
   static const std::vector<std::string> sections = {"run",  "trainer", "optimizer", "scheduler", "data",
                                                     "validation", "precision", "checkpoint", "model", "strategy", "loggers", "plugin_path"};
@@ -26,7 +33,8 @@ const std::vector<std::pair<std::string, OptionSchema>>& core_schemas() {
             .doc("Console log level.")}},
       {"trainer",
        {option("max_steps", T::Integer).value("0").doc("Optimizer steps to run; 0 runs `epochs` full epochs."),
-        option("epochs", T::Integer).value("1").doc("Epochs to run when max_steps is 0 (at most 1,000,000); each ends with an optimizer step over its leftover micro-batches."),
+        option("epochs", T::Integer).value("1").doc(fmt::format("Epochs to run when max_steps is 0 (at most {}); each ends with an optimizer step over its "
+                                                       "leftover micro-batches.", kMaxEpochs)),
         option("log_every", T::Integer).value("10").doc("Log metrics every N optimizer steps."),
         option("grad_clip", T::Number).value("1.0").doc("Clip the global gradient L2 norm to this; 0 disables."),
         option("nan_guard", T::Boolean)
@@ -64,14 +72,14 @@ const std::vector<std::pair<std::string, OptionSchema>>& core_schemas() {
         option("min_lr_ratio", T::Number).value("0.0").doc("Final learning rate as a fraction of lr (cosine).")}},
       {"data",
        {option("name", T::Choice).value("synthetic").choices({"synthetic"}).doc("Data set."),
-        option("num_samples", T::Integer).value("1024").doc("Samples in the synthetic data set (at most 100,000,000)."),
+        option("num_samples", T::Integer).value("1024").doc(fmt::format("Samples in the synthetic data set (at most {}).", kMaxSamples)),
         option("batch_size", T::Integer).value("8").doc("Samples per micro-batch on each device."),
         option("shuffle", T::Boolean).value("true").doc("Reshuffle every epoch (seeded by run.seed and epoch)."),
         option("drop_last", T::Boolean)
             .value("true")
             .doc("Drop the tail that does not fill a batch (and the samples that do not divide over ranks)."),
-        option("workers", T::Integer).value("2").doc("Loader threads (at most 256); 0 loads on the training thread."),
-        option("prefetch", T::Integer).value("2").doc("Batches each worker prepares ahead (1 to 64).")}},
+        option("workers", T::Integer).value("2").doc(fmt::format("Loader threads (at most {}); 0 loads on the training thread.", kMaxWorkers)),
+        option("prefetch", T::Integer).value("2").doc(fmt::format("Batches each worker prepares ahead (1 to {}).", kMaxPrefetch))}},
       {"validation",
        {option("every", T::Integer)
             .value("0")
@@ -79,7 +87,8 @@ const std::vector<std::pair<std::string, OptionSchema>>& core_schemas() {
                  "val/<metric>."),
         option("num_samples", T::Integer)
             .value("16")
-            .doc("Held-out synthetic samples (drawn apart from the training set), the same at every validation (at most 100,000,000)."),
+            .doc(fmt::format("Held-out synthetic samples (drawn apart from the training set), the same at every validation "
+                             "(at most {}).", kMaxSamples)),
         option("batch_size", T::Integer).value("0").doc("Samples per validation batch; 0 uses data.batch_size."),
         option("preview", T::Boolean)
             .value("true")
@@ -130,13 +139,6 @@ std::string yaml_quoted(const std::string& text) {
   }
   return out + "\"";
 }
-}  // namespace
-
-namespace {
-constexpr std::int64_t kMaxWorkers = 256;  ///< data.workers: threads that make batches
-constexpr std::int64_t kMaxSamples = 100'000'000;  ///< data and validation sizes
-constexpr std::int64_t kMaxEpochs = 1'000'000;
-constexpr std::int64_t kMaxPrefetch = 64;  ///< data.prefetch: batches made ahead per worker
 }  // namespace
 
 CoreSettings CoreSettings::from(Config& config) {
