@@ -30,7 +30,8 @@ TORCHRUN = Path(sys.executable).parent / "torchrun"
 # Compute-heavy: 1280 tokens per sample, so a step computes far more than the ~20 MB of
 # gradients it exchanges (the ratio a real video model has).
 MODEL = dict(name="wan22_flow_matching", preset="tiny", dim=256, num_heads=4, ffn_dim=1024, num_layers=4, in_dim=16,
-             out_dim=16, text_dim=256, latent_frames=5, latent_height=32, latent_width=32, text_len=32)
+             out_dim=16, text_dim=256, text_len=32)
+LATENT = [16, 5, 32, 32]  # channels, frames, height, width
 BATCH = 2
 WARMUP = 2
 
@@ -41,7 +42,8 @@ def config(tmp, name, strategy, steps):
         "run": {"name": name, "output_dir": str(tmp), "seed": 0},
         "model": MODEL,
         "strategy": strategy,
-        "data": {"num_samples": 4 * BATCH * steps, "batch_size": BATCH, "workers": 0},
+        "data": {"num_samples": 4 * BATCH * steps, "batch_size": BATCH, "workers": 0,
+                 "buckets": ["x".join(map(str, LATENT[1:]))]},
         "optimizer": {"lr": 1e-4},
         "trainer": {"max_steps": steps, "log_every": 1, "progress": "off"},
         "checkpoint": {"every": 0, "keep_last": 1},
@@ -85,7 +87,7 @@ def main():
             run_all([[str(WANFW), "run", str(config(tmp, f"side{i}", single, steps))] for i in (0, 1)], env)
             t2i += step_times(tmp, "side0") + step_times(tmp, "side1")
     a, b, c = (statistics.median(t) for t in (t1, t2, t2i))
-    latents = [MODEL["out_dim"], MODEL["latent_frames"], MODEL["latent_height"], MODEL["latent_width"]]
+    latents = LATENT
     print(f"Wan DiT step (dim {MODEL['dim']}, {MODEL['num_layers']} layers, latents {latents}, batch {BATCH} "
           f"per rank), 1 thread per rank, median of {args.rounds} x {args.steps} steps after {WARMUP} warm-up")
     print(f"  1 rank alone                 {a * 1000:8.1f} ms/step")

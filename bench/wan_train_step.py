@@ -71,11 +71,10 @@ def run_wanfw(env, steps):
     with tempfile.TemporaryDirectory() as tmp:
         config = {
             "run": {"name": "bench", "output_dir": tmp, "seed": 0},
-            "model": {"name": "wan22_flow_matching", "preset": "tiny", **DIMS, "latent_frames": LATENT["frames"],
-                      "latent_height": LATENT["height"], "latent_width": LATENT["width"],
-                      "text_len": LATENT["text_len"]},
+            "model": {"name": "wan22_flow_matching", "preset": "tiny", **DIMS, "text_len": LATENT["text_len"]},
             "strategy": {"name": "single", "device": "cpu"},
-            "data": {"num_samples": BATCH * steps, "batch_size": BATCH, "workers": 0, "shuffle": False},
+            "data": {"num_samples": BATCH * steps, "batch_size": BATCH, "workers": 0, "shuffle": False,
+                     "buckets": [f"{LATENT['frames']}x{LATENT['height']}x{LATENT['width']}"]},
             "optimizer": {"lr": 1e-4, "weight_decay": 0.01},
             "scheduler": {"decay": "constant"},
             "trainer": {"max_steps": steps, "log_every": 1, "grad_clip": 1.0, "progress": "off"},

@@ -117,6 +117,7 @@ find_package(spdlog REQUIRED)
 find_package(fmt REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(Threads REQUIRED)
+find_package(ZLIB REQUIRED)  # CRC-32 of data set shards, PNG in TensorBoard images
 
 # The torch wheel ships fmt 12 headers in its include folder, which would shadow the system fmt
 # that spdlog is built against. A shim folder searched before LibTorch's puts the system fmt

@@ -296,6 +296,7 @@ const Command kCommands[] = {
     {"model-info", kModelInfoHelp, model_info_command},
     {"plugins", kPluginsHelp, plugins_command},
     {"config-reference", kConfigReferenceHelp, config_reference_command},
+    {"data", kDataHelp, data_command},
 };
 }  // namespace
 

@@ -18,6 +18,9 @@ int export_command(const std::vector<std::string>& args);
 int model_info_command(const std::vector<std::string>& args);
 int plugins_command(const std::vector<std::string>& args);
 int config_reference_command(const std::vector<std::string>& args);
+/// `wanfw data synth|inspect|verify` (data_commands.cpp).
+int data_command(const std::vector<std::string>& args);
+extern const char* const kDataHelp;
 
 /// Runs the subcommand `name` (printing its help for --help/-h); nothing if there is no such
 /// subcommand.

@@ -31,6 +31,9 @@ commands:
   plugins [CONFIG] [--plugin-path DIR]...                list the plugins found (and refused)
   plugins show NAME [CONFIG] [--plugin-path DIR]...      a plugin's options, defaults and docs
   config-reference [--plugin-path DIR]...                every config option, as Markdown
+  data synth DIR [--samples N] [--buckets FxHxW,...]...  a synthetic data set folder in the real format
+  data inspect DIR [--batch-size B]...                   samples, buckets, shapes, bytes, the bucket plan
+  data verify DIR                                        checksums, shapes and values of every sample
 
 options:
   --version     print wanfw's and LibTorch's versions

@@ -13,6 +13,22 @@ using nlohmann::json;
 
 namespace wanfw {
 
+std::filesystem::path confined_path(const std::filesystem::path& folder, const std::string& relative,
+                                    const std::string& folder_name,
+                                    const std::function<void(const std::string&)>& refuse) {
+  constexpr std::size_t kMaxNameBytes = 255;  // the longest file name Linux file systems allow
+  if (relative.empty()) refuse("an empty file name");
+  if (relative.find('\0') != std::string::npos) refuse("a file name with a NUL byte");
+  const std::filesystem::path path(relative);
+  if (path.is_absolute()) refuse("an absolute path outside " + folder_name);
+  for (const auto& part : path) {
+    if (part == "..") refuse("a path that leaves " + folder_name);
+    if (part.native().size() > kMaxNameBytes)
+      refuse(fmt::format("a file name of {} bytes (the limit is {})", part.native().size(), kMaxNameBytes));
+  }
+  return folder / path;
+}
+
 std::string read_bounded_file(const std::filesystem::path& path, const std::string& what, std::uintmax_t max_bytes,
                               const std::function<void(const std::string&)>& fail) {
   std::error_code ec;

@@ -28,6 +28,14 @@ nlohmann::json parse_bounded_json(std::string_view text, int max_depth,
                                   const std::function<void(const std::string&)>& fail,
                                   const std::function<void(const std::string&)>& on_top_level_key = {});
 
+/// `relative`, a file name an untrusted file gave, below `folder`: a relative path with no `..`,
+/// no NUL byte, every component a valid file name (at most 255 bytes). Otherwise calls `refuse`
+/// with why ("a path that leaves <folder_name>", folder_name being "the index's folder", say),
+/// which must throw.
+std::filesystem::path confined_path(const std::filesystem::path& folder, const std::string& relative,
+                                    const std::string& folder_name,
+                                    const std::function<void(const std::string&)>& refuse);
+
 /// A JSON value as an error message shows it: scalars as written (shortened), a list or an
 /// object by its size; never recursive.
 std::string describe_json(const nlohmann::json& value);

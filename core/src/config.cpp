@@ -297,6 +297,15 @@ std::size_t Config::sequence_size(const std::string& path) const {
   return node.size();
 }
 
+std::vector<std::string> Config::keys_at(const std::string& path) const {
+  const YAML::Node node = impl_->find(path);
+  std::vector<std::string> keys;
+  if (!node.IsMap()) return keys;
+  for (const auto& entry : node)
+    if (entry.first.IsScalar()) keys.push_back(entry.first.Scalar());
+  return keys;
+}
+
 namespace {
 
 void check_value(const Options& options, const OptionSpec& spec, const YAML::Node& value) {

@@ -42,6 +42,8 @@ class Config {
   /// Number of entries of the sequence at `path` (0 when absent); throws when not a sequence.
   std::size_t sequence_size(const std::string& path) const;
   SourceLocation where(const std::string& path) const;
+  /// The keys of the mapping at `path` (none when absent or not a mapping).
+  std::vector<std::string> keys_at(const std::string& path) const;
 
   /// Records the resolved options of a section, so that `resolved_yaml` shows every value.
   void record_resolved(const Options& options, const std::string& plugin_name = "");

@@ -28,9 +28,15 @@ std::string configuration_reference(const PluginHost& host) {
   for (const auto& [section, schema] : core_schemas()) out += fmt::format("\n### `{}`\n\n{}", section, table(schema));
   out += "\n### `plugin_path`\n\nA list of folders searched for plugins before `$WANFW_PLUGIN_PATH` and the "
          "install's plugin folder; relative paths are relative to the config file.\n";
-  for (PluginKind kind : {PluginKind::Model, PluginKind::Strategy, PluginKind::Logger}) {
-    const char* section = kind == PluginKind::Model ? "model" : kind == PluginKind::Strategy ? "strategy" : "loggers[]";
+  for (PluginKind kind : {PluginKind::Model, PluginKind::Strategy, PluginKind::Logger, PluginKind::Dataset}) {
+    const char* section = kind == PluginKind::Model      ? "model"
+                          : kind == PluginKind::Strategy ? "strategy"
+                          : kind == PluginKind::Logger   ? "loggers[]"
+                                                         : "data";
     out += fmt::format("\n## {} plugins (`{}` section, chosen by `name:`)\n", plugin_kind_name(kind), section);
+    if (kind == PluginKind::Dataset)
+      out += "\nTheir options sit in the `data` section beside the core's; `name` defaults to latent_shards when "
+             "`path` is set, else synthetic.\n";
     for (const auto& plugin : host.plugins()) {
       const PluginDescriptor& d = *plugin.descriptor;
       if (d.kind != kind) continue;

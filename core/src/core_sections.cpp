@@ -4,11 +4,12 @@
 
 #include <fmt/format.h>
 
+#include "wanfw/data.hpp"
+
 namespace wanfw {
 
 namespace {
 constexpr std::int64_t kMaxWorkers = 256;  ///< data.workers: threads that make batches
-constexpr std::int64_t kMaxSamples = 100'000'000;  ///< data and validation sizes
 constexpr std::int64_t kMaxEpochs = 1'000'000;
 constexpr std::int64_t kMaxPrefetch = 64;  ///< data.prefetch: batches made ahead per worker
 }  // namespace
@@ -71,13 +72,34 @@ const std::vector<std::pair<std::string, OptionSchema>>& core_schemas() {
             .doc("After warm-up: cosine decay to min_lr_ratio * lr at the last step, or constant."),
         option("min_lr_ratio", T::Number).value("0.0").doc("Final learning rate as a fraction of lr (cosine).")}},
       {"data",
-       {option("name", T::Choice).value("synthetic").choices({"synthetic"}).doc("Data set."),
-        option("num_samples", T::Integer).value("1024").doc(fmt::format("Samples in the synthetic data set (at most {}).", kMaxSamples)),
+       {option("name", T::String)
+            .doc("Data set plugin (`wanfw plugins` lists them): latent_shards when `path` is set, else synthetic. The "
+                 "plugin's own options (path, num_samples, ...) go in this section too."),
         option("batch_size", T::Integer).value("8").doc("Samples per micro-batch on each device."),
-        option("shuffle", T::Boolean).value("true").doc("Reshuffle every epoch (seeded by run.seed and epoch)."),
+        option("bucket_batch_size", T::StringList)
+            .value("[]")
+            .doc("Per-bucket batch sizes as \"FxHxW=N\" (latent frames x height x width), e.g. [\"21x60x104=1\", "
+                 "\"1x60x104=8\"]; other buckets use batch_size."),
+        option("shuffle", T::Boolean)
+            .value("true")
+            .doc("Reshuffle every epoch, within and across buckets (seeded by run.seed and epoch)."),
         option("drop_last", T::Boolean)
             .value("true")
-            .doc("Drop the tail that does not fill a batch (and the samples that do not divide over ranks)."),
+            .doc("A bucket's samples that do not fill one optimizer step are skipped for the epoch (a different tail "
+                 "each epoch); false completes that step with repeated samples. Printed at start either way."),
+        option("caption_dropout", T::Number)
+            .value("0.0")
+            .doc("Probability that a sample trains on the empty prompt's embedding instead of its caption "
+                 "(classifier-free guidance), decided by the sample's own random stream."),
+        option("on_bad_sample", T::Choice)
+            .value("error")
+            .choices({"error", "skip"})
+            .doc("A sample that cannot be read or does not fit the model (corrupt shard, wrong shape, NaN): stop with "
+                 "an error naming it, or skip it (each skip logged, the count in the summary)."),
+        option("sample_log", T::Boolean)
+            .value("false")
+            .doc("Write the sample ids of every micro-batch to <run>/samples/rank_<R>.csv (step, micro-batch, epoch, "
+                 "bucket, ids)."),
         option("workers", T::Integer).value("2").doc(fmt::format("Loader threads (at most {}); 0 loads on the training thread.", kMaxWorkers)),
         option("prefetch", T::Integer).value("2").doc(fmt::format("Batches each worker prepares ahead (1 to {}).", kMaxPrefetch))}},
       {"validation",
@@ -87,8 +109,8 @@ const std::vector<std::pair<std::string, OptionSchema>>& core_schemas() {
                  "val/<metric>."),
         option("num_samples", T::Integer)
             .value("16")
-            .doc(fmt::format("Held-out synthetic samples (drawn apart from the training set), the same at every validation "
-                             "(at most {}).", kMaxSamples)),
+            .doc(fmt::format("Held-out samples scored at each validation (at most {}): the synthetic set draws them apart "
+                             "from the training set; a folder data set takes them from its validation_path.", kMaxSamples)),
         option("batch_size", T::Integer).value("0").doc("Samples per validation batch; 0 uses data.batch_size."),
         option("preview", T::Boolean)
             .value("true")
@@ -197,11 +219,36 @@ CoreSettings CoreSettings::from(Config& config) {
   if (s.scheduler.min_lr_ratio < 0 || s.scheduler.min_lr_ratio > 1)
     scheduler.fail("min_lr_ratio", "must lie in [0, 1]");
 
-  Options data = section("data");
-  s.data.num_samples = data.integer("num_samples");
+  // The data section holds the core's keys and the data set plugin's options: the plugin checks
+  // its own when the data set is built.
+  std::vector<std::string> plugin_keys;
+  for (const auto& key : config.keys_at("data"))
+    if (std::ranges::none_of(schema_of("data"), [&](const OptionSpec& spec) { return spec.name == key; }))
+      plugin_keys.push_back(key);
+  Options data = config.section("data", schema_of("data"), plugin_keys);
+  s.data.name = data.has("name") ? data.string("name") : config.has("data.path") ? "latent_shards" : "synthetic";
   s.data.batch_size = data.integer("batch_size");
   s.data.shuffle = data.boolean("shuffle");
   s.data.drop_last = data.boolean("drop_last");
+  s.data.caption_dropout = data.number("caption_dropout");
+  if (!(s.data.caption_dropout >= 0 && s.data.caption_dropout <= 1)) data.fail("caption_dropout", "must lie in [0, 1]");
+  s.data.skip_bad_samples = data.string("on_bad_sample") == "skip";
+  s.data.sample_log = data.boolean("sample_log");
+  for (const auto& entry : data.strings("bucket_batch_size")) {
+    const auto equals = entry.find('=');
+    std::int64_t size = 0;
+    try {
+      if (equals == std::string::npos) throw Error("no '='");
+      const Bucket bucket = Bucket::parse(entry.substr(0, equals));
+      size = std::stoll(entry.substr(equals + 1));
+      if (size < 1 || size > kMaxSamples) throw Error("size");
+      s.data.bucket_batch_size.emplace_back(bucket.name(), size);
+    } catch (const std::exception&) {
+      data.fail("bucket_batch_size", fmt::format("'{}' is not \"FxHxW=N\" (a bucket and a batch size in [1, {}])",
+                                                 shortened(entry), kMaxSamples),
+                "for example \"21x60x104=1\"");
+    }
+  }
   // Checked before narrowing to int: 4294967297 must not become 1. Each worker holds up to
   // `prefetch` batches, so both stay small.
   const std::int64_t workers = data.integer("workers"), prefetch = data.integer("prefetch");
@@ -210,8 +257,6 @@ CoreSettings CoreSettings::from(Config& config) {
   require_range(data, "prefetch", prefetch, 1, kMaxPrefetch);
   s.data.workers = static_cast<int>(workers);
   s.data.prefetch = static_cast<int>(prefetch);
-  const char* in_memory = "an epoch's shuffled order is held in memory, 8 bytes a sample";
-  require_range(data, "num_samples", s.data.num_samples, 1, kMaxSamples, in_memory);
   require_range(data, "batch_size", s.data.batch_size, 1, kMaxSamples);
 
   Options validation = section("validation");
@@ -245,6 +290,7 @@ CoreSettings CoreSettings::from(Config& config) {
   for (Options* o : {&run, &trainer, &optimizer, &scheduler, &data, &validation, &precision, &checkpoint}) config.record_resolved(*o);
   // The saved config names its run and finds its plugins from wherever it is run again.
   config.record_resolved_value("run.name", yaml_quoted(s.run.name));
+  config.record_resolved_value("data.name", yaml_quoted(s.data.name));
 
   if (config.has("plugin_path")) {
     const std::size_t n = config.sequence_size("plugin_path");

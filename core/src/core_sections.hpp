@@ -50,13 +50,20 @@ struct SchedulerSettings {
 };
 
 struct DataSettings {
-  std::int64_t num_samples = 0;
+  std::string name;  ///< the data set plugin
   std::int64_t batch_size = 1;
+  std::vector<std::pair<std::string, std::int64_t>> bucket_batch_size;  ///< ("FxHxW", batch size)
   bool shuffle = true;
   bool drop_last = true;
+  double caption_dropout = 0;
+  bool skip_bad_samples = false;
+  bool sample_log = false;
   int workers = 0;
   int prefetch = 2;
 };
+
+/// The sample bound the core enforces on sizes held in memory (samples per data set, batch size).
+inline constexpr std::int64_t kMaxSamples = 100'000'000;
 
 struct ValidationSettings {
   std::int64_t every = 0;  ///< 0: no validation

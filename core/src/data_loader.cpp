@@ -1,15 +1,63 @@
 #include "data_loader.hpp"
 
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "wanfw/error.hpp"
+#include "wanfw/sample_random.hpp"
+
 namespace wanfw {
 
-DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<Sampler> sampler, Options options)
-    : dataset_(std::move(dataset)), sampler_(std::move(sampler)), options_(options) {}
+DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const BucketSampler> sampler,
+                       Options options)
+    : dataset_(std::move(dataset)), sampler_(std::move(sampler)), options_(std::move(options)) {
+  for (const auto& field : options_.fields)
+    if (!field.shape.empty() && field.shape.front() == dim::tokens) padded_.push_back(field.name);
+  if (options_.caption_dropout > 0) {
+    Sample empty = dataset_->empty_caption();
+    if (empty.empty())
+      throw DataError(fmt::format("caption dropout needs the empty prompt's embedding, and the data set has none ({})",
+                                  dataset_->summary()),
+                      "encode the data set with tools/encode_dataset.py (it stores the empty prompt), or set "
+                      "data.caption_dropout: 0");
+    // Conformed like any sample: only the caption fields are checked, against their specs.
+    for (auto& [name, value] : empty) {
+      for (const auto& field : options_.fields)
+        if (field.name == name)
+          empty_caption_.merge(conform_sample({{name, value}}, {field}, Bucket{}, "the empty prompt's embedding"));
+    }
+    if (empty_caption_.empty())
+      throw DataError("the data set's empty-prompt fields name none of the model's fields",
+                      "caption dropout replaces the model's text fields");
+  }
+}
 
 DataLoader::~DataLoader() { stop_workers(); }
 
 std::int64_t DataLoader::batches_per_epoch() const {
-  const auto n = static_cast<std::int64_t>(sampler_->indices().size());
-  return options_.drop_last ? n / options_.batch_size : (n + options_.batch_size - 1) / options_.batch_size;
+  return sampler_->steps_per_epoch() * sampler_->options().accumulation;
+}
+
+std::int64_t DataLoader::samples_before(std::int64_t epoch, std::int64_t batch) const {
+  const int accumulation = sampler_->options().accumulation;
+  const auto steps = epoch == epoch_ && !steps_.empty() ? steps_ : sampler_->epoch(epoch);
+  std::int64_t samples = 0;
+  for (std::int64_t s = 0; s < batch / accumulation && s < static_cast<std::int64_t>(steps.size()); ++s)
+    samples += static_cast<std::int64_t>(steps[static_cast<std::size_t>(s)].samples.size());
+  return samples;
+}
+
+std::optional<std::int64_t> DataLoader::batch_after(std::int64_t epoch, std::int64_t samples) const {
+  const auto steps = sampler_->epoch(epoch);
+  std::int64_t seen = 0;
+  for (std::size_t s = 0; s <= steps.size(); ++s) {
+    if (seen == samples) return static_cast<std::int64_t>(s) * sampler_->options().accumulation;
+    if (seen > samples || s == steps.size()) break;
+    seen += static_cast<std::int64_t>(steps[s].samples.size());
+  }
+  return std::nullopt;
 }
 
 void DataLoader::stop_workers() {
@@ -24,9 +72,8 @@ void DataLoader::stop_workers() {
 
 void DataLoader::start_epoch(std::int64_t epoch, std::int64_t first_batch) {
   stop_workers();
-  sampler_->set_epoch(epoch);
   epoch_ = epoch;
-  indices_ = sampler_->indices();
+  steps_ = sampler_->epoch(epoch);
   ready_.clear();
   failed_.clear();
   next_to_make_ = next_to_take_ = first_batch;
@@ -34,17 +81,49 @@ void DataLoader::start_epoch(std::int64_t epoch, std::int64_t first_batch) {
   for (int i = 0; i < options_.workers; ++i) workers_.emplace_back([this] { work(); });
 }
 
-Batch DataLoader::make_batch(std::int64_t batch_index) const {
-  const auto begin = static_cast<std::size_t>(batch_index * options_.batch_size);
-  const auto end = std::min(indices_.size(), begin + static_cast<std::size_t>(options_.batch_size));
-  std::vector<std::map<std::string, at::Tensor>> samples;
-  samples.reserve(end - begin);
-  for (std::size_t i = begin; i < end; ++i) samples.push_back(dataset_->get(indices_[i]));
-  Batch batch = collate(samples);
-  batch.sample_ids.assign(indices_.begin() + static_cast<std::ptrdiff_t>(begin),
-                          indices_.begin() + static_cast<std::ptrdiff_t>(end));
+Sample DataLoader::load_sample(std::int64_t index, const Bucket& bucket) {
+  Sample sample = dataset_->get(index);
+  if (!options_.fields.empty()) sample = conform_sample(std::move(sample), options_.fields, bucket,
+                                                        dataset_->describe_sample(index));
+  if (options_.caption_dropout > 0) {
+    // One uniform draw from the sample's own stream: the same decision on any rank or layout.
+    auto generator = at::make_generator<at::CPUGeneratorImpl>(
+        sample_stream_seed(options_.seed, index, epoch_, "caption_dropout"));
+    if (at::rand({1}, generator).item<double>() < options_.caption_dropout)
+      for (const auto& [name, value] : empty_caption_) sample[name] = value;
+  }
+  return sample;
+}
+
+Batch DataLoader::make_batch(std::int64_t batch_index) {
+  const int accumulation = sampler_->options().accumulation;
+  const auto& step = steps_.at(static_cast<std::size_t>(batch_index / accumulation));
+  const Bucket& bucket = sampler_->plan()[static_cast<std::size_t>(step.bucket)].bucket;
+  const std::vector<std::int64_t> indices =
+      sampler_->micro_batch(step, options_.rank, static_cast<int>(batch_index % accumulation));
+  std::vector<Sample> samples;
+  std::vector<std::int64_t> ids;
+  samples.reserve(indices.size());
+  for (const std::int64_t index : indices) {
+    try {
+      samples.push_back(load_sample(index, bucket));
+      ids.push_back(index);
+    } catch (const DataError& e) {
+      if (!options_.skip_bad_samples) throw;
+      ++skipped_;
+      spdlog::warn("rank {}: skipped a bad sample (data.on_bad_sample: skip): {}", options_.rank, e.what());
+    }
+  }
+  if (samples.empty())
+    throw DataError(fmt::format("rank {}: every sample of micro-batch {} of epoch {} (bucket {}) is bad", options_.rank,
+                                batch_index, epoch_, bucket.name()),
+                    "run `wanfw data verify` on the data set to list the bad samples");
+  Batch batch = collate(samples, padded_);
+  batch.sample_ids = std::move(ids);
   batch.epoch = epoch_;
   batch.seed = options_.seed;
+  if (options_.pin_memory)
+    for (auto& [name, tensor] : batch.fields) tensor = tensor.pin_memory();
   return batch;
 }
 
@@ -73,6 +152,8 @@ void DataLoader::work() {
 
 std::optional<Batch> DataLoader::next() {
   if (next_to_take_ >= batches_per_epoch()) return std::nullopt;
+  const int accumulation = sampler_->options().accumulation;
+  last_bucket_ = sampler_->plan()[static_cast<std::size_t>(steps_.at(static_cast<std::size_t>(next_to_take_ / accumulation)).bucket)].bucket;
   if (workers_.empty()) return make_batch(next_to_take_++);
   std::unique_lock<std::mutex> lock(mutex_);
   changed_.wait(lock, [&] { return ready_.count(next_to_take_) || failed_.count(next_to_take_); });

@@ -1,6 +1,13 @@
 #pragma once
-// Internal: batches in sampler order, produced by worker threads ahead of use.
+// Internal: one rank's micro-batches in the sampler's order, made by worker threads ahead of use.
+//
+// A worker reads each sample (data sets memory-map their shards), checks it against the fields
+// the model declared and converts it to their dtypes, applies caption dropout from the sample's
+// own random stream, stacks the batch (zero-padding text to the batch's longest) and, for a CUDA
+// device, pins it so that the copy to the device does not block. The order is the sampler's
+// whatever the number of workers; an epoch can start at any micro-batch (an exact resume).
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -8,9 +15,11 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "bucket_sampler.hpp"
 #include "wanfw/data.hpp"
 
 namespace wanfw {
@@ -18,34 +27,54 @@ namespace wanfw {
 class DataLoader {
  public:
   struct Options {
-    std::int64_t batch_size = 1;
-    bool drop_last = true;  ///< drop the epoch's final incomplete batch
-    int workers = 0;        ///< 0: batches are made on the calling thread
-    int prefetch = 2;       ///< batches made ahead, per worker
+    int rank = 0;
+    int workers = 0;         ///< 0: batches are made on the calling thread
+    int prefetch = 2;        ///< batches made ahead, per worker
     std::uint64_t seed = 0;  ///< the batches' random-stream seed (Batch::seed)
+    std::vector<FieldSpec> fields;  ///< what every sample must carry (empty: taken as it comes)
+    double caption_dropout = 0;     ///< probability that a sample's caption is the empty one
+    bool skip_bad_samples = false;  ///< a DataError skips the sample (logged, counted) instead of stopping
+    bool pin_memory = false;        ///< pin batches for non-blocking copies to a CUDA device
   };
-  DataLoader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<Sampler> sampler, Options options);
+  DataLoader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const BucketSampler> sampler, Options options);
   ~DataLoader();
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
 
-  /// Starts `epoch` at batch `first_batch` (non-zero when resuming mid-epoch).
+  /// Starts `epoch` at micro-batch `first_batch` of this rank (non-zero when resuming mid-epoch).
   void start_epoch(std::int64_t epoch, std::int64_t first_batch = 0);
-  /// The next batch, or nothing at the end of the epoch. The order is the sampler's, whatever
-  /// the number of workers; the batch carries its samples' ids, the epoch and the seed.
+  /// The next micro-batch, or nothing at the end of the epoch. The batch carries its samples'
+  /// ids, the epoch and the seed.
   std::optional<Batch> next();
+  /// This rank's micro-batches per epoch: the sampler's steps x the accumulation.
   std::int64_t batches_per_epoch() const;
+  /// The bucket of the batch next() returned last.
+  const Bucket& last_bucket() const { return last_bucket_; }
+  /// Samples skipped as bad (data.on_bad_sample: skip), this process, since the loader was made.
+  std::int64_t skipped() const { return skipped_.load(); }
+  const BucketSampler& sampler() const { return *sampler_; }
+  /// Samples of all ranks together in the first `batch` micro-batches of `epoch` (a position
+  /// that does not depend on the layout), and back: the micro-batch that follows exactly
+  /// `samples` samples, or nothing when no step ends there.
+  std::int64_t samples_before(std::int64_t epoch, std::int64_t batch) const;
+  std::optional<std::int64_t> batch_after(std::int64_t epoch, std::int64_t samples) const;
 
  private:
-  Batch make_batch(std::int64_t batch_index) const;
+  Batch make_batch(std::int64_t batch_index);
+  /// Sample `index` as the model gets it: conformed, caption dropped out when its stream says so.
+  Sample load_sample(std::int64_t index, const Bucket& bucket);
   void stop_workers();
   void work();
 
   std::shared_ptr<const Dataset> dataset_;
-  std::shared_ptr<Sampler> sampler_;
+  std::shared_ptr<const BucketSampler> sampler_;
   Options options_;
-  std::vector<std::int64_t> indices_;  ///< this epoch's order (copied from the sampler)
+  std::vector<std::string> padded_;  ///< fields whose first dimension is dim::tokens
+  Sample empty_caption_;             ///< conformed once (caption dropout)
+  std::vector<BucketSampler::StepBatch> steps_;  ///< this epoch's steps (from the sampler)
   std::int64_t epoch_ = 0;
+  Bucket last_bucket_;
+  std::atomic<std::int64_t> skipped_{0};
 
   std::mutex mutex_;
   std::condition_variable changed_;

@@ -59,9 +59,10 @@ void sample_experiment(const EvaluateRequest& request) {
     if (request.count < 1 || request.count > available)
       throw ConfigError(SourceLocation{"command line", 0, 0},
                         fmt::format("--count {} is outside the data set's 1..{} samples", request.count, available),
-                        "raise data.num_samples or lower --count");
-    inputs = e.data->first_training_samples(request.count).fields;
-    spdlog::info("conditioning on the first {} sample(s) of the data set", request.count);
+                        "use a larger data set or lower --count");
+    const Batch first = e.data->first_training_samples(request.count);
+    inputs = first.fields;
+    spdlog::info("conditioning on the first {} sample(s) of the data set's first bucket", first.size);
   }
   const std::uint64_t seed = request.seed.value_or(e.settings.run.seed);
   write_results(request.outputs, e.model->sample(inputs, seed), "wanfw sample");

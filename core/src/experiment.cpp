@@ -27,6 +27,9 @@ void log_summary(const TrainingResult& result, const RunDirectory& run_dir) {
                result.final_step, format_duration(result.wall_seconds),
                static_cast<double>(result.samples) / std::max(result.wall_seconds, 1e-9), memory, result.final_loss,
                result.best_loss);
+  if (result.skipped_samples > 0)
+    spdlog::warn("{} bad sample(s) were skipped (data.on_bad_sample: skip); `wanfw data verify` lists them",
+                 result.skipped_samples);
   if (result.last_checkpoint) spdlog::info("last checkpoint: {}", result.last_checkpoint->string());
   spdlog::info("outputs: {}", run_dir.path().string());
 }

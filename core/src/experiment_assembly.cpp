@@ -70,8 +70,17 @@ Experiment assemble(const RunRequest& request, ModelAssembly assembly) {
   for (std::size_t i = 0; i < n; ++i)
     e.loggers.push_back(e.host->make_logger(e.config, "loggers." + std::to_string(i), context));
 
-  if (e.model)
-    e.data = std::make_unique<TrainingData>(e.settings, e.model->batch_fields(), e.config.where("data"));
+  // The data set: its plugin learns the fields the model declared (none when the model was only
+  // described: the set is then opened and checked, not read).
+  PluginContext data_context = context;
+  if (e.model) data_context.fields = e.model->batch_fields();
+  std::vector<std::string> core_keys;
+  for (const auto& [section, schema] : core_schemas())
+    if (section == "data")
+      for (const auto& spec : schema) core_keys.push_back(spec.name);
+  std::shared_ptr<Dataset> dataset =
+      e.host->make_dataset(e.config, "data", e.settings.data.name, core_keys, data_context);
+  e.data = std::make_unique<TrainingData>(e.settings, data_context.fields, std::move(dataset), e.config.where("data"));
   e.resolved_yaml = e.config.resolved_yaml();
   return e;
 }

@@ -26,7 +26,7 @@ struct Experiment {
   std::shared_ptr<Strategy> strategy;
   std::shared_ptr<Model> model;
   std::vector<std::shared_ptr<Logger>> loggers;  ///< built, not yet opened (LoggerSet opens them)
-  std::unique_ptr<TrainingData> data;             ///< null when the model was only described
+  std::unique_ptr<TrainingData> data;             ///< without fields when the model was only described
   /// The config with every default and resolved value filled in: computed once, after every
   /// plugin has recorded its options; what config.yaml, the loggers and checkpoints keep.
   std::string resolved_yaml;

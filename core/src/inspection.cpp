@@ -41,14 +41,15 @@ std::string validate_experiment(const RunRequest& request) {
     for (const auto& [name, tensor] : e.model->trainable_parameters()) parameters += tensor.numel();
     model = fmt::format("{} trainable parameters; batch fields:", parameters);
     for (const auto& field : e.model->batch_fields())
-      model += fmt::format(" {} {} {};", field.name, c10::str(c10::IntArrayRef(field.shape)),
-                           c10::toString(field.dtype));
+      model += fmt::format(" {} {} {};", field.name, shape_text(field), c10::toString(field.dtype));
     model += "\n";
   }
-  return fmt::format("{}: valid\n  strategy: {}\n  model: {} {}  loggers: {}\n  data: {} synthetic samples, batch size {}\n"
-                     "--- resolved config ---\n{}",
+  std::string data = fmt::format("{} ({})", e.settings.data.name, e.data->training_set()->summary());
+  for (const auto& line : e.data->sampler(e.strategy->world_size(), e.strategy->accumulation_steps())->describe())
+    data += "\n    " + line;
+  return fmt::format("{}: valid\n  strategy: {}\n  model: {} {}  loggers: {}\n  data: {}\n--- resolved config ---\n{}",
                      request.config.string(), e.strategy->describe(), e.config.string_at("model.name"), model,
-                     e.loggers.size(), e.settings.data.num_samples, e.settings.data.batch_size, e.resolved_yaml);
+                     e.loggers.size(), data, e.resolved_yaml);
 }
 
 }  // namespace wanfw

@@ -23,6 +23,7 @@ const char* plugin_kind_name(PluginKind kind) {
     case PluginKind::Model: return "model";
     case PluginKind::Strategy: return "strategy";
     case PluginKind::Logger: return "logger";
+    case PluginKind::Dataset: return "dataset";
   }
   return "unknown";
 }
@@ -61,6 +62,10 @@ PluginDescriptor PluginDescriptor::for_logger(std::string name, std::string vers
   return describe(PluginKind::Logger, std::move(name), std::move(version), std::move(summary));
 }
 
+PluginDescriptor PluginDescriptor::for_dataset(std::string name, std::string version, std::string summary) {
+  return describe(PluginKind::Dataset, std::move(name), std::move(version), std::move(summary));
+}
+
 std::vector<fs::path> PluginHost::search_path(const std::vector<fs::path>& config_paths) {
   std::vector<fs::path> folders = config_paths;
   if (const char* env = std::getenv("WANFW_PLUGIN_PATH")) {
@@ -89,7 +94,8 @@ PluginInfo PluginHost::load_library(const fs::path& path) {
                                   record.torch_version, host_torch_version()),
                       "rebuild the plugin against the LibTorch wanfw was built with (find_package(wanfw) selects it)");
   const auto kind = static_cast<PluginKind>(record.kind);
-  if (kind != PluginKind::Model && kind != PluginKind::Strategy && kind != PluginKind::Logger)
+  if (kind != PluginKind::Model && kind != PluginKind::Strategy && kind != PluginKind::Logger &&
+      kind != PluginKind::Dataset)
     throw PluginError(fmt::format("{}: its record names an unknown plugin kind {}", path.string(), record.kind));
 
   boost::dll::shared_library library;
@@ -111,7 +117,8 @@ PluginInfo PluginHost::load_library(const fs::path& path) {
                       "use the same kind in WANFW_PLUGIN(kind, ...) and PluginDescriptor::for_<kind>");
   const bool factory_ok = (descriptor->kind == PluginKind::Model && descriptor->make_model) ||
                           (descriptor->kind == PluginKind::Strategy && descriptor->make_strategy) ||
-                          (descriptor->kind == PluginKind::Logger && descriptor->make_logger);
+                          (descriptor->kind == PluginKind::Logger && descriptor->make_logger) ||
+                          (descriptor->kind == PluginKind::Dataset && descriptor->make_dataset);
   if (!factory_ok || descriptor->name.empty())
     throw PluginError(fmt::format("{}: its descriptor has no name or no {} factory", path.string(),
                                   plugin_kind_name(descriptor->kind)));
@@ -203,10 +210,10 @@ namespace {
 
 template <typename Object, typename Factory>
 std::shared_ptr<Object> build(const PluginHost& host, Config& config, const std::string& section, PluginKind kind,
-                              const PluginContext& context, Factory PluginDescriptor::*factory) {
-  const std::string name = config.string_at(section + ".name");
+                              const PluginContext& context, Factory PluginDescriptor::*factory,
+                              const std::string& name, std::vector<std::string> extra_keys) {
   const PluginInfo& info = host.find(kind, name, config.where(section + ".name"));
-  std::vector<std::string> extra_keys = {"name"};
+  extra_keys.push_back("name");
   const auto& subsections = info.descriptor->subsections;
   extra_keys.insert(extra_keys.end(), subsections.begin(), subsections.end());
   const Options options = config.section(section, info.descriptor->options, extra_keys);
@@ -238,15 +245,25 @@ std::shared_ptr<Object> build(const PluginHost& host, Config& config, const std:
 
 std::shared_ptr<Model> PluginHost::make_model(Config& config, const std::string& section,
                                               const PluginContext& context) const {
-  return build<Model>(*this, config, section, PluginKind::Model, context, &PluginDescriptor::make_model);
+  return build<Model>(*this, config, section, PluginKind::Model, context, &PluginDescriptor::make_model,
+                       config.string_at(section + ".name"), {});
 }
 std::shared_ptr<Strategy> PluginHost::make_strategy(Config& config, const std::string& section,
                                                     const PluginContext& context) const {
-  return build<Strategy>(*this, config, section, PluginKind::Strategy, context, &PluginDescriptor::make_strategy);
+  return build<Strategy>(*this, config, section, PluginKind::Strategy, context, &PluginDescriptor::make_strategy,
+                       config.string_at(section + ".name"), {});
 }
 std::shared_ptr<Logger> PluginHost::make_logger(Config& config, const std::string& section,
                                                 const PluginContext& context) const {
-  return build<Logger>(*this, config, section, PluginKind::Logger, context, &PluginDescriptor::make_logger);
+  return build<Logger>(*this, config, section, PluginKind::Logger, context, &PluginDescriptor::make_logger,
+                       config.string_at(section + ".name"), {});
+}
+
+std::shared_ptr<Dataset> PluginHost::make_dataset(Config& config, const std::string& section, const std::string& name,
+                                                  const std::vector<std::string>& core_keys,
+                                                  const PluginContext& context) const {
+  return build<Dataset>(*this, config, section, PluginKind::Dataset, context, &PluginDescriptor::make_dataset, name,
+                        core_keys);
 }
 
 }  // namespace wanfw

@@ -58,6 +58,10 @@ class PluginHost {
   std::shared_ptr<Strategy> make_strategy(Config& config, const std::string& section,
                                           const PluginContext& context) const;
   std::shared_ptr<Logger> make_logger(Config& config, const std::string& section, const PluginContext& context) const;
+  /// The data set plugin `name` (the data section's `name`, or the default the core chose), built
+  /// from `section`, whose `core_keys` belong to the core and are not the plugin's options.
+  std::shared_ptr<Dataset> make_dataset(Config& config, const std::string& section, const std::string& name,
+                                        const std::vector<std::string>& core_keys, const PluginContext& context) const;
 
   /// Loads one library and checks it; throws PluginError naming the file and the reason.
   static PluginInfo load_library(const std::filesystem::path& path);

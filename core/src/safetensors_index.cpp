@@ -18,7 +18,6 @@ namespace {
 
 constexpr std::uintmax_t kMaxIndexBytes = 100'000'000;
 constexpr int kMaxIndexDepth = 8;           // an index needs 2: the index, weight_map
-constexpr std::size_t kMaxNameBytes = 255;  // the longest file name Linux file systems allow
 
 const char* const kIndexHint = "a sharded checkpoint index maps every tensor name to a shard file in its own folder";
 
@@ -50,16 +49,7 @@ fs::path shard_path(const fs::path& index, const std::string& name, const std::s
         fmt::format("{}: weight_map entry '{}' names '{}', {}", index.string(), shortened(name), shortened(shard), why),
         kIndexHint);
   };
-  if (shard.empty()) refuse("an empty file name");
-  if (shard.find('\0') != std::string::npos) refuse("a file name with a NUL byte");
-  const fs::path relative(shard);
-  if (relative.is_absolute()) refuse("an absolute path outside the index's folder");
-  for (const auto& part : relative) {
-    if (part == "..") refuse("a path that leaves the index's folder");
-    if (part.native().size() > kMaxNameBytes)
-      refuse(fmt::format("a file name of {} bytes (the limit is {})", part.native().size(), kMaxNameBytes));
-  }
-  return index.parent_path() / relative;
+  return confined_path(index.parent_path(), shard, "the index's folder", refuse);
 }
 
 }  // namespace

@@ -2,8 +2,10 @@
 
 #include <chrono>
 #include <cmath>
+#include <fstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
@@ -51,7 +53,8 @@ Trainer::Trainer(const CoreSettings& settings, std::string resolved_yaml, std::s
       strategy_(std::move(strategy)),
       data_(data),
       loggers_(loggers),
-      checkpoints_(std::move(run_dir)),
+      checkpoints_(run_dir),
+      run_dir_(std::move(run_dir)),
       precision_(settings_.precision) {
   build_optimizer();
   state_.world_size = strategy_->world_size();
@@ -112,16 +115,6 @@ void Trainer::restore(const fs::path& checkpoint) {
   state_ = CheckpointStore::load_training_state(checkpoint, *model_, *optimizer_);
   state_.config_yaml = resolved_yaml_;
   if (precision_.scales_loss() && state_.loss_scaler) precision_.restore(*state_.loss_scaler);
-  // The position in the epoch is kept in samples, all processes together: a run resumed on
-  // another layout with the same global batch continues with exactly the samples that follow.
-  const std::int64_t per_batch = settings_.data.batch_size * strategy_->world_size();
-  if (state_.samples_in_epoch < 0)  // written before positions were kept in samples
-    state_.samples_in_epoch = state_.batch_in_epoch * settings_.data.batch_size * state_.world_size;
-  if (state_.samples_in_epoch % per_batch != 0)
-    spdlog::warn("the checkpoint is {} samples into epoch {}, not a whole number of batches of {} x {} processes; "
-                 "the data order changes from here",
-                 state_.samples_in_epoch, state_.epoch, settings_.data.batch_size, strategy_->world_size());
-  state_.batch_in_epoch = state_.samples_in_epoch / per_batch;
   if (state_.world_size != strategy_->world_size() && strategy_->is_main())
     spdlog::info("the checkpoint was written by {} processes and resumes on {}", state_.world_size,
                  strategy_->world_size());
@@ -129,6 +122,22 @@ void Trainer::restore(const fs::path& checkpoint) {
   last_checkpoint_ = checkpoint;
   if (strategy_->is_main())
     spdlog::info("resumed from {} (step {}, epoch {})", checkpoint.string(), state_.step, state_.epoch);
+}
+
+void Trainer::resume_position() {
+  // The position in the epoch is kept in samples, all processes together: a run resumed on
+  // another layout with the same step batches continues with exactly the samples that follow.
+  if (state_.samples_in_epoch < 0)  // written before positions were kept in samples
+    state_.samples_in_epoch = state_.batch_in_epoch * settings_.data.batch_size * state_.world_size;
+  if (const auto batch = loader_->batch_after(state_.epoch, state_.samples_in_epoch)) {
+    state_.batch_in_epoch = *batch;
+    return;
+  }
+  const std::int64_t per_batch = settings_.data.batch_size * strategy_->world_size() * strategy_->accumulation_steps();
+  state_.batch_in_epoch = state_.samples_in_epoch / per_batch * strategy_->accumulation_steps();
+  spdlog::warn("the checkpoint is {} samples into epoch {}, where no optimizer step of this layout ends (the step "
+               "batches changed: another batch size, world size or accumulation); the data order changes from here",
+               state_.samples_in_epoch, state_.epoch);
 }
 
 void Trainer::agree_on_epoch_length() {
@@ -146,7 +155,7 @@ Trainer::MicroBatchTotals Trainer::run_micro_batches() {
     state_.batch_in_epoch = 0;
     loader_->start_epoch(state_.epoch, 0);
   }
-  const int count = plan_->micro_batches_at(state_.batch_in_epoch);
+  const int count = plan_->accumulation();
   // Models draw from their samples' streams (wanfw/sample_random.hpp). The default generators
   // are seeded too, for plugins that still draw from them: (seed, rank, step) reproduces a run on
   // the same layout, not across layouts.
@@ -160,6 +169,10 @@ Trainer::MicroBatchTotals Trainer::run_micro_batches() {
     if (!batch)
       throw Error(fmt::format("rank {}: the data loader ran out at micro-batch {} of epoch {} ({} expected)",
                               strategy_->rank(), state_.batch_in_epoch, state_.epoch, plan_->batches_per_epoch()));
+    if (sample_log_) {
+      *sample_log_ << fmt::format("{},{},{},{},{}\n", state_.step + 1, m, state_.epoch, loader_->last_bucket().name(),
+                                  fmt::join(batch->sample_ids, " "));
+    }
     ++state_.batch_in_epoch;
     totals.samples += batch->size;
     const StepOutput out = strategy_->micro_step(*model_, *batch, {m, count, m + 1 == count, &precision_});
@@ -253,7 +266,8 @@ std::map<std::string, double> Trainer::report(const MicroBatchTotals& totals, do
 }
 
 fs::path Trainer::save_checkpoint() {
-  state_.samples_in_epoch = state_.batch_in_epoch * settings_.data.batch_size * strategy_->world_size();
+  state_.samples_in_epoch = loader_->samples_before(state_.epoch, state_.batch_in_epoch);
+  if (sample_log_) sample_log_->flush();
   strategy_->barrier();
   fs::path path;
   if (strategy_->is_main()) {
@@ -269,8 +283,22 @@ fs::path Trainer::save_checkpoint() {
 
 TrainingResult Trainer::fit(const std::optional<fs::path>& checkpoint) {
   if (checkpoint) restore(*checkpoint);
-  loader_ = data_.loader(strategy_->rank(), strategy_->world_size(), strategy_->accumulation_steps());
+  loader_ = data_.loader(strategy_->rank(), strategy_->world_size(), strategy_->accumulation_steps(),
+                         strategy_->device());
+  if (checkpoint) resume_position();
   agree_on_epoch_length();
+  if (strategy_->is_main()) {
+    spdlog::info("data: {}", data_.training_set()->summary());
+    for (const auto& line : loader_->sampler().describe()) spdlog::info("  {}", line);
+  }
+  if (settings_.data.sample_log) {
+    fs::create_directories(run_dir_ / "samples");
+    const fs::path file = run_dir_ / "samples" / fmt::format("rank_{}.csv", strategy_->rank());
+    const bool fresh = !fs::exists(file);
+    sample_log_ = std::make_unique<std::ofstream>(file, std::ios::app);
+    if (!*sample_log_) throw FileError(fmt::format("cannot write the sample log {}", file.string()));
+    if (fresh) *sample_log_ << "step,micro_batch,epoch,bucket,sample_ids\n";
+  }
   plan_.emplace(settings_, *strategy_, loader_->batches_per_epoch());
   const std::int64_t total = plan_->total_steps();
   const bool main = strategy_->is_main();
@@ -332,6 +360,9 @@ TrainingResult Trainer::fit(const std::optional<fs::path>& checkpoint) {
     }
   }
   if (last_saved_step != state_.step) save_checkpoint();
+  if (sample_log_) sample_log_->flush();
+  result.skipped_samples = static_cast<std::int64_t>(
+      strategy_->all_reduce({static_cast<double>(loader_->skipped())}, Reduce::Sum).at(0));
   progress.finish();
   loggers_.flush();
   result.final_step = state_.step;

@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <map>
+#include <ostream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -39,6 +40,7 @@ struct TrainingResult {
   std::int64_t samples = 0;       ///< samples trained on by all processes together, this session
   double peak_memory_mib = 0;     ///< this process's peak resident memory
   double peak_gpu_memory_mib = 0; ///< peak CUDA memory allocated on this process's device (0 on CPUs)
+  std::int64_t skipped_samples = 0;  ///< bad samples skipped (data.on_bad_sample: skip), all processes
 };
 
 class Trainer {
@@ -70,6 +72,8 @@ class Trainer {
 
   void build_optimizer();
   void restore(const std::filesystem::path& checkpoint);
+  /// After a restore: the micro-batch of the epoch that follows the checkpoint's samples.
+  void resume_position();
   /// Fails unless every rank's epoch holds as many micro-batches: ends of epochs are collective.
   void agree_on_epoch_length();
   MicroBatchTotals run_micro_batches();
@@ -88,6 +92,8 @@ class Trainer {
   const TrainingData& data_;
   LoggerSet& loggers_;
   CheckpointStore checkpoints_;
+  std::filesystem::path run_dir_;
+  std::unique_ptr<std::ostream> sample_log_;  ///< data.sample_log: this rank's micro-batches
   std::unique_ptr<DataLoader> loader_;
   std::optional<TrainingPlan> plan_;
   std::vector<at::Tensor> parameters_;    ///< the trainable parameters, in optimizer order

@@ -5,6 +5,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "wanfw/error.hpp"
 #include "wanfw/strategy.hpp"
 
 namespace wanfw {
@@ -36,20 +37,17 @@ TrainingPlan::TrainingPlan(const CoreSettings& settings, const Strategy& strateg
       reference_batch_(reference_batch_of(settings)),
       lr_factor_(lr_factor_of(settings, global_batch_)),
       schedule_(settings.optimizer.lr * lr_factor_, settings.scheduler.warmup_steps, total_steps_,
-                settings.scheduler.decay == "cosine", settings.scheduler.min_lr_ratio) {}
-
-int TrainingPlan::micro_batches_at(std::int64_t batch_in_epoch) const {
-  return static_cast<int>(std::clamp<std::int64_t>(batches_per_epoch_ - batch_in_epoch, 1, accumulation_));
+                settings.scheduler.decay == "cosine", settings.scheduler.min_lr_ratio) {
+  if (batches_per_epoch_ % accumulation_ != 0)
+    throw Error(fmt::format("internal: an epoch of {} micro-batches is not whole steps of {}", batches_per_epoch_,
+                            accumulation_));
 }
 
 void TrainingPlan::announce(const CoreSettings& settings, const Strategy& strategy, std::int64_t first_step) const {
   const auto& opt = settings.optimizer;
-  const std::int64_t leftover = batches_per_epoch_ % accumulation_;
-  spdlog::info("world size {} | batch {} per device x {} accumulation = global batch {} | {} steps per epoch{} | "
+  spdlog::info("world size {} | batch {} per device x {} accumulation = global batch {} | {} steps per epoch | "
                "precision {}",
                strategy.world_size(), settings.data.batch_size, accumulation_, global_batch_, steps_per_epoch(),
-               leftover == 0 ? std::string()
-                             : fmt::format(" (the last of {} micro-batch{})", leftover, leftover == 1 ? "" : "es"),
                precision_name(settings.precision.mode));
   if (opt.lr_scaling != "none")
     spdlog::info("lr scaled {} with the global batch: {:.6g} x {:.4g} = {:.6g} (reference batch {})", opt.lr_scaling,

@@ -13,21 +13,19 @@ class Strategy;
 
 class TrainingPlan {
  public:
-  /// `batches_per_epoch`: micro-batches of one epoch on each process (the same on every rank).
+  /// `batches_per_epoch`: micro-batches of one epoch on each process (the same on every rank), a
+  /// whole number of steps.
   TrainingPlan(const CoreSettings& settings, const Strategy& strategy, std::int64_t batches_per_epoch);
 
   /// Micro-batches per full optimizer step (gradient accumulation).
   int accumulation() const { return accumulation_; }
   std::int64_t batches_per_epoch() const { return batches_per_epoch_; }
-  /// Every epoch ends with an optimizer step: ceil(batches_per_epoch / accumulation).
-  std::int64_t steps_per_epoch() const { return (batches_per_epoch_ + accumulation_ - 1) / accumulation_; }
+  /// An epoch is whole optimizer steps (the sampler deals it in step batches).
+  std::int64_t steps_per_epoch() const { return batches_per_epoch_ / accumulation_; }
   /// trainer.max_steps, or trainer.epochs whole epochs.
   std::int64_t total_steps() const { return total_steps_; }
   /// Samples per full optimizer step, all processes together.
   std::int64_t global_batch() const { return global_batch_; }
-  /// Micro-batches of the step that starts `batch_in_epoch` micro-batches into an epoch: the
-  /// accumulation, or what is left of the epoch (its last step may be shorter).
-  int micro_batches_at(std::int64_t batch_in_epoch) const;
   /// The learning rate of optimizer step `step` (0-based), with the global-batch scaling applied.
   double learning_rate(std::int64_t step) const { return schedule_.at(step); }
 

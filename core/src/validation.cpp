@@ -38,23 +38,15 @@ bool Validation::due(std::int64_t step, std::int64_t total_steps) const {
 std::map<std::string, double> Validation::run(std::int64_t step) {
   const auto started = std::chrono::steady_clock::now();
   const Dataset& set = *data_.validation_set();
-  const ShardedSampler shard({set.size(), strategy_.rank(), strategy_.world_size(), /*shuffle=*/false,
-                              /*drop_last=*/false, settings_.run.seed});
-  const auto& indices = shard.indices();
-  const auto batch_size = static_cast<std::size_t>(settings_.validation.batch_size);
   std::map<std::string, double> sums;
   std::int64_t samples = 0;
   {
     EvaluationScope scope(model_);
-    for (std::size_t first = 0; first < indices.size(); first += batch_size) {
-      const std::size_t last = std::min(indices.size(), first + batch_size);
-      const Batch batch =
-          data_.validation_batch({indices.begin() + static_cast<std::ptrdiff_t>(first),
-                                  indices.begin() + static_cast<std::ptrdiff_t>(last)})
-              .to(strategy_.device());
+    for (const auto& indices : data_.validation_batches(strategy_.rank(), strategy_.world_size())) {
+      const Batch batch = data_.validation_batch(indices).to(strategy_.device());
       // Models draw from the batch's sample streams; the default generators get a fixed seed too,
       // for plugins that still use them.
-      SeededGenerators seeded(mix_seed(settings_.run.seed ^ static_cast<std::uint64_t>(indices[first] + 1)));
+      SeededGenerators seeded(mix_seed(settings_.run.seed ^ static_cast<std::uint64_t>(indices.front() + 1)));
       for (const auto& [name, value] : model_.validation_step(batch))
         sums["val/" + name] += value.detach().to(at::kDouble).item<double>() * static_cast<double>(batch.size);
       samples += batch.size;

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -53,6 +54,11 @@ def wanfw(*args, timeout=300, check=None, **kwargs) -> subprocess.CompletedProce
             f"--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}"
         )
     return result
+
+
+def plugin_abi() -> int:
+    """This build's plugin ABI version, as `wanfw --version` prints it."""
+    return int(re.search(r"plugin ABI (\d+)", wanfw("--version", check=0).stdout).group(1))
 
 
 def start_wanfw(*args, **kwargs) -> subprocess.Popen:

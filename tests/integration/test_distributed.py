@@ -27,8 +27,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def config(tmp_path, name, strategy, batch, **sections):
-    c = base_config(tmp_path / "runs", strategy=strategy, data={"num_samples": 256, "batch_size": batch, "workers": 0},
+WAN_DATA = {"buckets": ["2x4x4"]}  # the tiny Wan model's synthetic latents
+
+
+def config(tmp_path, name, strategy, batch, data=None, **sections):
+    c = base_config(tmp_path / "runs", strategy=strategy,
+                    data={"num_samples": 256, "batch_size": batch, "workers": 0, **(data or {})},
                     trainer={"max_steps": STEPS, "log_every": 1, "progress": "lines"},
                     checkpoint={"every": 0, "keep_last": 0}, **sections)
     c["run"]["name"] = name
@@ -177,9 +181,9 @@ def test_the_fp16_scaler_skips_a_step_with_an_inf_gradient_and_checkpoints_its_s
 
 @pytest.mark.parametrize("mode", ["bf16", "fp16"])
 def test_mixed_precision_trains_the_tiny_wan_model_on_the_cpu(tmp_path, mode):
-    model = {"name": "wan22_flow_matching", "preset": "tiny", "latent_frames": 2, "latent_height": 4,
-             "latent_width": 4, "text_len": 4}
-    path = config(tmp_path, mode, {"name": "single", "device": "cpu"}, 4, model=model, precision={"mode": mode},
+    model = {"name": "wan22_flow_matching", "preset": "tiny", "text_len": 4}
+    path = config(tmp_path, mode, {"name": "single", "device": "cpu"}, 4, model=model, data=WAN_DATA,
+                  precision={"mode": mode},
                   optimizer={"lr": 2e-3, "weight_decay": 0.0})
     c = json.loads(path.read_text())
     c["trainer"]["max_steps"] = 120
@@ -192,9 +196,8 @@ def test_mixed_precision_trains_the_tiny_wan_model_on_the_cpu(tmp_path, mode):
 
 
 def test_the_tiny_wan_model_trains_under_ddp(tmp_path):
-    model = {"name": "wan22_flow_matching", "preset": "tiny", "latent_frames": 2, "latent_height": 4,
-             "latent_width": 4, "text_len": 4}
-    result = torchrun("run", config(tmp_path, "wan", {"name": "ddp", "timeout_s": 60}, 2, model=model))
+    model = {"name": "wan22_flow_matching", "preset": "tiny", "text_len": 4}
+    result = torchrun("run", config(tmp_path, "wan", {"name": "ddp", "timeout_s": 60}, 2, model=model, data=WAN_DATA))
     assert result.returncode == 0, result.stdout + result.stderr
     assert len(metrics(tmp_path, "wan")) == STEPS
 
@@ -239,10 +242,9 @@ def test_data_parallel_without_gpus_runs_as_single_and_says_so(tmp_path):
 
 
 def test_data_parallel_replicates_the_wan_model(tmp_path):
-    model = {"name": "wan22_flow_matching", "preset": "tiny", "latent_frames": 2, "latent_height": 4,
-             "latent_width": 4, "text_len": 4, "gradient_checkpointing": True}
-    wanfw("run", config(tmp_path, "wan_dp", {"name": "data_parallel", "devices": ["cpu", "cpu"]}, 4, model=model),
-          check=0)
+    model = {"name": "wan22_flow_matching", "preset": "tiny", "text_len": 4, "gradient_checkpointing": True}
+    wanfw("run", config(tmp_path, "wan_dp", {"name": "data_parallel", "devices": ["cpu", "cpu"]}, 4, model=model,
+                        data=WAN_DATA), check=0)
     losses = [float(r["loss"]) for r in metrics(tmp_path, "wan_dp")]
     assert len(losses) == STEPS and all(l == l for l in losses)
 

@@ -28,13 +28,13 @@ DDP = {"name": "ddp", "timeout_s": 60}
 
 
 def tiny_wan(task):
-    return {"name": "wan22_flow_matching", "preset": "tiny", "latent_frames": 3, "latent_height": 4,
-            "latent_width": 4, "text_len": 4, "task": task, "timestep_sampling": "logit_normal"}
+    return {"name": "wan22_flow_matching", "preset": "tiny", "text_len": 4, "task": task,
+            "timestep_sampling": "logit_normal"}
 
 
 def experiment(tmp_path, name, strategy, batch, model, **sections):
     c = base_config(tmp_path / "runs", strategy=strategy, model=model,
-                    data={"num_samples": 24, "batch_size": batch, "workers": 0},
+                    data={"num_samples": 24, "batch_size": batch, "workers": 0, "buckets": ["3x4x4"]},
                     optimizer={"lr": 1e-3, "weight_decay": 0.01},
                     trainer={"max_steps": STEPS, "log_every": 1, "progress": "lines"},
                     checkpoint={"every": 0, "keep_last": 0})
@@ -204,16 +204,20 @@ def test_data_parallel_replicas_hold_the_resumed_frozen_parameters_and_buffers(t
     assert largest_relative_difference(resumed, reference) <= RELATIVE
 
 
-def test_epochs_with_accumulation_run_exactly_the_micro_batches_of_whole_epochs(tmp_path):
-    # 40 samples in batches of 4: 10 micro-batches an epoch; steps of 3, 3, 3 and 1.
+def test_epochs_with_accumulation_are_whole_steps_and_the_plan_says_what_is_left_over(tmp_path):
+    # 40 samples, 3 micro-batches of 4 per step: steps of 12 samples, 4 left over each epoch.
     strategy = {"name": "grad_accum", "steps": 3, "inner": CPU}
-    path = experiment(tmp_path, "epochs", strategy, 4, linear(step_delay_ms=0),
-                      data={"num_samples": 40}, trainer={"max_steps": 0, "epochs": 2})
-    result = wanfw("run", path, check=0)
-    assert "4 steps per epoch (the last of 1 micro-batch)" in result.stdout
-    state = json.loads((checkpoints(tmp_path / "runs" / "epochs" / "version_0")[-1] / "trainer_state.json").read_text())
-    assert (state["step"], state["epoch"], state["batch_in_epoch"], state["samples_in_epoch"]) == (8, 1, 10, 40)
-    assert len(metrics(tmp_path, "epochs")) == 8
+    for drop_last, steps, leftovers in ((True, 3, "4 left over, skipped this epoch (others next epoch; data.drop_last)"),
+                                        (False, 4, "4 left over, completed with 8 repeated")):
+        name = f"epochs_{drop_last}"
+        path = experiment(tmp_path, name, strategy, 4, linear(step_delay_ms=0),
+                          data={"num_samples": 40, "drop_last": drop_last}, trainer={"max_steps": 0, "epochs": 2})
+        result = wanfw("run", path, check=0)
+        assert f"40 samples, batch 4 per device, {steps} steps of 12 per epoch, {leftovers}" in result.stdout
+        state = json.loads((checkpoints(tmp_path / "runs" / name / "version_0")[-1] / "trainer_state.json").read_text())
+        assert (state["step"], state["epoch"], state["batch_in_epoch"], state["samples_in_epoch"]) == \
+            (2 * steps, 1, 3 * steps, 12 * steps)
+        assert len(metrics(tmp_path, name)) == 2 * steps
 
 
 def test_under_torchrun_a_nan_on_one_rank_ends_the_job_with_both_ranks_naming_it(tmp_path):

@@ -31,9 +31,9 @@ def event_files(run_dir):
 @pytest.fixture(scope="module")
 def wan_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tb")
-    config = base_config(tmp / "runs", model={"name": "wan22_flow_matching", "preset": "tiny", "latent_frames": 2,
-                                              "latent_height": 4, "latent_width": 4, "text_len": 4, "preview_steps": 2},
-                         data={"num_samples": 32, "batch_size": 4, "workers": 0},
+    config = base_config(tmp / "runs", model={"name": "wan22_flow_matching", "preset": "tiny", "text_len": 4,
+                                              "preview_steps": 2},
+                         data={"num_samples": 32, "batch_size": 4, "workers": 0, "buckets": ["2x4x4"]},
                          optimizer={"lr": 1e-3, "weight_decay": 0.0},
                          trainer={"max_steps": 6, "log_every": 2, "progress": "lines", "histogram_every": 3},
                          validation={"every": 3, "num_samples": 4},

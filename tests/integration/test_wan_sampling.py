@@ -39,7 +39,7 @@ def reference_sample(model, noise, context, negative, image=None):
 def sample_config(tmp_path, weights, **model):
     config = base_config(tmp_path / "runs", model={"name": "wan22_flow_matching", "preset": "tiny", "weights": str(weights),
                                                    "sample_steps": STEPS, "sample_guidance": GUIDANCE,
-                                                   "sample_shift": SHIFT, **model})
+                                                   "sample_shift": SHIFT, "sample_size": "3x8x8", **model})
     return write_config(tmp_path / "wan.yaml", config)
 
 
@@ -85,10 +85,9 @@ def test_the_same_seed_draws_the_same_samples_and_another_seed_others(tmp_path):
 
 
 def test_sampling_from_a_training_checkpoint_without_inputs(tmp_path):
-    config = base_config(tmp_path / "runs", model={"name": "wan22_flow_matching", "preset": "tiny", "latent_frames": 2,
-                                                   "latent_height": 4, "latent_width": 4, "text_len": 4,
+    config = base_config(tmp_path / "runs", model={"name": "wan22_flow_matching", "preset": "tiny", "text_len": 4,
                                                    "sample_steps": 2},
-                         data={"num_samples": 16, "batch_size": 4, "workers": 0},
+                         data={"num_samples": 16, "batch_size": 4, "workers": 0, "buckets": ["2x4x4"]},
                          trainer={"max_steps": 2, "log_every": 1, "progress": "lines"})
     path = write_config(tmp_path / "wan.yaml", config)
     wanfw("run", path, check=0)

@@ -11,9 +11,8 @@ from test_wan_parity import TOLERANCE, predict, reference_model
 
 
 def tiny_wan(tmp_path, **model):
-    config = base_config(tmp_path / "runs", model={"name": "wan22_flow_matching", "preset": "tiny", "latent_frames": 2,
-                                                   "latent_height": 4, "latent_width": 4, **model},
-                         data={"num_samples": 32, "batch_size": 4, "workers": 0},
+    config = base_config(tmp_path / "runs", model={"name": "wan22_flow_matching", "preset": "tiny", **model},
+                         data={"num_samples": 32, "batch_size": 4, "workers": 0, "buckets": ["2x4x4"]},
                          optimizer={"lr": 1e-3, "weight_decay": 0.0},
                          trainer={"max_steps": 6, "log_every": 2, "progress": "lines"},
                          checkpoint={"every": 0, "keep_last": 0})

@@ -76,13 +76,19 @@ TEST_CASE("a slice of a batch keeps its samples' ids, epoch and seed") {
 }
 
 TEST_CASE("the data loader's batches carry their samples' ids, the epoch and the seed") {
-  auto data = std::make_shared<SyntheticDataset>(std::vector<FieldSpec>{{"x", {2}, at::kFloat}}, 12, 1);
-  auto sampler = std::make_shared<ShardedSampler>(ShardedSampler::Options{12, 1, 2, true, true, 5});
-  DataLoader loader(data, sampler, {3, true, 0, 2, 42});
+  SyntheticDataset::Options options;
+  options.size = 12;
+  options.seed = 1;
+  auto data = std::make_shared<SyntheticDataset>(std::vector<FieldSpec>{{"x", {2}, at::kFloat}}, options);
+  auto sampler = std::make_shared<BucketSampler>(*data, BucketSampler::Options{2, 1, 3, {}, true, true, 5});
+  DataLoader::Options loader_options;
+  loader_options.rank = 1;
+  loader_options.seed = 42;
+  DataLoader loader(data, sampler, loader_options);
   loader.start_epoch(2);
   const std::optional<Batch> batch = loader.next();
   REQUIRE(batch);
-  const std::vector<std::int64_t> expected(sampler->indices().begin(), sampler->indices().begin() + 3);
+  const std::vector<std::int64_t> expected = sampler->micro_batch(sampler->epoch(2).front(), 1, 0);
   CHECK(batch->sample_ids == expected);
   CHECK(batch->epoch == 2);
   CHECK(batch->seed == 42);

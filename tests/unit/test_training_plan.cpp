@@ -36,13 +36,11 @@ CoreSettings settings(std::int64_t max_steps, std::int64_t epochs, std::int64_t 
 
 }  // namespace
 
-TEST_CASE("an epoch ends with a step over its leftover micro-batches") {
-  const TrainingPlan plan(settings(0, 2), Layout(1, 3), /*batches_per_epoch=*/10);
+TEST_CASE("epochs are whole optimizer steps") {
+  const TrainingPlan plan(settings(0, 2), Layout(1, 3), /*batches_per_epoch=*/12);
   CHECK(plan.steps_per_epoch() == 4);
-  CHECK(plan.total_steps() == 8);  // 2 whole epochs: 2 x (3 + 3 + 3 + 1) micro-batches
-  CHECK(plan.micro_batches_at(0) == 3);
-  CHECK(plan.micro_batches_at(6) == 3);
-  CHECK(plan.micro_batches_at(9) == 1);
+  CHECK(plan.total_steps() == 8);  // 2 whole epochs of 4 steps of 3 micro-batches
+  CHECK_THROWS_AS(TrainingPlan(settings(0, 2), Layout(1, 3), 10), Error);
 }
 
 TEST_CASE("max_steps overrides epochs, and the global batch counts every process and micro-batch") {

@@ -1,5 +1,10 @@
 #pragma once
-// Batches, the fields a model declares, data sets, and samplers.
+// Batches, the fields a model declares, buckets and data sets.
+//
+// A model declares the fields every sample must carry (FieldSpec); a data set (a `dataset`
+// plugin: the synthetic set, the latent-shard reader, or a user's own) yields samples by index,
+// each in a bucket (a shape group: frames x height x width of its latents). The core's sampler
+// shuffles, buckets and shards them: every batch comes from one bucket.
 
 #include <cstdint>
 #include <map>
@@ -11,17 +16,50 @@
 
 namespace wanfw {
 
+/// Sizes a field's dimension takes from its sample rather than from the model. A field shape
+/// like {16, dim::frames, dim::height, dim::width} fits latents of any bucket; {dim::tokens, 4096}
+/// a text embedding of any length up to FieldSpec::max_tokens.
+namespace dim {
+inline constexpr std::int64_t frames = -1;  ///< the sample's bucket's frames
+inline constexpr std::int64_t height = -2;  ///< the sample's bucket's height
+inline constexpr std::int64_t width = -3;   ///< the sample's bucket's width
+/// Varies from sample to sample (a caption's tokens); batches zero-pad it to their longest sample.
+inline constexpr std::int64_t tokens = -4;
+}  // namespace dim
+
+/// "frames", "height", "width", "tokens", or the size itself for a fixed dimension.
+std::string dim_text(std::int64_t size);
+
 /// How the synthetic data set fills a field.
 enum class FieldDistribution { Normal, Uniform, Integer };
 
-/// One tensor of every sample, as a model declares it: `shape` is per sample (no batch dim).
+/// One tensor of every sample, as a model declares it: `shape` is per sample (no batch dim);
+/// a dimension is a fixed size or one of the `dim` sizes.
 struct FieldSpec {
   std::string name;
   std::vector<std::int64_t> shape;
-  at::ScalarType dtype = at::kFloat;
+  at::ScalarType dtype = at::kFloat;  ///< samples are converted to it (shards keep bf16 on disk)
   FieldDistribution distribution = FieldDistribution::Normal;
   std::int64_t integer_high = 2;  ///< Integer fields draw from [0, integer_high)
+  std::int64_t max_tokens = 0;    ///< the longest a dim::tokens dimension may be (0: no limit)
 };
+
+/// "[16, frames, height, width]".
+std::string shape_text(const FieldSpec& field);
+
+/// A shape group: the latent frames x height x width that every sample in it shares.
+struct Bucket {
+  std::int64_t frames = 1, height = 1, width = 1;
+  /// "5x16x16".
+  std::string name() const;
+  /// Parses "FxHxW" (positive integers); throws wanfw::Error naming `text` otherwise.
+  static Bucket parse(const std::string& text);
+  bool operator==(const Bucket&) const = default;
+  auto operator<=>(const Bucket&) const = default;
+};
+
+/// The fields of one sample, without the batch dimension.
+using Sample = std::map<std::string, at::Tensor>;
 
 /// A batch: one tensor per field, each with the batch as its first dimension, and the identity
 /// of every sample, which keys its random draws (wanfw/sample_random.hpp).
@@ -46,63 +84,71 @@ struct Batch {
 };
 
 /// A map-style data set: sample `index` is a pure function of the index (and the data set's
-/// construction), so any worker may produce any sample.
+/// construction), so any worker thread may produce any sample, concurrently.
 class Dataset {
  public:
   virtual ~Dataset() = default;
   virtual std::int64_t size() const = 0;
-  /// One sample: tensors without the batch dimension.
-  virtual std::map<std::string, at::Tensor> get(std::int64_t index) const = 0;
+  /// One sample: the fields the model declared, without the batch dimension. Throws
+  /// wanfw::DataError naming the sample and its file when it cannot be read.
+  virtual Sample get(std::int64_t index) const = 0;
+  /// The shape groups of the data set, and the group of each sample (an index into buckets()).
+  virtual const std::vector<Bucket>& buckets() const = 0;
+  virtual std::int64_t bucket_of(std::int64_t index) const = 0;
+  /// The sample as a user knows it, for messages and sample logs: "clip_0003 (shard-00001.safetensors)".
+  virtual std::string describe_sample(std::int64_t index) const;
+  /// The fields that stand in for a sample's caption under caption dropout (the empty prompt's
+  /// text embedding, under the caption fields' names). Empty: the data set has none.
+  virtual Sample empty_caption() const { return {}; }
+  /// A held-out set for validation, of at most `max_samples` samples; `seed` keys whatever it
+  /// draws. Null: the data set has none (validation needs one).
+  virtual std::shared_ptr<Dataset> validation_set(std::int64_t max_samples, std::uint64_t seed) const;
+  /// One line for the start of a run: what the data set is and where it comes from.
+  virtual std::string summary() const;
 };
 
 /// Deterministic random data with the fields a model declares: sample i depends only on the
-/// seed and i.
+/// seed and i, and is in bucket i mod buckets.size(). `tokens` is the length of dim::tokens
+/// dimensions (0: each field's max_tokens). With `patterns`, latent-like fields (those with a
+/// bucket dimension) are one of a few smooth patterns plus noise, and every other field is the
+/// pattern's own caption, so a model can learn to denoise them: a loss that visibly falls.
 class SyntheticDataset final : public Dataset {
  public:
-  SyntheticDataset(std::vector<FieldSpec> fields, std::int64_t size, std::uint64_t seed);
-  std::int64_t size() const override { return size_; }
-  std::map<std::string, at::Tensor> get(std::int64_t index) const override;
-
- private:
-  std::vector<FieldSpec> fields_;
-  std::int64_t size_;
-  std::uint64_t seed_;
-};
-
-/// Stacks samples into a batch (without ids: the caller that knows them sets them).
-Batch collate(const std::vector<std::map<std::string, at::Tensor>>& samples);
-
-/// The order in which one rank visits the data set in one epoch.
-class Sampler {
- public:
-  virtual ~Sampler() = default;
-  /// Re-deals the order for `epoch` (shuffled samplers reshuffle, identically on every rank).
-  virtual void set_epoch(std::int64_t epoch) = 0;
-  /// The indices this rank visits in the current epoch, in order.
-  virtual const std::vector<std::int64_t>& indices() const = 0;
-};
-
-/// Shards a data set of `dataset_size` samples over `world_size` ranks: the shards are disjoint
-/// and together cover the data set (with `drop_last`, the tail that does not divide evenly is
-/// dropped; without it, the first samples are repeated to pad every shard to equal length).
-/// With `shuffle`, the permutation depends only on (seed, epoch).
-class ShardedSampler final : public Sampler {
- public:
   struct Options {
-    std::int64_t dataset_size = 0;
-    int rank = 0;
-    int world_size = 1;
-    bool shuffle = true;
-    bool drop_last = false;
+    std::int64_t size = 1;
     std::uint64_t seed = 0;
+    std::vector<Bucket> buckets = {Bucket{}};
+    std::int64_t tokens = 0;
+    bool patterns = false;
   };
-  explicit ShardedSampler(Options options);
-  void set_epoch(std::int64_t epoch) override;
-  const std::vector<std::int64_t>& indices() const override { return indices_; }
+  SyntheticDataset(std::vector<FieldSpec> fields, Options options);
+  std::int64_t size() const override { return options_.size; }
+  Sample get(std::int64_t index) const override;
+  const std::vector<Bucket>& buckets() const override { return options_.buckets; }
+  std::int64_t bucket_of(std::int64_t index) const override;
+  Sample empty_caption() const override;
+  std::shared_ptr<Dataset> validation_set(std::int64_t max_samples, std::uint64_t seed) const override;
+  std::string summary() const override;
+  /// The pattern (caption class) of sample `index` when `patterns` is on.
+  std::int64_t pattern_of(std::int64_t index) const;
+  static constexpr std::int64_t kPatterns = 8;
 
  private:
+  std::vector<std::int64_t> concrete_shape(const FieldSpec& field, const Bucket& bucket, std::int64_t tokens) const;
+  std::vector<FieldSpec> fields_;
   Options options_;
-  std::vector<std::int64_t> indices_;
+  std::uint64_t pattern_seed_;  ///< keys patterns and captions: the training set's seed
 };
+
+/// Checks `sample` against the declared fields (every field present, its shape fits the spec and
+/// the bucket, tokens within max_tokens) and converts each field to its declared dtype; extra
+/// fields are dropped. Throws wanfw::DataError naming `sample_name`, the field and both shapes.
+Sample conform_sample(Sample sample, const std::vector<FieldSpec>& fields, const Bucket& bucket,
+                      const std::string& sample_name);
+
+/// Stacks samples into a batch (without ids: the caller that knows them sets them). Fields
+/// listed in `padded` (dim::tokens as their first dimension) are zero-padded to the batch's
+/// longest sample first.
+Batch collate(const std::vector<Sample>& samples, const std::vector<std::string>& padded = {});
 
 }  // namespace wanfw

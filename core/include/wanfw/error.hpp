@@ -47,6 +47,12 @@ class FileError : public Error {
   using Error::Error;
 };
 
+/// One sample of a data set cannot be used: unreadable, corrupt, or not what the model declared.
+/// The message names the sample and its file; `data.on_bad_sample: skip` skips such samples.
+class DataError : public Error {
+  using Error::Error;
+};
+
 /// Training stopped because a loss or gradient stopped being finite.
 class NonFiniteError : public Error {
   using Error::Error;

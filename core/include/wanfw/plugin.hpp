@@ -34,7 +34,7 @@
 
 namespace wanfw {
 
-enum class PluginKind : std::uint32_t { Model = 1, Strategy = 2, Logger = 3 };
+enum class PluginKind : std::uint32_t { Model = 1, Strategy = 2, Logger = 3, Dataset = 4 };
 const char* plugin_kind_name(PluginKind kind);
 
 /// The versions a plugin was built with, as plain data the host can read without running the
@@ -66,6 +66,8 @@ struct PluginContext {
   /// that wraps another, like grad_accum's `inner`). The key must be listed in
   /// PluginDescriptor::subsections. Throws ConfigError when the subsection is missing or wrong.
   std::function<std::shared_ptr<Strategy>(const std::string& key)> build_strategy;
+  /// Data sets: the fields the model declared (what every sample must carry).
+  std::vector<FieldSpec> fields;
 };
 
 struct PluginDescriptor {
@@ -82,6 +84,7 @@ struct PluginDescriptor {
   std::unique_ptr<Model> (*make_model)(const Options&, const PluginContext&) = nullptr;
   std::unique_ptr<Strategy> (*make_strategy)(const Options&, const PluginContext&) = nullptr;
   std::unique_ptr<Logger> (*make_logger)(const Options&, const PluginContext&) = nullptr;
+  std::unique_ptr<Dataset> (*make_dataset)(const Options&, const PluginContext&) = nullptr;
 
   /// Optional, for models: a summary (size, parameter count, memory estimate) worked out from
   /// the options alone, without allocating weights (`wanfw model-info`).
@@ -90,6 +93,7 @@ struct PluginDescriptor {
   static PluginDescriptor for_model(std::string name, std::string version, std::string summary);
   static PluginDescriptor for_strategy(std::string name, std::string version, std::string summary);
   static PluginDescriptor for_logger(std::string name, std::string version, std::string summary);
+  static PluginDescriptor for_dataset(std::string name, std::string version, std::string summary);
 };
 
 /// The signature of the exported entry.
@@ -99,7 +103,7 @@ using PluginEntry = const PluginDescriptor*();
 
 #define WANFW_PLUGIN_EXPORT __attribute__((visibility("default")))
 
-/// Exports the record of a plugin of kind KIND (Model, Strategy or Logger) and `describe_fn` (a
+/// Exports the record of a plugin of kind KIND (Model, Strategy, Logger or Dataset) and `describe_fn` (a
 /// function returning PluginDescriptor) as its entry. The versions are stamped here, in the
 /// plugin's own translation unit, so they record what the plugin was compiled with.
 #define WANFW_PLUGIN(KIND, describe_fn)                                                                    \

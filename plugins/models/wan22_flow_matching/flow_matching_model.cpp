@@ -39,8 +39,8 @@ const char* kPredictInputs =
     "give x [B,C,F,H,W], t [B] or [B,tokens], context [B,L,text_dim] (and y for image conditioning); or x0, noise, "
     "sigma and context to evaluate the loss";
 const char* kSampleInputs =
-    "give context [B,L,text_dim]; optionally negative_context, noise [B,C,F,H,W], and image [B,C,H,W] (the "
-    "first-frame latent) for ti2v and i2v";
+    "give context [B,L,text_dim] and noise [B,C,F,H,W] (or latents of that shape); optionally negative_context, "
+    "and image [B,C,H,W] (the first-frame latent; default: the latents' first frame) for ti2v and i2v";
 
 }  // namespace
 
@@ -59,8 +59,26 @@ torch::Device WanFlowMatchingModel::device() const { return denoiser_.dits().fro
 
 std::vector<wanfw::FieldSpec> WanFlowMatchingModel::batch_fields() const {
   const auto& c = denoiser_.config();
-  return {{"latents", {c.out_dim, settings_.frames, settings_.height, settings_.width}, at::kFloat},
-          {"context", {settings_.text_len, c.text_dim}, at::kFloat}};
+  // Latents of any bucket; text embeddings at their real length, padded to text_len in the DiT.
+  wanfw::FieldSpec latents{"latents", {c.out_dim, wanfw::dim::frames, wanfw::dim::height, wanfw::dim::width}};
+  wanfw::FieldSpec context{"context", {wanfw::dim::tokens, c.text_dim}};
+  context.max_tokens = c.text_len;
+  return {latents, context};
+}
+
+void WanFlowMatchingModel::check_latents(const torch::Tensor& latents, const char* what) const {
+  const auto& p = denoiser_.config().patch;
+  if (latents.dim() != 5 || latents.size(3) % p[1] != 0 || latents.size(4) % p[2] != 0 ||
+      latents.size(2) % p[0] != 0)
+    throw wanfw::Error(fmt::format("{}: latents of shape {} do not fit the DiT: [B, C, F, H, W] with F a multiple of "
+                                   "{} and H, W multiples of {}",
+                                   what, c10::str(latents.sizes()), p[0], p[1]),
+                       "encode the data at a resolution whose latents divide into patches (pixels: multiples of 16 "
+                       "for the Wan2.1 VAE, 32 for the Wan2.2 VAE)");
+  if (settings_.task == "ti2v" && latents.size(2) < 2)
+    throw wanfw::Error(fmt::format("{}: ti2v needs at least 2 latent frames, the latents have {}", what,
+                                   latents.size(2)),
+                       "use buckets of at least 2 latent frames (5 video frames)");
 }
 
 torch::Tensor WanFlowMatchingModel::sample_sigma(const wanfw::Batch& batch) const {
@@ -106,6 +124,7 @@ WanFlowMatchingModel::Objective WanFlowMatchingModel::objective(const torch::Ten
 wanfw::StepOutput WanFlowMatchingModel::training_step(const wanfw::Batch& batch) {
   // Noise and timestep come from the sample's own streams: the same wherever the sample is trained.
   const torch::Tensor x0 = batch.at("latents");
+  check_latents(x0, "training");
   const torch::Tensor noise = wanfw::sample_randn(batch, "noise", x0.sizes().slice(1), x0.scalar_type());
   const torch::Tensor sigma = sample_sigma(batch);
   const Objective out = objective(x0, noise, sigma, batch.at("context"));
@@ -116,6 +135,7 @@ std::map<std::string, at::Tensor> WanFlowMatchingModel::validation_step(const wa
   // The same noise at every fixed timestep: one curve per timestep, comparable across steps
   // (validation batches keep their seed and epoch, so each sample draws the same noise every time).
   const torch::Tensor x0 = batch.at("latents");
+  check_latents(x0, "validation");
   const torch::Tensor noise = wanfw::sample_randn(batch, "noise", x0.sizes().slice(1), x0.scalar_type());
   std::map<std::string, at::Tensor> metrics;
   torch::Tensor total = torch::zeros({}, x0.options().dtype(torch::kFloat64));
@@ -156,7 +176,7 @@ std::map<std::string, at::Tensor> WanFlowMatchingModel::sample(const std::map<st
 
 std::map<std::string, at::Tensor> WanFlowMatchingModel::preview(const wanfw::Batch& batch, std::uint64_t seed) {
   const torch::Tensor latents = batch.at("latents").narrow(0, 0, 1);
-  std::map<std::string, at::Tensor> inputs = {{"context", batch.at("context").narrow(0, 0, 1)}};
+  std::map<std::string, at::Tensor> inputs = {{"context", batch.at("context").narrow(0, 0, 1)}, {"latents", latents}};
   if (settings_.task != "t2v") inputs["image"] = latents.select(2, 0);
   const torch::Tensor video = draw(inputs, seed, settings_.preview_steps).at("latents")[0];  // [C, F, H, W]
   // Channels 0-2 (or the only one) as RGB, each stretched to 0..255; frames side by side.
@@ -194,17 +214,29 @@ std::map<std::string, at::Tensor> WanFlowMatchingModel::draw(const std::map<std:
   if (negative.size(0) == 1 && batch > 1) negative = negative.expand({batch, -1, -1});
 
   torch::Tensor noise = input("noise", false);
+  const torch::Tensor latents = input("latents", false);  // data set samples: their shape, their first frame
   if (!noise.defined()) {
+    std::vector<std::int64_t> shape;
+    if (latents.defined()) {
+      shape = latents.sizes().vec();
+    } else if (settings_.sample_size) {
+      const auto& size = *settings_.sample_size;
+      shape = {batch, c.out_dim, size.frames, size.height, size.width};
+    } else {
+      throw wanfw::Error("sample: the inputs have neither 'noise' nor 'latents' to take the video's shape from, and "
+                         "model.sample_size is not set",
+                         kSampleInputs);
+    }
     // Drawn on the CPU from the seed, so a seed gives the same samples on every device.
     torch::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
-    noise = torch::randn({batch, c.out_dim, settings_.frames, settings_.height, settings_.width}, generator,
-                         torch::TensorOptions().dtype(torch::kFloat32)).to(dev);
+    noise = torch::randn(shape, generator, torch::TensorOptions().dtype(torch::kFloat32)).to(dev);
   }
   if (noise.dim() != 5 || noise.size(0) != batch || noise.size(1) != c.out_dim)
     throw wanfw::Error(fmt::format("sample: noise has shape {}; expected [{}, {}, F, H, W]", c10::str(noise.sizes()),
                                    batch, c.out_dim));
   const bool ti2v = settings_.task == "ti2v", i2v = settings_.task == "i2v";
-  torch::Tensor image = input("image", ti2v || i2v);
+  torch::Tensor image = input("image", (ti2v || i2v) && !latents.defined());
+  if (!image.defined() && latents.defined() && (ti2v || i2v)) image = latents.select(2, 0);
   if (image.defined() && image.dim() == 5) image = image.select(2, 0);
   if (image.defined() && (image.dim() != 4 || image.size(0) != batch || image.size(1) != c.out_dim ||
                           image.size(2) != noise.size(3) || image.size(3) != noise.size(4)))

@@ -8,6 +8,7 @@
 // first-frame mask and the first-frame latent, zeros after it: in_dim = 2 out_dim + 4).
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,8 +28,8 @@ struct FlowMatchingSettings {
   bool bell_weighting = false;
   Expert expert = Expert::None;
   double boundary = 0.0;  ///< expert boundary / 1000
-  std::int64_t frames = 0, height = 0, width = 0, text_len = 0;
   std::vector<double> validation_timesteps;  ///< 0..1000
+  std::optional<wanfw::Bucket> sample_size;  ///< latent F x H x W of `wanfw sample` without noise/latents
   std::int64_t sample_steps = 20;
   std::int64_t preview_steps = 10;
   double sample_guidance = 5.0;
@@ -69,6 +70,8 @@ class WanFlowMatchingModel final : public wanfw::Model {
   /// Per-token timesteps for ti2v (the first frame's tokens at 0), else t as given: [B] -> [B] or [B, L].
   torch::Tensor timesteps(const torch::Tensor& sigma, const torch::Tensor& latents) const;
   torch::Device device() const;
+  /// Throws naming `what` when the latents cannot be cut into the DiT's patches.
+  void check_latents(const torch::Tensor& latents, const char* what) const;
   std::map<std::string, at::Tensor> draw(const std::map<std::string, at::Tensor>& inputs, std::uint64_t seed,
                                          std::int64_t steps);
 

@@ -51,16 +51,19 @@ FlowMatchingSettings settings_from(const wanfw::Options& o, const wan::WanConfig
   s.min_sigma = o.number("min_timestep") / 1000.0;
   s.max_sigma = o.number("max_timestep") / 1000.0;
   s.bell_weighting = o.string("loss_weighting") == "bell";
-  s.frames = o.integer("latent_frames");
-  s.height = o.integer("latent_height");
-  s.width = o.integer("latent_width");
-  s.text_len = config.text_len;  // synthetic contexts fill the padded length
   s.validation_timesteps = o.numbers("validation_timesteps");
   s.sample_steps = o.integer("sample_steps");
   s.preview_steps = o.integer("preview_steps");
   if (s.preview_steps < 1) o.fail("preview_steps", "must be at least 1");
   s.sample_guidance = o.number("sample_guidance");
   s.sample_shift = o.number("sample_shift");
+  if (!o.string("sample_size").empty()) {
+    try {
+      s.sample_size = wanfw::Bucket::parse(o.string("sample_size"));
+    } catch (const wanfw::Error& e) {
+      o.fail("sample_size", e.what());
+    }
+  }
   if (!(s.min_sigma >= 0 && s.min_sigma < s.max_sigma && s.max_sigma <= 1))
     o.fail("min_timestep", "need 0 <= min_timestep < max_timestep <= 1000");
   if (s.shift <= 0) o.fail("shift", "must be positive");
@@ -105,12 +108,6 @@ FlowMatchingSettings settings_from(const wanfw::Options& o, const wan::WanConfig
                                expected_in, config.out_dim, s.task == "i2v" ? " x 2 + 4 mask channels" : "",
                                config.in_dim),
            s.task == "i2v" ? "use preset wan2.2-i2v-a14b, or set in_dim" : "use a t2v/ti2v preset, or set in_dim");
-  for (const char* name : {"latent_frames", "latent_height", "latent_width"})
-    if (o.integer(name) < 1) o.fail(name, "must be at least 1");
-  if (s.height % config.patch[1] != 0 || s.width % config.patch[2] != 0)
-    o.fail("latent_height", fmt::format("latent height and width must be multiples of the patch size {}",
-                                        config.patch[1]));
-  if (s.task == "ti2v" && s.frames < 2) o.fail("latent_frames", "ti2v needs at least 2 latent frames");
   return s;
 }
 
@@ -170,10 +167,10 @@ std::string inspect(const wanfw::Options& o) {
       "{}parameters: {}\n"
       "size of the weights: {:.2f} GiB in float32, {:.2f} GiB in bfloat16\n"
       "training state in {} with AdamW (weights, gradients, two moments): {:.2f} GiB, before activations\n"
-      "task {}, synthetic latents [{}, {}, {}, {}], text {} x {}\n{}",
+      "task {}; batches: latents [{}, frames, height, width], text [tokens <= {}, {}]\n{}",
       c.preset, c.dim, c.ffn_dim, c.num_heads, c.head_dim(), split[0], split[1], split[2], c.num_layers, c.in_dim,
       c.out_dim, c.text_dim, c.text_len, experts, with_thousands(c.parameter_count() * models), n * 4 / kGiB, n * 2 / kGiB, o.string("dtype"), n * 4 * (o.string("dtype") == "bfloat16" ? 2 : 4) / kGiB, s.task, c.out_dim,
-      s.frames, s.height, s.width, s.text_len, c.text_dim, weights_summary(o, c, s.expert));
+      c.text_len, c.text_dim, weights_summary(o, c, s.expert));
 }
 
 wanfw::PluginDescriptor describe() {
@@ -192,8 +189,8 @@ wanfw::PluginDescriptor describe() {
       option("text_len", T::Integer)
           .value("0")
           .doc("Tokens every text context is zero-padded to before the text embedding, as the official model "
-               "does (longer contexts are refused); synthetic contexts are this long. 0 keeps the preset's (512; "
-               "16 for tiny)."),
+               "does (longer contexts are refused); synthetic contexts are this long unless data.text_tokens says "
+               "otherwise. 0 keeps the preset's (512; 16 for tiny)."),
       option("task", T::Choice)
           .value("t2v")
           .choices({"t2v", "ti2v", "i2v"})
@@ -236,9 +233,10 @@ wanfw::PluginDescriptor describe() {
       option("preview_steps", T::Integer).value("10").doc("Euler steps of the preview image at each validation."),
       option("sample_guidance", T::Number).value("5.0").doc("Classifier-free guidance scale; 1 disables."),
       option("sample_shift", T::Number).value("5.0").doc("Shift k of the sampling schedule s' = k s / (1 + (k-1) s)."),
-      option("latent_frames", T::Integer).value("3").doc("Latent frames of the synthetic data."),
-      option("latent_height", T::Integer).value("8").doc("Latent height of the synthetic data."),
-      option("latent_width", T::Integer).value("8").doc("Latent width of the synthetic data."),
+      option("sample_size", T::String)
+          .value("\"\"")
+          .doc("Latent frames x height x width (\"21x60x104\") `wanfw sample` draws when its inputs hold neither noise "
+               "nor latents to take the shape from."),
   };
   d.make_model = make_model;
   d.inspect_model = inspect;
