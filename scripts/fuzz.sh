@@ -16,7 +16,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${WANFW_BUILD_DIR:-$root/build}"
 case "$build" in /*) ;; *) build="$root/$build" ;; esac
 fuzz_build="$build/fuzz"
-all_targets=(safetensors_reader sharded_index config_loader)
+all_targets=(safetensors_reader sharded_index config_loader dataset_manifest)
 log() { printf '[wanfw fuzz] %s\n' "$*"; }
 
 build_only=0
