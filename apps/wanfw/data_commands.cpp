@@ -1,5 +1,6 @@
 // `wanfw data`: make, inspect and verify data set folders.
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -11,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "bucket_sampler.hpp"
+#include "data_loader.hpp"
 #include "commands.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/latent_dataset.hpp"
@@ -24,6 +26,7 @@ const char* const kDataHelp = R"(usage: wanfw data synth DIR [--samples N] [--bu
                          [--max-tokens L] [--seed N] [--shard-mb M]
        wanfw data inspect DIR [--batch-size B] [--world-size N] [--accumulation K] [--keep-last]
        wanfw data verify DIR
+       wanfw data throughput DIR [--workers N] [--prefetch P] [--batch-size B] [--epochs E]
 
 Data set folders hold latents and text embeddings encoded once: safetensors shards listed by
 manifest.json (docs/data.md). tools/encode_dataset.py makes them from videos and captions.
@@ -39,6 +42,10 @@ manifest.json (docs/data.md). tools/encode_dataset.py makes them from videos and
   verify   checks every shard (size, CRC-32, safetensors structure) and every sample (each
            tensor present with the manifest's shape, finite values, latents in their bucket);
            lists every problem and exits 1 if there is one.
+  throughput
+           reads the folder through the training loader (workers, prefetch, memory-mapped
+           shards, checks and conversion to float32, text padding), as a run would, and prints
+           samples/s and MB/s of stored data: is the data path fast enough for the GPUs?
 )";
 
 namespace {
@@ -216,6 +223,46 @@ int verify(const std::vector<std::string>& args) {
   return kSuccess;
 }
 
+int throughput(const std::vector<std::string>& args) {
+  std::map<std::string, std::string> flags = {{"--workers", "2"}, {"--prefetch", "2"}, {"--batch-size", "1"},
+                                              {"--epochs", "1"}};
+  const fs::path folder = parse(args, flags);
+  auto data = std::make_shared<LatentShardDataset>(folder, std::vector<FieldSpec>{});
+  // The fields as a model would declare them: each sample's own tensors by bucket, text by tokens.
+  std::vector<FieldSpec> fields;
+  for (const auto& [name, where] : data->manifest().samples.front().fields) {
+    FieldSpec field{name, where.shape};
+    if (where.shape.size() == 4) field.shape = {where.shape[0], dim::frames, dim::height, dim::width};
+    if (where.shape.size() == 2) field.shape = {dim::tokens, where.shape[1]};
+    fields.push_back(field);
+  }
+  auto reader = std::make_shared<LatentShardDataset>(folder, fields);
+  BucketSampler::Options plan;
+  plan.batch_size = integer(flags, "--batch-size", 1, 1'000'000);
+  plan.drop_last = false;
+  auto sampler = std::make_shared<BucketSampler>(*reader, plan);
+  DataLoader::Options options;
+  options.workers = static_cast<int>(integer(flags, "--workers", 0, 256));
+  options.prefetch = static_cast<int>(integer(flags, "--prefetch", 1, 64));
+  options.fields = fields;
+  DataLoader loader(reader, sampler, options);
+  const std::int64_t epochs = integer(flags, "--epochs", 1, 1000);
+  std::int64_t samples = 0;
+  const auto started = std::chrono::steady_clock::now();
+  for (std::int64_t epoch = 0; epoch < epochs; ++epoch) {
+    loader.start_epoch(epoch);
+    while (auto batch = loader.next()) samples += batch->size;
+  }
+  double shard_bytes = 0;  // every sample is read each epoch (drop_last off), so every shard byte
+  for (const auto& shard : reader->manifest().shards) shard_bytes += static_cast<double>(shard.bytes);
+  const double stored_bytes = shard_bytes * static_cast<double>(epochs);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  std::printf("%lld samples in %.3f s: %.1f samples/s, %.1f MB/s of shards (%d workers, batch %lld)\n",
+              static_cast<long long>(samples), seconds, static_cast<double>(samples) / seconds, stored_bytes / 1e6 / seconds,
+              options.workers, static_cast<long long>(plan.batch_size));
+  return kSuccess;
+}
+
 }  // namespace
 
 int data_command(const std::vector<std::string>& args) {
@@ -223,6 +270,7 @@ int data_command(const std::vector<std::string>& args) {
   if (args[0] == "synth") return synth(args);
   if (args[0] == "inspect") return inspect(args);
   if (args[0] == "verify") return verify(args);
+  if (args[0] == "throughput") return throughput(args);
   usage(fmt::format("unknown data subcommand '{}'", shortened(args[0])));
 }
 

@@ -266,7 +266,10 @@ Sample conform_sample(Sample sample, const std::vector<FieldSpec>& fields, const
                       "encode the data for this model (latent channels, text width), or choose the model the data "
                       "was encoded for");
     at::Tensor converted = value.scalar_type() == field.dtype ? value : value.to(field.dtype);
-    if (at::isFloatingType(converted.scalar_type()) && !at::isfinite(converted).all().item<bool>()) {
+    // One vectorised read: a NaN or Inf makes the sum non-finite (values large enough to
+    // overflow it are then counted exactly, and pass).
+    if (at::isFloatingType(converted.scalar_type()) && !std::isfinite(converted.sum().item<double>()) &&
+        !at::isfinite(converted).all().item<bool>()) {
       const auto bad = (~at::isfinite(converted)).sum().item<std::int64_t>();
       throw DataError(fmt::format("{}: field '{}' holds {} NaN or infinite value(s) of {}", sample_name, field.name, bad,
                                   converted.numel()),

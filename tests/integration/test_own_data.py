@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from conftest import base_config, checkpoints, start_wanfw, wait_for, wanfw, write_config
+from conftest import SOURCE, base_config, checkpoints, start_wanfw, wait_for, wanfw, write_config
 from test_distributed import torchrun
 from test_training import read_csv
 
@@ -226,3 +226,11 @@ def test_a_missing_folder_or_manifest_says_what_to_point_at(tmp_path):
     (tmp_path / "empty").mkdir()
     message = run_on(tmp_path, tmp_path / "empty", 2)
     assert f"{tmp_path / 'empty'}: no data set here (manifest.json is missing)" in message
+
+
+def test_the_own_data_example_trains_on_a_synth_folder_as_its_comments_say(tmp_path):
+    wanfw("data", "synth", "data/synth", cwd=tmp_path, check=0)
+    result = wanfw("run", SOURCE / "examples" / "finetune-own-data.yaml", "--set", f"run.output_dir={tmp_path / 'runs'}",
+                   "--set", "trainer.max_steps=20", cwd=tmp_path, check=0)
+    assert "64 samples from data/synth in 2 bucket(s)" in result.stdout
+    assert "done: 20 steps" in result.stdout

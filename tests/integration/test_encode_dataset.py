@@ -1,0 +1,146 @@
+"""tools/encode_dataset.py with tiny random encoders built here (nothing downloaded): videos and
+images with captions -> shards -> `wanfw data verify` -> training; re-runs encode only what changed."""
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from conftest import SOURCE, base_config, wanfw, write_config
+
+av = pytest.importorskip("av")
+transformers = pytest.importorskip("transformers")
+
+TOOL = SOURCE / "tools" / "encode_dataset.py"
+TEXT_LEN = 16  # the tiny Wan preset's
+WORDS = ["a", "red", "blue", "ball", "moves", "left", "right", "over", "the", "grass", "sky", "image", "of", "still"]
+
+
+def tiny_encoders(folder: Path):
+    """A Wan2.1-style VAE (4 latent channels, strides 4 x 8 x 8) and a UMT5 encoder 32 wide."""
+    from diffusers import AutoencoderKLWan
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast, UMT5Config, UMT5EncoderModel
+
+    torch.manual_seed(0)
+    vae = AutoencoderKLWan(base_dim=8, z_dim=4, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
+                           latents_mean=[0.1, -0.2, 0.0, 0.3], latents_std=[1.5, 0.8, 1.0, 2.0])
+    vae.save_pretrained(folder / "vae")
+    vocab = {"<pad>": 0, "</s>": 1, "<unk>": 2, **{w: i + 3 for i, w in enumerate(WORDS)}}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="<pad>", eos_token="</s>",
+                            unk_token="<unk>").save_pretrained(folder / "tokenizer")
+    config = UMT5Config(vocab_size=len(vocab), d_model=32, d_kv=8, d_ff=64, num_layers=1, num_heads=4,
+                        pad_token_id=0, eos_token_id=1, decoder_start_token_id=0)
+    UMT5EncoderModel(config).save_pretrained(folder / "text_encoder")
+    return folder
+
+
+def write_video(path: Path, frames: int, size=(48, 64), fps=16):
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("mpeg4", rate=fps)
+        stream.height, stream.width = size
+        stream.pix_fmt = "yuv420p"
+        for i in range(frames):
+            y, x = torch.meshgrid(torch.arange(size[0]), torch.arange(size[1]), indexing="ij")
+            image = torch.stack([(x * 4 + i * 8) % 256, (y * 4) % 256, torch.full_like(x, 128)], -1).to(torch.uint8)
+            for packet in stream.encode(av.VideoFrame.from_ndarray(image.numpy(), format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    root = tmp_path_factory.mktemp("encode")
+    clips = root / "clips"
+    clips.mkdir()
+    write_video(clips / "ball_left.mp4", 12)
+    write_video(clips / "ball_right.mp4", 20, size=(64, 48))  # portrait: the other bucket
+    write_video(clips / "too_short.mp4", 3)  # 3 frames: fits no video bucket
+    (clips / "ball_left.txt").write_text("a red ball moves left")
+    (clips / "ball_right.txt").write_text("a blue  ball moves\nright over the grass")
+    (clips / "too_short.txt").write_text("a ball")
+    from PIL import Image
+    Image.new("RGB", (80, 64), (200, 30, 30)).save(clips / "still.png")
+    (clips / "still.txt").write_text("a still image of the sky")
+    return clips, tiny_encoders(root / "encoders")
+
+
+def encode(clips, encoders, out, *extra):
+    command = [sys.executable, str(TOOL), str(clips), str(out), "--vae", str(encoders / "vae"),
+               "--text-encoder", str(encoders / "text_encoder"), "--tokenizer", str(encoders / "tokenizer"),
+               "--buckets", "5x32x48,5x48x32,1x32x48", "--text-len", str(TEXT_LEN), "--shard-mb", "0.01", *extra]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def test_encoded_videos_and_images_verify_and_train_the_tiny_wan_model(tmp_path, sources):
+    clips, encoders = sources
+    out = tmp_path / "set"
+    log = encode(clips, encoders, out)
+    assert "not encoded: too_short: 3 frames at 16 fps fit no bucket" in log
+    assert "encoded 3, caption re-encoded 0, reused 0, fit no bucket 1" in log
+    assert "ok: 3 samples" in wanfw("data", "verify", out, check=0).stdout
+    manifest = json.loads((out / "manifest.json").read_text())
+    by_id = {s["id"]: s for s in manifest["samples"]}
+    # Latent buckets: 5 frames -> 2 latent frames; 32 x 48 pixels -> 4 x 6 latents (stride 8).
+    assert by_id["ball_left"]["bucket"] == "2x4x6" and by_id["ball_right"]["bucket"] == "2x6x4"
+    assert by_id["still"]["bucket"] == "1x4x6"
+
+    config = base_config(tmp_path / "runs", model={"name": "wan22_flow_matching", "preset": "tiny"},
+                         data={"name": "latent_shards", "path": str(out), "batch_size": 1, "workers": 1,
+                               "caption_dropout": 0.5},
+                         trainer={"max_steps": 6, "log_every": 1})
+    result = wanfw("run", write_config(tmp_path / "run.json", config), check=0)
+    assert "3 samples in 3 bucket(s)" in result.stdout
+
+
+def test_stored_text_embeddings_match_umt5_as_the_wan_pipeline_computes_them(tmp_path, sources):
+    clips, encoders = sources
+    out = tmp_path / "set"
+    encode(clips, encoders, out)
+    from transformers import AutoTokenizer, UMT5EncoderModel
+    tokenizer = AutoTokenizer.from_pretrained(encoders / "tokenizer")
+    model = UMT5EncoderModel.from_pretrained(encoders / "text_encoder").eval()
+    manifest = json.loads((out / "manifest.json").read_text())
+    sample = next(s for s in manifest["samples"] if s["id"] == "ball_right")
+    where = sample["fields"]["context"]
+    stored = load_file(out / where["shard"])[where["tensor"]].float()
+    # The diffusers Wan pipeline: whitespace cleaned, padded to max_length, cut to the real length.
+    tokens = tokenizer(["a blue ball moves right over the grass"], padding="max_length", max_length=TEXT_LEN,
+                       truncation=True, add_special_tokens=True, return_attention_mask=True, return_tensors="pt")
+    with torch.no_grad():
+        hidden = model(tokens.input_ids, tokens.attention_mask).last_hidden_state[0]
+    length = int(tokens.attention_mask.sum())
+    assert stored.shape == (length, 32) == (9, 32)  # 8 words and </s>
+    assert torch.allclose(stored, hidden[:length].to(torch.bfloat16).float())
+    empty = manifest["empty_caption"]["context"]
+    assert empty["shape"] == [1, 32]  # the empty prompt: </s> alone
+
+
+def test_a_rerun_encodes_nothing_and_a_changed_caption_re_encodes_that_item_alone(tmp_path, sources):
+    clips, encoders = sources
+    mine = tmp_path / "clips"
+    shutil.copytree(clips, mine)  # this test edits a caption
+    out = tmp_path / "set"
+    encode(mine, encoders, out)
+    shards = {p.name: p.read_bytes() for p in (out / "shards").iterdir()}
+    assert "encoded 0, caption re-encoded 0, reused 3" in encode(mine, encoders, out)
+    assert {p.name: p.read_bytes() for p in (out / "shards").iterdir()} == shards
+
+    before = {s["id"]: s for s in json.loads((out / "manifest.json").read_text())["samples"]}
+    (mine / "still.txt").write_text("a still image of the grass")
+    assert "encoded 0, caption re-encoded 1, reused 2" in encode(mine, encoders, out)
+    after = {s["id"]: s for s in json.loads((out / "manifest.json").read_text())["samples"]}
+    assert after["still"]["caption_hash"] != before["still"]["caption_hash"]
+    assert after["still"]["fields"]["latents"] == before["still"]["fields"]["latents"]  # its latents kept
+    assert after["ball_left"] == before["ball_left"]
+    assert "ok: 3 samples" in wanfw("data", "verify", out, check=0).stdout
