@@ -26,7 +26,7 @@ const char* const kDataHelp = R"(usage: wanfw data synth DIR [--samples N] [--bu
                          [--max-tokens L] [--seed N] [--shard-mb M]
        wanfw data inspect DIR [--batch-size B] [--world-size N] [--accumulation K] [--keep-last]
        wanfw data verify DIR
-       wanfw data throughput DIR [--workers N] [--prefetch P] [--batch-size B] [--epochs E]
+       wanfw data throughput DIR [--workers N] [--prefetch P] [--batch-size B] [--epochs E] [--for-gpu]
 
 Data set folders hold latents and text embeddings encoded once: safetensors shards listed by
 manifest.json (docs/data.md). tools/encode_dataset.py makes them from videos and captions.
@@ -45,7 +45,9 @@ manifest.json (docs/data.md). tools/encode_dataset.py makes them from videos and
   throughput
            reads the folder through the training loader (workers, prefetch, memory-mapped
            shards, checks and conversion to float32, text padding), as a run would, and prints
-           samples/s and MB/s of stored data: is the data path fast enough for the GPUs?
+           samples/s and MB/s of shard data: is the data path fast enough for the GPUs?
+           --for-gpu: as for a CUDA device: fields keep their stored dtype (converted on the
+           GPU after the copy) and batches are pinned when CUDA is available.
 )";
 
 namespace {
@@ -225,8 +227,9 @@ int verify(const std::vector<std::string>& args) {
 
 int throughput(const std::vector<std::string>& args) {
   std::map<std::string, std::string> flags = {{"--workers", "2"}, {"--prefetch", "2"}, {"--batch-size", "1"},
-                                              {"--epochs", "1"}};
-  const fs::path folder = parse(args, flags);
+                                              {"--epochs", "1"}, {"--for-gpu", "0"}};
+  const fs::path folder = parse(args, flags, {"--for-gpu"});
+  const bool for_gpu = flags.at("--for-gpu") == "1";
   auto data = std::make_shared<LatentShardDataset>(folder, std::vector<FieldSpec>{});
   // The fields as a model would declare them: each sample's own tensors by bucket, text by tokens.
   std::vector<FieldSpec> fields;
@@ -245,6 +248,8 @@ int throughput(const std::vector<std::string>& args) {
   options.workers = static_cast<int>(integer(flags, "--workers", 0, 256));
   options.prefetch = static_cast<int>(integer(flags, "--prefetch", 1, 64));
   options.fields = fields;
+  options.convert = !for_gpu;
+  options.pin_memory = for_gpu && at::hasCUDA();
   DataLoader loader(reader, sampler, options);
   const std::int64_t epochs = integer(flags, "--epochs", 1, 1000);
   std::int64_t samples = 0;
@@ -257,9 +262,11 @@ int throughput(const std::vector<std::string>& args) {
   for (const auto& shard : reader->manifest().shards) shard_bytes += static_cast<double>(shard.bytes);
   const double stored_bytes = shard_bytes * static_cast<double>(epochs);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  std::printf("%lld samples in %.3f s: %.1f samples/s, %.1f MB/s of shards (%d workers, batch %lld)\n",
+  std::printf("%lld samples in %.3f s: %.1f samples/s, %.1f MB/s of shards (%d workers, batch %lld, %s)\n",
               static_cast<long long>(samples), seconds, static_cast<double>(samples) / seconds, stored_bytes / 1e6 / seconds,
-              options.workers, static_cast<long long>(plan.batch_size));
+              options.workers, static_cast<long long>(plan.batch_size),
+              for_gpu ? (options.pin_memory ? "for a GPU: stored dtype, pinned" : "for a GPU: stored dtype, unpinned: no CUDA here")
+                      : "for the CPU: converted to float32");
   return kSuccess;
 }
 

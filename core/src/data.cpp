@@ -66,7 +66,10 @@ Batch Batch::to(const at::Device& device, bool non_blocking) const {
   out.sample_ids = sample_ids;
   out.epoch = epoch;
   out.seed = seed;
-  for (const auto& [name, tensor] : fields) out.fields[name] = tensor.to(device, non_blocking);
+  for (const auto& [name, tensor] : fields) {
+    const auto dtype = dtypes.find(name);
+    out.fields[name] = tensor.to(device, dtype == dtypes.end() ? tensor.scalar_type() : dtype->second, non_blocking);
+  }
   return out;
 }
 
@@ -77,6 +80,7 @@ Batch Batch::slice(std::int64_t start, std::int64_t length) const {
   out.size = length;
   out.epoch = epoch;
   out.seed = seed;
+  out.dtypes = dtypes;
   if (!sample_ids.empty())
     out.sample_ids.assign(sample_ids.begin() + start, sample_ids.begin() + start + length);
   for (const auto& [name, tensor] : fields) out.fields[name] = tensor.narrow(0, start, length);
@@ -236,7 +240,7 @@ std::string SyntheticDataset::summary() const {
 // --- checking and batching ------------------------------------------------------------------------
 
 Sample conform_sample(Sample sample, const std::vector<FieldSpec>& fields, const Bucket& bucket,
-                      const std::string& sample_name) {
+                      const std::string& sample_name, bool convert) {
   Sample out;
   for (const auto& field : fields) {
     auto it = sample.find(field.name);
@@ -265,10 +269,11 @@ Sample conform_sample(Sample sample, const std::vector<FieldSpec>& fields, const
                                   field.max_tokens > 0 ? fmt::format(", at most {} tokens", field.max_tokens) : ""),
                       "encode the data for this model (latent channels, text width), or choose the model the data "
                       "was encoded for");
-    at::Tensor converted = value.scalar_type() == field.dtype ? value : value.to(field.dtype);
-    // One vectorised read: a NaN or Inf makes the sum non-finite (values large enough to
-    // overflow it are then counted exactly, and pass).
-    if (at::isFloatingType(converted.scalar_type()) && !std::isfinite(converted.sum().item<double>()) &&
+    at::Tensor converted = !convert || value.scalar_type() == field.dtype ? value : value.to(field.dtype);
+    // One vectorised read (accumulated in fp32 inside): a NaN or Inf makes the sum non-finite (values
+    // large enough to overflow it are then counted exactly, and pass).
+    const bool floating = at::isFloatingType(converted.scalar_type());
+    if (floating && !std::isfinite(converted.sum().item<double>()) &&
         !at::isfinite(converted).all().item<bool>()) {
       const auto bad = (~at::isfinite(converted)).sum().item<std::int64_t>();
       throw DataError(fmt::format("{}: field '{}' holds {} NaN or infinite value(s) of {}", sample_name, field.name, bad,
@@ -280,27 +285,30 @@ Sample conform_sample(Sample sample, const std::vector<FieldSpec>& fields, const
   return out;
 }
 
-Batch collate(const std::vector<Sample>& samples, const std::vector<std::string>& padded) {
+Batch collate(const std::vector<Sample>& samples, const std::vector<std::string>& padded, bool pin) {
   Batch batch;
   batch.size = static_cast<std::int64_t>(samples.size());
   if (samples.empty()) return batch;
-  for (const auto& [name, _] : samples.front()) {
-    std::vector<at::Tensor> parts;
-    parts.reserve(samples.size());
-    for (const auto& sample : samples) parts.push_back(sample.at(name));
-    if (std::ranges::count(padded, name) > 0) {
-      std::int64_t longest = 0;
-      for (const auto& part : parts) longest = std::max(longest, part.size(0));
-      for (auto& part : parts) {
-        if (part.size(0) == longest) continue;
-        std::vector<std::int64_t> shape(part.sizes().begin(), part.sizes().end());
-        shape[0] = longest;
-        at::Tensor full = at::zeros(shape, part.options());
-        full.narrow(0, 0, part.size(0)).copy_(part);
-        part = full;
-      }
+  for (const auto& [name, first] : samples.front()) {
+    const bool pad = std::ranges::count(padded, name) > 0;
+    std::vector<std::int64_t> shape = {batch.size};
+    shape.insert(shape.end(), first.sizes().begin(), first.sizes().end());
+    for (const auto& sample : samples) {
+      const at::Tensor& part = sample.at(name);
+      if (part.dim() != first.dim() || (!pad && part.sizes() != first.sizes()) ||
+          (pad && part.sizes().slice(1) != first.sizes().slice(1)))
+        throw Error(fmt::format("collate: field '{}' has shapes [{}] and [{}] in one batch", name,
+                                fmt::join(first.sizes(), ", "), fmt::join(part.sizes(), ", ")));
+      if (pad) shape[1] = std::max(shape[1], part.size(0));
     }
-    batch.fields[name] = at::stack(parts);
+    // One copy of each sample, straight into the (pinned) batch tensor; padding stays zero.
+    at::Tensor out = pad ? at::zeros(shape, first.options().pinned_memory(pin))
+                         : at::empty(shape, first.options().pinned_memory(pin));
+    for (std::size_t i = 0; i < samples.size(); ++i) {
+      const at::Tensor& part = samples[i].at(name);
+      out[static_cast<std::int64_t>(i)].narrow(0, 0, part.size(0)).copy_(part);
+    }
+    batch.fields[name] = out;
   }
   return batch;
 }

@@ -26,7 +26,8 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<c
     for (auto& [name, value] : empty) {
       for (const auto& field : options_.fields)
         if (field.name == name)
-          empty_caption_.merge(conform_sample({{name, value}}, {field}, Bucket{}, "the empty prompt's embedding"));
+          empty_caption_.merge(
+              conform_sample({{name, value}}, {field}, Bucket{}, "the empty prompt's embedding", options_.convert));
     }
     if (empty_caption_.empty())
       throw DataError("the data set's empty-prompt fields name none of the model's fields",
@@ -83,8 +84,9 @@ void DataLoader::start_epoch(std::int64_t epoch, std::int64_t first_batch) {
 
 Sample DataLoader::load_sample(std::int64_t index, const Bucket& bucket) {
   Sample sample = dataset_->get(index);
-  if (!options_.fields.empty()) sample = conform_sample(std::move(sample), options_.fields, bucket,
-                                                        dataset_->describe_sample(index));
+  if (!options_.fields.empty())
+    sample = conform_sample(std::move(sample), options_.fields, bucket, dataset_->describe_sample(index),
+                            options_.convert);
   if (options_.caption_dropout > 0) {
     // One uniform draw from the sample's own stream: the same decision on any rank or layout.
     auto generator = at::make_generator<at::CPUGeneratorImpl>(
@@ -118,12 +120,13 @@ Batch DataLoader::make_batch(std::int64_t batch_index) {
     throw DataError(fmt::format("rank {}: every sample of micro-batch {} of epoch {} (bucket {}) is bad", options_.rank,
                                 batch_index, epoch_, bucket.name()),
                     "run `wanfw data verify` on the data set to list the bad samples");
-  Batch batch = collate(samples, padded_);
+  Batch batch = collate(samples, padded_, options_.pin_memory);
   batch.sample_ids = std::move(ids);
   batch.epoch = epoch_;
   batch.seed = options_.seed;
-  if (options_.pin_memory)
-    for (auto& [name, tensor] : batch.fields) tensor = tensor.pin_memory();
+  for (const auto& field : options_.fields)
+    if (batch.fields.count(field.name) && batch.fields[field.name].scalar_type() != field.dtype)
+      batch.dtypes[field.name] = field.dtype;
   return batch;
 }
 

@@ -35,6 +35,9 @@ class DataLoader {
     double caption_dropout = 0;     ///< probability that a sample's caption is the empty one
     bool skip_bad_samples = false;  ///< a DataError skips the sample (logged, counted) instead of stopping
     bool pin_memory = false;        ///< pin batches for non-blocking copies to a CUDA device
+    /// Convert fields to their declared dtypes in the workers (CPU training); otherwise they keep
+    /// their stored dtype and Batch::to converts them on the device (half the bytes to copy).
+    bool convert = true;
   };
   DataLoader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const BucketSampler> sampler, Options options);
   ~DataLoader();

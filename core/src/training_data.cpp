@@ -65,6 +65,7 @@ std::unique_ptr<DataLoader> TrainingData::loader(int rank, int world_size, int a
   options.caption_dropout = d.caption_dropout;
   options.skip_bad_samples = d.skip_bad_samples;
   options.pin_memory = device.is_cuda();
+  options.convert = !device.is_cuda();  // GPUs: bf16 crosses the bus, converted on arrival
   return std::make_unique<DataLoader>(training_, sampler(world_size, accumulation), std::move(options));
 }
 

@@ -72,10 +72,14 @@ struct Batch {
   std::int64_t epoch = 0;
   /// The seed of the batch's random streams: the run's seed (validation: one of its own).
   std::uint64_t seed = 0;
+  /// Fields still in their stored dtype (bf16 latents on their way to a GPU), and the dtype the
+  /// model declared for them: to() converts them on arrival, so the copy moves half the bytes and
+  /// the conversion runs on the device.
+  std::map<std::string, at::ScalarType> dtypes;
 
   /// The field `name`; throws wanfw::Error naming the missing field and those present.
   const at::Tensor& at(const std::string& name) const;
-  /// A copy with every field moved to `device`.
+  /// A copy with every field moved to `device` (and converted to its entry in `dtypes`).
   Batch to(const at::Device& device, bool non_blocking = false) const;
   /// Samples [start, start + length): views of the fields, with their ids.
   Batch slice(std::int64_t start, std::int64_t length) const;
@@ -141,14 +145,15 @@ class SyntheticDataset final : public Dataset {
 };
 
 /// Checks `sample` against the declared fields (every field present, its shape fits the spec and
-/// the bucket, tokens within max_tokens) and converts each field to its declared dtype; extra
-/// fields are dropped. Throws wanfw::DataError naming `sample_name`, the field and both shapes.
+/// the bucket, tokens within max_tokens, floating values finite) and, with `convert`, converts each
+/// field to its declared dtype; extra fields are dropped. Throws wanfw::DataError naming
+/// `sample_name`, the field and what is wrong.
 Sample conform_sample(Sample sample, const std::vector<FieldSpec>& fields, const Bucket& bucket,
-                      const std::string& sample_name);
+                      const std::string& sample_name, bool convert = true);
 
-/// Stacks samples into a batch (without ids: the caller that knows them sets them). Fields
-/// listed in `padded` (dim::tokens as their first dimension) are zero-padded to the batch's
-/// longest sample first.
-Batch collate(const std::vector<Sample>& samples, const std::vector<std::string>& padded = {});
+/// Stacks samples into a batch (without ids: the caller that knows them sets them), each field
+/// copied once into its batch tensor (in pinned memory with `pin`). Fields listed in `padded`
+/// (dim::tokens as their first dimension) are zero-padded to the batch's longest sample.
+Batch collate(const std::vector<Sample>& samples, const std::vector<std::string>& padded = {}, bool pin = false);
 
 }  // namespace wanfw
