@@ -192,8 +192,8 @@ class Encoders:
 class Folder:
     """A data set folder being written: shards filled and flushed atomically, the manifest after each."""
 
-    def __init__(self, out: Path, prefix: str, shard_bytes: int, encoders: dict, fingerprint: str):
-        self.out, self.prefix, self.shard_bytes = out, prefix, shard_bytes
+    def __init__(self, out: Path, prefix: str, shard_bytes: int, encoders: dict, fingerprint: str, manifest_name: str):
+        self.out, self.prefix, self.shard_bytes, self.manifest_name = out, prefix, shard_bytes, manifest_name
         (out / "shards").mkdir(parents=True, exist_ok=True)
         self.manifest = {"format": FORMAT, "version": VERSION, "encoders": encoders, "encoding_fingerprint": fingerprint,
                          "empty_caption": {}, "shards": [], "samples": []}
@@ -231,8 +231,8 @@ class Folder:
             self.pending, self.pending_bytes, self.metadata, self.shard = {}, 0, {}, None
         self.write_manifest()
 
-    def write_manifest(self, name="manifest.json"):
-        write_json(self.out / name, self.manifest)
+    def write_manifest(self):
+        write_json(self.out / self.manifest_name, self.manifest)
 
 
 def write_json(path: Path, value):
@@ -325,8 +325,10 @@ def main(argv=None):
         reusable = {s["id"]: s for s in old["samples"]}
     elif old:
         log("the encoding settings changed: every item is encoded again")
-    prefix = "shard-" if args.world_size == 1 else f"rank{args.rank}-"
-    folder = Folder(args.out, prefix, int(args.shard_mb * (1 << 20)), encoder_names, fingerprint)
+    single = args.world_size == 1
+    prefix = "shard-" if single else f"rank{args.rank}-"
+    folder = Folder(args.out, prefix, int(args.shard_mb * (1 << 20)), encoder_names, fingerprint,
+                    "manifest.json" if single else f"manifest.rank{args.rank}-of-{args.world_size}.json")
     if reusable:  # listed from the start, so that a manifest written mid-run is whole
         folder.manifest["shards"] = list(old["shards"])
 
@@ -381,8 +383,7 @@ def main(argv=None):
     folder.flush()
     # Shards of the previous encoding that no sample uses any more leave the manifest.
     folder.manifest["shards"] = [s for s in folder.manifest["shards"] if s["file"] in kept_shards]
-    folder.write_manifest("manifest.json" if args.world_size == 1 else
-                          f"manifest.rank{args.rank}-of-{args.world_size}.json")
+    folder.write_manifest()
     for line in unfit:
         log(f"not encoded: {line}")
     log(f"rank {args.rank}: encoded {encoded}, caption re-encoded {text_only}, reused {reused}, fit no bucket "

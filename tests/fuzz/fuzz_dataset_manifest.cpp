@@ -15,6 +15,7 @@
 
 #include <ATen/ATen.h>
 
+#include "fuzz_folder.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/latent_dataset.hpp"
 
@@ -22,20 +23,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-/// A fresh data set folder, removed when the fuzzer exits.
-struct DatasetFolder {
-  fs::path path;
+/// A fresh data set folder.
+struct DatasetFolder : FuzzFolder {
   DatasetFolder();
-  ~DatasetFolder() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
 };
 
-DatasetFolder::DatasetFolder() {
-  std::string pattern = (fs::temp_directory_path() / "wanfw-fuzz-dataset-XXXXXX").string();
-  if (::mkdtemp(pattern.data()) == nullptr) std::abort();
-  path = pattern;
+DatasetFolder::DatasetFolder() : FuzzFolder("wanfw-fuzz-dataset") {
   wanfw::DatasetWriter writer(path, {{"vae", "fuzz"}}, "fuzz");
   const auto latents = [](std::int64_t f, double start) {
     return at::arange(start, start + 2.0 * f * 16, at::kFloat).reshape({2, f, 4, 4}).to(at::kBFloat16);
@@ -53,11 +46,6 @@ DatasetFolder::DatasetFolder() {
   }
 }
 
-bool inside(const fs::path& file, const fs::path& folder) {
-  const fs::path relative = file.lexically_normal().lexically_relative(folder);
-  return !relative.empty() && *relative.begin() != "..";
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -73,7 +61,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try {
     const wanfw::LatentShardDataset set(folder, {latents, context});
     for (const auto& shard : set.manifest().shards)
-      if (!inside(folder / shard.file, folder)) std::abort();  // a manifest may only name its own folder
+      if (!dataset.holds(folder / shard.file)) std::abort();  // a manifest may only name its own folder
     for (std::int64_t i = 0; i < set.size(); ++i) {
       const wanfw::Bucket& bucket = set.buckets().at(static_cast<std::size_t>(set.bucket_of(i)));
       try {

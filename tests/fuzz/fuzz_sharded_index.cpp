@@ -11,6 +11,7 @@
 
 #include <ATen/ATen.h>
 
+#include "fuzz_folder.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/safetensors.hpp"
 
@@ -18,31 +19,18 @@ namespace fs = std::filesystem;
 
 namespace {
 
-/// A fresh folder with the shards an index may name, removed when the fuzzer exits.
-struct ShardFolder {
-  fs::path path;
+/// A fresh folder with the shards an index may name.
+struct ShardFolder : FuzzFolder {
   ShardFolder();
-  ~ShardFolder() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
 };
 
-ShardFolder::ShardFolder() {
-  std::string pattern = (fs::temp_directory_path() / "wanfw-fuzz-index-XXXXXX").string();
-  if (::mkdtemp(pattern.data()) == nullptr) std::abort();
-  path = pattern;
+ShardFolder::ShardFolder() : FuzzFolder("wanfw-fuzz-index") {
   const fs::path& folder = path;
   fs::create_directories(folder / "sub");
   wanfw::write_safetensors(folder / "model-00001-of-00002.safetensors",
                            {{"a.weight", at::arange(6, at::kFloat).reshape({2, 3})}, {"a.bias", at::zeros({3})}});
   wanfw::write_safetensors(folder / "model-00002-of-00002.safetensors", {{"b.weight", at::ones({4}, at::kBFloat16)}});
   wanfw::write_safetensors(folder / "sub" / "extra.safetensors", {{"c", at::ones({1}, at::kLong)}});
-}
-
-bool inside(const fs::path& file, const fs::path& folder) {
-  const fs::path relative = file.lexically_normal().lexically_relative(folder);
-  return !relative.empty() && *relative.begin() != "..";
 }
 
 }  // namespace
@@ -58,7 +46,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try {
     const wanfw::SafetensorsCheckpoint checkpoint = wanfw::SafetensorsCheckpoint::open(index);
     for (const std::string& name : checkpoint.names()) {
-      if (!inside(checkpoint.file_of(name), folder)) std::abort();  // an index may only name its own folder
+      if (!shards.holds(checkpoint.file_of(name))) std::abort();  // an index may only name its own folder
       try {
         (void)checkpoint.tensor(name).sum();
       } catch (const wanfw::FileError&) {  // a shard that does not hold the tensor, or is no shard

@@ -144,3 +144,16 @@ def test_a_rerun_encodes_nothing_and_a_changed_caption_re_encodes_that_item_alon
     assert after["still"]["fields"]["latents"] == before["still"]["fields"]["latents"]  # its latents kept
     assert after["ball_left"] == before["ball_left"]
     assert "ok: 3 samples" in wanfw("data", "verify", out, check=0).stdout
+
+
+def test_two_ranks_split_the_items_and_the_last_one_merges_their_manifests(tmp_path, sources):
+    clips, encoders = sources
+    out = tmp_path / "set"
+    first = encode(clips, encoders, out, "--rank", "0", "--world-size", "2")
+    assert "rank 0: encoded 2" in first and not (out / "manifest.json").exists()
+    second = encode(clips, encoders, out, "--rank", "1", "--world-size", "2")
+    assert "merged 2 ranks: 3 samples" in second
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [s["id"] for s in manifest["samples"]] == ["ball_left", "ball_right", "still"]  # source order
+    assert {s["file"].split("/")[1].split("-")[0] for s in manifest["shards"]} == {"rank0", "rank1"}
+    assert "ok: 3 samples" in wanfw("data", "verify", out, check=0).stdout

@@ -234,3 +234,13 @@ def test_the_own_data_example_trains_on_a_synth_folder_as_its_comments_say(tmp_p
                    "--set", "trainer.max_steps=20", cwd=tmp_path, check=0)
     assert "64 samples from data/synth in 2 bucket(s)" in result.stdout
     assert "done: 20 steps" in result.stdout
+
+
+def test_a_validation_folder_is_scored_at_every_validation(tmp_path, dataset, small):
+    path = experiment(tmp_path, "val", dataset, data={"validation_path": str(small)},
+                      validation={"every": 5, "num_samples": 6, "batch_size": 2}, trainer={"max_steps": 10})
+    result = wanfw("run", path, check=0)
+    assert result.stdout.count("validation at step") == 2
+    assert "(6 samples," in result.stdout  # the first 6 of the folder's 8
+    rows = [r for r in read_csv(tmp_path / "runs" / "val" / "version_0" / "metrics.csv") if r.get("val/loss")]
+    assert [int(r["step"]) for r in rows] == [5, 10]
