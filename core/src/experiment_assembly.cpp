@@ -30,6 +30,7 @@ std::optional<std::string> describe_model(Config& config, const PluginHost& host
   const PluginInfo& info = host.find(PluginKind::Model, config.string_at("model.name"), config.where("model.name"));
   if (plugin != nullptr) *plugin = &info;
   if (info.descriptor->inspect_model == nullptr) return std::nullopt;
+  refuse_removed_options(config, "model", info);
   const Options options = config.section("model", info.descriptor->options, {"name"});
   config.record_resolved(options, info.descriptor->name);
   return info.descriptor->inspect_model(options);

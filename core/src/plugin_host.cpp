@@ -206,6 +206,16 @@ const PluginInfo& PluginHost::find(PluginKind kind, const std::string& name, con
   throw ConfigError(where, message, hint);
 }
 
+void refuse_removed_options(const Config& config, const std::string& section, const PluginInfo& plugin) {
+  for (const auto& key : config.keys_at(section))
+    for (const auto& [removed, replacement] : plugin.descriptor->removed_options)
+      if (key == removed)
+        throw ConfigError(config.where(section + "." + key),
+                          fmt::format("'{}' is no longer an option of the {} plugin '{}'", key,
+                                      plugin_kind_name(plugin.descriptor->kind), plugin.descriptor->name),
+                          replacement);
+}
+
 namespace {
 
 template <typename Object, typename Factory>
@@ -214,6 +224,7 @@ std::shared_ptr<Object> build(const PluginHost& host, Config& config, const std:
                               const std::string& name, std::vector<std::string> extra_keys) {
   const PluginInfo& info = host.find(kind, name, config.where(section + ".name"));
   extra_keys.push_back("name");
+  refuse_removed_options(config, section, info);
   const auto& subsections = info.descriptor->subsections;
   extra_keys.insert(extra_keys.end(), subsections.begin(), subsections.end());
   const Options options = config.section(section, info.descriptor->options, extra_keys);

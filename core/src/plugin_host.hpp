@@ -29,6 +29,9 @@ struct SkippedLibrary {
   std::string name;
 };
 
+/// Throws ConfigError at the first key of `section` that `plugin` lists as removed, with its hint.
+void refuse_removed_options(const Config& config, const std::string& section, const PluginInfo& plugin);
+
 class PluginHost {
  public:
   /// The folders searched, in order: `config_paths` (the config's plugin_path), then

@@ -244,3 +244,10 @@ def test_a_validation_folder_is_scored_at_every_validation(tmp_path, dataset, sm
     assert "(6 samples," in result.stdout  # the first 6 of the folder's 8
     rows = [r for r in read_csv(tmp_path / "runs" / "val" / "version_0" / "metrics.csv") if r.get("val/loss")]
     assert [int(r["step"]) for r in rows] == [5, 10]
+
+
+def test_a_config_that_still_sets_the_models_old_shape_options_is_told_where_they_moved(tmp_path):
+    config = base_config(tmp_path / "runs", model={**TINY, "latent_frames": 3})
+    result = wanfw("validate", write_config(tmp_path / "old.json", config), check=2)
+    assert "'latent_frames' is no longer an option of the model plugin 'wan22_flow_matching'" in result.stderr
+    assert "data.buckets" in result.stderr

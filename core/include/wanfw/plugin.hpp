@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <c10/core/Device.h>
@@ -79,6 +80,9 @@ struct PluginDescriptor {
   /// Keys of this plugin's section that hold another plugin's section (a strategy's `inner`);
   /// they are not options, and the plugin builds them through PluginContext::build_strategy.
   std::vector<std::string> subsections;
+  /// Options an earlier version had, and what replaced each: a config that still sets one is
+  /// refused at the key with this text as the hint ("data.buckets: [\"FxHxW\"] holds the shapes").
+  std::vector<std::pair<std::string, std::string>> removed_options;
 
   // Exactly the factory of `kind` is set.
   std::unique_ptr<Model> (*make_model)(const Options&, const PluginContext&) = nullptr;

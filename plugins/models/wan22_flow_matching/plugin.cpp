@@ -238,6 +238,9 @@ wanfw::PluginDescriptor describe() {
           .doc("Latent frames x height x width (\"21x60x104\") `wanfw sample` draws when its inputs hold neither noise "
                "nor latents to take the shape from."),
   };
+  const char* moved = "the data set holds the shapes now: data.buckets: [\"FxHxW\"] (latent frames x height x width) "
+                      "for the synthetic set; a data set folder's manifest for your own data (docs/data.md)";
+  d.removed_options = {{"latent_frames", moved}, {"latent_height", moved}, {"latent_width", moved}};
   d.make_model = make_model;
   d.inspect_model = inspect;
   return d;
