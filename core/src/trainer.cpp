@@ -2,10 +2,8 @@
 
 #include <chrono>
 #include <cmath>
-#include <fstream>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
@@ -16,6 +14,7 @@
 
 #include "generators.hpp"
 #include "progress.hpp"
+#include "sample_log.hpp"
 #include "stop_signal.hpp"
 #include "validation.hpp"
 #include "wanfw/error.hpp"
@@ -169,10 +168,7 @@ Trainer::MicroBatchTotals Trainer::run_micro_batches() {
     if (!batch)
       throw Error(fmt::format("rank {}: the data loader ran out at micro-batch {} of epoch {} ({} expected)",
                               strategy_->rank(), state_.batch_in_epoch, state_.epoch, plan_->batches_per_epoch()));
-    if (sample_log_) {
-      *sample_log_ << fmt::format("{},{},{},{},{}\n", state_.step + 1, m, state_.epoch, loader_->last_bucket().name(),
-                                  fmt::join(batch->sample_ids, " "));
-    }
+    if (sample_log_) sample_log_->record(state_.step + 1, m, state_.epoch, loader_->last_bucket(), *batch);
     ++state_.batch_in_epoch;
     totals.samples += batch->size;
     const StepOutput out = strategy_->micro_step(*model_, *batch, {m, count, m + 1 == count, &precision_});
@@ -291,14 +287,7 @@ TrainingResult Trainer::fit(const std::optional<fs::path>& checkpoint) {
     spdlog::info("data: {}", data_.training_set()->summary());
     for (const auto& line : loader_->sampler().describe()) spdlog::info("  {}", line);
   }
-  if (settings_.data.sample_log) {
-    fs::create_directories(run_dir_ / "samples");
-    const fs::path file = run_dir_ / "samples" / fmt::format("rank_{}.csv", strategy_->rank());
-    const bool fresh = !fs::exists(file);
-    sample_log_ = std::make_unique<std::ofstream>(file, std::ios::app);
-    if (!*sample_log_) throw FileError(fmt::format("cannot write the sample log {}", file.string()));
-    if (fresh) *sample_log_ << "step,micro_batch,epoch,bucket,sample_ids\n";
-  }
+  if (settings_.data.sample_log) sample_log_ = std::make_unique<SampleLog>(run_dir_, strategy_->rank());
   plan_.emplace(settings_, *strategy_, loader_->batches_per_epoch());
   const std::int64_t total = plan_->total_steps();
   const bool main = strategy_->is_main();

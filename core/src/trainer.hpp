@@ -9,7 +9,6 @@
 
 #include <filesystem>
 #include <map>
-#include <ostream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -29,6 +28,7 @@ class AdamW;
 namespace wanfw {
 
 class ProgressReporter;
+class SampleLog;
 
 struct TrainingResult {
   std::int64_t final_step = 0;
@@ -93,7 +93,7 @@ class Trainer {
   LoggerSet& loggers_;
   CheckpointStore checkpoints_;
   std::filesystem::path run_dir_;
-  std::unique_ptr<std::ostream> sample_log_;  ///< data.sample_log: this rank's micro-batches
+  std::unique_ptr<SampleLog> sample_log_;  ///< data.sample_log: this rank's micro-batches
   std::unique_ptr<DataLoader> loader_;
   std::optional<TrainingPlan> plan_;
   std::vector<at::Tensor> parameters_;    ///< the trainable parameters, in optimizer order
