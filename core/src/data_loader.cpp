@@ -43,7 +43,10 @@ std::int64_t DataLoader::batches_per_epoch() const {
 
 std::int64_t DataLoader::samples_before(std::int64_t epoch, std::int64_t batch) const {
   const int accumulation = sampler_->options().accumulation;
-  const auto steps = epoch == epoch_ && !steps_.empty() ? steps_ : sampler_->epoch(epoch);
+  // The current epoch's steps are at hand; another epoch's are dealt again (no copy either way).
+  std::vector<BucketSampler::StepBatch> dealt;
+  if (epoch != epoch_ || steps_.empty()) dealt = sampler_->epoch(epoch);
+  const auto& steps = dealt.empty() ? steps_ : dealt;
   std::int64_t samples = 0;
   for (std::int64_t s = 0; s < batch / accumulation && s < static_cast<std::int64_t>(steps.size()); ++s)
     samples += static_cast<std::int64_t>(steps[static_cast<std::size_t>(s)].samples.size());
