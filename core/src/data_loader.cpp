@@ -5,6 +5,9 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "batch_assembly.hpp"
+#include "batch_buffers.hpp"
+#include "sample_conform.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/sample_random.hpp"
 
@@ -12,9 +15,17 @@ namespace wanfw {
 
 DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const BucketSampler> sampler,
                        Options options)
-    : dataset_(std::move(dataset)), sampler_(std::move(sampler)), options_(std::move(options)) {
-  for (const auto& field : options_.fields)
+    : dataset_(std::move(dataset)),
+      sampler_(std::move(sampler)),
+      options_(std::move(options)),
+      // Every batch in flight (made ahead, waiting, in the step) holds a buffer per field.
+      buffers_(BatchBuffers::make(static_cast<std::size_t>(std::max(1, options_.workers) *
+                                                           (std::max(1, options_.prefetch) + 2) *
+                                                           std::max<std::size_t>(1, options_.fields.size())))) {
+  for (const auto& field : options_.fields) {
     if (!field.shape.empty() && field.shape.front() == dim::tokens) padded_.push_back(field.name);
+    declared_dtypes_[field.name] = field.dtype;
+  }
   if (options_.caption_dropout > 0) {
     Sample empty = dataset_->empty_caption();
     if (empty.empty())
@@ -88,8 +99,7 @@ void DataLoader::start_epoch(std::int64_t epoch, std::int64_t first_batch) {
 Sample DataLoader::load_sample(std::int64_t index, const Bucket& bucket) {
   Sample sample = dataset_->get(index);
   if (!options_.fields.empty())
-    sample = conform_sample(std::move(sample), options_.fields, bucket, dataset_->describe_sample(index),
-                            options_.convert);
+    check_sample_shapes(sample, options_.fields, bucket, [&] { return dataset_->describe_sample(index); });
   if (options_.caption_dropout > 0) {
     // One uniform draw from the sample's own stream: the same decision on any rank or layout.
     auto generator = at::make_generator<at::CPUGeneratorImpl>(
@@ -100,12 +110,20 @@ Sample DataLoader::load_sample(std::int64_t index, const Bucket& bucket) {
   return sample;
 }
 
+void DataLoader::refuse(const DataError& error) {
+  if (!options_.skip_bad_samples) throw error;
+  ++skipped_;
+  spdlog::warn("rank {}: skipped a bad sample (data.on_bad_sample: skip): {}", options_.rank, error.what());
+}
+
 Batch DataLoader::make_batch(std::int64_t batch_index) {
   const int accumulation = sampler_->options().accumulation;
   const auto& step = steps_.at(static_cast<std::size_t>(batch_index / accumulation));
   const Bucket& bucket = sampler_->plan()[static_cast<std::size_t>(step.bucket)].bucket;
   const std::vector<std::int64_t> indices =
       sampler_->micro_batch(step, options_.rank, static_cast<int>(batch_index % accumulation));
+  // Shapes first (no values read: shards stay mapped), then each sample's bytes once, copied
+  // into its row of the batch and checked for NaN/Inf on the way.
   std::vector<Sample> samples;
   std::vector<std::int64_t> ids;
   samples.reserve(indices.size());
@@ -114,17 +132,27 @@ Batch DataLoader::make_batch(std::int64_t batch_index) {
       samples.push_back(load_sample(index, bucket));
       ids.push_back(index);
     } catch (const DataError& e) {
-      if (!options_.skip_bad_samples) throw;
-      ++skipped_;
-      spdlog::warn("rank {}: skipped a bad sample (data.on_bad_sample: skip): {}", options_.rank, e.what());
+      refuse(e);
     }
   }
-  if (samples.empty())
+  std::vector<std::int64_t> kept;
+  std::optional<BatchAssembly> assembly;
+  if (!samples.empty()) {
+    assembly.emplace(samples, padded_, options_.convert ? declared_dtypes_ : std::map<std::string, at::ScalarType>{},
+                     buffers_.get(), options_.pin_memory);
+    for (std::size_t i = 0; i < samples.size(); ++i) {
+      if (const auto bad = assembly->add(samples[i]))
+        refuse(nonfinite_error(dataset_->describe_sample(ids[i]), bad->field, bad->count, bad->numel));
+      else
+        kept.push_back(ids[i]);
+    }
+  }
+  if (kept.empty())
     throw DataError(fmt::format("rank {}: every sample of micro-batch {} of epoch {} (bucket {}) is bad", options_.rank,
                                 batch_index, epoch_, bucket.name()),
                     "run `wanfw data verify` on the data set to list the bad samples");
-  Batch batch = collate(samples, padded_, options_.pin_memory);
-  batch.sample_ids = std::move(ids);
+  Batch batch = assembly->finish();
+  batch.sample_ids = std::move(kept);
   batch.epoch = epoch_;
   batch.seed = options_.seed;
   for (const auto& field : options_.fields)

@@ -1,10 +1,12 @@
 #pragma once
 // Internal: one rank's micro-batches in the sampler's order, made by worker threads ahead of use.
 //
-// A worker reads each sample (data sets memory-map their shards), checks it against the fields
-// the model declared and converts it to their dtypes, applies caption dropout from the sample's
-// own random stream, stacks the batch (zero-padding text to the batch's longest) and, for a CUDA
-// device, pins it so that the copy to the device does not block. The order is the sampler's
+// A worker reads each sample (data sets memory-map their shards), checks its shapes against the
+// fields the model declared, applies caption dropout from the sample's own random stream, and
+// copies each sample once into its row of the batch — converting dtypes (CPU training) and
+// checking for NaN/Inf in the same pass, zero-padding text to the batch's longest. Batch memory
+// is recycled (batch_buffers.hpp); for a CUDA device it is pinned so that the copy to the device
+// does not block. The order is the sampler's
 // whatever the number of workers; an epoch can start at any micro-batch (an exact resume).
 
 #include <atomic>
@@ -21,8 +23,11 @@
 
 #include "bucket_sampler.hpp"
 #include "wanfw/data.hpp"
+#include "wanfw/error.hpp"
 
 namespace wanfw {
+
+class BatchBuffers;
 
 class DataLoader {
  public:
@@ -64,15 +69,19 @@ class DataLoader {
 
  private:
   Batch make_batch(std::int64_t batch_index);
-  /// Sample `index` as the model gets it: conformed, caption dropped out when its stream says so.
+  /// Sample `index` with its shapes checked, caption dropped out when its stream says so.
   Sample load_sample(std::int64_t index, const Bucket& bucket);
+  /// A bad sample: thrown, or with data.on_bad_sample: skip, logged and counted.
+  void refuse(const DataError& error);
   void stop_workers();
   void work();
 
   std::shared_ptr<const Dataset> dataset_;
   std::shared_ptr<const BucketSampler> sampler_;
   Options options_;
+  std::shared_ptr<BatchBuffers> buffers_;  ///< batch memory, recycled
   std::vector<std::string> padded_;  ///< fields whose first dimension is dim::tokens
+  std::map<std::string, at::ScalarType> declared_dtypes_;
   Sample empty_caption_;             ///< conformed once (caption dropout)
   std::vector<BucketSampler::StepBatch> steps_;  ///< this epoch's steps (from the sampler)
   std::int64_t epoch_ = 0;
