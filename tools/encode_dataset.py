@@ -18,6 +18,10 @@ text encoder is transformers' UMT5EncoderModel with its tokenizer: captions are 
 whitespace, tokenized to --text-len, and stored at their real length (the DiT zero-pads them, as the
 official model does). The empty prompt's embedding is stored for caption dropout.
 
+--image-condition (for the i2v models, Wan2.2 I2V-A14B): each item also gets image_condition, the
+latents of its first frame followed by zero frames, as the official I2V pipeline encodes its image
+(the VAE gives the zero frames latents of their own, so they cannot be derived from the clip's).
+
 Resumable: a re-run reuses every item whose source file (size, mtime), caption and encoding settings
 are unchanged, re-encodes the text alone when only the caption changed, and encodes the rest. The
 manifest is rewritten after every shard, so a killed run keeps what it finished.
@@ -177,6 +181,12 @@ class Encoders:
         z = self.vae.encode(x).latent_dist.mode()
         return ((z.float() - self.mean) * self.inv_std)[0].to(self.dtype).cpu()
 
+    def image_condition(self, video):
+        """The first frame of [3, F, H, W] followed by F - 1 zero frames, encoded: [C, F', H', W']."""
+        condition = torch.zeros_like(video)
+        condition[:, 0] = video[:, 0]
+        return self.latents(condition)
+
     @torch.no_grad()
     def caption(self, text):
         """[L, text_dim] at the caption's real length."""
@@ -256,7 +266,8 @@ def previous_manifest(out: Path):
 def encoding_fingerprint(args, encoders):
     settings = {"vae": str(args.vae), "vae_config": dict(encoders.vae.config), "text_encoder": str(args.text_encoder),
                 "tokenizer": str(args.tokenizer or args.text_encoder), "text_len": args.text_len,
-                "fps": args.fps, "dtype": args.dtype, "buckets": args.buckets}
+                "fps": args.fps, "dtype": args.dtype, "buckets": args.buckets,
+                "image_condition": args.image_condition}
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -303,6 +314,8 @@ def main(argv=None):
     parser.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--shard-mb", type=float, default=256)
+    parser.add_argument("--image-condition", action="store_true",
+                        help="also store each item's first frame followed by zero frames, encoded (i2v models)")
     parser.add_argument("--rank", type=int, default=int(os.environ.get("RANK", 0)))
     parser.add_argument("--world-size", type=int, default=int(os.environ.get("WORLD_SIZE", 1)))
     args = parser.parse_args(argv)
@@ -369,10 +382,14 @@ def main(argv=None):
             if bucket is None:
                 unfit.append(f"{item_id}: {frames.shape[0]} frames at {args.fps:g} fps fit no bucket")
                 continue
-            latents = encoders.latents(fit(frames, bucket))
+            video = fit(frames, bucket)
+            latents = encoders.latents(video)
+            fields = {"latents": folder.store(f"latents/{item_id}", latents)}
+            if args.image_condition:
+                fields["image_condition"] = folder.store(f"image_condition/{item_id}", encoders.image_condition(video))
             sample = {"id": item_id, "bucket": "x".join(map(str, latents.shape[1:])),
                       "caption_hash": caption_hash(caption), "source_fingerprint": source,
-                      "fields": {"latents": folder.store(f"latents/{item_id}", latents), **text_fields(caption)}}
+                      "fields": {**fields, **text_fields(caption)}}
             encoded += 1
         kept_shards.update(t["shard"] for t in sample["fields"].values())
         folder.add(sample)

@@ -23,7 +23,7 @@ namespace fs = std::filesystem;
 namespace wanfw::cli {
 
 const char* const kDataHelp = R"(usage: wanfw data synth DIR [--samples N] [--buckets FxHxW,...] [--channels C] [--text-dim D]
-                         [--max-tokens L] [--seed N] [--shard-mb M]
+                         [--max-tokens L] [--seed N] [--shard-mb M] [--image-condition]
        wanfw data inspect DIR [--batch-size B] [--world-size N] [--accumulation K] [--keep-last]
        wanfw data verify DIR
        wanfw data throughput DIR [--workers N] [--prefetch P] [--batch-size B] [--epochs E] [--for-gpu]
@@ -36,6 +36,7 @@ manifest.json (docs/data.md). tools/encode_dataset.py makes them from videos and
            embedding (of its own length), in the buckets given, and the empty prompt's
            embedding. A model can learn it: the loss falls. Defaults fit the tiny Wan preset:
            64 samples, buckets 2x8x8,3x8x12, 4 channels, text 32 wide, at most 16 tokens.
+           --image-condition: each sample also carries image_condition (the i2v models' field).
   inspect  prints samples, buckets, fields with shapes and dtypes, bytes, and the bucket plan
            for a batch size / world size / accumulation (default 1 / 1 / 1; --keep-last: as
            data.drop_last: false).
@@ -112,8 +113,8 @@ std::vector<Bucket> buckets_of(const std::string& list) {
 int synth(const std::vector<std::string>& args) {
   std::map<std::string, std::string> flags = {{"--samples", "64"},   {"--buckets", "2x8x8,3x8x12"}, {"--channels", "4"},
                                               {"--text-dim", "32"},  {"--max-tokens", "16"},        {"--seed", "0"},
-                                              {"--shard-mb", "256"}};
-  const fs::path folder = parse(args, flags);
+                                              {"--shard-mb", "256"}, {"--image-condition", "0"}};
+  const fs::path folder = parse(args, flags, {"--image-condition"});
   const std::int64_t samples = integer(flags, "--samples", 1, 10'000'000);
   const std::int64_t channels = integer(flags, "--channels", 1, 4096);
   const std::int64_t text_dim = integer(flags, "--text-dim", 1, 65536);
@@ -133,7 +134,10 @@ int synth(const std::vector<std::string>& args) {
   options.seed = seed;
   options.buckets = buckets;
   options.patterns = true;
-  const SyntheticDataset data({latents, context}, options);
+  std::vector<FieldSpec> fields = {latents, context};
+  const bool image_condition = flags.at("--image-condition") == "1";
+  if (image_condition) fields.push_back({"image_condition", latents.shape});
+  const SyntheticDataset data(fields, options);
 
   DatasetWriter writer(folder, {{"vae", "synthetic"}, {"text_encoder", "synthetic"}},
                        fmt::format("synthetic seed {} channels {} text {}", seed, channels, text_dim), shard_bytes);
@@ -144,7 +148,9 @@ int synth(const std::vector<std::string>& args) {
     const std::int64_t tokens = std::max<std::int64_t>(2, max_tokens - pattern);
     writer.add(fmt::format("synth_{:06d}", i), buckets[static_cast<std::size_t>(data.bucket_of(i))],
                fmt::format("synthetic pattern {}", pattern),
-               {{"latents", sample.at("latents").to(at::kBFloat16)}},
+               image_condition ? Sample{{"latents", sample.at("latents").to(at::kBFloat16)},
+                                        {"image_condition", sample.at("image_condition").to(at::kBFloat16)}}
+                               : Sample{{"latents", sample.at("latents").to(at::kBFloat16)}},
                {{"context", sample.at("context").narrow(0, 0, tokens).to(at::kBFloat16)}}, fmt::format("synthetic {}", i));
   }
   writer.set_empty_caption({{"context", data.empty_caption().at("context").to(at::kBFloat16)}});

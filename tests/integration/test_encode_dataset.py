@@ -103,6 +103,51 @@ def test_encoded_videos_and_images_verify_and_train_the_tiny_wan_model(tmp_path,
     assert "3 samples in 3 bucket(s)" in result.stdout
 
 
+def test_image_condition_is_the_first_frame_then_zero_frames_encoded_and_trains_the_i2v_model(tmp_path, sources):
+    clips, encoders = sources
+    out = tmp_path / "set"
+    encode(clips, encoders, out, "--image-condition")
+    assert "ok: 3 samples" in wanfw("data", "verify", out, check=0).stdout
+    manifest = json.loads((out / "manifest.json").read_text())
+    sample = next(s for s in manifest["samples"] if s["id"] == "ball_right")
+
+    def stored(field):
+        where = sample["fields"][field]
+        return load_file(out / where["shard"])[where["tensor"]].float()
+    latents, condition = stored("latents"), stored("image_condition")
+    assert condition.shape == latents.shape == (4, 2, 6, 4)
+    # The reference: the item's fitted video (the tool's own resize and crop), its first frame and
+    # zero frames encoded by diffusers' AutoencoderKLWan, normalised as the Wan pipelines do.
+    sys.path.insert(0, str(TOOL.parent))
+    import encode_dataset
+    from diffusers import AutoencoderKLWan
+    frames = encode_dataset.read_frames(clips / "ball_right.mp4", 16.0)
+    video = encode_dataset.fit(frames, encode_dataset.choose_bucket(frames, [(5, 32, 48), (5, 48, 32), (1, 32, 48)]))
+    first_then_zeros = torch.cat([video[:, :1], torch.zeros_like(video[:, 1:])], 1)
+    vae = AutoencoderKLWan.from_pretrained(encoders / "vae").eval()
+    mean, std = (torch.tensor(vae.config.latents_mean).view(-1, 1, 1, 1),
+                 torch.tensor(vae.config.latents_std).view(-1, 1, 1, 1))
+    with torch.no_grad():
+        expected = (vae.encode(first_then_zeros[None]).latent_dist.mode()[0] - mean) / std
+    assert torch.allclose(condition, expected.to(torch.bfloat16).float(), atol=1e-2, rtol=1e-2)
+    # Why it is stored: its first latent frame is the clip's, the rest are not zeros nor the clip's.
+    assert torch.allclose(condition[:, 0], latents[:, 0], atol=1e-2)
+    assert condition[:, 1].abs().mean() > 0.05 and not torch.allclose(condition[:, 1], latents[:, 1], atol=1e-2)
+
+    config = base_config(tmp_path / "runs", model={"name": "wan22_flow_matching", "preset": "tiny", "task": "i2v",
+                                                   "in_dim": 12},
+                         data={"name": "latent_shards", "path": str(out), "batch_size": 1},
+                         trainer={"max_steps": 3, "log_every": 1})
+    assert "3 samples in 3 bucket(s)" in wanfw("run", write_config(tmp_path / "run.json", config), check=0).stdout
+    # A set encoded without it is refused by the i2v model, naming the field.
+    plain = tmp_path / "plain"
+    encode(clips, encoders, plain)
+    config["data"]["path"] = str(plain)
+    config["run"]["output_dir"] = str(tmp_path / "runs2")
+    result = wanfw("run", write_config(tmp_path / "plain.json", config), check=1)
+    assert "the manifest gives no 'image_condition'" in result.stderr
+
+
 def test_stored_text_embeddings_match_umt5_as_the_wan_pipeline_computes_them(tmp_path, sources):
     clips, encoders = sources
     out = tmp_path / "set"

@@ -205,11 +205,30 @@ def test_i2v_forward_with_image_channels_matches_diffusers(tmp_path):
     assert torch.allclose(got, expected, atol=TOLERANCE, rtol=0), (got - expected).abs().max()
 
 
-def test_i2v_trains_with_the_first_frame_as_condition(tmp_path):
+def test_i2v_loss_conditions_on_the_first_frame_mask_and_the_image_condition(tmp_path):
+    """The official I2V conditioning: y = [mask (4 channels, 1 on the first latent frame), the VAE
+    latents of the image followed by zero frames], concatenated to the noisy latents."""
+    reference = reference_model(tmp_path / "transformer", in_channels=12, out_channels=4)
+    g = torch.Generator().manual_seed(9)
+    x0, noise, condition = (torch.randn(2, 4, 3, 4, 4, generator=g) for _ in range(3))
+    sigma, context = torch.tensor([0.3, 0.9]), torch.randn(2, 6, 32, generator=g)
+    out = predict(tmp_path, wan_config(tmp_path, tmp_path / "transformer", task="i2v", in_dim=12),
+                  {"x0": x0, "noise": noise, "sigma": sigma, "context": context, "image_condition": condition})
+    mask = torch.zeros(2, 4, 3, 4, 4)
+    mask[:, :, 0] = 1
+    s = sigma.view(-1, 1, 1, 1, 1)
+    with torch.no_grad():
+        v = reference(torch.cat([(1 - s) * x0 + s * noise, mask, condition], 1), sigma * 1000, context).sample
+    expected = ((v - (noise - x0)) ** 2).mean()
+    assert abs(out["loss"].item() - expected.item()) < TOLERANCE * max(1.0, expected.item())
+
+
+def test_i2v_trains_on_the_data_sets_image_condition(tmp_path):
     config = base_config(tmp_path / "runs", model={"name": "wan22_flow_matching", "preset": "tiny", "task": "i2v",
                                                    "in_dim": 12},
                          data={"num_samples": 16, "batch_size": 2, "buckets": ["2x8x8"]}, trainer={"max_steps": 4})
-    wanfw("run", write_config(tmp_path / "wan.yaml", config), check=0)
+    result = wanfw("run", write_config(tmp_path / "wan.yaml", config), check=0)
+    assert "done: 4 steps" in result.stdout + result.stderr  # every step read batch.at("image_condition")
 
 
 def test_i2v_with_the_wrong_input_channels_is_a_config_error(tmp_path):

@@ -17,7 +17,7 @@ def schedule(steps, shift):
     return [shift * x / (1 + (shift - 1) * x) for x in s]
 
 
-def reference_sample(model, noise, context, negative, image=None):
+def reference_sample(model, noise, context, negative, image=None, y=None):
     sigmas = schedule(STEPS, SHIFT)
     x = noise.clone()
     frame_tokens = (x.shape[3] // 2) * (x.shape[4] // 2)
@@ -29,7 +29,8 @@ def reference_sample(model, noise, context, negative, image=None):
                 t[:, :frame_tokens] = 0
             else:
                 t = torch.full((x.shape[0],), sigmas[i] * 1000)
-            conditional, unconditional = model(x, t, context).sample, model(x, t, negative).sample
+            model_input = x if y is None else torch.cat([x, y], 1)  # i2v: the condition's channels
+            conditional, unconditional = model(model_input, t, context).sample, model(model_input, t, negative).sample
             x = x + (sigmas[i + 1] - sigmas[i]) * (unconditional + GUIDANCE * (conditional - unconditional))
     if image is not None:
         x[:, :, 0] = image
@@ -72,6 +73,23 @@ def test_ti2v_sampling_keeps_the_image_as_the_first_frame(tmp_path):
     assert torch.equal(got[:, :, 0], image)
     expected = reference_sample(model, noise, context, torch.zeros_like(context), image=image)
     assert torch.allclose(got, expected, atol=1e-4, rtol=0), (got - expected).abs().max()
+
+
+def test_i2v_sampling_concatenates_the_mask_and_the_image_condition_at_every_step(tmp_path):
+    model = reference_model(tmp_path / "transformer", in_channels=12, out_channels=4)
+    g = torch.Generator().manual_seed(10)
+    noise, condition = torch.randn(1, 4, 3, 4, 4, generator=g), torch.randn(1, 4, 3, 4, 4, generator=g)
+    context = torch.randn(1, 5, 32, generator=g)
+    config = sample_config(tmp_path, tmp_path / "transformer", task="i2v", in_dim=12)
+    got = sample(tmp_path, config, {"noise": noise, "context": context, "image_condition": condition})["latents"]
+    mask = torch.zeros(1, 4, 3, 4, 4)
+    mask[:, :, 0] = 1
+    expected = reference_sample(model, noise, context, torch.zeros_like(context), y=torch.cat([mask, condition], 1))
+    assert torch.allclose(got, expected, atol=1e-4, rtol=0), (got - expected).abs().max()
+    save_file({"noise": noise, "context": context}, tmp_path / "no_condition.safetensors")
+    result = wanfw("sample", config, "--inputs", tmp_path / "no_condition.safetensors", "--out", tmp_path / "x.st",
+                   check=None)
+    assert result.returncode != 0 and "the inputs have no tensor 'image_condition'" in result.stderr
 
 
 def test_the_same_seed_draws_the_same_samples_and_another_seed_others(tmp_path):

@@ -14,15 +14,15 @@ namespace wan_fm {
 
 namespace {
 
-/// The I2V conditioning from the first-frame latent [B, C, H, W]: a 4-channel mask that is 1 on
-/// the first latent frame, then the first-frame latent followed by zero frames: [B, 4 + C, F, H, W].
-torch::Tensor i2v_condition(const torch::Tensor& first_frame, std::int64_t frames) {
-  const auto b = first_frame.size(0), c = first_frame.size(1), h = first_frame.size(2), w = first_frame.size(3);
-  torch::Tensor mask = torch::zeros({b, 4, frames, h, w}, first_frame.options());
+/// The I2V conditioning `y` [B, 4 + C, F, H, W]: a 4-channel mask that is 1 on the first latent
+/// frame (the official pipeline's mask of the first pixel frame, repeated 4 times and folded by the
+/// VAE's temporal stride), then `image_condition` [B, C, F, H, W]: the VAE latents of the image
+/// followed by zero frames. The VAE gives those zero frames latents of their own (not zeros, and
+/// shaped by the image through its causal memory), so they come from the data set, encoded.
+torch::Tensor i2v_condition(const torch::Tensor& image_condition) {
+  torch::Tensor mask = torch::zeros_like(image_condition.narrow(1, 0, 4));
   mask.select(2, 0).fill_(1.0);
-  torch::Tensor image = torch::zeros({b, c, frames, h, w}, first_frame.options());
-  image.select(2, 0).copy_(first_frame);
-  return torch::cat({mask, image}, 1);
+  return torch::cat({mask, image_condition}, 1);
 }
 
 /// The mean of exp(-2 ((t - 500) / 1000)^2) over t in [0, 1000): the bell weighting's normaliser.
@@ -39,8 +39,9 @@ const char* kPredictInputs =
     "give x [B,C,F,H,W], t [B] or [B,tokens], context [B,L,text_dim] (and y for image conditioning); or x0, noise, "
     "sigma and context to evaluate the loss";
 const char* kSampleInputs =
-    "give context [B,L,text_dim] and noise [B,C,F,H,W] (or latents of that shape); optionally negative_context, "
-    "and image [B,C,H,W] (the first-frame latent; default: the latents' first frame) for ti2v and i2v";
+    "give context [B,L,text_dim] and noise [B,C,F,H,W] (or latents of that shape); optionally negative_context; "
+    "for ti2v image [B,C,H,W] (the first-frame latent; default: the latents' first frame), for i2v image_condition "
+    "[B,C,F,H,W] (the VAE latents of the image followed by zero frames; tools/encode_dataset.py --image-condition)";
 
 }  // namespace
 
@@ -63,7 +64,10 @@ std::vector<wanfw::FieldSpec> WanFlowMatchingModel::batch_fields() const {
   wanfw::FieldSpec latents{"latents", {c.out_dim, wanfw::dim::frames, wanfw::dim::height, wanfw::dim::width}};
   wanfw::FieldSpec context{"context", {wanfw::dim::tokens, c.text_dim}};
   context.max_tokens = c.text_len;
-  return {latents, context};
+  if (settings_.task != "i2v") return {latents, context};
+  // The I2V models see the image as the VAE encodes it followed by zero frames.
+  wanfw::FieldSpec image_condition{"image_condition", latents.shape};
+  return {latents, context, image_condition};
 }
 
 void WanFlowMatchingModel::check_latents(const torch::Tensor& latents, const char* what) const {
@@ -79,6 +83,21 @@ void WanFlowMatchingModel::check_latents(const torch::Tensor& latents, const cha
     throw wanfw::Error(fmt::format("{}: ti2v needs at least 2 latent frames, the latents have {}", what,
                                    latents.size(2)),
                        "use buckets of at least 2 latent frames (5 video frames)");
+}
+
+torch::Tensor WanFlowMatchingModel::image_condition_of(const wanfw::Batch& batch) const {
+  return settings_.task == "i2v" ? batch.at("image_condition") : torch::Tensor();
+}
+
+const torch::Tensor& WanFlowMatchingModel::checked_condition(const torch::Tensor& image_condition,
+                                                             const torch::Tensor& latents, const char* what) const {
+  if (!image_condition.defined() || image_condition.sizes() != latents.sizes())
+    throw wanfw::Error(fmt::format("{}: i2v needs image_condition of the latents' shape {}, got {}", what,
+                                   c10::str(latents.sizes()),
+                                   image_condition.defined() ? c10::str(image_condition.sizes()) : "none"),
+                       "image_condition is the VAE latents of the image followed by zero frames "
+                       "(tools/encode_dataset.py --image-condition stores it)");
+  return image_condition;
 }
 
 torch::Tensor WanFlowMatchingModel::sample_sigma(const wanfw::Batch& batch) const {
@@ -105,13 +124,15 @@ torch::Tensor WanFlowMatchingModel::timesteps(const torch::Tensor& sigma, const 
 
 WanFlowMatchingModel::Objective WanFlowMatchingModel::objective(const torch::Tensor& x0, const torch::Tensor& noise,
                                                                 const torch::Tensor& sigma,
-                                                                const torch::Tensor& context) {
+                                                                const torch::Tensor& context,
+                                                                const torch::Tensor& image_condition) {
   const torch::Tensor s = sigma.to(torch::kFloat32).view({-1, 1, 1, 1, 1});
   torch::Tensor xt = (1 - s) * x0 + s * noise;
   const torch::Tensor target = noise - x0;
   const bool ti2v = settings_.task == "ti2v";
   if (ti2v) xt = torch::cat({x0.slice(2, 0, 1), xt.slice(2, 1)}, 2);
-  const torch::Tensor y = settings_.task == "i2v" ? i2v_condition(x0.select(2, 0), x0.size(2)) : torch::Tensor();
+  const torch::Tensor y = settings_.task == "i2v" ? i2v_condition(checked_condition(image_condition, x0, "training"))
+                                                   : torch::Tensor();
   const torch::Tensor prediction = denoiser_.forward(xt, timesteps(sigma, x0), context, y, sigma);
   torch::Tensor error = (prediction.to(torch::kFloat32) - target.to(torch::kFloat32)).pow(2);
   if (ti2v) error = error.slice(2, 1);  // frames after the first
@@ -127,7 +148,7 @@ wanfw::StepOutput WanFlowMatchingModel::training_step(const wanfw::Batch& batch)
   check_latents(x0, "training");
   const torch::Tensor noise = wanfw::sample_randn(batch, "noise", x0.sizes().slice(1), x0.scalar_type());
   const torch::Tensor sigma = sample_sigma(batch);
-  const Objective out = objective(x0, noise, sigma, batch.at("context"));
+  const Objective out = objective(x0, noise, sigma, batch.at("context"), image_condition_of(batch));
   return {out.loss, {{"sigma_mean", sigma.mean().detach()}}};
 }
 
@@ -141,7 +162,8 @@ std::map<std::string, at::Tensor> WanFlowMatchingModel::validation_step(const wa
   torch::Tensor total = torch::zeros({}, x0.options().dtype(torch::kFloat64));
   for (const double t : settings_.validation_timesteps) {
     const torch::Tensor sigma = torch::full({x0.size(0)}, t / 1000.0, x0.options().dtype(torch::kFloat32));
-    const torch::Tensor loss = objective(x0, noise, sigma, batch.at("context")).loss.to(torch::kFloat64);
+    const torch::Tensor loss =
+        objective(x0, noise, sigma, batch.at("context"), image_condition_of(batch)).loss.to(torch::kFloat64);
     metrics[fmt::format("loss_t{:03d}", static_cast<int>(std::lround(t)))] = loss;
     total = total + loss;
   }
@@ -160,7 +182,8 @@ std::map<std::string, at::Tensor> WanFlowMatchingModel::predict(const std::map<s
     return {};
   };
   if (inputs.count("x0")) {  // the training objective for given draws
-    const Objective out = objective(input("x0"), input("noise"), input("sigma"), input("context"));
+    const Objective out = objective(input("x0"), input("noise"), input("sigma"), input("context"),
+                                    input("image_condition", settings_.task == "i2v"));
     return {{"loss", out.loss.cpu()}, {"v", out.prediction.cpu()}, {"target", out.target.cpu()}};
   }
   const torch::Tensor t = input("t");
@@ -177,7 +200,8 @@ std::map<std::string, at::Tensor> WanFlowMatchingModel::sample(const std::map<st
 std::map<std::string, at::Tensor> WanFlowMatchingModel::preview(const wanfw::Batch& batch, std::uint64_t seed) {
   const torch::Tensor latents = batch.at("latents").narrow(0, 0, 1);
   std::map<std::string, at::Tensor> inputs = {{"context", batch.at("context").narrow(0, 0, 1)}, {"latents", latents}};
-  if (settings_.task != "t2v") inputs["image"] = latents.select(2, 0);
+  if (settings_.task == "ti2v") inputs["image"] = latents.select(2, 0);
+  if (settings_.task == "i2v") inputs["image_condition"] = batch.at("image_condition").narrow(0, 0, 1);
   const torch::Tensor video = draw(inputs, seed, settings_.preview_steps).at("latents")[0];  // [C, F, H, W]
   // Channels 0-2 (or the only one) as RGB, each stretched to 0..255; frames side by side.
   torch::Tensor rgb = video.slice(0, 0, std::min<std::int64_t>(3, video.size(0))).to(torch::kFloat32);
@@ -235,14 +259,15 @@ std::map<std::string, at::Tensor> WanFlowMatchingModel::draw(const std::map<std:
     throw wanfw::Error(fmt::format("sample: noise has shape {}; expected [{}, {}, F, H, W]", c10::str(noise.sizes()),
                                    batch, c.out_dim));
   const bool ti2v = settings_.task == "ti2v", i2v = settings_.task == "i2v";
-  torch::Tensor image = input("image", (ti2v || i2v) && !latents.defined());
-  if (!image.defined() && latents.defined() && (ti2v || i2v)) image = latents.select(2, 0);
+  torch::Tensor image = input("image", ti2v && !latents.defined());
+  if (!image.defined() && latents.defined() && ti2v) image = latents.select(2, 0);
   if (image.defined() && image.dim() == 5) image = image.select(2, 0);
-  if (image.defined() && (image.dim() != 4 || image.size(0) != batch || image.size(1) != c.out_dim ||
-                          image.size(2) != noise.size(3) || image.size(3) != noise.size(4)))
+  if (ti2v && (image.dim() != 4 || image.size(0) != batch || image.size(1) != c.out_dim ||
+               image.size(2) != noise.size(3) || image.size(3) != noise.size(4)))
     throw wanfw::Error(fmt::format("sample: image has shape {}; expected [{}, {}, {}, {}]", c10::str(image.sizes()),
                                    batch, c.out_dim, noise.size(3), noise.size(4)));
-  const torch::Tensor y = i2v ? i2v_condition(image, noise.size(2)) : torch::Tensor();
+  const torch::Tensor y = i2v ? i2v_condition(checked_condition(input("image_condition", true), noise, "sample"))
+                              : torch::Tensor();
   if (settings_.expert == Expert::HighNoise || settings_.expert == Expert::LowNoise)
     spdlog::warn("sampling with the {} expert alone: it denoises every step, also those the other expert takes",
                  settings_.expert == Expert::HighNoise ? "high-noise" : "low-noise");

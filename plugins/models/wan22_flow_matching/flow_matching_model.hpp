@@ -5,7 +5,8 @@
 //
 // Tasks: t2v (latents + text context); ti2v (the first latent frame stays clean, its tokens get
 // t = 0 and are left out of the loss); i2v (the noisy latents are concatenated with a 4-channel
-// first-frame mask and the first-frame latent, zeros after it: in_dim = 2 out_dim + 4).
+// first-frame mask and the data set's image_condition — the VAE latents of the image followed by
+// zero frames, as the official I2V pipeline encodes them: in_dim = 2 out_dim + 4).
 
 #include <cstdint>
 #include <optional>
@@ -66,7 +67,12 @@ class WanFlowMatchingModel final : public wanfw::Model {
   /// Each sample's sigma, from its "timestep" stream: [B] fp32.
   torch::Tensor sample_sigma(const wanfw::Batch& batch) const;
   Objective objective(const torch::Tensor& x0, const torch::Tensor& noise, const torch::Tensor& sigma,
-                      const torch::Tensor& context);
+                      const torch::Tensor& context, const torch::Tensor& image_condition);
+  /// The batch's image_condition for i2v (undefined for the other tasks).
+  torch::Tensor image_condition_of(const wanfw::Batch& batch) const;
+  /// `image_condition`, when it is defined and of the latents' shape; else an error naming `what`.
+  const torch::Tensor& checked_condition(const torch::Tensor& image_condition, const torch::Tensor& latents,
+                                         const char* what) const;
   /// Per-token timesteps for ti2v (the first frame's tokens at 0), else t as given: [B] -> [B] or [B, L].
   torch::Tensor timesteps(const torch::Tensor& sigma, const torch::Tensor& latents) const;
   torch::Device device() const;

@@ -194,7 +194,9 @@ wanfw::PluginDescriptor describe() {
       option("task", T::Choice)
           .value("t2v")
           .choices({"t2v", "ti2v", "i2v"})
-          .doc("t2v text-to-video; ti2v clean first frame (Wan2.2 5B); i2v image channels concatenated (A14B I2V)."),
+          .doc("t2v text-to-video; ti2v clean first frame (Wan2.2 5B); i2v image channels concatenated (A14B I2V: "
+               "each sample also carries image_condition, the VAE latents of its first frame followed by zero "
+               "frames: tools/encode_dataset.py --image-condition)."),
       option("weights", T::String).value("\"\"").doc("Checkpoint to start from (official or diffusers layout); "
                                                      "empty: the official random initialisation."),
       option("weights_subfolder", T::String).value("transformer").doc("Subfolder of a diffusers pipeline folder."),
