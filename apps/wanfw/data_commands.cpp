@@ -236,10 +236,11 @@ int throughput(const std::vector<std::string>& args) {
                                               {"--epochs", "1"}, {"--for-gpu", "0"}};
   const fs::path folder = parse(args, flags, {"--for-gpu"});
   const bool for_gpu = flags.at("--for-gpu") == "1";
-  auto data = std::make_shared<LatentShardDataset>(folder, std::vector<FieldSpec>{});
   // The fields as a model would declare them: each sample's own tensors by bucket, text by tokens.
+  const DatasetManifest manifest = DatasetManifest::read(folder);
+  if (manifest.samples.empty()) usage(fmt::format("{} holds no samples", folder.string()));
   std::vector<FieldSpec> fields;
-  for (const auto& [name, where] : data->manifest().samples.front().fields) {
+  for (const auto& [name, where] : manifest.samples.front().fields) {
     FieldSpec field{name, where.shape};
     if (where.shape.size() == 4) field.shape = {where.shape[0], dim::frames, dim::height, dim::width};
     if (where.shape.size() == 2) field.shape = {dim::tokens, where.shape[1]};

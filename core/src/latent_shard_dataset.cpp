@@ -22,10 +22,15 @@ const char* kVerifyHint = "run `wanfw data verify` on the folder; re-encode what
                           "data.on_bad_sample: skip to train without it";
 }
 
-/// Shards are opened (mapped and their headers checked) on first use, once, by any worker.
+/// Shards are opened (CRC-checked, mapped, their headers checked) on first use, once, by any
+/// worker; a worker opening one shard holds up only the workers that need that shard.
 struct LatentShardDataset::Shards {
-  std::mutex mutex;
-  std::map<std::string, std::shared_ptr<const SafetensorsFile>> open;
+  struct Slot {
+    std::mutex mutex;
+    std::shared_ptr<const SafetensorsFile> file;
+  };
+  std::mutex mutex;  ///< guards `slots` alone
+  std::map<std::string, std::shared_ptr<Slot>> slots;
 };
 
 LatentShardDataset::LatentShardDataset(fs::path folder, std::vector<FieldSpec> fields, fs::path validation_folder,
@@ -90,12 +95,18 @@ std::string LatentShardDataset::describe_sample(std::int64_t index) const {
 }
 
 at::Tensor LatentShardDataset::read(const ManifestTensor& where, const std::string& field,
-                                    const std::string& owner) const {
-  std::shared_ptr<const SafetensorsFile> file;
+                                    const std::function<std::string()>& owner) const {
+  std::shared_ptr<Shards::Slot> slot;
   {
     std::lock_guard<std::mutex> lock(shards_->mutex);
-    auto& slot = shards_->open[where.shard];
-    if (!slot) {
+    auto& entry = shards_->slots[where.shard];
+    if (!entry) entry = std::make_shared<Shards::Slot>();
+    slot = entry;
+  }
+  std::shared_ptr<const SafetensorsFile> file;
+  {
+    std::lock_guard<std::mutex> lock(slot->mutex);
+    if (!slot->file) {
       try {
         const fs::path path = folder_ / where.shard;
         if (checksums_) {
@@ -107,21 +118,20 @@ at::Tensor LatentShardDataset::read(const ManifestTensor& where, const std::stri
                                         "corrupt",
                                         path.string(), sum.crc32, sum.bytes, listed->crc32, listed->bytes));
         }
-        slot = std::make_shared<const SafetensorsFile>(SafetensorsFile::open(path));
+        slot->file = std::make_shared<const SafetensorsFile>(SafetensorsFile::open(path));
       } catch (const FileError& e) {
-        shards_->open.erase(where.shard);
-        throw DataError(fmt::format("{}, field '{}': its shard is unreadable: {}", owner, field, e.what()), kVerifyHint);
+        throw DataError(fmt::format("{}, field '{}': its shard is unreadable: {}", owner(), field, e.what()), kVerifyHint);
       }
     }
-    file = slot;
+    file = slot->file;
   }
   if (!file->contains(where.tensor))
-    throw DataError(fmt::format("{}, field '{}': {} has no tensor '{}'", owner, field,
+    throw DataError(fmt::format("{}, field '{}': {} has no tensor '{}'", owner(), field,
                                 (folder_ / where.shard).string(), shortened(where.tensor)),
                     kVerifyHint);
   at::Tensor tensor = file->tensor(where.tensor);
   if (tensor.sizes() != at::IntArrayRef(where.shape))
-    throw DataError(fmt::format("{}, field '{}': tensor '{}' has shape [{}], but the manifest says [{}]", owner, field,
+    throw DataError(fmt::format("{}, field '{}': tensor '{}' has shape [{}], but the manifest says [{}]", owner(), field,
                                 shortened(where.tensor), fmt::join(tensor.sizes(), ", "), fmt::join(where.shape, ", ")),
                     kVerifyHint);
   return tensor;
@@ -131,7 +141,7 @@ Sample LatentShardDataset::get(std::int64_t index) const {
   if (index < 0 || index >= size())
     throw DataError(fmt::format("sample {} is outside {} ({} samples)", index, folder_.string(), size()));
   const auto& sample = manifest_.samples[static_cast<std::size_t>(index)];
-  const std::string owner = describe_sample(index);
+  const auto owner = [&] { return describe_sample(index); };  // formatted for messages only
   Sample out;
   if (fields_.empty()) {
     for (const auto& [field, where] : sample.fields) out.emplace(field, read(where, field, owner));
@@ -143,7 +153,7 @@ Sample LatentShardDataset::get(std::int64_t index) const {
       std::vector<std::string> present;
       for (const auto& [name, _] : sample.fields) present.push_back(name);
       const bool text = !field.shape.empty() && field.shape.front() == dim::tokens;
-      throw DataError(fmt::format("{}: the manifest gives no '{}'{} (it has: {})", owner, field.name,
+      throw DataError(fmt::format("{}: the manifest gives no '{}'{} (it has: {})", owner(), field.name,
                                   text ? " (text embedding)" : "", fmt::join(present, ", ")),
                       "the model needs every field it declares; re-encode the data set with them");
     }
@@ -155,7 +165,7 @@ Sample LatentShardDataset::get(std::int64_t index) const {
 Sample LatentShardDataset::empty_caption() const {
   Sample out;
   for (const auto& [field, where] : manifest_.empty_caption)
-    out.emplace(field, read(where, field, fmt::format("the empty prompt of {}", folder_.string())));
+    out.emplace(field, read(where, field, [&] { return fmt::format("the empty prompt of {}", folder_.string()); }));
   return out;
 }
 

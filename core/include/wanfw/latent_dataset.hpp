@@ -128,7 +128,8 @@ class LatentShardDataset final : public Dataset {
   const std::filesystem::path& folder() const { return folder_; }
 
  private:
-  at::Tensor read(const ManifestTensor& where, const std::string& field, const std::string& owner) const;
+  at::Tensor read(const ManifestTensor& where, const std::string& field,
+                  const std::function<std::string()>& owner) const;
   struct Shards;
   std::filesystem::path folder_;
   std::filesystem::path validation_folder_;
