@@ -19,4 +19,6 @@ set(WANFW_DATASET_SOURCES
   ${_core_src}/dataset_writer.cpp
   ${_core_src}/file_checksum.cpp
   ${_core_src}/generators.cpp
-  ${_core_src}/latent_shard_dataset.cpp)
+  ${_core_src}/finite_copy.cpp
+  ${_core_src}/latent_shard_dataset.cpp
+  ${_core_src}/sample_conform.cpp)
