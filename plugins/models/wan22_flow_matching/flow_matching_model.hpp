@@ -13,10 +13,14 @@
 #include <string>
 #include <vector>
 
-#include "wan_denoiser.hpp"
+#include "wan/flow_matching.hpp"
+#include "wan/wan_denoiser.hpp"
 #include "wanfw/model.hpp"
 
 namespace wan_fm {
+
+using wan::Expert;
+using wan::WanDenoiser;
 
 struct FlowMatchingSettings {
   std::string task;      ///< t2v | ti2v | i2v
@@ -70,9 +74,6 @@ class WanFlowMatchingModel final : public wanfw::Model {
                       const torch::Tensor& context, const torch::Tensor& image_condition);
   /// The batch's image_condition for i2v (undefined for the other tasks).
   torch::Tensor image_condition_of(const wanfw::Batch& batch) const;
-  /// `image_condition`, when it is defined and of the latents' shape; else an error naming `what`.
-  const torch::Tensor& checked_condition(const torch::Tensor& image_condition, const torch::Tensor& latents,
-                                         const char* what) const;
   /// Per-token timesteps for ti2v (the first frame's tokens at 0), else t as given: [B] -> [B] or [B, L].
   torch::Tensor timesteps(const torch::Tensor& sigma, const torch::Tensor& latents) const;
   torch::Device device() const;

@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include "flow_matching_model.hpp"
+#include "wan/wan_options.hpp"
 #include "wan/wan_weights.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/plugin.hpp"
@@ -17,28 +18,11 @@
 namespace {
 
 using wanfw::option;
-using wan_fm::Expert;
+using wan::Expert;
 using wan_fm::FlowMatchingSettings;
 using T = wanfw::OptionType;
 
-wan::WanConfig config_from(const wanfw::Options& o) {
-  wan::WanConfig c;
-  try {
-    c = wan::wan_preset(o.string("preset"));
-  } catch (const wanfw::Error& e) {
-    o.fail("preset", e.what());
-  }
-  for (auto [name, field] : {std::pair{"dim", &c.dim}, {"ffn_dim", &c.ffn_dim}, {"num_heads", &c.num_heads},
-                             {"num_layers", &c.num_layers}, {"in_dim", &c.in_dim}, {"out_dim", &c.out_dim},
-                             {"text_dim", &c.text_dim}, {"text_len", &c.text_len}})
-    if (o.integer(name) > 0) *field = o.integer(name);
-  try {
-    c.validate();
-  } catch (const wanfw::Error& e) {
-    o.fail("preset", e.what(), "adjust dim / num_heads so that the head dim splits for RoPE");
-  }
-  return c;
-}
+wan::WanConfig config_from(const wanfw::Options& o) { return wan::config_from_options(o, ""); }
 
 /// Every option besides the dimensions, checked against them.
 FlowMatchingSettings settings_from(const wanfw::Options& o, const wan::WanConfig& config) {
@@ -71,7 +55,7 @@ FlowMatchingSettings settings_from(const wanfw::Options& o, const wan::WanConfig
   if (s.sample_steps < 1) o.fail("sample_steps", "must be at least 1");
 
   // Experts: the boundary comes from the preset (A14B) or the config.
-  s.expert = wan_fm::parse_expert(o.string("expert"));
+  s.expert = wan::parse_expert(o.string("expert"));
   const double boundary = o.number("boundary") > 0 ? o.number("boundary") : static_cast<double>(config.expert_boundary);
   if (s.expert == Expert::None && config.expert_boundary > 0 && o.number("boundary") == 0)
     o.fail("expert",
@@ -102,7 +86,7 @@ FlowMatchingSettings settings_from(const wanfw::Options& o, const wan::WanConfig
                        s.min_sigma * 1000, s.max_sigma * 1000));
   s.validation_timesteps = kept;
 
-  const std::int64_t expected_in = s.task == "i2v" ? 2 * config.out_dim + 4 : config.out_dim;
+  const std::int64_t expected_in = wan::task_in_dim(config, s.task);
   if (config.in_dim != expected_in)
     o.fail("task", fmt::format("the {} task feeds the model {} input channels (out_dim {}{}), but in_dim is {}", s.task,
                                expected_in, config.out_dim, s.task == "i2v" ? " x 2 + 4 mask channels" : "",
@@ -117,7 +101,7 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
   // straight into the final parameters, never held whole in fp32 on the CPU.
   const wan::WanPlacement placement{ctx.device, o.string("dtype") == "bfloat16" ? torch::kBFloat16 : torch::kFloat32};
   auto model = std::make_unique<wan_fm::WanFlowMatchingModel>(config, settings_from(o, config), placement);
-  wan_fm::WanDenoiser& denoiser = model->denoiser();
+  wan::WanDenoiser& denoiser = model->denoiser();
   const std::string weights = o.string("weights");
   if (!weights.empty()) denoiser.load_weights(weights, o.string("weights_subfolder"));
   for (auto& dit : denoiser.dits()) dit->set_gradient_checkpointing(o.boolean("gradient_checkpointing"));
@@ -140,7 +124,7 @@ std::string weights_summary(const wanfw::Options& o, const wan::WanConfig& c, Ex
   if (!std::filesystem::exists(weights))
     return fmt::format("weights: {} is not on this machine; it is checked when a run starts\n", weights);
   std::string out;
-  for (const auto& source : wan_fm::expert_weights(weights, o.string("weights_subfolder"), expert)) {
+  for (const auto& source : wan::expert_weights(weights, o.string("weights_subfolder"), expert)) {
     const wan::WeightLayout layout = wan::check_wan_weights(c, source.path, source.subfolder);
     out += fmt::format("weights{}: {} ({} layout): every tensor present with the model's shape\n",
                        source.expert.empty() ? "" : " of " + source.expert, source.path.string(),
@@ -176,21 +160,8 @@ std::string inspect(const wanfw::Options& o) {
 wanfw::PluginDescriptor describe() {
   auto d = wanfw::PluginDescriptor::for_model("wan22_flow_matching", "0.1.0",
                                               "Wan2.1/2.2 DiT trained with flow matching (t2v, ti2v, i2v).");
-  std::vector<std::string> presets = wan::wan_preset_names();
-  d.options = {
-      option("preset", T::Choice).value("tiny").choices(presets).doc("Model dimensions from the public configs."),
-      option("dim", T::Integer).value("0").doc("Hidden size; 0 keeps the preset's."),
-      option("ffn_dim", T::Integer).value("0").doc("Feed-forward size; 0 keeps the preset's."),
-      option("num_heads", T::Integer).value("0").doc("Attention heads; 0 keeps the preset's."),
-      option("num_layers", T::Integer).value("0").doc("Blocks; 0 keeps the preset's."),
-      option("in_dim", T::Integer).value("0").doc("Input latent channels; 0 keeps the preset's."),
-      option("out_dim", T::Integer).value("0").doc("Output latent channels; 0 keeps the preset's."),
-      option("text_dim", T::Integer).value("0").doc("Text-encoder width; 0 keeps the preset's."),
-      option("text_len", T::Integer)
-          .value("0")
-          .doc("Tokens every text context is zero-padded to before the text embedding, as the official model "
-               "does (longer contexts are refused); synthetic contexts are this long unless data.text_tokens says "
-               "otherwise. 0 keeps the preset's (512; 16 for tiny)."),
+  d.options = wan::dimension_options("", "tiny");
+  const std::vector<wanfw::OptionSpec> rest = {
       option("task", T::Choice)
           .value("t2v")
           .choices({"t2v", "ti2v", "i2v"})
@@ -240,6 +211,7 @@ wanfw::PluginDescriptor describe() {
           .doc("Latent frames x height x width (\"21x60x104\") `wanfw sample` draws when its inputs hold neither noise "
                "nor latents to take the shape from."),
   };
+  d.options.insert(d.options.end(), rest.begin(), rest.end());
   const char* moved = "the data set holds the shapes now: data.buckets: [\"FxHxW\"] (latent frames x height x width) "
                       "for the synthetic set; a data set folder's manifest for your own data (docs/data.md)";
   d.removed_options = {{"latent_frames", moved}, {"latent_height", moved}, {"latent_width", moved}};

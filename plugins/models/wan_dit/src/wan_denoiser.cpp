@@ -1,4 +1,4 @@
-#include "wan_denoiser.hpp"
+#include "wan/wan_denoiser.hpp"
 
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -8,7 +8,7 @@
 
 namespace fs = std::filesystem;
 
-namespace wan_fm {
+namespace wan {
 
 Expert parse_expert(const std::string& name) {
   if (name == "none") return Expert::None;
@@ -18,14 +18,14 @@ Expert parse_expert(const std::string& name) {
   throw wanfw::Error(fmt::format("unknown expert '{}'", name), "use none, high_noise, low_noise or both");
 }
 
-WanExpertPairImpl::WanExpertPairImpl(wan::WanConfig config, wan::WanPlacement placement)
+WanExpertPairImpl::WanExpertPairImpl(WanConfig config, WanPlacement placement)
     : config_(std::move(config)), placement_(placement) {
   reset();
 }
 
 void WanExpertPairImpl::reset() {
-  high_noise_model = register_module("high_noise_model", wan::WanDiT(config_, placement_));
-  low_noise_model = register_module("low_noise_model", wan::WanDiT(config_, placement_));
+  high_noise_model = register_module("high_noise_model", WanDiT(config_, placement_));
+  low_noise_model = register_module("low_noise_model", WanDiT(config_, placement_));
 }
 
 std::vector<ExpertWeights> expert_weights(const fs::path& weights, const std::string& subfolder, Expert expert) {
@@ -61,16 +61,16 @@ std::vector<ExpertWeights> expert_weights(const fs::path& weights, const std::st
   return out;
 }
 
-WanDenoiser::WanDenoiser(const wan::WanConfig& config, Expert expert, double boundary, wan::WanPlacement placement)
+WanDenoiser::WanDenoiser(const WanConfig& config, Expert expert, double boundary, WanPlacement placement)
     : config_(config), expert_(expert), boundary_(boundary) {
   if (expert_ == Expert::Both) pair_ = WanExpertPair(config_, placement);
-  else single_ = wan::WanDiT(config_, placement);
+  else single_ = WanDiT(config_, placement);
 }
 
 WanDenoiser::WanDenoiser(const WanDenoiser& other, const c10::Device& device)
     : config_(other.config_), expert_(other.expert_), boundary_(other.boundary_) {
   if (other.pair_) pair_ = WanExpertPair(std::dynamic_pointer_cast<WanExpertPairImpl>(other.pair_->clone(device)));
-  else single_ = wan::WanDiT(std::dynamic_pointer_cast<wan::WanDiTImpl>(other.single_->clone(device)));
+  else single_ = WanDiT(std::dynamic_pointer_cast<WanDiTImpl>(other.single_->clone(device)));
 }
 
 std::shared_ptr<torch::nn::Module> WanDenoiser::module() const {
@@ -78,7 +78,7 @@ std::shared_ptr<torch::nn::Module> WanDenoiser::module() const {
   return single_.ptr();
 }
 
-std::vector<wan::WanDiT> WanDenoiser::dits() const {
+std::vector<WanDiT> WanDenoiser::dits() const {
   if (pair_) return {pair_->high_noise_model, pair_->low_noise_model};
   return {single_};
 }
@@ -87,7 +87,7 @@ void WanDenoiser::load_weights(const fs::path& weights, const std::string& subfo
   const auto sources = expert_weights(weights, subfolder, expert_);
   auto targets = dits();
   for (std::size_t i = 0; i < sources.size(); ++i)
-    wan::load_wan_weights(*targets[i].ptr(), sources[i].path, sources[i].subfolder);
+    load_wan_weights(*targets[i].ptr(), sources[i].path, sources[i].subfolder);
 }
 
 std::pair<double, double> WanDenoiser::sigma_range() const {
@@ -108,7 +108,7 @@ torch::Tensor WanDenoiser::forward(const torch::Tensor& x, const torch::Tensor& 
   if (high_count == 0) return pair_->low_noise_model->forward(x, t, context, y);
   const torch::Tensor high_index = high.nonzero().squeeze(1).to(x.device());
   const torch::Tensor low_index = (~high).nonzero().squeeze(1).to(x.device());
-  auto part = [&](wan::WanDiT& dit, const torch::Tensor& index) {
+  auto part = [&](WanDiT& dit, const torch::Tensor& index) {
     return dit->forward(x.index_select(0, index), t.index_select(0, index), context.index_select(0, index),
                         y.defined() ? y.index_select(0, index) : torch::Tensor());
   };
@@ -119,4 +119,4 @@ torch::Tensor WanDenoiser::forward(const torch::Tensor& x, const torch::Tensor& 
   return torch::zeros(sizes, high_out.options()).index_copy(0, high_index, high_out).index_copy(0, low_index, low_out);
 }
 
-}  // namespace wan_fm
+}  // namespace wan

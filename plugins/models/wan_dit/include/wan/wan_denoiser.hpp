@@ -1,6 +1,7 @@
 #pragma once
-// The network a Wan flow-matching model trains: one Wan DiT, or the two experts of Wan2.2 A14B
-// (the high-noise expert for t >= boundary, the low-noise expert below it), routed per sample.
+// The network a Wan model denoises with: one Wan DiT, or the two experts of Wan2.2 A14B (the
+// high-noise expert for t >= boundary, the low-noise expert below it), routed per sample. Shared by
+// the flow-matching model (what it trains) and the distillation model (its teacher).
 
 #include <filesystem>
 #include <string>
@@ -11,7 +12,7 @@
 
 #include "wan/wan_dit.hpp"
 
-namespace wan_fm {
+namespace wan {
 
 enum class Expert { None, HighNoise, LowNoise, Both };
 Expert parse_expert(const std::string& name);
@@ -20,13 +21,13 @@ Expert parse_expert(const std::string& name);
 /// expert a tensor belongs to ("high_noise_model.blocks.0...").
 class WanExpertPairImpl : public torch::nn::Cloneable<WanExpertPairImpl> {
  public:
-  explicit WanExpertPairImpl(wan::WanConfig config, wan::WanPlacement placement = {});
+  explicit WanExpertPairImpl(WanConfig config, WanPlacement placement = {});
   void reset() override;
-  wan::WanDiT high_noise_model{nullptr}, low_noise_model{nullptr};
+  WanDiT high_noise_model{nullptr}, low_noise_model{nullptr};
 
  private:
-  wan::WanConfig config_;
-  wan::WanPlacement placement_;
+  WanConfig config_;
+  WanPlacement placement_;
 };
 TORCH_MODULE(WanExpertPair);
 
@@ -47,7 +48,7 @@ class WanDenoiser {
  public:
   /// `boundary` in sigma units (timestep / 1000); used when `expert` is not None. The weights are
   /// built where `placement` says (device and dtype), part by part.
-  WanDenoiser(const wan::WanConfig& config, Expert expert, double boundary, wan::WanPlacement placement = {});
+  WanDenoiser(const WanConfig& config, Expert expert, double boundary, WanPlacement placement = {});
   /// A replica of `other` on `device`: its modules cloned, weights and settings included.
   WanDenoiser(const WanDenoiser& other, const c10::Device& device);
 
@@ -60,20 +61,20 @@ class WanDenoiser {
   /// The trained module: the DiT itself, or the expert pair.
   std::shared_ptr<torch::nn::Module> module() const;
   /// Every DiT held (one, or the two experts).
-  std::vector<wan::WanDiT> dits() const;
+  std::vector<WanDiT> dits() const;
   void load_weights(const std::filesystem::path& weights, const std::string& subfolder);
   /// The sigma range this network is trained on: [0, 1], or one expert's side of the boundary.
   std::pair<double, double> sigma_range() const;
   Expert expert() const { return expert_; }
   double boundary() const { return boundary_; }
-  const wan::WanConfig& config() const { return config_; }
+  const WanConfig& config() const { return config_; }
 
  private:
-  wan::WanConfig config_;
+  WanConfig config_;
   Expert expert_;
   double boundary_;
-  wan::WanDiT single_{nullptr};
+  WanDiT single_{nullptr};
   WanExpertPair pair_{nullptr};
 };
 
-}  // namespace wan_fm
+}  // namespace wan

@@ -1,0 +1,204 @@
+#include "distill_model.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "wan/wan_weights.hpp"
+#include "wanfw/error.hpp"
+#include "wanfw/sample_random.hpp"
+
+namespace wan_distill {
+
+namespace {
+const char* kPredictInputs = "give x [B,C,F,H,W], t [B] or [B,tokens] and context [B,L,text_dim] (and y for i2v)";
+}  // namespace
+
+DistillModel::DistillModel(const wan::WanConfig& student, DistillSettings settings,
+                           std::shared_ptr<FrozenTeacher> teacher, wan::WanPlacement placement)
+    : student_(student, placement), settings_(std::move(settings)), teacher_(std::move(teacher)) {}
+
+DistillModel::DistillModel(const DistillModel& other, const c10::Device& device)
+    : student_(std::dynamic_pointer_cast<wan::WanDiTImpl>(other.student_->clone(device))),
+      settings_(other.settings_),
+      // A teacher beside its student goes along to the replica's device; one placed apart on
+      // purpose (teacher_device) serves every replica, one call at a time.
+      teacher_(other.teacher_->placement().device == other.device() ? other.teacher_->on(device) : other.teacher_) {}
+
+std::unique_ptr<wanfw::Model> DistillModel::replicate(const c10::Device& device) {
+  return std::make_unique<DistillModel>(*this, device);
+}
+
+torch::Device DistillModel::device() const { return student_->parameters().front().device(); }
+
+std::vector<wanfw::FieldSpec> DistillModel::batch_fields() const {
+  const auto& c = student_->config();
+  std::vector<wanfw::FieldSpec> fields = wan::task_fields(c, settings_.task);
+  for (auto& field : fields)  // a context must fit both networks
+    if (field.name == "context") field.max_tokens = std::min(c.text_len, teacher_->config().text_len);
+  if (settings_.inputs == "data") return fields;
+  // Data-free: prompts only (and the i2v image); the latents come from the teacher's trajectory.
+  std::erase_if(fields, [](const wanfw::FieldSpec& f) { return f.name == "latents"; });
+  return fields;
+}
+
+torch::Tensor DistillModel::noise_of(const wanfw::Batch& batch) const {
+  std::vector<std::int64_t> shape;
+  if (batch.fields.count("latents")) {
+    shape = batch.at("latents").sizes().slice(1).vec();
+  } else if (batch.fields.count("image_condition")) {
+    shape = batch.at("image_condition").sizes().slice(1).vec();
+  } else {
+    const wanfw::Bucket& size = *settings_.latent_size;
+    shape = {student_->config().out_dim, size.frames, size.height, size.width};
+  }
+  return wanfw::sample_randn(batch, "noise", shape, torch::kFloat32);
+}
+
+DistillModel::Point DistillModel::point(const wanfw::Batch& batch, const torch::Tensor& sigma,
+                                        const torch::Tensor& noise) {
+  const auto& c = student_->config();
+  Point p;
+  p.sigma = sigma;
+  p.noise = noise;
+  p.context = batch.at("context");
+  p.negative = settings_.negative.defined()
+                   ? settings_.negative.to(p.context.device(), p.context.scalar_type())
+                         .unsqueeze(0)
+                         .expand({p.context.size(0), -1, -1})
+                   : torch::zeros_like(p.context);
+  if (settings_.task == "i2v")
+    p.y = wan::i2v_condition(wan::checked_condition(batch.at("image_condition"), noise, "distillation"));
+  const torch::Tensor s = sigma.to(torch::kFloat32).view({-1, 1, 1, 1, 1});
+  if (settings_.inputs == "data") {
+    p.x0 = batch.at("latents");
+    wan::check_latents(c, settings_.task, p.x0, "distillation");
+    p.xt = (1 - s) * p.x0 + s * noise;
+    if (settings_.task == "ti2v") p.xt = torch::cat({p.x0.slice(2, 0, 1), p.xt.slice(2, 1)}, 2);
+  } else {
+    // Where the teacher goes: Euler steps of its (guided) velocity from noise at s = 1 down to
+    // each sample's level, evenly spaced in s.
+    wan::check_latents(c, settings_.task, noise, "distillation");
+    torch::Tensor x = noise;
+    const std::int64_t k = settings_.trajectory_steps;
+    for (std::int64_t i = 0; i < k; ++i) {
+      const torch::Tensor from = 1 - (1 - sigma) * (static_cast<double>(i) / static_cast<double>(k));
+      const torch::Tensor to = 1 - (1 - sigma) * (static_cast<double>(i + 1) / static_cast<double>(k));
+      const torch::Tensor v = teacher_->velocity(x, wan::task_timesteps(from, x, c, settings_.task), p.context,
+                                                 p.negative, p.y, from, settings_.guidance);
+      x = x + (to - from).to(torch::kFloat32).view({-1, 1, 1, 1, 1}) * v;
+    }
+    p.xt = x.detach();
+  }
+  p.t = wan::task_timesteps(sigma, p.xt, c, settings_.task);
+  return p;
+}
+
+DistillModel::Terms DistillModel::terms(const Point& p, bool with_flow_matching) {
+  const torch::Tensor target =
+      teacher_->velocity(p.xt, p.t, p.context, p.negative, p.y, p.sigma, settings_.guidance);
+  const torch::Tensor v = student_->forward(p.xt, p.t, p.context, p.y).to(torch::kFloat32);
+  const bool ti2v = settings_.task == "ti2v";
+  auto per_sample = [&](torch::Tensor error) {
+    if (ti2v) error = error.slice(2, 1);  // the clean first frame is not predicted
+    return error.flatten(1).mean(1);
+  };
+  Terms out;
+  out.velocity = per_sample((v - target).pow(2));
+  if (with_flow_matching) out.flow_matching = per_sample((v - (p.noise - p.x0).to(torch::kFloat32)).pow(2));
+  return out;
+}
+
+wanfw::StepOutput DistillModel::training_step(const wanfw::Batch& batch) {
+  FrozenTeacher::Use use(*teacher_);
+  // Noise and level from the sample's own streams: the same wherever the sample is trained.
+  const torch::Tensor noise = noise_of(batch);
+  const torch::Tensor sigma = wan::draw_sigma(batch, settings_.timesteps);
+  const Point p = point(batch, sigma, noise);
+  const bool fm = settings_.flow_matching_weight > 0;
+  const Terms e = terms(p, fm);
+  torch::Tensor loss = settings_.velocity_weight * e.velocity.mean();
+  std::map<std::string, at::Tensor> metrics = {{"velocity_loss", e.velocity.mean().detach()},
+                                               {"sigma_mean", sigma.mean().detach()}};
+  if (fm) {
+    loss = loss + settings_.flow_matching_weight * e.flow_matching.mean();
+    metrics["flow_matching_loss"] = e.flow_matching.mean().detach();
+  }
+  return {loss, metrics};
+}
+
+std::map<std::string, at::Tensor> DistillModel::validation_step(const wanfw::Batch& batch) {
+  FrozenTeacher::Use use(*teacher_);
+  const torch::Tensor noise = noise_of(batch);
+  std::map<std::string, at::Tensor> metrics;
+  torch::Tensor total = torch::zeros({}, noise.options().dtype(torch::kFloat64));
+  for (const double t : settings_.validation_timesteps) {
+    const torch::Tensor sigma = torch::full({batch.size}, t / 1000.0, noise.options());
+    const torch::Tensor gap = terms(point(batch, sigma, noise), false).velocity.mean().to(torch::kFloat64);
+    metrics[fmt::format("gap_t{:03d}", static_cast<int>(std::lround(t)))] = gap;
+    total = total + gap;
+  }
+  metrics["loss"] = total / static_cast<double>(settings_.validation_timesteps.size());
+  return metrics;
+}
+
+std::map<std::string, at::Tensor> DistillModel::predict(const std::map<std::string, at::Tensor>& inputs) {
+  torch::NoGradGuard no_grad;
+  student_->eval();
+  const torch::Device dev = device();
+  auto input = [&](const char* name, bool required) -> torch::Tensor {
+    auto it = inputs.find(name);
+    if (it != inputs.end()) return it->second.to(dev);
+    if (required) throw wanfw::Error(fmt::format("predict: the inputs have no tensor '{}'", name), kPredictInputs);
+    return {};
+  };
+  const torch::Tensor x = input("x", true), t = input("t", true), context = input("context", true);
+  const torch::Tensor y = input("y", false);
+  const torch::Tensor sigma = (t.dim() == 2 ? std::get<0>(t.max(1)) : t).to(torch::kFloat32) / 1000.0;
+  const torch::Tensor negative = settings_.negative.defined()
+                                     ? settings_.negative.to(dev).unsqueeze(0).expand({context.size(0), -1, -1})
+                                     : torch::zeros_like(context);
+  FrozenTeacher::Use use(*teacher_);
+  return {{"v", student_->forward(x, t, context, y).cpu()},
+          {"teacher_v", teacher_->velocity(x, t, context, negative, y, sigma, settings_.guidance).cpu()}};
+}
+
+std::map<std::string, at::Tensor> DistillModel::sample(const std::map<std::string, at::Tensor>& inputs,
+                                                       std::uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  student_->eval();
+  const auto& c = student_->config();
+  wan::SampleInputs given = wan::sample_inputs(inputs, c, settings_.task, settings_.sample_size, seed, device());
+  const auto velocity = [&](const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& context,
+                            const torch::Tensor&) { return student_->forward(x, t, context, given.y); };
+  return wan::euler_sample(velocity, given, c, settings_.task, settings_.sample_steps, settings_.sample_shift,
+                           settings_.sample_guidance);
+}
+
+std::map<std::string, at::Tensor> DistillModel::preview(const wanfw::Batch& batch, std::uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  student_->eval();
+  const auto& c = student_->config();
+  std::map<std::string, at::Tensor> inputs;
+  if (batch.fields.count("latents")) {
+    inputs = wan::preview_inputs(batch, settings_.task);
+  } else {
+    inputs = {{"context", batch.at("context").narrow(0, 0, 1)},
+              {"noise", noise_of(batch).narrow(0, 0, 1)}};
+    if (settings_.task == "i2v") inputs["image_condition"] = batch.at("image_condition").narrow(0, 0, 1);
+  }
+  const wan::SampleInputs given = wan::sample_inputs(inputs, c, settings_.task, settings_.sample_size, seed, device());
+  const auto velocity = [&](const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& context,
+                            const torch::Tensor&) { return student_->forward(x, t, context, given.y); };
+  const torch::Tensor video = wan::euler_sample(velocity, given, c, settings_.task, settings_.preview_steps,
+                                                settings_.sample_shift, settings_.sample_guidance)
+                                  .at("latents")[0];
+  return {{"latents", wan::latent_strip(video)}};
+}
+
+void DistillModel::export_weights(const std::filesystem::path& folder, std::int64_t max_shard_bytes) {
+  wan::save_wan_weights(*student_, folder, settings_.task, max_shard_bytes);
+}
+
+}  // namespace wan_distill

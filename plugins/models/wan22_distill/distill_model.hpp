@@ -1,0 +1,87 @@
+#pragma once
+// The Wan distillation model (the plugin's wanfw::Model): a student DiT trained to predict what
+// a frozen teacher predicts.
+//
+//   x_s (from data: (1 - s) x0 + s eps; data-free: the teacher's own Euler trajectory from eps)
+//   target = v_T(x_s, s, c)                       velocity matching
+//          = v_T(x_s, s, n) + g (v_T(x_s, s, c) - v_T(x_s, s, n))   guidance distillation (g != 1)
+//   loss   = w_v mean (v_S(x_s, s, c) - target)^2 + w_fm mean (v_S(x_s, s, c) - (eps - x0))^2
+//
+// module() is the student alone: the optimizer, the strategies and the checkpoints see only it.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "frozen_teacher.hpp"
+#include "wan/flow_matching.hpp"
+#include "wan/wan_dit.hpp"
+#include "wanfw/model.hpp"
+
+namespace wan_distill {
+
+struct DistillSettings {
+  std::string task;    ///< t2v | ti2v | i2v (teacher and student alike)
+  std::string inputs;  ///< data | teacher_trajectory
+  wan::TimestepSampling timesteps;
+  double velocity_weight = 1.0;
+  double flow_matching_weight = 0.0;
+  double guidance = 1.0;          ///< the teacher's guidance scale in the target; 1: none
+  torch::Tensor negative;         ///< [L, text_dim] negative context for guidance (undefined: zeros)
+  std::int64_t trajectory_steps = 4;
+  std::optional<wanfw::Bucket> latent_size;  ///< data-free t2v: the latents' frames x height x width
+  std::vector<double> validation_timesteps;  ///< 0..1000
+  std::int64_t sample_steps = 20, preview_steps = 10;
+  double sample_guidance = 1.0, sample_shift = 5.0;
+  std::optional<wanfw::Bucket> sample_size;
+};
+
+class DistillModel final : public wanfw::Model {
+ public:
+  DistillModel(const wan::WanConfig& student, DistillSettings settings, std::shared_ptr<FrozenTeacher> teacher,
+               wan::WanPlacement placement = {});
+  /// A replica on `device`: the student cloned, the teacher copied there too.
+  DistillModel(const DistillModel& other, const c10::Device& device);
+
+  wan::WanDiT& student() { return student_; }
+  FrozenTeacher& teacher() { return *teacher_; }
+  std::shared_ptr<torch::nn::Module> module() override { return student_.ptr(); }
+  std::vector<wanfw::FieldSpec> batch_fields() const override;
+  wanfw::StepOutput training_step(const wanfw::Batch& batch) override;
+  /// "gap_t<T>": mean (v_S - target)^2 at each validation timestep, same noise every time;
+  /// "loss": their mean.
+  std::map<std::string, at::Tensor> validation_step(const wanfw::Batch& batch) override;
+  /// Inputs x, t, context (y for i2v): "v" the student's velocity, "teacher_v" the target
+  /// (the teacher's, guided when the config distils guidance).
+  std::map<std::string, at::Tensor> predict(const std::map<std::string, at::Tensor>& inputs) override;
+  /// The student's samples (one forward per step unless sample_guidance != 1).
+  std::map<std::string, at::Tensor> sample(const std::map<std::string, at::Tensor>& inputs,
+                                           std::uint64_t seed) override;
+  /// The student in the official layout: loadable as `weights` of wan22_flow_matching.
+  void export_weights(const std::filesystem::path& folder, std::int64_t max_shard_bytes) override;
+  std::map<std::string, at::Tensor> preview(const wanfw::Batch& batch, std::uint64_t seed) override;
+  std::unique_ptr<wanfw::Model> replicate(const c10::Device& device) override;
+
+ private:
+  struct Point {
+    torch::Tensor x0, noise, xt, t, sigma, context, negative, y;
+  };
+  /// The noisy latents the student learns at, for levels `sigma` [B].
+  Point point(const wanfw::Batch& batch, const torch::Tensor& sigma, const torch::Tensor& noise);
+  /// The batch's noise from each sample's "noise" stream, in the latents' shape.
+  torch::Tensor noise_of(const wanfw::Batch& batch) const;
+  /// Student error against the teacher target at `p`: per-sample mean squares [B] of each term.
+  struct Terms {
+    torch::Tensor velocity, flow_matching;
+  };
+  Terms terms(const Point& p, bool with_flow_matching);
+  torch::Device device() const;
+
+  wan::WanDiT student_{nullptr};
+  DistillSettings settings_;
+  std::shared_ptr<FrozenTeacher> teacher_;
+};
+
+}  // namespace wan_distill

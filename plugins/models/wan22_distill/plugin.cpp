@@ -1,0 +1,359 @@
+// Plugin `wan22_distill`: its options, checked against each other, and the factory of the model
+// (distill_model.hpp): the frozen teacher, the student and how the student starts.
+
+#include <algorithm>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include "distill_model.hpp"
+#include "frozen_teacher.hpp"
+#include "student_init.hpp"
+#include "wan/wan_options.hpp"
+#include "wan/wan_weights.hpp"
+#include "wanfw/error.hpp"
+#include "wanfw/plugin.hpp"
+#include "wanfw/safetensors.hpp"
+
+namespace {
+
+using wanfw::option;
+using T = wanfw::OptionType;
+
+struct Networks {
+  wan::WanConfig teacher, student;
+  wan::Expert expert = wan::Expert::None;
+  double boundary = 0;  ///< sigma units
+};
+
+Networks networks_from(const wanfw::Options& o) {
+  Networks n;
+  n.teacher = wan::config_from_options(o, "teacher_");
+  n.student = wan::config_from_options(o, "student_", &n.teacher);
+  const auto& t = n.teacher;
+  const auto& s = n.student;
+  if (s.in_dim != t.in_dim || s.out_dim != t.out_dim || s.patch != t.patch)
+    o.fail("student_preset",
+           fmt::format("the student must share the teacher's latent space: in/out channels {}/{} and patch {}x{}x{}, "
+                       "the student has {}/{} and {}x{}x{}",
+                       t.in_dim, t.out_dim, t.patch[0], t.patch[1], t.patch[2], s.in_dim, s.out_dim, s.patch[0],
+                       s.patch[1], s.patch[2]),
+           "leave student_preset empty (the teacher's) and change depth or width: student_num_layers, student_dim, "
+           "student_ffn_dim, student_num_heads");
+  if (s.text_dim != t.text_dim)
+    o.fail("student_text_dim", fmt::format("the student reads the teacher's text embeddings ({} wide), not {}",
+                                           t.text_dim, s.text_dim));
+  n.expert = wan::parse_expert(o.string("teacher_expert"));
+  const double boundary =
+      o.number("teacher_boundary") > 0 ? o.number("teacher_boundary") : static_cast<double>(t.expert_boundary);
+  if (n.expert == wan::Expert::None && t.expert_boundary > 0)
+    o.fail("teacher_expert",
+           fmt::format("teacher preset {} is two experts split at t = {}: say which one teaches", t.preset,
+                       t.expert_boundary),
+           "set teacher_expert to high_noise or low_noise");
+  if (n.expert != wan::Expert::None) {
+    if (!(boundary > 0 && boundary < 1000))
+      o.fail("teacher_boundary", "an expert teacher needs a boundary between 0 and 1000",
+             "set teacher_boundary (875 for Wan2.2 T2V-A14B, 900 for I2V-A14B)");
+    n.boundary = boundary / 1000.0;
+  }
+  return n;
+}
+
+torch::Tensor negative_context(const wanfw::Options& o, const wan::WanConfig& teacher) {
+  const std::string path = o.string("negative_context");
+  if (path.empty()) return {};
+  torch::Tensor negative;
+  try {
+    const wanfw::SafetensorsFile file = wanfw::SafetensorsFile::open(path);
+    if (file.records().size() != 1)
+      o.fail("negative_context", fmt::format("{} holds {} tensors; it should hold one, [L, {}]", path,
+                                             file.records().size(), teacher.text_dim));
+    negative = file.load(file.records().front().name).to(torch::kFloat32);
+  } catch (const wanfw::FileError& e) {
+    o.fail("negative_context", e.what());
+  }
+  if (negative.dim() == 3 && negative.size(0) == 1) negative = negative[0];
+  if (negative.dim() != 2 || negative.size(1) != teacher.text_dim || negative.size(0) > teacher.text_len)
+    o.fail("negative_context", fmt::format("{} holds a tensor of shape {}; expected [L <= {}, {}]", path,
+                                           c10::str(negative.sizes()), teacher.text_len, teacher.text_dim),
+           "encode the negative prompt with the teacher's text encoder (UMT5), at its real length");
+  return negative;
+}
+
+std::optional<wanfw::Bucket> bucket_option(const wanfw::Options& o, const char* name) {
+  if (o.string(name).empty()) return std::nullopt;
+  try {
+    return wanfw::Bucket::parse(o.string(name));
+  } catch (const wanfw::Error& e) {
+    o.fail(name, e.what());
+  }
+}
+
+wan_distill::DistillSettings settings_from(const wanfw::Options& o, const Networks& n) {
+  wan_distill::DistillSettings s;
+  s.task = o.string("task");
+  for (const auto& [name, config] : {std::pair{"teacher", &n.teacher}, {"student", &n.student}})
+    if (config->in_dim != wan::task_in_dim(*config, s.task))
+      o.fail("task", fmt::format("the {} task feeds the {} {} input channels, but its in_dim is {}", s.task, name,
+                                 wan::task_in_dim(*config, s.task), config->in_dim),
+             s.task == "i2v" ? "use an i2v teacher (wan2.2-i2v-a14b), or set teacher_in_dim"
+                             : "use a t2v/ti2v teacher preset, or set teacher_in_dim");
+  s.inputs = o.string("inputs");
+  s.velocity_weight = o.number("velocity_weight");
+  s.flow_matching_weight = o.number("flow_matching_weight");
+  s.guidance = o.number("guidance_scale");
+  if (s.velocity_weight < 0 || s.flow_matching_weight < 0 || s.velocity_weight + s.flow_matching_weight <= 0)
+    o.fail("velocity_weight", "the objective's weights must be >= 0 and not both 0");
+  if (s.guidance <= 0) o.fail("guidance_scale", "must be positive (1: the teacher's conditional prediction)");
+  s.negative = negative_context(o, n.teacher);
+  s.trajectory_steps = o.integer("trajectory_steps");
+  if (s.trajectory_steps < 1) o.fail("trajectory_steps", "must be at least 1");
+  s.latent_size = bucket_option(o, "latent_size");
+  if (s.inputs == "teacher_trajectory") {
+    if (s.flow_matching_weight > 0)
+      o.fail("flow_matching_weight", "data-free distillation (inputs: teacher_trajectory) has no data latents for a "
+                                     "flow-matching term",
+             "set flow_matching_weight: 0, or inputs: data");
+    if (s.task == "ti2v")
+      o.fail("inputs", "ti2v keeps the data's first frame clean: it needs inputs: data");
+    if (s.task == "t2v" && !s.latent_size)
+      o.fail("latent_size", "data-free t2v distillation needs the latents' size",
+             "set latent_size: \"FxHxW\" (latent frames x height x width, e.g. \"21x60x104\")");
+  }
+
+  // Timesteps: the flow-matching samplers, or a fixed list warped by the shift.
+  auto& ts = s.timesteps;
+  ts.method = o.string("timestep_sampling");
+  ts.shift = o.number("shift");
+  ts.logit_mean = o.number("logit_mean");
+  ts.logit_std = o.number("logit_std");
+  ts.min_sigma = o.number("min_timestep") / 1000.0;
+  ts.max_sigma = o.number("max_timestep") / 1000.0;
+  if (ts.shift <= 0) o.fail("shift", "must be positive");
+  if (!(ts.min_sigma >= 0 && ts.min_sigma < ts.max_sigma && ts.max_sigma <= 1))
+    o.fail("min_timestep", "need 0 <= min_timestep < max_timestep <= 1000");
+  // An expert teacher knows its side of the boundary only.
+  if (n.expert == wan::Expert::HighNoise) ts.min_sigma = std::max(ts.min_sigma, n.boundary);
+  if (n.expert == wan::Expert::LowNoise) ts.max_sigma = std::min(ts.max_sigma, n.boundary);
+  if (!(ts.min_sigma < ts.max_sigma))
+    o.fail("teacher_expert", "the expert teacher covers no timestep of [min_timestep, max_timestep]");
+  if (ts.method == "fixed") {
+    for (const double t : o.numbers("timesteps")) {
+      const double sigma = wan::shifted(t / 1000.0, ts.shift);
+      if (!(t > 0 && t <= 1000) || sigma < ts.min_sigma - 1e-9 || sigma > ts.max_sigma + 1e-9)
+        o.fail("timesteps", fmt::format("{} (s = {:.4f} after the shift) lies outside the trained range [{}, {}]", t,
+                                        sigma, ts.min_sigma * 1000, ts.max_sigma * 1000));
+      ts.fixed.push_back(sigma);
+    }
+    if (ts.fixed.empty()) o.fail("timesteps", "fixed timestep sampling needs at least one timestep");
+  }
+  for (const double t : o.numbers("validation_timesteps")) {
+    if (t < 0 || t > 1000) o.fail("validation_timesteps", fmt::format("{} lies outside 0..1000", t));
+    if (t / 1000.0 >= ts.min_sigma && t / 1000.0 <= ts.max_sigma) s.validation_timesteps.push_back(t);
+  }
+  if (s.validation_timesteps.empty())
+    o.fail("validation_timesteps", fmt::format("none lies in the trained range [{}, {}]", ts.min_sigma * 1000,
+                                               ts.max_sigma * 1000));
+  s.sample_steps = o.integer("sample_steps");
+  s.preview_steps = o.integer("preview_steps");
+  if (s.sample_steps < 1) o.fail("sample_steps", "must be at least 1");
+  if (s.preview_steps < 1) o.fail("preview_steps", "must be at least 1");
+  s.sample_guidance = o.number("sample_guidance");
+  s.sample_shift = o.number("sample_shift");
+  if (s.sample_shift <= 0) o.fail("sample_shift", "must be positive");
+  s.sample_size = bucket_option(o, "sample_size");
+  if (!s.sample_size) s.sample_size = s.latent_size;
+  return s;
+}
+
+torch::Device teacher_device(const wanfw::Options& o, const c10::Device& student) {
+  const std::string name = o.string("teacher_device");
+  if (name.empty()) return student;
+  try {
+    return torch::Device(name);
+  } catch (const std::exception&) {
+    o.fail("teacher_device", fmt::format("'{}' is not a device", name), "use cpu, cuda or cuda:N");
+  }
+}
+
+torch::Dtype dtype_of(const wanfw::Options& o, const char* name) {
+  return o.string(name) == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
+}
+
+std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::PluginContext& ctx) {
+  const Networks n = networks_from(o);
+  wan_distill::DistillSettings settings = settings_from(o, n);
+  const std::string teacher_weights = o.string("teacher_weights");
+  if (teacher_weights.empty())
+    o.fail("teacher_weights", "a teacher needs its weights",
+           "point teacher_weights at an official or diffusers Wan checkpoint (or `wanfw export`'s output)");
+  const wan_distill::TeacherPlacement where{teacher_device(o, ctx.device), dtype_of(o, "teacher_dtype"),
+                                            o.boolean("teacher_offload")};
+  auto teacher = std::make_shared<wan_distill::FrozenTeacher>(n.teacher, n.expert, n.boundary, where);
+  teacher->load_weights(teacher_weights, o.string("teacher_weights_subfolder"));
+  spdlog::info("teacher: {} blocks, dim {} ({}), frozen on {} in {}{}", n.teacher.num_layers, n.teacher.dim,
+               teacher_weights, where.device.str(), o.string("teacher_dtype"),
+               where.offload ? ", on the CPU between steps" : "");
+
+  const wan::WanPlacement placement{ctx.device, dtype_of(o, "dtype")};
+  auto model = std::make_unique<wan_distill::DistillModel>(n.student, std::move(settings), teacher, placement);
+  auto& student = *model->student();
+  const std::string init = o.string("student_init");
+  if (init == "teacher") {
+    const wan_distill::StudentInit done = wan_distill::init_from_teacher(student, *teacher->dits().front());
+    std::vector<std::string> pairs;
+    for (std::size_t i = 0; i < done.blocks.size(); ++i) pairs.push_back(fmt::format("{}<-{}", i, done.blocks[i]));
+    spdlog::info("student initialised from the teacher: {} tensors copied, {} kept their initialisation (other "
+                 "shapes){}; blocks (student<-teacher): {}",
+                 done.copied, done.kept.size(),
+                 done.kept.empty() ? "" : fmt::format(", e.g. {}", done.kept.front()), fmt::join(pairs, " "));
+  } else if (init == "weights") {
+    const std::string weights = o.string("student_weights");
+    if (weights.empty()) o.fail("student_weights", "student_init: weights needs student_weights");
+    torch::NoGradGuard no_grad;
+    wan::load_wan_weights(student, weights, o.string("student_weights_subfolder"));
+  }
+  student.set_gradient_checkpointing(o.boolean("gradient_checkpointing"));
+  return model;
+}
+
+std::string inspect(const wanfw::Options& o) {
+  const Networks n = networks_from(o);
+  const wan_distill::DistillSettings s = settings_from(o, n);
+  const auto blocks = wan_distill::block_mapping(n.student.num_layers, n.teacher.num_layers);
+  std::vector<std::string> pairs;
+  for (std::size_t i = 0; i < blocks.size(); ++i) pairs.push_back(fmt::format("{}<-{}", i, blocks[i]));
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  const double teacher_bytes = static_cast<double>(n.teacher.parameter_count()) *
+                               (o.string("teacher_dtype") == "bfloat16" ? 2 : 4);
+  const std::string weights = o.string("teacher_weights");
+  std::string weights_line = fmt::format("teacher weights: {} is not on this machine; it is checked when a run starts\n",
+                                         weights);
+  if (std::filesystem::exists(weights)) {
+    const auto sources = wan::expert_weights(weights, o.string("teacher_weights_subfolder"), n.expert);
+    const wan::WeightLayout layout = wan::check_wan_weights(n.teacher, sources.front().path, sources.front().subfolder);
+    weights_line = fmt::format("teacher weights: {} ({} layout): every tensor present with the teacher's shape\n",
+                               sources.front().path.string(),
+                               layout == wan::WeightLayout::Diffusers ? "diffusers" : "official");
+  }
+  return fmt::format(
+      "teacher: preset {}, dim {}, {} layers, {} parameters, frozen: {:.2f} GiB in {} (no gradients, no optimizer "
+      "state){}\n"
+      "student: dim {}, {} layers, {} parameters, trained in {} ({})\n"
+      "student blocks from the teacher's (student<-teacher): {}\n"
+      "task {}, inputs {}; target: the teacher's {}; loss = {} x velocity{}\n{}",
+      n.teacher.preset, n.teacher.dim, n.teacher.num_layers, n.teacher.parameter_count(), teacher_bytes / kGiB,
+      o.string("teacher_dtype"),
+      n.expert == wan::Expert::None ? "" : fmt::format(", the {} expert", o.string("teacher_expert")), n.student.dim,
+      n.student.num_layers, n.student.parameter_count(), o.string("dtype"), o.string("student_init"),
+      fmt::join(pairs, " "), s.task, s.inputs,
+      s.guidance == 1.0 ? std::string("conditional velocity")
+                        : fmt::format("guided velocity v_u + {} (v_c - v_u)", s.guidance),
+      s.velocity_weight,
+      s.flow_matching_weight > 0 ? fmt::format(" + {} x flow matching", s.flow_matching_weight) : "", weights_line);
+}
+
+wanfw::PluginDescriptor describe() {
+  auto d = wanfw::PluginDescriptor::for_model(
+      "wan22_distill", "0.1.0",
+      "Distils a frozen Wan teacher into a smaller, shallower or guidance-free Wan student.");
+  d.options = wan::dimension_options("teacher_", "tiny");
+  const std::vector<wanfw::OptionSpec> teacher = {
+      option("teacher_weights", T::String)
+          .value("\"\"")
+          .doc("The teacher's checkpoint (official or diffusers layout, or `wanfw export`'s output). Required."),
+      option("teacher_weights_subfolder", T::String).value("transformer").doc("Subfolder of a diffusers pipeline folder."),
+      option("teacher_expert", T::Choice)
+          .value("none")
+          .choices({"none", "high_noise", "low_noise"})
+          .doc("Two-expert presets (A14B): the expert that teaches; timesteps stay on its side of the boundary."),
+      option("teacher_boundary", T::Number).value("0").doc("Timestep splitting the experts; 0 takes the preset's."),
+      option("teacher_dtype", T::Choice)
+          .value("float32")
+          .choices({"float32", "bfloat16"})
+          .doc("The teacher's weights and compute dtype; bfloat16 halves its memory."),
+      option("teacher_device", T::String)
+          .value("\"\"")
+          .doc("Where the teacher computes (cpu, cuda, cuda:N); empty: beside the student."),
+      option("teacher_offload", T::Boolean)
+          .value("false")
+          .doc("Keep the teacher on the CPU between training steps, moved to its device for each step."),
+  };
+  const auto student = wan::dimension_options("student_", "", "the teacher");
+  const std::vector<wanfw::OptionSpec> rest = {
+      option("student_init", T::Choice)
+          .value("teacher")
+          .choices({"teacher", "random", "weights"})
+          .doc("teacher: every tensor whose shape matches is copied, a shallower student takes evenly spaced "
+               "teacher blocks; random: the official initialisation; weights: student_weights."),
+      option("student_weights", T::String).value("\"\"").doc("The student's checkpoint for student_init: weights."),
+      option("student_weights_subfolder", T::String).value("transformer").doc("Subfolder of a diffusers pipeline folder."),
+      option("dtype", T::Choice)
+          .value("float32")
+          .choices({"float32", "bfloat16"})
+          .doc("Dtype of the student's weights and activations."),
+      option("gradient_checkpointing", T::Boolean).value("false").doc("Recompute the student's blocks in backward."),
+      option("task", T::Choice)
+          .value("t2v")
+          .choices({"t2v", "ti2v", "i2v"})
+          .doc("As in wan22_flow_matching, for teacher and student alike."),
+      option("inputs", T::Choice)
+          .value("data")
+          .choices({"data", "teacher_trajectory"})
+          .doc("data: x_t = (1 - s) x0 + s eps from the data's latents; teacher_trajectory (data-free): prompts only, "
+               "x_t where the teacher's own Euler steps from noise reach s."),
+      option("trajectory_steps", T::Integer).value("4").doc("Teacher Euler steps from noise to x_t (teacher_trajectory)."),
+      option("latent_size", T::String)
+          .value("\"\"")
+          .doc("Latent frames x height x width (\"21x60x104\") of data-free t2v distillation."),
+      option("velocity_weight", T::Number).value("1.0").doc("Weight of mean (v_student - target)^2."),
+      option("flow_matching_weight", T::Number)
+          .value("0.0")
+          .doc("Weight of the ordinary flow-matching term mean (v_student - (eps - x0))^2 on data latents."),
+      option("guidance_scale", T::Number)
+          .value("1.0")
+          .doc("The target is the teacher's guided velocity v_u + g (v_c - v_u) (the official Wan convention; g = 1: "
+               "its conditional velocity), so the student needs one forward per sampling step."),
+      option("negative_context", T::String)
+          .value("\"\"")
+          .doc("A safetensors file holding the negative prompt's embedding [L, text_dim]; empty: zeros."),
+      option("timestep_sampling", T::Choice)
+          .value("uniform")
+          .choices({"uniform", "logit_normal", "shift", "fixed"})
+          .doc("As in wan22_flow_matching, or fixed: one of `timesteps`, equally likely."),
+      option("timesteps", T::NumberList)
+          .value("[1000, 750, 500, 250]")
+          .doc("The levels of fixed sampling (0..1000), each warped by the shift: s = k u / (1 + (k - 1) u)."),
+      option("shift", T::Number).value("5.0").doc("k of shift sampling and of the fixed levels."),
+      option("logit_mean", T::Number).value("0.0").doc("Mean of the normal for logit_normal sampling."),
+      option("logit_std", T::Number).value("1.0").doc("Standard deviation for logit_normal sampling."),
+      option("min_timestep", T::Number).value("0").doc("Lowest timestep drawn (0..1000 scale)."),
+      option("max_timestep", T::Number).value("1000").doc("Highest timestep drawn (0..1000 scale)."),
+      option("validation_timesteps", T::NumberList)
+          .value("[100, 300, 500, 700, 900]")
+          .doc("Timesteps at which validation measures the student-teacher gap."),
+      option("sample_steps", T::Integer).value("20").doc("Euler steps of `wanfw sample` (the student)."),
+      option("preview_steps", T::Integer).value("10").doc("Euler steps of the preview image at each validation."),
+      option("sample_guidance", T::Number)
+          .value("1.0")
+          .doc("Guidance of the student's samples; 1: one forward per step (a guidance-distilled student)."),
+      option("sample_shift", T::Number).value("5.0").doc("Shift k of the sampling schedule."),
+      option("sample_size", T::String)
+          .value("\"\"")
+          .doc("Latent F x H x W `wanfw sample` draws when its inputs give no shape; empty: latent_size."),
+  };
+  d.options.insert(d.options.end(), teacher.begin(), teacher.end());
+  d.options.insert(d.options.end(), student.begin(), student.end());
+  d.options.insert(d.options.end(), rest.begin(), rest.end());
+  d.make_model = make_model;
+  d.inspect_model = inspect;
+  return d;
+}
+
+}  // namespace
+
+WANFW_PLUGIN(Model, describe)

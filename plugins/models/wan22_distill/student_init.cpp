@@ -1,0 +1,56 @@
+#include "student_init.hpp"
+
+#include <cmath>
+#include <map>
+
+#include <torch/torch.h>
+
+namespace wan_distill {
+
+std::vector<std::int64_t> block_mapping(std::int64_t student_layers, std::int64_t teacher_layers) {
+  std::vector<std::int64_t> blocks;
+  for (std::int64_t i = 0; i < student_layers; ++i) {
+    if (student_layers == 1 || teacher_layers == 1) {
+      blocks.push_back(0);
+      continue;
+    }
+    const double at = static_cast<double>(i) * static_cast<double>(teacher_layers - 1) /
+                      static_cast<double>(student_layers - 1);
+    blocks.push_back(static_cast<std::int64_t>(std::lround(at)));
+  }
+  return blocks;
+}
+
+namespace {
+/// "blocks.3.ffn.0.weight" -> the teacher's name for it under `blocks`.
+std::string teacher_name(const std::string& name, const std::vector<std::int64_t>& blocks) {
+  const std::string prefix = "blocks.";
+  if (name.rfind(prefix, 0) != 0) return name;
+  const auto dot = name.find('.', prefix.size());
+  const auto index = std::stoll(name.substr(prefix.size(), dot - prefix.size()));
+  return prefix + std::to_string(blocks.at(static_cast<std::size_t>(index))) + name.substr(dot);
+}
+}  // namespace
+
+StudentInit init_from_teacher(wan::WanDiTImpl& student, const wan::WanDiTImpl& teacher) {
+  torch::NoGradGuard no_grad;
+  StudentInit out;
+  out.blocks = block_mapping(student.config().num_layers, teacher.config().num_layers);
+  std::map<std::string, torch::Tensor> source;
+  for (const auto& item : teacher.named_parameters()) source[item.key()] = item.value();
+  for (const auto& item : teacher.named_buffers()) source[item.key()] = item.value();
+  auto copy = [&](const std::string& name, torch::Tensor& target) {
+    const auto it = source.find(teacher_name(name, out.blocks));
+    if (it == source.end() || it->second.sizes() != target.sizes()) {
+      out.kept.push_back(name);
+      return;
+    }
+    target.copy_(it->second);
+    ++out.copied;
+  };
+  for (auto& item : student.named_parameters()) copy(item.key(), item.value());
+  for (auto& item : student.named_buffers()) copy(item.key(), item.value());
+  return out;
+}
+
+}  // namespace wan_distill

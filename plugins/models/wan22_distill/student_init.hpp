@@ -1,0 +1,29 @@
+#pragma once
+// A student initialised from its teacher: every tensor whose shape matches is copied; a shallower
+// student takes evenly spaced teacher blocks.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "wan/wan_dit.hpp"
+
+namespace wan_distill {
+
+/// The teacher block each of `student_layers` blocks starts from: evenly spaced over
+/// `teacher_layers`, first and last included (round(i (T - 1) / (S - 1))); the same blocks when
+/// the depths agree. A student deeper than its teacher repeats blocks.
+std::vector<std::int64_t> block_mapping(std::int64_t student_layers, std::int64_t teacher_layers);
+
+/// What init_from_teacher did, for the log.
+struct StudentInit {
+  std::vector<std::int64_t> blocks;  ///< student block i <- teacher block blocks[i]
+  std::int64_t copied = 0;           ///< tensors copied
+  std::vector<std::string> kept;     ///< student tensors left at their initialisation (no match)
+};
+
+/// Copies into `student` every parameter and buffer of `teacher` whose (block-mapped) name and
+/// shape match, converting dtypes; the rest keep the student's own initialisation.
+StudentInit init_from_teacher(wan::WanDiTImpl& student, const wan::WanDiTImpl& teacher);
+
+}  // namespace wan_distill

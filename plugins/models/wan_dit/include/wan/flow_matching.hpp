@@ -1,0 +1,96 @@
+#pragma once
+// Flow-matching pieces every Wan model shares: how a sample's noise level is drawn, the sampling
+// schedule, the timesteps each task feeds the DiT, the I2V conditioning and the batch fields.
+//
+//   x_s = (1 - s) x0 + s eps,  t = 1000 s,  velocity v = eps - x0
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "wan/wan_config.hpp"
+#include "wanfw/data.hpp"
+
+namespace wan {
+
+/// How training draws each sample's noise level s (= t / 1000), from the sample's own
+/// "timestep" stream (wanfw/sample_random.hpp): the same draw on any rank or micro-batch.
+struct TimestepSampling {
+  std::string method = "uniform";  ///< uniform | logit_normal | shift | fixed
+  double shift = 5.0;              ///< k of `shift`
+  double logit_mean = 0.0, logit_std = 1.0;
+  double min_sigma = 0.0, max_sigma = 1.0;  ///< the range uniform/logit_normal/shift map into
+  std::vector<double> fixed;                 ///< `fixed`: the levels, equally likely
+};
+
+/// Each sample's s: [B] float32 on the batch's device.
+torch::Tensor draw_sigma(const wanfw::Batch& batch, const TimestepSampling& sampling);
+
+/// k s / (1 + (k - 1) s): the official schedule's shift of a level s.
+double shifted(double s, double shift);
+
+/// The official sampling schedule: shifted(linspace(1, 0, steps + 1)).
+std::vector<double> sampling_schedule(std::int64_t steps, double shift);
+
+/// The timesteps the DiT gets for levels `sigma` [B] on `latents` [B, C, F, H, W]: 1000 s per
+/// sample, or for ti2v per token with the first latent frame's tokens at 0: [B] or [B, tokens].
+torch::Tensor task_timesteps(const torch::Tensor& sigma, const torch::Tensor& latents, const WanConfig& config,
+                             const std::string& task);
+
+/// The I2V conditioning `y` [B, 4 + C, F, H, W]: a 4-channel mask that is 1 on the first latent
+/// frame (the official pipeline's mask of the first pixel frame, repeated 4 times and folded by
+/// the VAE's temporal stride), then `image_condition` [B, C, F, H, W]: the VAE latents of the
+/// image followed by zero frames (their latents are not zeros: the data set stores them).
+torch::Tensor i2v_condition(const torch::Tensor& image_condition);
+
+/// `image_condition` when it is defined and of the latents' shape; else wanfw::Error naming `what`.
+const torch::Tensor& checked_condition(const torch::Tensor& image_condition, const torch::Tensor& latents,
+                                       const char* what);
+
+/// Throws wanfw::Error naming `what` when `latents` cannot be cut into the DiT's patches (or,
+/// for ti2v, have no frame after the first).
+void check_latents(const WanConfig& config, const std::string& task, const torch::Tensor& latents, const char* what);
+
+/// The fields a Wan model of `task` reads: latents [out_dim, frames, height, width], context
+/// [tokens <= text_len, text_dim], and for i2v image_condition (the latents' shape).
+std::vector<wanfw::FieldSpec> task_fields(const WanConfig& config, const std::string& task);
+
+/// in_dim the task needs: out_dim, or for i2v out_dim x 2 + 4 mask channels.
+std::int64_t task_in_dim(const WanConfig& config, const std::string& task);
+
+/// What `wanfw sample` conditions a Wan model on, read from its inputs and checked: context
+/// [B, L, text_dim], negative context (default zeros), noise [B, C, F, H, W] (given, or drawn on
+/// the CPU from `seed` in the shape of `latents` or `sample_size`), for ti2v the first-frame
+/// latent `image` (default: the latents' first frame), for i2v `y` from image_condition.
+struct SampleInputs {
+  torch::Tensor context, negative, noise, image, y;
+};
+SampleInputs sample_inputs(const std::map<std::string, at::Tensor>& inputs, const WanConfig& config,
+                           const std::string& task, const std::optional<wanfw::Bucket>& sample_size,
+                           std::uint64_t seed, const torch::Device& device);
+
+/// The velocity of a network at (x, t, context) for levels sigma [B] (routing experts).
+using Velocity = std::function<torch::Tensor(const torch::Tensor& x, const torch::Tensor& t,
+                                             const torch::Tensor& context, const torch::Tensor& sigma)>;
+
+/// The official sampler: Euler steps x += (s_{i+1} - s_i) v along sampling_schedule(steps,
+/// shift), with classifier-free guidance v = v_u + guidance (v_c - v_u) when guidance != 1; ti2v
+/// keeps the image as the first frame. Returns "latents" [B, C, F, H, W] (CPU) and "sigmas".
+std::map<std::string, at::Tensor> euler_sample(const Velocity& velocity, const SampleInputs& given,
+                                               const WanConfig& config, const std::string& task, std::int64_t steps,
+                                               double shift, double guidance);
+
+/// The inputs of a preview sample from a validation batch's first sample (its shape, its text,
+/// its first frame for ti2v, its image_condition for i2v).
+std::map<std::string, at::Tensor> preview_inputs(const wanfw::Batch& batch, const std::string& task);
+
+/// A latent video [C, F, H, W] as one image [H, F*W, 3] uint8: channels 0-2 (or the only one) as
+/// false-colour RGB, each stretched to its range, frames side by side, ~128 pixels high.
+torch::Tensor latent_strip(const torch::Tensor& video);
+
+}  // namespace wan

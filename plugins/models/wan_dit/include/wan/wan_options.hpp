@@ -1,0 +1,23 @@
+#pragma once
+// The options that shape a Wan DiT (preset and dimension overrides), for every model plugin
+// that builds one: the flow-matching model's own, the distillation model's teacher_ and student_.
+
+#include <string>
+#include <vector>
+
+#include "wan/wan_config.hpp"
+#include "wanfw/options.hpp"
+
+namespace wan {
+
+/// `<prefix>preset`, `<prefix>dim`, ffn_dim, num_heads, num_layers, in_dim, out_dim, text_dim and
+/// text_len. With `inherit` the preset may be empty: the dimensions then start from another
+/// config (the distillation student's from its teacher's), which `inherit` names in the docs.
+std::vector<wanfw::OptionSpec> dimension_options(const std::string& prefix, const std::string& default_preset,
+                                                 const std::string& inherit = "");
+
+/// The config those options give: the preset's (or `base` when the preset option is empty), each
+/// dimension option above 0 replacing the preset's; validated (an error points at the preset).
+WanConfig config_from_options(const wanfw::Options& options, const std::string& prefix, const WanConfig* base = nullptr);
+
+}  // namespace wan

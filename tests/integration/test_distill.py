@@ -1,0 +1,164 @@
+"""wan22_distill: a tiny Wan teacher (diffusers' WanTransformer3DModel with random weights, saved
+with save_pretrained) distilled into students. Velocity matching starts at exactly zero for a copy of
+the teacher; a half-depth student learns; guidance distillation brings the one-pass student toward
+the guided teacher; two ranks equal one; the exported student is a plain Wan model."""
+
+import hashlib
+
+import pytest
+import torch
+from conftest import base_config, checkpoints, wanfw, write_config
+from safetensors.torch import load_file, save_file
+from test_layout_invariance import CPU, DDP, largest_relative_difference, run_on
+from test_wan_parity import reference_model
+
+TEACHER_LAYERS = 2  # the tiny preset's
+
+
+def distill(teacher, **model):
+    return {"name": "wan22_distill", "teacher_preset": "tiny", "teacher_weights": str(teacher), **model}
+
+
+def config(tmp_path, teacher, name="distill", data=None, trainer=None, **model):
+    c = base_config(tmp_path / "runs", model=distill(teacher, **model),
+                    data=data or {"num_samples": 32, "batch_size": 4, "workers": 0, "buckets": ["2x4x4"]},
+                    optimizer={"lr": 2e-3, "weight_decay": 0.0},
+                    trainer={"max_steps": 30, "log_every": 1, "progress": "lines", **(trainer or {})},
+                    checkpoint={"every": 0, "keep_last": 0})
+    c["run"]["name"] = name
+    return write_config(tmp_path / f"{name}.json", c)
+
+
+def losses(tmp_path, name, column="loss"):
+    rows = (tmp_path / "runs" / name / "version_0" / "metrics.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    return [float(r.split(",")[header.index(column)]) for r in rows[1:] if r.split(",")[header.index(column)]]
+
+
+@pytest.fixture
+def teacher(tmp_path):
+    reference_model(tmp_path / "teacher", seed=3)
+    return tmp_path / "teacher"
+
+
+def inputs(seed=4):
+    g = torch.Generator().manual_seed(seed)
+    return {"x": torch.randn(2, 4, 2, 4, 4, generator=g), "t": torch.tensor([300.0, 800.0]),
+            "context": torch.randn(2, 5, 32, generator=g)}
+
+
+def predict(tmp_path, path, given, *extra):
+    save_file(given, tmp_path / "in.safetensors")
+    wanfw("predict", path, "--inputs", tmp_path / "in.safetensors", "--out", tmp_path / "out.safetensors", *extra,
+          check=0)
+    return load_file(tmp_path / "out.safetensors")
+
+
+def test_a_student_initialised_as_a_copy_of_its_teacher_starts_at_zero_loss(tmp_path, teacher):
+    path = config(tmp_path, teacher, trainer={"max_steps": 1})
+    result = wanfw("run", path, check=0)
+    assert "2 tensors copied" not in result.stdout  # every tensor, not a few
+    assert "blocks (student<-teacher): 0<-0 1<-1" in result.stdout + result.stderr
+    assert losses(tmp_path, "distill") == [0.0]
+
+
+def test_a_half_depth_student_learns_and_only_the_student_is_trained_or_saved(tmp_path, teacher):
+    digest = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in teacher.iterdir()}
+    path = config(tmp_path, teacher, student_num_layers=1, trainer={"max_steps": 40})
+    result = wanfw("run", path, "--set", "checkpoint.every=40", check=0)
+    assert "blocks (student<-teacher): 0<-0" in result.stdout + result.stderr
+    loss = losses(tmp_path, "distill")
+    first, last = sum(loss[:5]) / 5, sum(loss[-5:]) / 5
+    print(f"half-depth student: mean loss of steps 1-5 {first:.4g}, of steps 36-40 {last:.4g}")
+    assert last < 0.7 * first
+    # The teacher's files are untouched; the checkpoint and the optimizer hold the student alone.
+    assert digest == {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in teacher.iterdir()}
+    saved = checkpoints(tmp_path / "runs" / "distill" / "version_0")[-1]
+    weights, optimizer = load_file(saved / "model.safetensors"), load_file(saved / "optimizer.safetensors")
+    assert any(k.startswith("blocks.0.") for k in weights) and not any(k.startswith("blocks.1.") for k in weights)
+    assert {k[:-len(".exp_avg")] for k in optimizer if k.endswith(".exp_avg")} == set(weights)
+
+
+def test_guidance_distillation_brings_the_one_pass_student_toward_the_guided_teacher(tmp_path, teacher):
+    # A 4-step guidance-free student: trained where the guided teacher's own trajectory goes, at the
+    # levels a 4-step sampler visits (1000, 750, 500, 250 shifted by 5).
+    guided = dict(guidance_scale=3.0, inputs="teacher_trajectory", latent_size="2x4x4", trajectory_steps=2,
+                  timestep_sampling="fixed", timesteps=[1000, 750, 500, 250])
+    path = config(tmp_path, teacher, data={"num_samples": 32, "batch_size": 4, "workers": 0},
+                  trainer={"max_steps": 100}, **guided)
+    given = {**inputs(), "t": torch.tensor([937.5, 833.33])}
+    before = predict(tmp_path, path, given)
+    gap_before = (before["v"] - before["teacher_v"]).pow(2).mean().item()
+    wanfw("run", path, "--set", "checkpoint.every=100", check=0)
+    run = tmp_path / "runs" / "distill" / "version_0"
+    after = predict(tmp_path, path, given, "--checkpoint", run)
+    gap_after = (after["v"] - after["teacher_v"]).pow(2).mean().item()
+    print(f"one-pass student vs the teacher guided at 3: mean squared gap {gap_before:.4g} before, {gap_after:.4g} after")
+    assert torch.equal(before["teacher_v"], after["teacher_v"])  # the same frozen teacher
+    assert gap_after < 0.8 * gap_before
+
+    # Samples from the same noise: the teacher guided (two passes a step) vs the student unguided.
+    g = torch.Generator().manual_seed(11)
+    cond = {"noise": torch.randn(2, 4, 2, 4, 4, generator=g), "context": torch.randn(2, 16, 32, generator=g)}
+    save_file(cond, tmp_path / "cond.safetensors")
+    fm = base_config(tmp_path / "runs", model={"name": "wan22_flow_matching", "preset": "tiny", "weights": str(teacher),
+                                               "sample_steps": 4, "sample_guidance": 3.0})
+    teacher_config = write_config(tmp_path / "teacher.json", fm)
+
+    def sample(path, *extra):
+        wanfw("sample", path, "--inputs", tmp_path / "cond.safetensors", "--out", tmp_path / "s.safetensors", *extra,
+              check=0)
+        return load_file(tmp_path / "s.safetensors")["latents"]
+    target = sample(teacher_config)
+    student_before = sample(path, "--set", "model.sample_steps=4")
+    student_after = sample(path, "--set", "model.sample_steps=4", "--checkpoint", run)
+    distance_before = (student_before - target).pow(2).mean().item()
+    distance_after = (student_after - target).pow(2).mean().item()
+    print(f"unguided student sample vs guided teacher sample: {distance_before:.4g} before, {distance_after:.4g} after")
+    assert distance_after < distance_before
+
+
+def test_two_ranks_distil_the_same_student_as_one_rank_with_twice_the_batch(tmp_path, teacher):
+    model = distill(teacher, student_num_layers=1, timestep_sampling="logit_normal")
+    reference = run_on(tmp_path, "single_1x4", CPU, 4, model)
+    two = run_on(tmp_path, "ddp_2x2", DDP, 2, model, ranks=2)
+    difference = largest_relative_difference(two, reference)
+    print(f"ddp 2x2 vs single 1x4: largest relative weight difference {difference:.3g}")
+    assert difference <= 1e-5
+
+
+def test_the_exported_student_loads_in_wan22_flow_matching_and_predicts_what_the_checkpoint_predicts(tmp_path,
+                                                                                                     teacher):
+    path = config(tmp_path, teacher, student_num_layers=1, trainer={"max_steps": 5})
+    wanfw("run", path, "--set", "checkpoint.every=5", check=0)
+    run = tmp_path / "runs" / "distill" / "version_0"
+    wanfw("export", path, "--checkpoint", run, "--out", tmp_path / "student", check=0)
+    given = inputs()
+    distilled = predict(tmp_path, path, given, "--checkpoint", run)["v"]
+    plain = write_config(tmp_path / "plain.json", base_config(
+        tmp_path / "runs", model={"name": "wan22_flow_matching", "preset": "tiny", "num_layers": 1,
+                                  "weights": str(tmp_path / "student")}))
+    assert torch.equal(predict(tmp_path, plain, given)["v"], distilled)
+
+
+def test_data_free_distillation_learns_from_the_teachers_own_trajectory(tmp_path, teacher):
+    path = config(tmp_path, teacher, data={"num_samples": 32, "batch_size": 4, "workers": 0},
+                  student_num_layers=1, inputs="teacher_trajectory", latent_size="2x4x4", trajectory_steps=2,
+                  timestep_sampling="fixed", timesteps=[1000, 750, 500, 250], trainer={"max_steps": 40})
+    wanfw("run", path, check=0)
+    loss = losses(tmp_path, "distill")
+    first, last = sum(loss[:5]) / 5, sum(loss[-5:]) / 5
+    print(f"data-free: mean loss of steps 1-5 {first:.4g}, of steps 36-40 {last:.4g}")
+    assert last < 0.7 * first
+
+
+@pytest.mark.parametrize("model, message", [
+    ({"student_out_dim": 8}, "the student must share the teacher's latent space"),
+    ({"inputs": "teacher_trajectory", "flow_matching_weight": 0.5}, "has no data latents for a flow-matching term"),
+    ({"inputs": "teacher_trajectory"}, "data-free t2v distillation needs the latents' size"),
+    ({"teacher_preset": "wan2.2-t2v-a14b"}, "is two experts split at t = 875: say which one teaches"),
+    ({"timestep_sampling": "fixed", "timesteps": [1200]}, "lies outside the trained range"),
+])
+def test_a_distillation_config_that_cannot_work_is_refused_naming_the_option(tmp_path, teacher, model, message):
+    result = wanfw("validate", config(tmp_path, teacher, **model), check=2)
+    assert message in result.stderr
