@@ -7,7 +7,7 @@ import hashlib
 
 import pytest
 import torch
-from conftest import base_config, checkpoints, wanfw, write_config
+from conftest import SOURCE, base_config, checkpoints, wanfw, write_config
 from safetensors.torch import load_file, save_file
 from test_layout_invariance import CPU, DDP, largest_relative_difference, run_on
 from test_wan_parity import reference_model
@@ -162,3 +162,18 @@ def test_data_free_distillation_learns_from_the_teachers_own_trajectory(tmp_path
 def test_a_distillation_config_that_cannot_work_is_refused_naming_the_option(tmp_path, teacher, model, message):
     result = wanfw("validate", config(tmp_path, teacher, **model), check=2)
     assert message in result.stderr
+
+
+def test_the_tiny_example_distils_the_exported_quickstart_model(tmp_path):
+    """examples/distill-tiny.yaml as its header says: the quickstart's model exported as the teacher."""
+    examples = SOURCE / "examples"
+    wanfw("run", examples / "quickstart.yaml", "--set", "trainer.max_steps=20", cwd=tmp_path, check=0)
+    wanfw("export", examples / "quickstart.yaml", "--checkpoint", "runs/quickstart/version_0", "--out",
+          "runs/quickstart-teacher", cwd=tmp_path, check=0)
+    result = wanfw("run", examples / "distill-tiny.yaml", "--set", "trainer.max_steps=20", cwd=tmp_path, check=0)
+    log = result.stdout + result.stderr
+    assert "blocks (student<-teacher): 0<-0 1<-3" in log and "done: 20 steps" in log
+    wanfw("export", examples / "distill-tiny.yaml", "--checkpoint", "runs/distill-tiny/version_0", "--out",
+          "runs/student", cwd=tmp_path, check=0)
+    exported = load_file(tmp_path / "runs" / "student" / "diffusion_pytorch_model.safetensors")
+    assert "blocks.1.ffn.0.weight" in exported and "blocks.2.ffn.0.weight" not in exported

@@ -93,7 +93,9 @@ std::optional<wanfw::Bucket> bucket_option(const wanfw::Options& o, const char* 
   }
 }
 
-wan_distill::DistillSettings settings_from(const wanfw::Options& o, const Networks& n) {
+/// `read_files`: false for validate / model-info, which check options without reading the
+/// negative prompt's file (it may live on the training machine only).
+wan_distill::DistillSettings settings_from(const wanfw::Options& o, const Networks& n, bool read_files) {
   wan_distill::DistillSettings s;
   s.task = o.string("task");
   for (const auto& [name, config] : {std::pair{"teacher", &n.teacher}, {"student", &n.student}})
@@ -109,7 +111,7 @@ wan_distill::DistillSettings settings_from(const wanfw::Options& o, const Networ
   if (s.velocity_weight < 0 || s.flow_matching_weight < 0 || s.velocity_weight + s.flow_matching_weight <= 0)
     o.fail("velocity_weight", "the objective's weights must be >= 0 and not both 0");
   if (s.guidance <= 0) o.fail("guidance_scale", "must be positive (1: the teacher's conditional prediction)");
-  s.negative = negative_context(o, n.teacher);
+  if (read_files) s.negative = negative_context(o, n.teacher);
   s.trajectory_steps = o.integer("trajectory_steps");
   if (s.trajectory_steps < 1) o.fail("trajectory_steps", "must be at least 1");
   s.latent_size = bucket_option(o, "latent_size");
@@ -186,7 +188,7 @@ torch::Dtype dtype_of(const wanfw::Options& o, const char* name) {
 
 std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::PluginContext& ctx) {
   const Networks n = networks_from(o);
-  wan_distill::DistillSettings settings = settings_from(o, n);
+  wan_distill::DistillSettings settings = settings_from(o, n, true);
   const std::string teacher_weights = o.string("teacher_weights");
   if (teacher_weights.empty())
     o.fail("teacher_weights", "a teacher needs its weights",
@@ -223,7 +225,7 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
 
 std::string inspect(const wanfw::Options& o) {
   const Networks n = networks_from(o);
-  const wan_distill::DistillSettings s = settings_from(o, n);
+  const wan_distill::DistillSettings s = settings_from(o, n, false);
   const auto blocks = wan_distill::block_mapping(n.student.num_layers, n.teacher.num_layers);
   std::vector<std::string> pairs;
   for (std::size_t i = 0; i < blocks.size(); ++i) pairs.push_back(fmt::format("{}<-{}", i, blocks[i]));
@@ -240,16 +242,19 @@ std::string inspect(const wanfw::Options& o) {
                                sources.front().path.string(),
                                layout == wan::WeightLayout::Diffusers ? "diffusers" : "official");
   }
+  const std::string negative = o.string("negative_context");
+  if (!negative.empty() && !std::filesystem::exists(negative))
+    weights_line += fmt::format("negative context: {} is not on this machine; it is read when a run starts\n", negative);
   return fmt::format(
       "teacher: preset {}, dim {}, {} layers, {} parameters, frozen: {:.2f} GiB in {} (no gradients, no optimizer "
       "state){}\n"
       "student: dim {}, {} layers, {} parameters, trained in {} ({})\n"
       "student blocks from the teacher's (student<-teacher): {}\n"
       "task {}, inputs {}; target: the teacher's {}; loss = {} x velocity{}\n{}",
-      n.teacher.preset, n.teacher.dim, n.teacher.num_layers, n.teacher.parameter_count(), teacher_bytes / kGiB,
+      n.teacher.preset, n.teacher.dim, n.teacher.num_layers, wan::with_thousands(n.teacher.parameter_count()), teacher_bytes / kGiB,
       o.string("teacher_dtype"),
       n.expert == wan::Expert::None ? "" : fmt::format(", the {} expert", o.string("teacher_expert")), n.student.dim,
-      n.student.num_layers, n.student.parameter_count(), o.string("dtype"), o.string("student_init"),
+      n.student.num_layers, wan::with_thousands(n.student.parameter_count()), o.string("dtype"), o.string("student_init"),
       fmt::join(pairs, " "), s.task, s.inputs,
       s.guidance == 1.0 ? std::string("conditional velocity")
                         : fmt::format("guided velocity v_u + {} (v_c - v_u)", s.guidance),

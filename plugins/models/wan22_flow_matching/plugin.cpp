@@ -108,16 +108,6 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
   return model;
 }
 
-/// 4999787712 -> "4,999,787,712"
-std::string with_thousands(std::int64_t n) {
-  std::string digits = std::to_string(n), out;
-  for (std::size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return out;
-}
-
 std::string weights_summary(const wanfw::Options& o, const wan::WanConfig& c, Expert expert) {
   const std::string weights = o.string("weights");
   if (weights.empty()) return "weights: none (the official random initialisation)\n";
@@ -153,7 +143,7 @@ std::string inspect(const wanfw::Options& o) {
       "training state in {} with AdamW (weights, gradients, two moments): {:.2f} GiB, before activations\n"
       "task {}; batches: latents [{}, frames, height, width], text [tokens <= {}, {}]\n{}",
       c.preset, c.dim, c.ffn_dim, c.num_heads, c.head_dim(), split[0], split[1], split[2], c.num_layers, c.in_dim,
-      c.out_dim, c.text_dim, c.text_len, experts, with_thousands(c.parameter_count() * models), n * 4 / kGiB, n * 2 / kGiB, o.string("dtype"), n * 4 * (o.string("dtype") == "bfloat16" ? 2 : 4) / kGiB, s.task, c.out_dim,
+      c.out_dim, c.text_dim, c.text_len, experts, wan::with_thousands(c.parameter_count() * models), n * 4 / kGiB, n * 2 / kGiB, o.string("dtype"), n * 4 * (o.string("dtype") == "bfloat16" ? 2 : 4) / kGiB, s.task, c.out_dim,
       c.text_len, c.text_dim, weights_summary(o, c, s.expert));
 }
 

@@ -119,4 +119,13 @@ std::int64_t WanConfig::parameter_count() const {
   return n;
 }
 
+std::string with_thousands(std::int64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
 }  // namespace wan

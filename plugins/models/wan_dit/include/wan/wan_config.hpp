@@ -45,4 +45,7 @@ struct WanConfig {
 WanConfig wan_preset(const std::string& name);
 const std::vector<std::string>& wan_preset_names();
 
+/// 4999787712 -> "4,999,787,712" (parameter counts in messages).
+std::string with_thousands(std::int64_t n);
+
 }  // namespace wan
