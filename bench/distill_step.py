@@ -5,10 +5,10 @@ training teacher and student both.
     .venv/bin/python bench/distill_step.py [--steps 12] [--device cpu]
 
 Three kinds of run of the same sizes, one after the other on this machine (median step time from
-the metrics' step timing, peak memory from each run's summary):
+metrics.csv's step_time after two warm-up steps, peak memory from each run's summary):
   1. the student alone: wan22_flow_matching with the student's dimensions (fp32, AdamW);
   2. distillation: wan22_distill, the student as in 1 plus the frozen teacher in bfloat16 without
-     gradients, guidance distilled (two teacher forwards a step);
+     gradients, guidance distilled (two teacher forwards a step); and the same with a float32 teacher;
   3. training both: the teacher trained as a model of its own (fp32, AdamW) and the student as in 1 —
      what a step that trained both would cost at least: the two runs' step times and the memory
      each adds above an idle process, summed.
@@ -42,14 +42,16 @@ def config(tmp: Path, name: str, model: dict, steps: int, device: str) -> Path:
 
 
 def run(path: Path):
+    """(median ms per step after the first two, peak memory MiB) of the run `path` configures."""
     result = subprocess.run([str(WANFW), "run", str(path)], capture_output=True, text=True)
     if result.returncode != 0:
         sys.exit(f"{path.name} failed:\n{result.stdout}\n{result.stderr}")
-    out = result.stdout + result.stderr
-    seconds = float(re.search(r"done: \d+ steps in ([\d.]+)(m?s)", out).group(1))
-    peak = float(re.search(r"peak memory ([\d.]+) MiB", out).group(1))
-    rate = float(re.search(r"\| ([\d.]+) samples/s \|", out).group(1))
-    return rate, peak
+    c = json.loads(path.read_text())
+    rows = (Path(c["run"]["output_dir"]) / c["run"]["name"] / "version_0" / "metrics.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    times = [float(r.split(",")[header.index("step_time")]) for r in rows[3:]]
+    peak = float(re.search(r"peak memory ([\d.]+) MiB", result.stdout + result.stderr).group(1))
+    return statistics.median(times) * 1000, peak
 
 
 def idle_memory() -> float:
@@ -67,32 +69,35 @@ def main():
         tmp = Path(t)
         fm = {"name": "wan22_flow_matching", "preset": "tiny", **DIMS}
         teacher_run = config(tmp, "teacher", {**fm, "num_layers": TEACHER_LAYERS}, args.steps, args.device)
-        teacher_rate, teacher_peak = run(teacher_run)
+        teacher_ms, teacher_peak = run(teacher_run)
         subprocess.run([str(WANFW), "export", str(teacher_run), "--checkpoint", str(tmp / "runs" / "teacher" / "version_0"),
                         "--out", str(tmp / "teacher")], check=True, capture_output=True)
-        student_rate, student_peak = run(config(tmp, "student", {**fm, "num_layers": STUDENT_LAYERS}, args.steps,
+        student_ms, student_peak = run(config(tmp, "student", {**fm, "num_layers": STUDENT_LAYERS}, args.steps,
                                                 args.device))
         teacher_dims = {f"teacher_{k}": v for k, v in DIMS.items()}
         distill = {"name": "wan22_distill", "teacher_preset": "tiny", **teacher_dims, "teacher_num_layers": TEACHER_LAYERS,
                    "teacher_weights": str(tmp / "teacher"), "teacher_dtype": "bfloat16",
                    "student_num_layers": STUDENT_LAYERS, "guidance_scale": 3.0}
-        distill_rate, distill_peak = run(config(tmp, "distill", distill, args.steps, args.device))
+        distill_ms, distill_peak = run(config(tmp, "distill", distill, args.steps, args.device))
+        fp32_ms, fp32_peak = run(config(tmp, "distill_fp32", {**distill, "teacher_dtype": "float32"}, args.steps,
+                                          args.device))
         idle = idle_memory()
 
-    step = lambda rate: 2 / rate * 1000  # ms per step of batch 2
-    both_ms = step(teacher_rate) + step(student_rate)
+    both_ms = teacher_ms + student_ms
     both_peak = idle + (teacher_peak - idle) + (student_peak - idle)
     print(f"teacher dim {DIMS['dim']} x {TEACHER_LAYERS} blocks (bf16, frozen), student {STUDENT_LAYERS} blocks; "
           f"latents [16, 5, 16, 16], batch 2, {args.device}, {args.steps} steps each; idle process {idle:.0f} MiB")
-    print(f"  student alone:       {step(student_rate):7.1f} ms/step, peak {student_peak:6.0f} MiB")
-    print(f"  distillation:        {step(distill_rate):7.1f} ms/step, peak {distill_peak:6.0f} MiB "
-          f"(teacher: 2 guided forwards, no gradients)")
+    print(f"  student alone:       {student_ms:7.1f} ms/step, peak {student_peak:6.0f} MiB")
+    print(f"  distillation:        {distill_ms:7.1f} ms/step, peak {distill_peak:6.0f} MiB "
+          f"(teacher in bf16: 2 guided forwards, no gradients)")
+    print(f"  distillation, fp32 teacher: {fp32_ms:7.1f} ms/step, peak {fp32_peak:6.0f} MiB "
+          f"(CPUs without bf16 matrix units run bf16 slower than fp32)")
     print(f"  training both (>=):  {both_ms:7.1f} ms/step, peak {both_peak:6.0f} MiB (teacher trained alone: "
-          f"{step(teacher_rate):.1f} ms/step, {teacher_peak:.0f} MiB)")
-    print(f"  distillation / student alone: time {step(distill_rate) / step(student_rate):.2f}x, memory above idle "
-          f"{(distill_peak - idle) / (student_peak - idle):.2f}x")
-    print(f"  distillation / training both: time {step(distill_rate) / both_ms:.2f}x, memory above idle "
-          f"{(distill_peak - idle) / (both_peak - idle):.2f}x")
+          f"{teacher_ms:.1f} ms/step, {teacher_peak:.0f} MiB)")
+    for label, ms, peak in (("bf16 teacher", distill_ms, distill_peak), ("fp32 teacher", fp32_ms, fp32_peak)):
+        print(f"  distillation ({label}) / student alone: time {ms / student_ms:.2f}x, memory above idle "
+              f"{(peak - idle) / (student_peak - idle):.2f}x; / training both: time {ms / both_ms:.2f}x, memory "
+              f"above idle {(peak - idle) / (both_peak - idle):.2f}x")
 
 
 if __name__ == "__main__":
