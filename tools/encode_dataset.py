@@ -18,6 +18,9 @@ text encoder is transformers' UMT5EncoderModel with its tokenizer: captions are 
 whitespace, tokenized to --text-len, and stored at their real length (the DiT zero-pads them, as the
 official model does). The empty prompt's embedding is stored for caption dropout.
 
+--prompts: SOURCE is a text file, one prompt a line, and only the text embeddings are stored (no
+VAE, no buckets): the data of data-free distillation (docs/distillation.md).
+
 --image-condition (for the i2v models, Wan2.2 I2V-A14B): each item also gets image_condition, the
 latents of its first frame followed by zero frames, as the official I2V pipeline encodes its image
 (the VAE gives the zero frames latents of their own, so they cannot be derived from the clip's).
@@ -71,10 +74,16 @@ def clean_caption(text: str) -> str:
 
 # --- sources -----------------------------------------------------------------------------------
 
-def list_items(source: Path):
-    """(id, media path, caption) for every item, in a stable order."""
+def list_items(source: Path, prompts=False):
+    """(id, media path, caption) for every item, in a stable order; --prompts: (id, None, prompt)
+    for every non-empty line of a text file."""
     items = []
-    if source.is_file() and source.suffix == ".jsonl":
+    if prompts:
+        if not source.is_file():
+            sys.exit(f"{source}: --prompts needs a text file, one prompt per line")
+        lines = [line for line in source.read_text().splitlines() if line.strip()]
+        items = [(f"prompt_{n:06d}", None, line) for n, line in enumerate(lines)]
+    elif source.is_file() and source.suffix == ".jsonl":
         for number, line in enumerate(source.read_text().splitlines(), 1):
             if not line.strip():
                 continue
@@ -162,12 +171,15 @@ class Encoders:
             p = Path(path)
             local_model = p.exists() and not (p / folder).is_dir()
             return {} if local_model else {"subfolder": folder}
-        self.vae = AutoencoderKLWan.from_pretrained(args.vae, **sub(args.vae, "vae")).to(device).eval()
+        self.vae = AutoencoderKLWan.from_pretrained(args.vae, **sub(args.vae, "vae")).to(device).eval() \
+            if args.vae else None
         self.text = UMT5EncoderModel.from_pretrained(args.text_encoder, **sub(args.text_encoder, "text_encoder"))
         self.text = self.text.to(device).eval()
         tokenizer = args.tokenizer or args.text_encoder
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer, **sub(tokenizer, "tokenizer"))
         self.device, self.dtype, self.text_len = device, dtype, args.text_len
+        if self.vae is None:  # prompts alone
+            return
         c = self.vae.config
         self.spatial = c.scale_factor_spatial or 8
         self.temporal = c.scale_factor_temporal or 4
@@ -264,7 +276,8 @@ def previous_manifest(out: Path):
 
 
 def encoding_fingerprint(args, encoders):
-    settings = {"vae": str(args.vae), "vae_config": dict(encoders.vae.config), "text_encoder": str(args.text_encoder),
+    settings = {"vae": str(args.vae), "vae_config": dict(encoders.vae.config) if encoders.vae else None,
+                "text_encoder": str(args.text_encoder),
                 "tokenizer": str(args.tokenizer or args.text_encoder), "text_len": args.text_len,
                 "fps": args.fps, "dtype": args.dtype, "buckets": args.buckets,
                 "image_condition": args.image_condition}
@@ -305,10 +318,13 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("source", type=Path)
     parser.add_argument("out", type=Path)
-    parser.add_argument("--vae", required=True)
+    parser.add_argument("--vae", help="required unless --prompts")
     parser.add_argument("--text-encoder", required=True)
     parser.add_argument("--tokenizer")
-    parser.add_argument("--buckets", required=True, help="pixel FxHxW list, e.g. 81x480x832,1x480x832")
+    parser.add_argument("--buckets", help="pixel FxHxW list, e.g. 81x480x832,1x480x832 (required unless --prompts)")
+    parser.add_argument("--prompts", action="store_true",
+                        help="SOURCE is a text file of prompts, one a line: text embeddings alone (data-free "
+                             "distillation, docs/distillation.md)")
     parser.add_argument("--fps", type=float, default=16.0)
     parser.add_argument("--text-len", type=int, default=512)
     parser.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16")
@@ -326,9 +342,11 @@ def main(argv=None):
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", args.rank)) % torch.cuda.device_count())
     dtype = getattr(torch, args.dtype)
 
-    items = list_items(args.source)
+    if not args.prompts and not (args.vae and args.buckets):
+        sys.exit("--vae and --buckets are needed to encode media (or --prompts for a text file of prompts)")
+    items = list_items(args.source, args.prompts)
     encoders = Encoders(args, device, dtype)
-    buckets = parse_buckets(args.buckets, 2 * encoders.spatial)
+    buckets = [] if args.prompts else parse_buckets(args.buckets, 2 * encoders.spatial)
     fingerprint = encoding_fingerprint(args, encoders)
     encoder_names = {"vae": str(args.vae), "text_encoder": str(args.text_encoder)}
     args.out.mkdir(parents=True, exist_ok=True)
@@ -366,7 +384,7 @@ def main(argv=None):
     unfit = []
     started = time.monotonic()
     for n, (item_id, path, caption) in enumerate(mine, 1):
-        source = source_fingerprint(path)
+        source = source_fingerprint(path) if path else caption_hash(caption)
         before = reusable.get(item_id)
         if before and before["source_fingerprint"] == source:
             sample = dict(before)
@@ -376,6 +394,10 @@ def main(argv=None):
                 text_only += 1
             else:
                 reused += 1
+        elif path is None:  # a prompt alone: its text embedding (the latents come from elsewhere)
+            sample = {"id": item_id, "bucket": "1x1x1", "caption_hash": caption_hash(caption),
+                      "source_fingerprint": source, "fields": text_fields(caption)}
+            encoded += 1
         else:
             frames = read_frames(path, args.fps)
             bucket = choose_bucket(frames, buckets)

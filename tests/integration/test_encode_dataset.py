@@ -202,3 +202,29 @@ def test_two_ranks_split_the_items_and_the_last_one_merges_their_manifests(tmp_p
     assert [s["id"] for s in manifest["samples"]] == ["ball_left", "ball_right", "still"]  # source order
     assert {s["file"].split("/")[1].split("-")[0] for s in manifest["shards"]} == {"rank0", "rank1"}
     assert "ok: 3 samples" in wanfw("data", "verify", out, check=0).stdout
+
+
+def test_prompts_alone_encode_to_text_embeddings_that_data_free_distillation_trains_on(tmp_path, sources):
+    _, encoders = sources
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("a red ball moves left\n\na blue ball over the grass\nthe sky\n")
+    out = tmp_path / "prompts"
+    command = [sys.executable, str(TOOL), str(prompts), str(out), "--prompts", "--text-encoder",
+               str(encoders / "text_encoder"), "--tokenizer", str(encoders / "tokenizer"), "--text-len", str(TEXT_LEN)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "ok: 3 samples" in wanfw("data", "verify", out, check=0).stdout
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [set(s["fields"]) for s in manifest["samples"]] == [{"context"}] * 3
+    assert "encoded 0, caption re-encoded 0, reused 3" in subprocess.run(command, capture_output=True, text=True).stdout
+
+    from test_wan_parity import reference_model
+    reference_model(tmp_path / "teacher", seed=3)
+    config = base_config(tmp_path / "runs", model={"name": "wan22_distill", "teacher_preset": "tiny",
+                                                   "teacher_weights": str(tmp_path / "teacher"),
+                                                   "student_num_layers": 1, "inputs": "teacher_trajectory",
+                                                   "latent_size": "2x4x4"},
+                         data={"name": "latent_shards", "path": str(out), "batch_size": 1},
+                         trainer={"max_steps": 3, "log_every": 1})
+    result = wanfw("run", write_config(tmp_path / "distill.json", config), check=0)
+    assert "3 samples from" in result.stdout and "done: 3 steps" in result.stdout + result.stderr
