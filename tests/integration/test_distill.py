@@ -197,3 +197,23 @@ def test_the_tiny_example_distils_the_exported_quickstart_model(tmp_path):
           "runs/student", cwd=tmp_path, check=0)
     exported = load_file(tmp_path / "runs" / "student" / "diffusion_pytorch_model.safetensors")
     assert "blocks.1.ffn.0.weight" in exported and "blocks.2.ffn.0.weight" not in exported
+
+
+def test_a_data_free_distillation_resumed_mid_run_ends_bitwise_equal_to_the_uninterrupted_run(tmp_path, teacher):
+    model = dict(student_num_layers=1, inputs="teacher_trajectory", latent_size="2x4x4", guidance_scale=2.0)
+    path = config(tmp_path, teacher, data={"num_samples": 16, "batch_size": 4, "workers": 0},
+                  trainer={"max_steps": 6}, **model)
+    wanfw("run", path, "--set", "checkpoint.every=3", check=0)
+    run = tmp_path / "runs" / "distill" / "version_0"
+    uninterrupted = load_file(checkpoints(run)[-1] / "model.safetensors")
+    for late in [p for p in checkpoints(run) if p.name != "step-00000003"]:  # stopped after step 3
+        for f in late.iterdir():
+            f.unlink()
+        late.rmdir()
+    resumed = wanfw("run", path, "--set", "checkpoint.every=3", "--resume", "auto", check=0)
+    assert "resumed from" in resumed.stdout and "step-00000003" in resumed.stdout
+    again = load_file(checkpoints(run)[-1] / "model.safetensors")
+    assert checkpoints(run)[-1].name == "step-00000006"
+    assert all(torch.equal(again[k], uninterrupted[k]) for k in uninterrupted)
+    assert not torch.equal(load_file(checkpoints(run)[0] / "model.safetensors")["head.head.weight"],
+                           again["head.head.weight"])  # steps 4 to 6 trained

@@ -127,39 +127,12 @@ wan_distill::DistillSettings settings_from(const wanfw::Options& o, const Networ
              "set latent_size: \"FxHxW\" (latent frames x height x width, e.g. \"21x60x104\")");
   }
 
-  // Timesteps: the flow-matching samplers, or a fixed list warped by the shift.
-  auto& ts = s.timesteps;
-  ts.method = o.string("timestep_sampling");
-  ts.shift = o.number("shift");
-  ts.logit_mean = o.number("logit_mean");
-  ts.logit_std = o.number("logit_std");
-  ts.min_sigma = o.number("min_timestep") / 1000.0;
-  ts.max_sigma = o.number("max_timestep") / 1000.0;
-  if (ts.shift <= 0) o.fail("shift", "must be positive");
-  if (!(ts.min_sigma >= 0 && ts.min_sigma < ts.max_sigma && ts.max_sigma <= 1))
-    o.fail("min_timestep", "need 0 <= min_timestep < max_timestep <= 1000");
-  // An expert teacher knows its side of the boundary only.
-  if (n.expert == wan::Expert::HighNoise) ts.min_sigma = std::max(ts.min_sigma, n.boundary);
-  if (n.expert == wan::Expert::LowNoise) ts.max_sigma = std::min(ts.max_sigma, n.boundary);
-  if (!(ts.min_sigma < ts.max_sigma))
-    o.fail("teacher_expert", "the expert teacher covers no timestep of [min_timestep, max_timestep]");
-  if (ts.method == "fixed") {
-    for (const double t : o.numbers("timesteps")) {
-      const double sigma = wan::shifted(t / 1000.0, ts.shift);
-      if (!(t > 0 && t <= 1000) || sigma < ts.min_sigma - 1e-9 || sigma > ts.max_sigma + 1e-9)
-        o.fail("timesteps", fmt::format("{} (s = {:.4f} after the shift) lies outside the trained range [{}, {}]", t,
-                                        sigma, ts.min_sigma * 1000, ts.max_sigma * 1000));
-      ts.fixed.push_back(sigma);
-    }
-    if (ts.fixed.empty()) o.fail("timesteps", "fixed timestep sampling needs at least one timestep");
-  }
-  for (const double t : o.numbers("validation_timesteps")) {
-    if (t < 0 || t > 1000) o.fail("validation_timesteps", fmt::format("{} lies outside 0..1000", t));
-    if (t / 1000.0 >= ts.min_sigma && t / 1000.0 <= ts.max_sigma) s.validation_timesteps.push_back(t);
-  }
-  if (s.validation_timesteps.empty())
-    o.fail("validation_timesteps", fmt::format("none lies in the trained range [{}, {}]", ts.min_sigma * 1000,
-                                               ts.max_sigma * 1000));
+  // Timesteps: the flow-matching samplers, or a fixed list warped by the shift; an expert teacher
+  // knows its side of the boundary only.
+  const double lo = n.expert == wan::Expert::HighNoise ? n.boundary : 0.0;
+  const double hi = n.expert == wan::Expert::LowNoise ? n.boundary : 1.0;
+  s.timesteps = wan::timestep_sampling_from(o, lo, hi, "teacher_expert");
+  s.validation_timesteps = wan::validation_timesteps_from(o, s.timesteps);
   s.sample_steps = o.integer("sample_steps");
   s.preview_steps = o.integer("preview_steps");
   if (s.sample_steps < 1) o.fail("sample_steps", "must be at least 1");
@@ -326,21 +299,6 @@ wanfw::PluginDescriptor describe() {
       option("negative_context", T::String)
           .value("\"\"")
           .doc("A safetensors file holding the negative prompt's embedding [L, text_dim]; empty: zeros."),
-      option("timestep_sampling", T::Choice)
-          .value("uniform")
-          .choices({"uniform", "logit_normal", "shift", "fixed"})
-          .doc("As in wan22_flow_matching, or fixed: one of `timesteps`, equally likely."),
-      option("timesteps", T::NumberList)
-          .value("[1000, 750, 500, 250]")
-          .doc("The levels of fixed sampling (0..1000), each warped by the shift: s = k u / (1 + (k - 1) u)."),
-      option("shift", T::Number).value("5.0").doc("k of shift sampling and of the fixed levels."),
-      option("logit_mean", T::Number).value("0.0").doc("Mean of the normal for logit_normal sampling."),
-      option("logit_std", T::Number).value("1.0").doc("Standard deviation for logit_normal sampling."),
-      option("min_timestep", T::Number).value("0").doc("Lowest timestep drawn (0..1000 scale)."),
-      option("max_timestep", T::Number).value("1000").doc("Highest timestep drawn (0..1000 scale)."),
-      option("validation_timesteps", T::NumberList)
-          .value("[100, 300, 500, 700, 900]")
-          .doc("Timesteps at which validation measures the student-teacher gap."),
       option("sample_steps", T::Integer).value("20").doc("Euler steps of `wanfw sample` (the student)."),
       option("preview_steps", T::Integer).value("10").doc("Euler steps of the preview image at each validation."),
       option("sample_guidance", T::Number)
@@ -354,6 +312,8 @@ wanfw::PluginDescriptor describe() {
   d.options.insert(d.options.end(), teacher.begin(), teacher.end());
   d.options.insert(d.options.end(), student.begin(), student.end());
   d.options.insert(d.options.end(), rest.begin(), rest.end());
+  const auto timesteps = wan::timestep_options(/*fixed=*/true);
+  d.options.insert(d.options.end(), timesteps.begin(), timesteps.end());
   d.make_model = make_model;
   d.inspect_model = inspect;
   return d;

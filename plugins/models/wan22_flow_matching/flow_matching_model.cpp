@@ -56,14 +56,7 @@ torch::Tensor WanFlowMatchingModel::image_condition_of(const wanfw::Batch& batch
 }
 
 torch::Tensor WanFlowMatchingModel::sample_sigma(const wanfw::Batch& batch) const {
-  wan::TimestepSampling sampling;
-  sampling.method = settings_.sampling;
-  sampling.shift = settings_.shift;
-  sampling.logit_mean = settings_.logit_mean;
-  sampling.logit_std = settings_.logit_std;
-  sampling.min_sigma = settings_.min_sigma;
-  sampling.max_sigma = settings_.max_sigma;
-  return wan::draw_sigma(batch, sampling);
+  return wan::draw_sigma(batch, settings_.timesteps);
 }
 
 torch::Tensor WanFlowMatchingModel::timesteps(const torch::Tensor& sigma, const torch::Tensor& latents) const {

@@ -24,12 +24,7 @@ using wan::WanDenoiser;
 
 struct FlowMatchingSettings {
   std::string task;      ///< t2v | ti2v | i2v
-  std::string sampling;  ///< uniform | logit_normal | shift
-  double shift = 5.0;
-  double logit_mean = 0.0;
-  double logit_std = 1.0;
-  double min_sigma = 0.0;  ///< min_timestep / 1000
-  double max_sigma = 1.0;
+  wan::TimestepSampling timesteps;  ///< how training draws s
   bool bell_weighting = false;
   Expert expert = Expert::None;
   double boundary = 0.0;  ///< expert boundary / 1000

@@ -28,14 +28,7 @@ wan::WanConfig config_from(const wanfw::Options& o) { return wan::config_from_op
 FlowMatchingSettings settings_from(const wanfw::Options& o, const wan::WanConfig& config) {
   FlowMatchingSettings s;
   s.task = o.string("task");
-  s.sampling = o.string("timestep_sampling");
-  s.shift = o.number("shift");
-  s.logit_mean = o.number("logit_mean");
-  s.logit_std = o.number("logit_std");
-  s.min_sigma = o.number("min_timestep") / 1000.0;
-  s.max_sigma = o.number("max_timestep") / 1000.0;
   s.bell_weighting = o.string("loss_weighting") == "bell";
-  s.validation_timesteps = o.numbers("validation_timesteps");
   s.sample_steps = o.integer("sample_steps");
   s.preview_steps = o.integer("preview_steps");
   if (s.preview_steps < 1) o.fail("preview_steps", "must be at least 1");
@@ -48,9 +41,6 @@ FlowMatchingSettings settings_from(const wanfw::Options& o, const wan::WanConfig
       o.fail("sample_size", e.what());
     }
   }
-  if (!(s.min_sigma >= 0 && s.min_sigma < s.max_sigma && s.max_sigma <= 1))
-    o.fail("min_timestep", "need 0 <= min_timestep < max_timestep <= 1000");
-  if (s.shift <= 0) o.fail("shift", "must be positive");
   if (s.sample_shift <= 0) o.fail("sample_shift", "must be positive");
   if (s.sample_steps < 1) o.fail("sample_steps", "must be at least 1");
 
@@ -68,23 +58,12 @@ FlowMatchingSettings settings_from(const wanfw::Options& o, const wan::WanConfig
                                      o.string("expert"), config.preset),
              "set model.boundary (875 for Wan2.2 T2V-A14B, 900 for I2V-A14B)");
     s.boundary = boundary / 1000.0;
-    // A single expert trains on its side of the boundary, within [min_timestep, max_timestep].
-    if (s.expert == Expert::HighNoise) s.min_sigma = std::max(s.min_sigma, s.boundary);
-    if (s.expert == Expert::LowNoise) s.max_sigma = std::min(s.max_sigma, s.boundary);
-    if (!(s.min_sigma < s.max_sigma))
-      o.fail("expert", fmt::format("the {} expert covers no timestep of [min_timestep, max_timestep]",
-                                   o.string("expert")));
   }
-  std::vector<double> kept;
-  for (double t : s.validation_timesteps) {
-    if (t < 0 || t > 1000) o.fail("validation_timesteps", fmt::format("{} lies outside 0..1000", t));
-    if (t / 1000.0 >= s.min_sigma && t / 1000.0 <= s.max_sigma) kept.push_back(t);
-  }
-  if (kept.empty())
-    o.fail("validation_timesteps",
-           fmt::format("none of [{}] lies in the trained range [{}, {}]", fmt::join(s.validation_timesteps, ", "),
-                       s.min_sigma * 1000, s.max_sigma * 1000));
-  s.validation_timesteps = kept;
+  // A single expert trains on its side of the boundary, within [min_timestep, max_timestep].
+  const double lo = s.expert == Expert::HighNoise ? s.boundary : 0.0;
+  const double hi = s.expert == Expert::LowNoise ? s.boundary : 1.0;
+  s.timesteps = wan::timestep_sampling_from(o, lo, hi, "expert");
+  s.validation_timesteps = wan::validation_timesteps_from(o, s.timesteps);
 
   const std::int64_t expected_in = wan::task_in_dim(config, s.task);
   if (config.in_dim != expected_in)
@@ -161,15 +140,6 @@ wanfw::PluginDescriptor describe() {
       option("weights", T::String).value("\"\"").doc("Checkpoint to start from (official or diffusers layout); "
                                                      "empty: the official random initialisation."),
       option("weights_subfolder", T::String).value("transformer").doc("Subfolder of a diffusers pipeline folder."),
-      option("timestep_sampling", T::Choice)
-          .value("uniform")
-          .choices({"uniform", "logit_normal", "shift"})
-          .doc("How s (= t / 1000) is drawn: uniform, sigmoid of a normal, or uniform then shifted."),
-      option("shift", T::Number).value("5.0").doc("k in s' = k s / (1 + (k - 1) s) for shift sampling."),
-      option("logit_mean", T::Number).value("0.0").doc("Mean of the normal for logit_normal sampling."),
-      option("logit_std", T::Number).value("1.0").doc("Standard deviation for logit_normal sampling."),
-      option("min_timestep", T::Number).value("0").doc("Lowest timestep drawn (0..1000 scale)."),
-      option("max_timestep", T::Number).value("1000").doc("Highest timestep drawn (0..1000 scale)."),
       option("loss_weighting", T::Choice)
           .value("none")
           .choices({"none", "bell"})
@@ -189,9 +159,6 @@ wanfw::PluginDescriptor describe() {
       option("gradient_checkpointing", T::Boolean)
           .value("false")
           .doc("Recompute each block in backward instead of storing its activations."),
-      option("validation_timesteps", T::NumberList)
-          .value("[100, 300, 500, 700, 900]")
-          .doc("Fixed timesteps of the validation loss (those outside the trained range are skipped)."),
       option("sample_steps", T::Integer).value("20").doc("Euler steps of `wanfw sample`."),
       option("preview_steps", T::Integer).value("10").doc("Euler steps of the preview image at each validation."),
       option("sample_guidance", T::Number).value("5.0").doc("Classifier-free guidance scale; 1 disables."),
@@ -202,6 +169,8 @@ wanfw::PluginDescriptor describe() {
                "nor latents to take the shape from."),
   };
   d.options.insert(d.options.end(), rest.begin(), rest.end());
+  const auto timesteps = wan::timestep_options(/*fixed=*/false);
+  d.options.insert(d.options.end(), timesteps.begin(), timesteps.end());
   const char* moved = "the data set holds the shapes now: data.buckets: [\"FxHxW\"] (latent frames x height x width) "
                       "for the synthetic set; a data set folder's manifest for your own data (docs/data.md)";
   d.removed_options = {{"latent_frames", moved}, {"latent_height", moved}, {"latent_width", moved}};

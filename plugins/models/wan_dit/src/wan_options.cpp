@@ -1,5 +1,6 @@
 #include "wan/wan_options.hpp"
 
+#include <algorithm>
 #include <utility>
 
 #include <fmt/format.h>
@@ -64,6 +65,78 @@ WanConfig config_from_options(const wanfw::Options& o, const std::string& prefix
     o.fail(preset_option, e.what(), "adjust dim / num_heads so that the head dim splits for RoPE");
   }
   return c;
+}
+
+std::vector<wanfw::OptionSpec> timestep_options(bool fixed) {
+  std::vector<std::string> methods = {"uniform", "logit_normal", "shift"};
+  if (fixed) methods.push_back("fixed");
+  std::vector<wanfw::OptionSpec> out = {
+      wanfw::option("timestep_sampling", T::Choice)
+          .value("uniform")
+          .choices(methods)
+          .doc(fixed ? "How s (= t / 1000) is drawn: uniform, sigmoid of a normal, uniform then shifted, or fixed: one "
+                       "of `timesteps`, equally likely."
+                     : "How s (= t / 1000) is drawn: uniform, sigmoid of a normal, or uniform then shifted."),
+      wanfw::option("shift", T::Number)
+          .value("5.0")
+          .doc(fixed ? "k in s' = k s / (1 + (k - 1) s) for shift sampling and the fixed timesteps."
+                     : "k in s' = k s / (1 + (k - 1) s) for shift sampling."),
+      wanfw::option("logit_mean", T::Number).value("0.0").doc("Mean of the normal for logit_normal sampling."),
+      wanfw::option("logit_std", T::Number).value("1.0").doc("Standard deviation for logit_normal sampling."),
+      wanfw::option("min_timestep", T::Number).value("0").doc("Lowest timestep drawn (0..1000 scale)."),
+      wanfw::option("max_timestep", T::Number).value("1000").doc("Highest timestep drawn (0..1000 scale)."),
+      wanfw::option("validation_timesteps", T::NumberList)
+          .value("[100, 300, 500, 700, 900]")
+          .doc("Fixed timesteps of the validation loss (those outside the trained range are skipped)."),
+  };
+  if (fixed)
+    out.push_back(wanfw::option("timesteps", T::NumberList)
+                      .value("[1000, 750, 500, 250]")
+                      .doc("The timesteps of fixed sampling (0..1000), each shifted: with `shift` equal to "
+                           "sample_shift, the levels an N-step sampler visits."));
+  return out;
+}
+
+TimestepSampling timestep_sampling_from(const wanfw::Options& o, double lo, double hi, const std::string& range_option) {
+  TimestepSampling s;
+  s.method = o.string("timestep_sampling");
+  s.shift = o.number("shift");
+  s.logit_mean = o.number("logit_mean");
+  s.logit_std = o.number("logit_std");
+  s.min_sigma = o.number("min_timestep") / 1000.0;
+  s.max_sigma = o.number("max_timestep") / 1000.0;
+  if (s.shift <= 0) o.fail("shift", "must be positive");
+  if (!(s.min_sigma >= 0 && s.min_sigma < s.max_sigma && s.max_sigma <= 1))
+    o.fail("min_timestep", "need 0 <= min_timestep < max_timestep <= 1000");
+  s.min_sigma = std::max(s.min_sigma, lo);
+  s.max_sigma = std::min(s.max_sigma, hi);
+  if (!(s.min_sigma < s.max_sigma))
+    o.fail(range_option, fmt::format("it covers timesteps [{}, {}], none of [min_timestep, max_timestep]", lo * 1000,
+                                     hi * 1000));
+  if (s.method == "fixed") {
+    for (const double t : o.numbers("timesteps")) {
+      const double sigma = shifted(t / 1000.0, s.shift);
+      if (!(t > 0 && t <= 1000) || sigma < s.min_sigma - 1e-9 || sigma > s.max_sigma + 1e-9)
+        o.fail("timesteps", fmt::format("{} (s = {:.4f} after the shift) lies outside the trained range [{}, {}]", t,
+                                        sigma, s.min_sigma * 1000, s.max_sigma * 1000));
+      s.fixed.push_back(sigma);
+    }
+    if (s.fixed.empty()) o.fail("timesteps", "fixed timestep sampling needs at least one timestep");
+  }
+  return s;
+}
+
+std::vector<double> validation_timesteps_from(const wanfw::Options& o, const TimestepSampling& s) {
+  const std::vector<double> given = o.numbers("validation_timesteps");
+  std::vector<double> kept;
+  for (const double t : given) {
+    if (t < 0 || t > 1000) o.fail("validation_timesteps", fmt::format("{} lies outside 0..1000", t));
+    if (t / 1000.0 >= s.min_sigma && t / 1000.0 <= s.max_sigma) kept.push_back(t);
+  }
+  if (kept.empty())
+    o.fail("validation_timesteps", fmt::format("none of [{}] lies in the trained range [{}, {}]", fmt::join(given, ", "),
+                                               s.min_sigma * 1000, s.max_sigma * 1000));
+  return kept;
 }
 
 }  // namespace wan

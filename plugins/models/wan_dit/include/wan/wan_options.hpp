@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "wan/flow_matching.hpp"
 #include "wan/wan_config.hpp"
 #include "wanfw/options.hpp"
 
@@ -19,5 +20,18 @@ std::vector<wanfw::OptionSpec> dimension_options(const std::string& prefix, cons
 /// The config those options give: the preset's (or `base` when the preset option is empty), each
 /// dimension option above 0 replacing the preset's; validated (an error points at the preset).
 WanConfig config_from_options(const wanfw::Options& options, const std::string& prefix, const WanConfig* base = nullptr);
+
+/// How training draws its timesteps: timestep_sampling (uniform, logit_normal, shift, and with
+/// `fixed` also fixed with its `timesteps` list), shift, logit_mean, logit_std, min_timestep,
+/// max_timestep; and validation_timesteps.
+std::vector<wanfw::OptionSpec> timestep_options(bool fixed);
+
+/// Those options read and checked, the range narrowed to [lo, hi] in sigma units (an expert's side
+/// of its boundary: when nothing is left, the error points at `range_option`).
+TimestepSampling timestep_sampling_from(const wanfw::Options& options, double lo, double hi,
+                                        const std::string& range_option);
+
+/// validation_timesteps (0..1000) that lie in the trained range; an error when none does.
+std::vector<double> validation_timesteps_from(const wanfw::Options& options, const TimestepSampling& sampling);
 
 }  // namespace wan
