@@ -60,10 +60,10 @@ WanAttentionImpl::WanAttentionImpl(std::int64_t dim, std::int64_t num_heads, dou
 }
 
 void WanAttentionImpl::reset() {
-  q = register_module("q", torch::nn::Linear(dim_, dim_));
-  k = register_module("k", torch::nn::Linear(dim_, dim_));
-  v = register_module("v", torch::nn::Linear(dim_, dim_));
-  o = register_module("o", torch::nn::Linear(dim_, dim_));
+  q = register_module("q", WanLinear(dim_, dim_));
+  k = register_module("k", WanLinear(dim_, dim_));
+  v = register_module("v", WanLinear(dim_, dim_));
+  o = register_module("o", WanLinear(dim_, dim_));
   norm_q = register_module("norm_q", WanRMSNorm(dim_, eps_));
   norm_k = register_module("norm_k", WanRMSNorm(dim_, eps_));
 }
@@ -92,9 +92,9 @@ void WanBlockImpl::reset() {
   self_attn = register_module("self_attn", WanAttention(c.dim, c.num_heads, c.eps));
   norm3 = register_module("norm3", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.dim}).eps(c.eps)));
   cross_attn = register_module("cross_attn", WanAttention(c.dim, c.num_heads, c.eps));
-  ffn = register_module("ffn", torch::nn::Sequential(torch::nn::Linear(c.dim, c.ffn_dim),
+  ffn = register_module("ffn", torch::nn::Sequential(WanLinear(c.dim, c.ffn_dim),
                                                      torch::nn::GELU(torch::nn::GELUOptions().approximate("tanh")),
-                                                     torch::nn::Linear(c.ffn_dim, c.dim)));
+                                                     WanLinear(c.ffn_dim, c.dim)));
   modulation = register_parameter("modulation", torch::randn({1, 6, c.dim}) / std::sqrt(static_cast<double>(c.dim)));
 }
 
@@ -152,6 +152,9 @@ void init_linears(torch::nn::Module& module) {
     if (auto* linear = m->as<torch::nn::Linear>()) {
       torch::nn::init::xavier_uniform_(linear->weight);
       torch::nn::init::zeros_(linear->bias);
+    } else if (auto* adaptable = m->as<WanLinearImpl>()) {
+      torch::nn::init::xavier_uniform_(adaptable->weight);
+      torch::nn::init::zeros_(adaptable->bias);
     }
 }
 

@@ -16,6 +16,7 @@
 #include <torch/nn/modules/normalization.h>
 
 #include "wan/wan_config.hpp"
+#include "wan/wan_linear.hpp"
 
 namespace wan {
 
@@ -46,7 +47,7 @@ class WanAttentionImpl : public torch::nn::Cloneable<WanAttentionImpl> {
   void reset() override;
   /// `x` [B, L, dim]; `context` [B, Lc, dim] for cross-attention, or undefined for self-attention.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& context, const RopeTables* rope);
-  torch::nn::Linear q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr};
+  WanLinear q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr};
   WanRMSNorm norm_q{nullptr}, norm_k{nullptr};
 
  private:
