@@ -29,7 +29,7 @@ DDP = {"name": "ddp", "timeout_s": 60}
 
 def tiny_wan(task):
     return {"name": "wan22_flow_matching", "preset": "tiny", "text_len": 4, "task": task,
-            "timestep_sampling": "logit_normal"}
+            "timestep_sampling": "logit_normal", **({"in_dim": 12} if task == "i2v" else {})}
 
 
 def experiment(tmp_path, name, strategy, batch, model, **sections):
@@ -91,7 +91,7 @@ LAYOUTS = {  # name: (strategy, batch per micro-batch, ranks); every one a globa
 }
 
 
-@pytest.mark.parametrize("task", ["t2v", "ti2v"])
+@pytest.mark.parametrize("task", ["t2v", "ti2v", "i2v"])
 def test_the_tiny_wan_model_ends_with_the_same_weights_on_every_layout(tmp_path, task):
     reference = run_on(tmp_path, "single_1x4", CPU, 4, tiny_wan(task), checkpoint={"every": 1})
     differences = {name: largest_relative_difference(run_on(tmp_path, name, strategy, batch, tiny_wan(task), ranks),

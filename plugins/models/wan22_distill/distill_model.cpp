@@ -63,11 +63,12 @@ DistillModel::Point DistillModel::point(const wanfw::Batch& batch, const torch::
   p.sigma = sigma;
   p.noise = noise;
   p.context = batch.at("context");
-  p.negative = settings_.negative.defined()
-                   ? settings_.negative.to(p.context.device(), p.context.scalar_type())
-                         .unsqueeze(0)
-                         .expand({p.context.size(0), -1, -1})
-                   : torch::zeros_like(p.context);
+  if (settings_.guidance != 1.0)  // the unconditional half of a guided target
+    p.negative = settings_.negative.defined()
+                     ? settings_.negative.to(p.context.device(), p.context.scalar_type())
+                           .unsqueeze(0)
+                           .expand({p.context.size(0), -1, -1})
+                     : torch::zeros_like(p.context);
   if (settings_.task == "i2v")
     p.y = wan::i2v_condition(wan::checked_condition(batch.at("image_condition"), noise, "distillation"));
   const torch::Tensor s = sigma.to(torch::kFloat32).view({-1, 1, 1, 1, 1});
@@ -131,16 +132,10 @@ wanfw::StepOutput DistillModel::training_step(const wanfw::Batch& batch) {
 std::map<std::string, at::Tensor> DistillModel::validation_step(const wanfw::Batch& batch) {
   FrozenTeacher::Use use(*teacher_);
   const torch::Tensor noise = noise_of(batch);
-  std::map<std::string, at::Tensor> metrics;
-  torch::Tensor total = torch::zeros({}, noise.options().dtype(torch::kFloat64));
-  for (const double t : settings_.validation_timesteps) {
-    const torch::Tensor sigma = torch::full({batch.size}, t / 1000.0, noise.options());
-    const torch::Tensor gap = terms(point(batch, sigma, noise), false).velocity.mean().to(torch::kFloat64);
-    metrics[fmt::format("gap_t{:03d}", static_cast<int>(std::lround(t)))] = gap;
-    total = total + gap;
-  }
-  metrics["loss"] = total / static_cast<double>(settings_.validation_timesteps.size());
-  return metrics;
+  return wan::per_timestep(settings_.validation_timesteps, "gap_t", [&](double s) {
+    const torch::Tensor sigma = torch::full({batch.size}, s, noise.options());
+    return terms(point(batch, sigma, noise), false).velocity.mean();
+  });
 }
 
 std::map<std::string, at::Tensor> DistillModel::predict(const std::map<std::string, at::Tensor>& inputs) {
@@ -166,35 +161,30 @@ std::map<std::string, at::Tensor> DistillModel::predict(const std::map<std::stri
 
 std::map<std::string, at::Tensor> DistillModel::sample(const std::map<std::string, at::Tensor>& inputs,
                                                        std::uint64_t seed) {
+  return draw(inputs, seed, settings_.sampler.steps);
+}
+
+std::map<std::string, at::Tensor> DistillModel::draw(const std::map<std::string, at::Tensor>& inputs,
+                                                     std::uint64_t seed, std::int64_t steps) {
   torch::NoGradGuard no_grad;
   student_->eval();
   const auto& c = student_->config();
-  wan::SampleInputs given = wan::sample_inputs(inputs, c, settings_.task, settings_.sample_size, seed, device());
+  const wan::SampleInputs given = wan::sample_inputs(inputs, c, settings_.task, settings_.sampler.size, seed, device());
   const auto velocity = [&](const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& context,
                             const torch::Tensor&) { return student_->forward(x, t, context, given.y); };
-  return wan::euler_sample(velocity, given, c, settings_.task, settings_.sample_steps, settings_.sample_shift,
-                           settings_.sample_guidance);
+  return wan::euler_sample(velocity, given, c, settings_.task, steps, settings_.sampler.shift,
+                           settings_.sampler.guidance);
 }
 
 std::map<std::string, at::Tensor> DistillModel::preview(const wanfw::Batch& batch, std::uint64_t seed) {
-  torch::NoGradGuard no_grad;
-  student_->eval();
-  const auto& c = student_->config();
   std::map<std::string, at::Tensor> inputs;
   if (batch.fields.count("latents")) {
     inputs = wan::preview_inputs(batch, settings_.task);
-  } else {
-    inputs = {{"context", batch.at("context").narrow(0, 0, 1)},
-              {"noise", noise_of(batch).narrow(0, 0, 1)}};
+  } else {  // data-free: the noise in the shape the student trains on
+    inputs = {{"context", batch.at("context").narrow(0, 0, 1)}, {"noise", noise_of(batch).narrow(0, 0, 1)}};
     if (settings_.task == "i2v") inputs["image_condition"] = batch.at("image_condition").narrow(0, 0, 1);
   }
-  const wan::SampleInputs given = wan::sample_inputs(inputs, c, settings_.task, settings_.sample_size, seed, device());
-  const auto velocity = [&](const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& context,
-                            const torch::Tensor&) { return student_->forward(x, t, context, given.y); };
-  const torch::Tensor video = wan::euler_sample(velocity, given, c, settings_.task, settings_.preview_steps,
-                                                settings_.sample_shift, settings_.sample_guidance)
-                                  .at("latents")[0];
-  return {{"latents", wan::latent_strip(video)}};
+  return {{"latents", wan::latent_strip(draw(inputs, seed, settings_.sampler.preview_steps).at("latents")[0])}};
 }
 
 void DistillModel::export_weights(const std::filesystem::path& folder, std::int64_t max_shard_bytes) {

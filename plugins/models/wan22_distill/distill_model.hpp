@@ -33,9 +33,7 @@ struct DistillSettings {
   std::int64_t trajectory_steps = 4;
   std::optional<wanfw::Bucket> latent_size;  ///< data-free t2v: the latents' frames x height x width
   std::vector<double> validation_timesteps;  ///< 0..1000
-  std::int64_t sample_steps = 20, preview_steps = 10;
-  double sample_guidance = 1.0, sample_shift = 5.0;
-  std::optional<wanfw::Bucket> sample_size;
+  wan::SamplerSettings sampler;              ///< the student's `wanfw sample` and preview
 };
 
 class DistillModel final : public wanfw::Model {
@@ -78,6 +76,9 @@ class DistillModel final : public wanfw::Model {
   };
   Terms terms(const Point& p, bool with_flow_matching);
   torch::Device device() const;
+  /// The student's samples from `inputs` in `steps` Euler steps.
+  std::map<std::string, at::Tensor> draw(const std::map<std::string, at::Tensor>& inputs, std::uint64_t seed,
+                                         std::int64_t steps);
 
   wan::WanDiT student_{nullptr};
   DistillSettings settings_;

@@ -84,15 +84,6 @@ torch::Tensor negative_context(const wanfw::Options& o, const wan::WanConfig& te
   return negative;
 }
 
-std::optional<wanfw::Bucket> bucket_option(const wanfw::Options& o, const char* name) {
-  if (o.string(name).empty()) return std::nullopt;
-  try {
-    return wanfw::Bucket::parse(o.string(name));
-  } catch (const wanfw::Error& e) {
-    o.fail(name, e.what());
-  }
-}
-
 /// `read_files`: false for validate / model-info, which check options without reading the
 /// negative prompt's file (it may live on the training machine only).
 wan_distill::DistillSettings settings_from(const wanfw::Options& o, const Networks& n, bool read_files) {
@@ -114,7 +105,7 @@ wan_distill::DistillSettings settings_from(const wanfw::Options& o, const Networ
   if (read_files) s.negative = negative_context(o, n.teacher);
   s.trajectory_steps = o.integer("trajectory_steps");
   if (s.trajectory_steps < 1) o.fail("trajectory_steps", "must be at least 1");
-  s.latent_size = bucket_option(o, "latent_size");
+  s.latent_size = wan::bucket_option(o, "latent_size");
   if (s.inputs == "teacher_trajectory") {
     if (s.flow_matching_weight > 0)
       o.fail("flow_matching_weight", "data-free distillation (inputs: teacher_trajectory) has no data latents for a "
@@ -133,15 +124,8 @@ wan_distill::DistillSettings settings_from(const wanfw::Options& o, const Networ
   const double hi = n.expert == wan::Expert::LowNoise ? n.boundary : 1.0;
   s.timesteps = wan::timestep_sampling_from(o, lo, hi, "teacher_expert");
   s.validation_timesteps = wan::validation_timesteps_from(o, s.timesteps);
-  s.sample_steps = o.integer("sample_steps");
-  s.preview_steps = o.integer("preview_steps");
-  if (s.sample_steps < 1) o.fail("sample_steps", "must be at least 1");
-  if (s.preview_steps < 1) o.fail("preview_steps", "must be at least 1");
-  s.sample_guidance = o.number("sample_guidance");
-  s.sample_shift = o.number("sample_shift");
-  if (s.sample_shift <= 0) o.fail("sample_shift", "must be positive");
-  s.sample_size = bucket_option(o, "sample_size");
-  if (!s.sample_size) s.sample_size = s.latent_size;
+  s.sampler = wan::sampler_settings_from(o);
+  if (!s.sampler.size) s.sampler.size = s.latent_size;
   return s;
 }
 
@@ -205,16 +189,8 @@ std::string inspect(const wanfw::Options& o) {
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   const double teacher_bytes = static_cast<double>(n.teacher.parameter_count()) *
                                (o.string("teacher_dtype") == "bfloat16" ? 2 : 4);
-  const std::string weights = o.string("teacher_weights");
-  std::string weights_line = fmt::format("teacher weights: {} is not on this machine; it is checked when a run starts\n",
-                                         weights);
-  if (std::filesystem::exists(weights)) {
-    const auto sources = wan::expert_weights(weights, o.string("teacher_weights_subfolder"), n.expert);
-    const wan::WeightLayout layout = wan::check_wan_weights(n.teacher, sources.front().path, sources.front().subfolder);
-    weights_line = fmt::format("teacher weights: {} ({} layout): every tensor present with the teacher's shape\n",
-                               sources.front().path.string(),
-                               layout == wan::WeightLayout::Diffusers ? "diffusers" : "official");
-  }
+  std::string weights_line = wan::describe_weights("teacher weights", n.teacher, o.string("teacher_weights"),
+                                                   o.string("teacher_weights_subfolder"), n.expert);
   const std::string negative = o.string("negative_context");
   if (!negative.empty() && !std::filesystem::exists(negative))
     weights_line += fmt::format("negative context: {} is not on this machine; it is read when a run starts\n", negative);
@@ -299,21 +275,16 @@ wanfw::PluginDescriptor describe() {
       option("negative_context", T::String)
           .value("\"\"")
           .doc("A safetensors file holding the negative prompt's embedding [L, text_dim]; empty: zeros."),
-      option("sample_steps", T::Integer).value("20").doc("Euler steps of `wanfw sample` (the student)."),
-      option("preview_steps", T::Integer).value("10").doc("Euler steps of the preview image at each validation."),
-      option("sample_guidance", T::Number)
-          .value("1.0")
-          .doc("Guidance of the student's samples; 1: one forward per step (a guidance-distilled student)."),
-      option("sample_shift", T::Number).value("5.0").doc("Shift k of the sampling schedule."),
-      option("sample_size", T::String)
-          .value("\"\"")
-          .doc("Latent F x H x W `wanfw sample` draws when its inputs give no shape; empty: latent_size."),
   };
   d.options.insert(d.options.end(), teacher.begin(), teacher.end());
   d.options.insert(d.options.end(), student.begin(), student.end());
   d.options.insert(d.options.end(), rest.begin(), rest.end());
   const auto timesteps = wan::timestep_options(/*fixed=*/true);
   d.options.insert(d.options.end(), timesteps.begin(), timesteps.end());
+  const auto sampler = wan::sampler_options(
+      1.0, "Guidance of the student's samples; 1: one forward per step (a guidance-distilled student).",
+      "Latent F x H x W `wanfw sample` draws when its inputs give no shape; empty: latent_size.");
+  d.options.insert(d.options.end(), sampler.begin(), sampler.end());
   d.make_model = make_model;
   d.inspect_model = inspect;
   return d;

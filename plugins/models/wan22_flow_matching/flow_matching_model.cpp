@@ -99,17 +99,10 @@ std::map<std::string, at::Tensor> WanFlowMatchingModel::validation_step(const wa
   const torch::Tensor x0 = batch.at("latents");
   check_latents(x0, "validation");
   const torch::Tensor noise = wanfw::sample_randn(batch, "noise", x0.sizes().slice(1), x0.scalar_type());
-  std::map<std::string, at::Tensor> metrics;
-  torch::Tensor total = torch::zeros({}, x0.options().dtype(torch::kFloat64));
-  for (const double t : settings_.validation_timesteps) {
-    const torch::Tensor sigma = torch::full({x0.size(0)}, t / 1000.0, x0.options().dtype(torch::kFloat32));
-    const torch::Tensor loss =
-        objective(x0, noise, sigma, batch.at("context"), image_condition_of(batch)).loss.to(torch::kFloat64);
-    metrics[fmt::format("loss_t{:03d}", static_cast<int>(std::lround(t)))] = loss;
-    total = total + loss;
-  }
-  metrics["loss"] = total / static_cast<double>(settings_.validation_timesteps.size());
-  return metrics;
+  return wan::per_timestep(settings_.validation_timesteps, "loss_t", [&](double s) {
+    const torch::Tensor sigma = torch::full({x0.size(0)}, s, x0.options().dtype(torch::kFloat32));
+    return objective(x0, noise, sigma, batch.at("context"), image_condition_of(batch)).loss;
+  });
 }
 
 std::map<std::string, at::Tensor> WanFlowMatchingModel::predict(const std::map<std::string, at::Tensor>& inputs) {
@@ -135,11 +128,11 @@ std::map<std::string, at::Tensor> WanFlowMatchingModel::predict(const std::map<s
 
 std::map<std::string, at::Tensor> WanFlowMatchingModel::sample(const std::map<std::string, at::Tensor>& inputs,
                                                                std::uint64_t seed) {
-  return draw(inputs, seed, settings_.sample_steps);
+  return draw(inputs, seed, settings_.sampler.steps);
 }
 
 std::map<std::string, at::Tensor> WanFlowMatchingModel::preview(const wanfw::Batch& batch, std::uint64_t seed) {
-  const torch::Tensor video = draw(wan::preview_inputs(batch, settings_.task), seed, settings_.preview_steps).at("latents")[0];
+  const torch::Tensor video = draw(wan::preview_inputs(batch, settings_.task), seed, settings_.sampler.preview_steps).at("latents")[0];
   return {{"latents", wan::latent_strip(video)}};
 }
 
@@ -148,14 +141,14 @@ std::map<std::string, at::Tensor> WanFlowMatchingModel::draw(const std::map<std:
   torch::NoGradGuard no_grad;
   module()->eval();
   const wan::SampleInputs given =
-      wan::sample_inputs(inputs, denoiser_.config(), settings_.task, settings_.sample_size, seed, device());
+      wan::sample_inputs(inputs, denoiser_.config(), settings_.task, settings_.sampler.size, seed, device());
   if (settings_.expert == Expert::HighNoise || settings_.expert == Expert::LowNoise)
     spdlog::warn("sampling with the {} expert alone: it denoises every step, also those the other expert takes",
                  settings_.expert == Expert::HighNoise ? "high-noise" : "low-noise");
   const auto velocity = [&](const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& context,
                             const torch::Tensor& sigma) { return denoiser_.forward(x, t, context, given.y, sigma); };
-  return wan::euler_sample(velocity, given, denoiser_.config(), settings_.task, steps, settings_.sample_shift,
-                           settings_.sample_guidance);
+  return wan::euler_sample(velocity, given, denoiser_.config(), settings_.task, steps, settings_.sampler.shift,
+                           settings_.sampler.guidance);
 }
 
 void WanFlowMatchingModel::export_weights(const std::filesystem::path& folder, std::int64_t max_shard_bytes) {

@@ -29,11 +29,7 @@ struct FlowMatchingSettings {
   Expert expert = Expert::None;
   double boundary = 0.0;  ///< expert boundary / 1000
   std::vector<double> validation_timesteps;  ///< 0..1000
-  std::optional<wanfw::Bucket> sample_size;  ///< latent F x H x W of `wanfw sample` without noise/latents
-  std::int64_t sample_steps = 20;
-  std::int64_t preview_steps = 10;
-  double sample_guidance = 5.0;
-  double sample_shift = 5.0;
+  wan::SamplerSettings sampler;  ///< `wanfw sample` and the preview
 };
 
 class WanFlowMatchingModel final : public wanfw::Model {

@@ -29,20 +29,7 @@ FlowMatchingSettings settings_from(const wanfw::Options& o, const wan::WanConfig
   FlowMatchingSettings s;
   s.task = o.string("task");
   s.bell_weighting = o.string("loss_weighting") == "bell";
-  s.sample_steps = o.integer("sample_steps");
-  s.preview_steps = o.integer("preview_steps");
-  if (s.preview_steps < 1) o.fail("preview_steps", "must be at least 1");
-  s.sample_guidance = o.number("sample_guidance");
-  s.sample_shift = o.number("sample_shift");
-  if (!o.string("sample_size").empty()) {
-    try {
-      s.sample_size = wanfw::Bucket::parse(o.string("sample_size"));
-    } catch (const wanfw::Error& e) {
-      o.fail("sample_size", e.what());
-    }
-  }
-  if (s.sample_shift <= 0) o.fail("sample_shift", "must be positive");
-  if (s.sample_steps < 1) o.fail("sample_steps", "must be at least 1");
+  s.sampler = wan::sampler_settings_from(o);
 
   // Experts: the boundary comes from the preset (A14B) or the config.
   s.expert = wan::parse_expert(o.string("expert"));
@@ -90,16 +77,7 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
 std::string weights_summary(const wanfw::Options& o, const wan::WanConfig& c, Expert expert) {
   const std::string weights = o.string("weights");
   if (weights.empty()) return "weights: none (the official random initialisation)\n";
-  if (!std::filesystem::exists(weights))
-    return fmt::format("weights: {} is not on this machine; it is checked when a run starts\n", weights);
-  std::string out;
-  for (const auto& source : wan::expert_weights(weights, o.string("weights_subfolder"), expert)) {
-    const wan::WeightLayout layout = wan::check_wan_weights(c, source.path, source.subfolder);
-    out += fmt::format("weights{}: {} ({} layout): every tensor present with the model's shape\n",
-                       source.expert.empty() ? "" : " of " + source.expert, source.path.string(),
-                       layout == wan::WeightLayout::Diffusers ? "diffusers" : "official");
-  }
-  return out;
+  return wan::describe_weights("weights", c, weights, o.string("weights_subfolder"), expert);
 }
 
 std::string inspect(const wanfw::Options& o) {
@@ -159,18 +137,15 @@ wanfw::PluginDescriptor describe() {
       option("gradient_checkpointing", T::Boolean)
           .value("false")
           .doc("Recompute each block in backward instead of storing its activations."),
-      option("sample_steps", T::Integer).value("20").doc("Euler steps of `wanfw sample`."),
-      option("preview_steps", T::Integer).value("10").doc("Euler steps of the preview image at each validation."),
-      option("sample_guidance", T::Number).value("5.0").doc("Classifier-free guidance scale; 1 disables."),
-      option("sample_shift", T::Number).value("5.0").doc("Shift k of the sampling schedule s' = k s / (1 + (k-1) s)."),
-      option("sample_size", T::String)
-          .value("\"\"")
-          .doc("Latent frames x height x width (\"21x60x104\") `wanfw sample` draws when its inputs hold neither noise "
-               "nor latents to take the shape from."),
   };
   d.options.insert(d.options.end(), rest.begin(), rest.end());
   const auto timesteps = wan::timestep_options(/*fixed=*/false);
   d.options.insert(d.options.end(), timesteps.begin(), timesteps.end());
+  const auto sampler = wan::sampler_options(
+      5.0, "Classifier-free guidance scale; 1 disables.",
+      "Latent frames x height x width (\"21x60x104\") `wanfw sample` draws when its inputs hold neither noise nor "
+      "latents to take the shape from.");
+  d.options.insert(d.options.end(), sampler.begin(), sampler.end());
   const char* moved = "the data set holds the shapes now: data.buckets: [\"FxHxW\"] (latent frames x height x width) "
                       "for the synthetic set; a data set folder's manifest for your own data (docs/data.md)";
   d.removed_options = {{"latent_frames", moved}, {"latent_height", moved}, {"latent_width", moved}};

@@ -1,6 +1,7 @@
 #include "wan/flow_matching.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include <fmt/format.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -197,6 +198,19 @@ torch::Tensor latent_strip(const torch::Tensor& video) {
   const std::int64_t zoom = std::max<std::int64_t>(1, 128 / strip.size(0));  // nearest-neighbour, ~128 px high
   strip = strip.repeat_interleave(zoom, 0).repeat_interleave(zoom, 1);
   return strip.to(torch::kUInt8).contiguous();
+}
+
+std::map<std::string, at::Tensor> per_timestep(const std::vector<double>& timesteps, const std::string& prefix,
+                                               const std::function<at::Tensor(double sigma)>& metric) {
+  std::map<std::string, at::Tensor> metrics;
+  torch::Tensor total;
+  for (const double t : timesteps) {
+    const torch::Tensor value = metric(t / 1000.0).to(torch::kFloat64);
+    metrics[fmt::format("{}{:03d}", prefix, static_cast<int>(std::lround(t)))] = value;
+    total = total.defined() ? total + value : value;
+  }
+  metrics["loss"] = total / static_cast<double>(timesteps.size());
+  return metrics;
 }
 
 }  // namespace wan

@@ -61,6 +61,20 @@ std::vector<ExpertWeights> expert_weights(const fs::path& weights, const std::st
   return out;
 }
 
+std::string describe_weights(const std::string& label, const WanConfig& config, const fs::path& weights,
+                             const std::string& subfolder, Expert expert) {
+  if (!fs::exists(weights))
+    return fmt::format("{}: {} is not on this machine; it is checked when a run starts\n", label, weights.string());
+  std::string out;
+  for (const auto& source : expert_weights(weights, subfolder, expert)) {
+    const WeightLayout layout = check_wan_weights(config, source.path, source.subfolder);
+    out += fmt::format("{}{}: {} ({} layout): every tensor present with the model's shape\n", label,
+                       source.expert.empty() ? "" : " of " + source.expert, source.path.string(),
+                       layout == WeightLayout::Diffusers ? "diffusers" : "official");
+  }
+  return out;
+}
+
 WanDenoiser::WanDenoiser(const WanConfig& config, Expert expert, double boundary, WanPlacement placement)
     : config_(config), expert_(expert), boundary_(boundary) {
   if (expert_ == Expert::Both) pair_ = WanExpertPair(config_, placement);

@@ -139,4 +139,39 @@ std::vector<double> validation_timesteps_from(const wanfw::Options& o, const Tim
   return kept;
 }
 
+std::vector<wanfw::OptionSpec> sampler_options(double guidance, const std::string& guidance_doc,
+                                               const std::string& size_doc) {
+  return {
+      wanfw::option("sample_steps", T::Integer).value("20").doc("Euler steps of `wanfw sample`."),
+      wanfw::option("preview_steps", T::Integer).value("10").doc("Euler steps of the preview image at each validation."),
+      wanfw::option("sample_guidance", T::Number).value(fmt::format("{:.1f}", guidance)).doc(guidance_doc),
+      wanfw::option("sample_shift", T::Number)
+          .value("5.0")
+          .doc("Shift k of the sampling schedule s' = k s / (1 + (k-1) s)."),
+      wanfw::option("sample_size", T::String).value("\"\"").doc(size_doc),
+  };
+}
+
+SamplerSettings sampler_settings_from(const wanfw::Options& o) {
+  SamplerSettings s;
+  s.steps = o.integer("sample_steps");
+  s.preview_steps = o.integer("preview_steps");
+  s.guidance = o.number("sample_guidance");
+  s.shift = o.number("sample_shift");
+  s.size = bucket_option(o, "sample_size");
+  if (s.steps < 1) o.fail("sample_steps", "must be at least 1");
+  if (s.preview_steps < 1) o.fail("preview_steps", "must be at least 1");
+  if (s.shift <= 0) o.fail("sample_shift", "must be positive");
+  return s;
+}
+
+std::optional<wanfw::Bucket> bucket_option(const wanfw::Options& o, const char* name) {
+  if (o.string(name).empty()) return std::nullopt;
+  try {
+    return wanfw::Bucket::parse(o.string(name));
+  } catch (const wanfw::Error& e) {
+    o.fail(name, e.what());
+  }
+}
+
 }  // namespace wan

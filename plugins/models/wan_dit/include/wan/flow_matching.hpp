@@ -63,6 +63,16 @@ std::vector<wanfw::FieldSpec> task_fields(const WanConfig& config, const std::st
 /// in_dim the task needs: out_dim, or for i2v out_dim x 2 + 4 mask channels.
 std::int64_t task_in_dim(const WanConfig& config, const std::string& task);
 
+/// How `wanfw sample` and the validation preview draw: the options sample_steps, preview_steps,
+/// sample_guidance, sample_shift and sample_size of the Wan model plugins (wan_options.hpp).
+struct SamplerSettings {
+  std::int64_t steps = 20;
+  std::int64_t preview_steps = 10;
+  double guidance = 5.0;  ///< v_u + guidance (v_c - v_u); 1: the conditional velocity alone
+  double shift = 5.0;
+  std::optional<wanfw::Bucket> size;  ///< latent F x H x W when the inputs give no shape
+};
+
 /// What `wanfw sample` conditions a Wan model on, read from its inputs and checked: context
 /// [B, L, text_dim], negative context (default zeros), noise [B, C, F, H, W] (given, or drawn on
 /// the CPU from `seed` in the shape of `latents` or `sample_size`), for ti2v the first-frame
@@ -84,6 +94,11 @@ using Velocity = std::function<torch::Tensor(const torch::Tensor& x, const torch
 std::map<std::string, at::Tensor> euler_sample(const Velocity& velocity, const SampleInputs& given,
                                                const WanConfig& config, const std::string& task, std::int64_t steps,
                                                double shift, double guidance);
+
+/// Validation metrics at fixed timesteps: "<prefix><T>" (T on 0..1000, three digits) for each of
+/// `timesteps` from `metric(sigma)`, and "loss", their mean (float64).
+std::map<std::string, at::Tensor> per_timestep(const std::vector<double>& timesteps, const std::string& prefix,
+                                               const std::function<at::Tensor(double sigma)>& metric);
 
 /// The inputs of a preview sample from a validation batch's first sample (its shape, its text,
 /// its first frame for ti2v, its image_condition for i2v).

@@ -44,6 +44,12 @@ struct ExpertWeights {
 std::vector<ExpertWeights> expert_weights(const std::filesystem::path& weights, const std::string& subfolder,
                                           Expert expert);
 
+/// One line per expert for `wanfw model-info` / `validate`, checked from the safetensors headers
+/// alone: "<label>[ of <expert>]: <path> (<layout> layout): every tensor present with the model's
+/// shape", or that `weights` is not on this machine (it is checked when a run starts).
+std::string describe_weights(const std::string& label, const WanConfig& config, const std::filesystem::path& weights,
+                             const std::string& subfolder, Expert expert);
+
 class WanDenoiser {
  public:
   /// `boundary` in sigma units (timestep / 1000); used when `expert` is not None. The weights are

@@ -34,4 +34,15 @@ TimestepSampling timestep_sampling_from(const wanfw::Options& options, double lo
 /// validation_timesteps (0..1000) that lie in the trained range; an error when none does.
 std::vector<double> validation_timesteps_from(const wanfw::Options& options, const TimestepSampling& sampling);
 
+/// sample_steps, preview_steps, sample_guidance (default `guidance`, documented by
+/// `guidance_doc`), sample_shift and sample_size (`size_doc`).
+std::vector<wanfw::OptionSpec> sampler_options(double guidance, const std::string& guidance_doc,
+                                               const std::string& size_doc);
+
+/// Those options read and checked.
+SamplerSettings sampler_settings_from(const wanfw::Options& options);
+
+/// Option `name` ("FxHxW") as a bucket; nothing when empty; an error pointing at it otherwise.
+std::optional<wanfw::Bucket> bucket_option(const wanfw::Options& options, const char* name);
+
 }  // namespace wan
