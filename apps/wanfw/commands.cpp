@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 
@@ -62,13 +63,18 @@ IN holds the conditioning (context [B,L,text_dim]; optionally negative_context, 
   --count N           samples drawn when there is no IN (default 1)
 )";
 
-const char* kExportHelp = R"(usage: wanfw export CONFIG --out FOLDER [--checkpoint PATH] [--max-shard-size BYTES] [--set key=value]...
+const char* kExportHelp = R"(usage: wanfw export CONFIG --out FOLDER [--checkpoint PATH] [--merge] [--max-shard-size BYTES] [--set key=value]...
 
 Builds the config's model (with the weights of the config, or of --checkpoint: a training
 checkpoint or a run folder's newest) and writes them in the model family's release layout, so
 that other tools load them. For the Wan model: the official layout (official tensor names,
 diffusion_pytorch_model*.safetensors shards with their index json, config.json); the A14B experts
 go to high_noise_model/ and low_noise_model/. Shards hold at most BYTES (default 5000000000).
+
+A LoRA run (model.lora.rank > 0) writes its adapters instead: wan_lora.safetensors (the Wan /
+ComfyUI keys, diffusion_model.blocks.N.self_attn.q.lora_A.weight, with alpha) and
+pytorch_lora_weights.safetensors (the diffusers PEFT keys), per expert for A14B.
+  --merge             fold the adapters into the weights and write the full official layout
 )";
 
 const char* kModelInfoHelp = R"(usage: wanfw model-info CONFIG [--set key=value]...
@@ -216,7 +222,12 @@ int sample_command(const std::vector<std::string>& args) {
 }
 
 int export_command(const std::vector<std::string>& args) {
-  export_experiment(parse_evaluate_request(args, kExportHelp, {{"--max-shard-size", ""}}));
+  std::vector<std::string> rest;
+  bool merge = false;
+  for (const auto& arg : args) (arg == "--merge" ? merge = true : (rest.push_back(arg), false));
+  EvaluateRequest request = parse_evaluate_request(rest, kExportHelp, {{"--max-shard-size", ""}});
+  request.merge_adapters = merge;
+  export_experiment(request);
   return kSuccess;
 }
 
@@ -262,12 +273,18 @@ int plugins_command(const std::vector<std::string>& args) {
     std::printf("%s (%s plugin, version %s)\n  %s\n  file: %s\n\noptions:\n", d.name.c_str(),
                 plugin_kind_name(d.kind), d.version.c_str(), d.summary.c_str(), p.path.c_str());
     if (d.options.empty()) std::printf("  (none)\n");
-    for (const auto& o : d.options) {
-      std::string type = option_type_name(o.type);
-      if (o.type == OptionType::Choice) type += fmt::format(" {{{}}}", fmt::join(o.choices, ", "));
-      const std::string def = o.required ? "required" : o.default_yaml.empty() ? "unset" : "default " + o.default_yaml;
-      std::printf("  %s: %s, %s\n      %s\n", o.name.c_str(), type.c_str(), def.c_str(), o.doc.c_str());
-    }
+    const std::function<void(const OptionSchema&, const std::string&)> print = [&](const OptionSchema& schema,
+                                                                                    const std::string& prefix) {
+      for (const auto& o : schema) {
+        std::string type = option_type_name(o.type);
+        if (o.type == OptionType::Choice) type += fmt::format(" {{{}}}", fmt::join(o.choices, ", "));
+        const std::string def = o.required ? "required" : o.default_yaml.empty() ? "unset" : "default " + o.default_yaml;
+        std::printf("  %s%s: %s, %s\n      %s\n", prefix.c_str(), o.name.c_str(), type.c_str(), def.c_str(),
+                    o.doc.c_str());
+        if (o.type == OptionType::EntryList) print(o.entries, prefix + o.name + "[].");
+      }
+    };
+    print(d.options, "");
     for (const auto& key : d.subsections) std::printf("  %s: a section naming another plugin\n", key.c_str());
     std::printf("\n");
   }

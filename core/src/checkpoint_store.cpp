@@ -39,13 +39,6 @@ json read_state(const fs::path& checkpoint) {
   return parse_bounded_json(read_bounded_file(path, "trainer state", kMaxStateBytes, fail), 8, fail);
 }
 
-std::vector<std::pair<std::string, at::Tensor>> model_tensors(Model& model) {
-  std::vector<std::pair<std::string, at::Tensor>> tensors;
-  for (const auto& item : model.module()->named_parameters(true)) tensors.emplace_back(item.key(), item.value());
-  for (const auto& item : model.module()->named_buffers(true)) tensors.emplace_back(item.key(), item.value());
-  return tensors;
-}
-
 std::vector<std::pair<std::string, at::Tensor>> optimizer_tensors(Model& model, torch::optim::AdamW& optimizer) {
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   auto& state = optimizer.state();
@@ -121,7 +114,7 @@ fs::path CheckpointStore::save(const TrainerState& state, Model& model, torch::o
   fs::remove_all(temp, ec);
   fs::create_directories(temp, ec);
   try {
-    write_safetensors(temp / "model.safetensors", model_tensors(model), {{"format", "pt"}});
+    write_safetensors(temp / "model.safetensors", model.checkpoint_tensors(), {{"format", "pt"}});
     write_safetensors(temp / "optimizer.safetensors", optimizer_tensors(model, optimizer),
                       {{"optimizer", "adamw"}});
     write_safetensors(temp / "rng.safetensors", generator_states());
@@ -167,7 +160,7 @@ void CheckpointStore::load_weights(const fs::path& checkpoint, Model& model) {
   const fs::path model_file = checkpoint / "model.safetensors";
   const SafetensorsFile weights = SafetensorsFile::open(model_file);
   std::set<std::string> expected;
-  for (const auto& [name, tensor] : model_tensors(model)) {
+  for (const auto& [name, tensor] : model.checkpoint_tensors()) {
     expected.insert(name);
     if (!weights.contains(name))
       throw FileError(fmt::format("{}: tensor '{}' is missing", model_file.string(), name),

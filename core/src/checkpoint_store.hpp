@@ -2,7 +2,8 @@
 // Internal: the checkpoints of one run.
 //
 //   <run_dir>/checkpoints/step-00000100/
-//     model.safetensors       every parameter and buffer, under the model's own names
+//     model.safetensors       the model's checkpoint tensors (every parameter and buffer, or a
+//                             LoRA run's adapters), under the model's own names
 //     optimizer.safetensors   AdamW moments and step counts, keyed by parameter name
 //     rng.safetensors         every generator state (CPU, each CUDA device)
 //     trainer_state.json      step, epoch, data position, versions, the resolved config
@@ -58,7 +59,7 @@ class CheckpointStore {
   /// the model (so replicas start from them) and this once its optimizer exists.
   static TrainerState load_training_state(const std::filesystem::path& checkpoint, Model& model,
                                           torch::optim::AdamW& optimizer);
-  /// Restores only the model weights (every parameter and buffer, shapes checked).
+  /// Restores only the model weights (Model::checkpoint_tensors, shapes checked).
   static void load_weights(const std::filesystem::path& checkpoint, Model& model);
   /// The step a checkpoint was written at (reads only its trainer state).
   static std::int64_t load_step(const std::filesystem::path& checkpoint);

@@ -9,15 +9,21 @@ namespace wanfw {
 
 namespace {
 
-std::string table(const OptionSchema& schema) {
-  if (schema.empty()) return "No options.\n";
-  std::string out = "| option | type | default | meaning |\n|---|---|---|---|\n";
+/// One row an option; an entry list's entry options follow it as `list[].key`.
+void rows(const OptionSchema& schema, const std::string& prefix, std::string& out) {
   for (const auto& o : schema) {
     std::string type = option_type_name(o.type);
     if (o.type == OptionType::Choice) type = fmt::format("one of {}", fmt::join(o.choices, ", "));
     const std::string def = o.required ? "required" : o.default_yaml.empty() ? "—" : "`" + o.default_yaml + "`";
-    out += fmt::format("| `{}` | {} | {} | {} |\n", o.name, type, def, o.doc);
+    out += fmt::format("| `{}{}` | {} | {} | {} |\n", prefix, o.name, type, def, o.doc);
+    if (o.type == OptionType::EntryList) rows(o.entries, prefix + o.name + "[].", out);
   }
+}
+
+std::string table(const OptionSchema& schema) {
+  if (schema.empty()) return "No options.\n";
+  std::string out = "| option | type | default | meaning |\n|---|---|---|---|\n";
+  rows(schema, "", out);
   return out;
 }
 

@@ -70,7 +70,7 @@ void sample_experiment(const EvaluateRequest& request) {
 
 void export_experiment(const EvaluateRequest& request) {
   Experiment e = evaluation_model(request);
-  e.model->export_weights(request.outputs, request.max_shard_bytes);
+  e.model->export_weights(request.outputs, ExportSettings{request.max_shard_bytes, request.merge_adapters});
 }
 
 }  // namespace wanfw

@@ -47,6 +47,7 @@ struct EvaluateRequest {
   std::optional<std::uint64_t> seed;  ///< sample: the noise seed (default run.seed)
   std::int64_t count = 1;             ///< sample without inputs: how many data-set samples condition it
   std::int64_t max_shard_bytes = 5'000'000'000;  ///< export: the largest weight file
+  bool merge_adapters = false;                   ///< export --merge: adapters folded into full weights
 };
 
 /// Builds the experiment's model (with its weights) on the strategy's device, runs it once

@@ -19,6 +19,13 @@ std::vector<std::pair<std::string, at::Tensor>> Model::trainable_parameters() {
   return out;
 }
 
+std::vector<std::pair<std::string, at::Tensor>> Model::checkpoint_tensors() {
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (const auto& item : module()->named_parameters(true)) tensors.emplace_back(item.key(), item.value());
+  for (const auto& item : module()->named_buffers(true)) tensors.emplace_back(item.key(), item.value());
+  return tensors;
+}
+
 std::map<std::string, at::Tensor> Model::predict(const std::map<std::string, at::Tensor>&) {
   throw Error("this model plugin does not support `wanfw predict`", "use a model plugin that implements predict()");
 }
@@ -33,7 +40,7 @@ std::map<std::string, at::Tensor> Model::sample(const std::map<std::string, at::
   throw Error("this model plugin does not support `wanfw sample`", "use a model plugin that implements sample()");
 }
 
-void Model::export_weights(const std::filesystem::path&, std::int64_t) {
+void Model::export_weights(const std::filesystem::path&, const ExportSettings&) {
   throw Error("this model plugin does not support `wanfw export`",
               "use the checkpoint's model.safetensors, which holds every parameter under its module name");
 }

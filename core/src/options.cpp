@@ -19,6 +19,7 @@ const char* option_type_name(OptionType type) {
     case OptionType::IntegerList: return "list of integers";
     case OptionType::NumberList: return "list of numbers";
     case OptionType::StringList: return "list of strings";
+    case OptionType::EntryList: return "list of mappings";
   }
   return "unknown";
 }
@@ -41,6 +42,10 @@ OptionBuilder& OptionBuilder::choices(std::vector<std::string> allowed) {
 }
 OptionBuilder& OptionBuilder::required() {
   spec_.required = true;
+  return *this;
+}
+OptionBuilder& OptionBuilder::entries(std::vector<OptionSpec> schema) {
+  spec_.entries = std::move(schema);
   return *this;
 }
 
@@ -128,6 +133,11 @@ std::vector<double> Options::numbers(std::string_view name) const {
 }
 std::vector<std::string> Options::strings(std::string_view name) const {
   return list_as<std::string>(*this, value_of(*this, *impl_, name), name, "strings");
+}
+std::vector<Options> Options::entries(std::string_view name) const {
+  (void)value_of(*this, *impl_, name);  // declared and set
+  auto it = impl_->entry_lists.find(name);
+  return it == impl_->entry_lists.end() ? std::vector<Options>() : it->second;
 }
 
 }  // namespace wanfw

@@ -17,6 +17,7 @@ struct Options::Impl {
   OptionSchema schema;
   std::map<std::string, YAML::Node, std::less<>> values;  ///< validated values, defaults filled
   std::map<std::string, SourceLocation, std::less<>> locations;
+  std::map<std::string, std::vector<Options>, std::less<>> entry_lists;  ///< EntryList options, validated
 };
 
 /// 1-based location of a YAML node from `source`.

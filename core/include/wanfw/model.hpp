@@ -33,6 +33,14 @@ struct ParameterGroup {
   std::optional<double> beta1, beta2;   ///< default: optimizer.betas
 };
 
+/// How `wanfw export` writes a model's weights.
+struct ExportSettings {
+  std::int64_t max_shard_bytes = 5'000'000'000;  ///< files larger than this are split into shards
+  /// Low-rank adapters: false writes the adapters alone, in the layouts adapter loaders read;
+  /// true folds them into the weights and writes the full model.
+  bool merge_adapters = false;
+};
+
 /// A model owns its module(s) and its objective. Parameter names are checkpoint keys, so a
 /// model should register the names its ecosystem's checkpoints use.
 class Model {
@@ -52,6 +60,11 @@ class Model {
   /// Every parameter of every group, in group order: what the optimizer updates, strategies
   /// synchronise and checkpoints keep optimizer state for.
   std::vector<std::pair<std::string, at::Tensor>> trainable_parameters();
+  /// The tensors a checkpoint keeps and a resume restores, under their checkpoint names. Default:
+  /// every parameter and buffer of module(). A model whose frozen part is rebuilt from its
+  /// configuration (a LoRA base, loaded from the config's weights) returns only what training
+  /// changes, so checkpoints stay small.
+  virtual std::vector<std::pair<std::string, at::Tensor>> checkpoint_tensors();
   /// Runs the model once, without gradients, on named inputs and returns named outputs
   /// (`wanfw predict`). The default throws: not every model can be evaluated this way.
   virtual std::map<std::string, at::Tensor> predict(const std::map<std::string, at::Tensor>& inputs);
@@ -65,9 +78,9 @@ class Model {
   virtual std::map<std::string, at::Tensor> sample(const std::map<std::string, at::Tensor>& inputs,
                                                    std::uint64_t seed);
   /// Writes the weights in the model family's release layout (`wanfw export`), so that the
-  /// ecosystem's tools load them; files larger than `max_shard_bytes` are split into shards. The
-  /// default throws: checkpoints (model.safetensors) are the generic format.
-  virtual void export_weights(const std::filesystem::path& folder, std::int64_t max_shard_bytes);
+  /// ecosystem's tools load them. The default throws: checkpoints (model.safetensors) are the
+  /// generic format.
+  virtual void export_weights(const std::filesystem::path& folder, const ExportSettings& settings);
   /// Images that show what the model currently does (the Wan model: a sampled latent video as
   /// a strip of frames), [H, W, C] uint8 per tag, conditioned on `batch` (held-out samples on the
   /// module's device). Called on the main process only, without gradients. Default: none.

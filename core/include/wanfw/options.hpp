@@ -11,12 +11,16 @@
 
 namespace wanfw {
 
-enum class OptionType { Integer, Number, Boolean, String, Choice, IntegerList, NumberList, StringList };
+enum class OptionType {
+  Integer, Number, Boolean, String, Choice, IntegerList, NumberList, StringList,
+  EntryList,  ///< a list of mappings, each validated against OptionSpec::entries
+};
 
 /// "integer", "number", ... as written in docs and `wanfw plugins show`.
 const char* option_type_name(OptionType type);
 
-/// One option a plugin or a core section accepts.
+/// One option a plugin or a core section accepts. A dotted name ("lora.rank") is an option of a
+/// nested mapping (`lora: {rank: 16}`); `--set model.lora.rank=16` reaches it the same way.
 struct OptionSpec {
   std::string name;
   OptionType type = OptionType::String;
@@ -26,6 +30,7 @@ struct OptionSpec {
   std::string doc;
   std::vector<std::string> choices;  ///< allowed values of a Choice option
   bool required = false;
+  std::vector<OptionSpec> entries;   ///< what each mapping of an EntryList option may hold
 };
 
 using OptionSchema = std::vector<OptionSpec>;
@@ -38,6 +43,8 @@ class OptionBuilder {
   OptionBuilder& doc(std::string text);
   OptionBuilder& choices(std::vector<std::string> allowed);
   OptionBuilder& required();
+  /// An EntryList option's entry schema.
+  OptionBuilder& entries(std::vector<OptionSpec> schema);
   operator OptionSpec() const { return spec_; }  // NOLINT(google-explicit-constructor)
 
  private:
@@ -65,6 +72,9 @@ class Options {
   std::vector<std::int64_t> integers(std::string_view name) const;
   std::vector<double> numbers(std::string_view name) const;
   std::vector<std::string> strings(std::string_view name) const;
+  /// An EntryList option: one Options per mapping of the list, validated against its entry schema
+  /// and named by its place ("model.lora.load[1]"), so a plugin can point at a bad entry.
+  std::vector<Options> entries(std::string_view name) const;
 
   /// Where the option's value was written (the section itself for a default).
   SourceLocation where(std::string_view name) const;

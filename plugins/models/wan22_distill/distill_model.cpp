@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "wan/dit_export.hpp"
 #include "wan/wan_weights.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/sample_random.hpp"
@@ -24,7 +25,19 @@ DistillModel::DistillModel(const DistillModel& other, const c10::Device& device)
       settings_(other.settings_),
       // A teacher beside its student goes along to the replica's device; one placed apart on
       // purpose (teacher_device) serves every replica, one call at a time.
-      teacher_(other.teacher_->placement().device == other.device() ? other.teacher_->on(device) : other.teacher_) {}
+      teacher_(other.teacher_->placement().device == other.device() ? other.teacher_->on(device) : other.teacher_) {
+  if (settings_.lora.enabled()) wan::refresh_adapters(*student_);
+}
+
+std::vector<wanfw::ParameterGroup> DistillModel::parameter_groups() {
+  if (!settings_.lora.enabled()) return wanfw::Model::parameter_groups();
+  return {wan::adapter_group(*module(), settings_.lora)};
+}
+
+std::vector<std::pair<std::string, at::Tensor>> DistillModel::checkpoint_tensors() {
+  if (!settings_.lora.enabled()) return wanfw::Model::checkpoint_tensors();
+  return wan::adapter_parameters(*module());
+}
 
 std::unique_ptr<wanfw::Model> DistillModel::replicate(const c10::Device& device) {
   return std::make_unique<DistillModel>(*this, device);
@@ -118,6 +131,7 @@ wanfw::StepOutput DistillModel::training_step(const wanfw::Batch& batch) {
   const torch::Tensor sigma = wan::draw_sigma(batch, settings_.timesteps);
   const Point p = point(batch, sigma, noise);
   const bool fm = settings_.flow_matching_weight > 0;
+  const wan::DropoutSamplesScope dropout({student_}, batch);
   const Terms e = terms(p, fm);
   torch::Tensor loss = settings_.velocity_weight * e.velocity.mean();
   std::map<std::string, at::Tensor> metrics = {{"velocity_loss", e.velocity.mean().detach()},
@@ -187,8 +201,8 @@ std::map<std::string, at::Tensor> DistillModel::preview(const wanfw::Batch& batc
   return {{"latents", wan::latent_strip(draw(inputs, seed, settings_.sampler.preview_steps).at("latents")[0])}};
 }
 
-void DistillModel::export_weights(const std::filesystem::path& folder, std::int64_t max_shard_bytes) {
-  wan::save_wan_weights(*student_, folder, settings_.task, max_shard_bytes);
+void DistillModel::export_weights(const std::filesystem::path& folder, const wanfw::ExportSettings& settings) {
+  wan::export_dit(*student_, settings_.task, folder, settings);
 }
 
 }  // namespace wan_distill

@@ -17,6 +17,7 @@
 
 #include "frozen_teacher.hpp"
 #include "wan/flow_matching.hpp"
+#include "wan/lora.hpp"
 #include "wan/wan_dit.hpp"
 #include "wanfw/model.hpp"
 
@@ -34,6 +35,7 @@ struct DistillSettings {
   std::optional<wanfw::Bucket> latent_size;  ///< data-free t2v: the latents' frames x height x width
   std::vector<double> validation_timesteps;  ///< 0..1000
   wan::SamplerSettings sampler;              ///< the student's `wanfw sample` and preview
+  wan::LoraSettings lora;                    ///< adapters on the student (rank 0: every weight trains)
 };
 
 class DistillModel final : public wanfw::Model {
@@ -46,6 +48,11 @@ class DistillModel final : public wanfw::Model {
   wan::WanDiT& student() { return student_; }
   FrozenTeacher& teacher() { return *teacher_; }
   std::shared_ptr<torch::nn::Module> module() override { return student_.ptr(); }
+  const DistillSettings& settings() const { return settings_; }
+  /// With adapters on the student: one group "lora" holding them alone.
+  std::vector<wanfw::ParameterGroup> parameter_groups() override;
+  /// With adapters: the adapters alone (the student's base is rebuilt from its initialisation).
+  std::vector<std::pair<std::string, at::Tensor>> checkpoint_tensors() override;
   std::vector<wanfw::FieldSpec> batch_fields() const override;
   wanfw::StepOutput training_step(const wanfw::Batch& batch) override;
   /// "gap_t<T>": mean (v_S - target)^2 at each validation timestep, same noise every time;
@@ -58,7 +65,7 @@ class DistillModel final : public wanfw::Model {
   std::map<std::string, at::Tensor> sample(const std::map<std::string, at::Tensor>& inputs,
                                            std::uint64_t seed) override;
   /// The student in the official layout: loadable as `weights` of wan22_flow_matching.
-  void export_weights(const std::filesystem::path& folder, std::int64_t max_shard_bytes) override;
+  void export_weights(const std::filesystem::path& folder, const wanfw::ExportSettings& settings) override;
   std::map<std::string, at::Tensor> preview(const wanfw::Batch& batch, std::uint64_t seed) override;
   std::unique_ptr<wanfw::Model> replicate(const c10::Device& device) override;
 

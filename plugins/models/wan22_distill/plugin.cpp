@@ -12,6 +12,7 @@
 #include "distill_model.hpp"
 #include "frozen_teacher.hpp"
 #include "student_init.hpp"
+#include "wan/lora_files.hpp"
 #include "wan/wan_options.hpp"
 #include "wan/wan_weights.hpp"
 #include "wanfw/error.hpp"
@@ -126,6 +127,7 @@ wan_distill::DistillSettings settings_from(const wanfw::Options& o, const Networ
   s.validation_timesteps = wan::validation_timesteps_from(o, s.timesteps);
   s.sampler = wan::sampler_settings_from(o);
   if (!s.sampler.size) s.sampler.size = s.latent_size;
+  s.lora = wan::lora_settings_from(o, n.student, wan::Expert::None);
   return s;
 }
 
@@ -176,6 +178,7 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
     torch::NoGradGuard no_grad;
     wan::load_wan_weights(student, weights, o.string("student_weights_subfolder"));
   }
+  wan::apply_lora(student, model->settings().lora, "");
   student.set_gradient_checkpointing(o.boolean("gradient_checkpointing"));
   return model;
 }
@@ -199,12 +202,15 @@ std::string inspect(const wanfw::Options& o) {
       "state){}\n"
       "student: dim {}, {} layers, {} parameters, trained in {} ({})\n"
       "student blocks from the teacher's (student<-teacher): {}\n"
+      "student {}"
       "task {}, inputs {}; target: the teacher's {}; loss = {} x velocity{}\n{}",
       n.teacher.preset, n.teacher.dim, n.teacher.num_layers, wan::with_thousands(n.teacher.parameter_count()), teacher_bytes / kGiB,
       o.string("teacher_dtype"),
       n.expert == wan::Expert::None ? "" : fmt::format(", the {} expert", o.string("teacher_expert")), n.student.dim,
       n.student.num_layers, wan::with_thousands(n.student.parameter_count()), o.string("dtype"), o.string("student_init"),
-      fmt::join(pairs, " "), s.task, s.inputs,
+      fmt::join(pairs, " "),
+      wan::training_memory(n.student, s.lora, o.string("dtype"), 1, o.boolean("gradient_checkpointing")), s.task,
+      s.inputs,
       s.guidance == 1.0 ? std::string("conditional velocity")
                         : fmt::format("guided velocity v_u + {} (v_c - v_u)", s.guidance),
       s.velocity_weight,
@@ -279,6 +285,8 @@ wanfw::PluginDescriptor describe() {
   d.options.insert(d.options.end(), teacher.begin(), teacher.end());
   d.options.insert(d.options.end(), student.begin(), student.end());
   d.options.insert(d.options.end(), rest.begin(), rest.end());
+  const auto lora = wan::lora_options("the student");
+  d.options.insert(d.options.end(), lora.begin(), lora.end());
   const auto timesteps = wan::timestep_options(/*fixed=*/true);
   d.options.insert(d.options.end(), timesteps.begin(), timesteps.end());
   const auto sampler = wan::sampler_options(

@@ -6,7 +6,8 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
-#include "wan/wan_weights.hpp"
+#include "wan/dit_export.hpp"
+#include "wan/lora.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/sample_random.hpp"
 
@@ -33,6 +34,16 @@ const char* kPredictInputs =
 WanFlowMatchingModel::WanFlowMatchingModel(const wan::WanConfig& config, FlowMatchingSettings settings,
                                            wan::WanPlacement placement)
     : denoiser_(config, settings.expert, settings.boundary, placement), settings_(std::move(settings)) {}
+
+std::vector<wanfw::ParameterGroup> WanFlowMatchingModel::parameter_groups() {
+  if (!denoiser_.has_lora()) return wanfw::Model::parameter_groups();
+  return {wan::adapter_group(*module(), settings_.lora)};
+}
+
+std::vector<std::pair<std::string, at::Tensor>> WanFlowMatchingModel::checkpoint_tensors() {
+  if (!denoiser_.has_lora()) return wanfw::Model::checkpoint_tensors();
+  return wan::adapter_parameters(*module());
+}
 
 WanFlowMatchingModel::WanFlowMatchingModel(const WanFlowMatchingModel& other, const c10::Device& device)
     : denoiser_(other.denoiser_, device), settings_(other.settings_) {}
@@ -89,6 +100,7 @@ wanfw::StepOutput WanFlowMatchingModel::training_step(const wanfw::Batch& batch)
   check_latents(x0, "training");
   const torch::Tensor noise = wanfw::sample_randn(batch, "noise", x0.sizes().slice(1), x0.scalar_type());
   const torch::Tensor sigma = sample_sigma(batch);
+  const wan::DropoutSamplesScope dropout(denoiser_.dits(), batch);
   const Objective out = objective(x0, noise, sigma, batch.at("context"), image_condition_of(batch));
   return {out.loss, {{"sigma_mean", sigma.mean().detach()}}};
 }
@@ -151,20 +163,8 @@ std::map<std::string, at::Tensor> WanFlowMatchingModel::draw(const std::map<std:
                            settings_.sampler.guidance);
 }
 
-void WanFlowMatchingModel::export_weights(const std::filesystem::path& folder, std::int64_t max_shard_bytes) {
-  const auto dits = denoiser_.dits();
-  std::vector<std::string> subfolders;
-  switch (settings_.expert) {
-    case Expert::None: subfolders = {""}; break;
-    case Expert::HighNoise: subfolders = {"high_noise_model"}; break;
-    case Expert::LowNoise: subfolders = {"low_noise_model"}; break;
-    case Expert::Both: subfolders = {"high_noise_model", "low_noise_model"}; break;
-  }
-  for (std::size_t i = 0; i < dits.size(); ++i) {
-    const std::filesystem::path target = subfolders[i].empty() ? folder : folder / subfolders[i];
-    wan::save_wan_weights(*dits[i], target, settings_.task, max_shard_bytes);
-    spdlog::info("wrote the official layout to {}", target.string());
-  }
+void WanFlowMatchingModel::export_weights(const std::filesystem::path& folder, const wanfw::ExportSettings& settings) {
+  wan::export_denoiser(denoiser_, settings_.task, folder, settings);
 }
 
 }  // namespace wan_fm

@@ -30,6 +30,7 @@ struct FlowMatchingSettings {
   double boundary = 0.0;  ///< expert boundary / 1000
   std::vector<double> validation_timesteps;  ///< 0..1000
   wan::SamplerSettings sampler;  ///< `wanfw sample` and the preview
+  wan::LoraSettings lora;        ///< low-rank adapters (rank 0: every weight trains)
 };
 
 class WanFlowMatchingModel final : public wanfw::Model {
@@ -40,6 +41,7 @@ class WanFlowMatchingModel final : public wanfw::Model {
   WanFlowMatchingModel(const WanFlowMatchingModel& other, const c10::Device& device);
 
   WanDenoiser& denoiser() { return denoiser_; }
+  const FlowMatchingSettings& settings() const { return settings_; }
   std::shared_ptr<torch::nn::Module> module() override { return denoiser_.module(); }
   std::vector<wanfw::FieldSpec> batch_fields() const override;
   wanfw::StepOutput training_step(const wanfw::Batch& batch) override;
@@ -47,9 +49,14 @@ class WanFlowMatchingModel final : public wanfw::Model {
   std::map<std::string, at::Tensor> predict(const std::map<std::string, at::Tensor>& inputs) override;
   std::map<std::string, at::Tensor> sample(const std::map<std::string, at::Tensor>& inputs,
                                            std::uint64_t seed) override;
+  /// With adapters: one group "lora" (lora.lr_scale, lora.weight_decay) holding them alone.
+  std::vector<wanfw::ParameterGroup> parameter_groups() override;
+  /// With adapters: the adapters alone (the base is rebuilt from model.weights and lora.load).
+  std::vector<std::pair<std::string, at::Tensor>> checkpoint_tensors() override;
   /// The official layout: one DiT in `folder`; experts in folder/high_noise_model and
-  /// folder/low_noise_model (a single trained expert in its own subfolder).
-  void export_weights(const std::filesystem::path& folder, std::int64_t max_shard_bytes) override;
+  /// folder/low_noise_model (a single trained expert in its own subfolder). With adapters: the
+  /// adapter files there (wan::write_adapter_files), or merged full weights.
+  void export_weights(const std::filesystem::path& folder, const wanfw::ExportSettings& settings) override;
   std::unique_ptr<wanfw::Model> replicate(const c10::Device& device) override;
   /// "latents": the first sample's latent video drawn with `preview_steps` guided Euler steps, as
   /// a strip of frames in false colour (latent channels 0-2 as RGB, each scaled to its range).

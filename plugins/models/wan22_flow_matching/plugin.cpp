@@ -51,6 +51,7 @@ FlowMatchingSettings settings_from(const wanfw::Options& o, const wan::WanConfig
   const double hi = s.expert == Expert::LowNoise ? s.boundary : 1.0;
   s.timesteps = wan::timestep_sampling_from(o, lo, hi, "expert");
   s.validation_timesteps = wan::validation_timesteps_from(o, s.timesteps);
+  s.lora = wan::lora_settings_from(o, config, s.expert);
 
   const std::int64_t expected_in = wan::task_in_dim(config, s.task);
   if (config.in_dim != expected_in)
@@ -70,6 +71,7 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
   wan::WanDenoiser& denoiser = model->denoiser();
   const std::string weights = o.string("weights");
   if (!weights.empty()) denoiser.load_weights(weights, o.string("weights_subfolder"));
+  denoiser.apply_lora(model->settings().lora);
   for (auto& dit : denoiser.dits()) dit->set_gradient_checkpointing(o.boolean("gradient_checkpointing"));
   return model;
 }
@@ -85,23 +87,24 @@ std::string inspect(const wanfw::Options& o) {
   const FlowMatchingSettings s = settings_from(o, c);
   const int models = s.expert == Expert::Both ? 2 : 1;
   const double n = static_cast<double>(c.parameter_count() * models);
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   const std::string experts =
       s.expert == Expert::None ? std::string()
                                : fmt::format("experts: {} (boundary t = {}; high noise at or above it){}\n",
                                              o.string("expert"), s.boundary * 1000,
                                              models == 2 ? ", two DiTs" : "");
-  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   const auto split = c.rope_split();
   return fmt::format(
       "Wan DiT, preset {}: dim {}, ffn_dim {}, {} heads (head dim {}, RoPE {}/{}/{}), {} layers, in {}, out {}, "
       "text_dim {} (contexts padded to {} tokens)\n"
       "{}parameters: {}\n"
       "size of the weights: {:.2f} GiB in float32, {:.2f} GiB in bfloat16\n"
-      "training state in {} with AdamW (weights, gradients, two moments): {:.2f} GiB, before activations\n"
+      "{}"
       "task {}; batches: latents [{}, frames, height, width], text [tokens <= {}, {}]\n{}",
       c.preset, c.dim, c.ffn_dim, c.num_heads, c.head_dim(), split[0], split[1], split[2], c.num_layers, c.in_dim,
-      c.out_dim, c.text_dim, c.text_len, experts, wan::with_thousands(c.parameter_count() * models), n * 4 / kGiB, n * 2 / kGiB, o.string("dtype"), n * 4 * (o.string("dtype") == "bfloat16" ? 2 : 4) / kGiB, s.task, c.out_dim,
-      c.text_len, c.text_dim, weights_summary(o, c, s.expert));
+      c.out_dim, c.text_dim, c.text_len, experts, wan::with_thousands(c.parameter_count() * models), n * 4 / kGiB,
+      n * 2 / kGiB, wan::training_memory(c, s.lora, o.string("dtype"), models, o.boolean("gradient_checkpointing")),
+      s.task, c.out_dim, c.text_len, c.text_dim, weights_summary(o, c, s.expert));
 }
 
 wanfw::PluginDescriptor describe() {
@@ -139,6 +142,8 @@ wanfw::PluginDescriptor describe() {
           .doc("Recompute each block in backward instead of storing its activations."),
   };
   d.options.insert(d.options.end(), rest.begin(), rest.end());
+  const auto lora = wan::lora_options("the DiT (each expert its own)");
+  d.options.insert(d.options.end(), lora.begin(), lora.end());
   const auto timesteps = wan::timestep_options(/*fixed=*/false);
   d.options.insert(d.options.end(), timesteps.begin(), timesteps.end());
   const auto sampler = wan::sampler_options(

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "wan/lora_files.hpp"
 #include "wan/wan_weights.hpp"
 #include "wanfw/error.hpp"
 
@@ -82,9 +83,26 @@ WanDenoiser::WanDenoiser(const WanConfig& config, Expert expert, double boundary
 }
 
 WanDenoiser::WanDenoiser(const WanDenoiser& other, const c10::Device& device)
-    : config_(other.config_), expert_(other.expert_), boundary_(other.boundary_) {
+    : config_(other.config_), expert_(other.expert_), boundary_(other.boundary_), lora_(other.lora_) {
   if (other.pair_) pair_ = WanExpertPair(std::dynamic_pointer_cast<WanExpertPairImpl>(other.pair_->clone(device)));
   else single_ = WanDiT(std::dynamic_pointer_cast<WanDiTImpl>(other.single_->clone(device)));
+  if (lora_)
+    for (auto& dit : dits()) refresh_adapters(*dit);
+}
+
+void WanDenoiser::apply_lora(const LoraSettings& settings) {
+  auto all = dits();
+  for (std::size_t i = 0; i < all.size(); ++i) wan::apply_lora(*all[i], settings, expert_name(i));
+  lora_ = settings.enabled();
+}
+
+std::string WanDenoiser::expert_name(std::size_t index) const {
+  switch (expert_) {
+    case Expert::Both: return index == 0 ? "high_noise" : "low_noise";
+    case Expert::HighNoise: return "high_noise";
+    case Expert::LowNoise: return "low_noise";
+    default: return "";
+  }
 }
 
 std::shared_ptr<torch::nn::Module> WanDenoiser::module() const {
@@ -123,8 +141,20 @@ torch::Tensor WanDenoiser::forward(const torch::Tensor& x, const torch::Tensor& 
   const torch::Tensor high_index = high.nonzero().squeeze(1).to(x.device());
   const torch::Tensor low_index = (~high).nonzero().squeeze(1).to(x.device());
   auto part = [&](WanDiT& dit, const torch::Tensor& index) {
-    return dit->forward(x.index_select(0, index), t.index_select(0, index), context.index_select(0, index),
-                        y.defined() ? y.index_select(0, index) : torch::Tensor());
+    // Adapter dropout draws for the samples this expert holds.
+    std::optional<LoraDropoutStreams::Samples> all_samples;
+    if (dit->lora_dropout && dit->lora_dropout->samples()) {
+      all_samples = dit->lora_dropout->samples();
+      LoraDropoutStreams::Samples part_samples = *all_samples;
+      part_samples.ids.clear();
+      const torch::Tensor rows = index.cpu();
+      for (std::int64_t i = 0; i < rows.numel(); ++i) part_samples.ids.push_back(all_samples->ids.at(rows[i].item<std::int64_t>()));
+      dit->lora_dropout->set(part_samples);
+    }
+    torch::Tensor out = dit->forward(x.index_select(0, index), t.index_select(0, index), context.index_select(0, index),
+                                     y.defined() ? y.index_select(0, index) : torch::Tensor());
+    if (all_samples) dit->lora_dropout->set(all_samples);
+    return out;
   };
   const torch::Tensor high_out = part(pair_->high_noise_model, high_index);
   const torch::Tensor low_out = part(pair_->low_noise_model, low_index);

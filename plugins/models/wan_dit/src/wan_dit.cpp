@@ -242,8 +242,15 @@ namespace {
 struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& e0,
                                const torch::Tensor& context, at::TensorList parameters, WanBlockImpl* block,
-                               const RopeTables* rope) {
+                               const RopeTables* rope, LoraDropoutStreams* dropout) {
     ctx->save_for_backward({x, e0, context});
+    ctx->saved_data["dropout"] = reinterpret_cast<std::int64_t>(dropout);
+    if (dropout != nullptr && dropout->samples()) {  // the recomputation draws the same masks
+      const auto& samples = *dropout->samples();
+      ctx->saved_data["dropout_ids"] = torch::tensor(samples.ids, torch::kInt64);
+      ctx->saved_data["dropout_epoch"] = samples.epoch;
+      ctx->saved_data["dropout_seed"] = static_cast<std::int64_t>(samples.seed);
+    }
     ctx->saved_data["block"] = reinterpret_cast<std::int64_t>(block);
     ctx->saved_data["rope"] = rope->rotations;
     ctx->saved_data["parameters"] = static_cast<std::int64_t>(parameters.size());
@@ -270,7 +277,23 @@ struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
       const auto dtype_before = at::autocast::get_autocast_dtype(device_type);
       at::autocast::set_autocast_enabled(device_type, ctx->saved_data["autocast"].toBool());
       at::autocast::set_autocast_dtype(device_type, ctx->saved_data["autocast_dtype"].toScalarType());
+      auto* dropout = reinterpret_cast<LoraDropoutStreams*>(ctx->saved_data["dropout"].toInt());
+      std::optional<LoraDropoutStreams::Samples> samples_before;
+      if (dropout != nullptr) {
+        samples_before = dropout->samples();
+        std::optional<LoraDropoutStreams::Samples> samples;
+        if (ctx->saved_data.count("dropout_ids")) {
+          const torch::Tensor ids = ctx->saved_data["dropout_ids"].toTensor();
+          samples = LoraDropoutStreams::Samples{std::vector<std::int64_t>(ids.data_ptr<std::int64_t>(),
+                                                                          ids.data_ptr<std::int64_t>() + ids.numel()),
+                                                ctx->saved_data["dropout_epoch"].toInt(),
+                                                static_cast<std::uint64_t>(ctx->saved_data["dropout_seed"].toInt()),
+                                                inputs[0].device()};
+        }
+        dropout->set(samples);
+      }
       output = block->forward(inputs[0], inputs[1], inputs[2], rope);
+      if (dropout != nullptr) dropout->set(samples_before);
       at::autocast::set_autocast_enabled(device_type, autocast_before);
       at::autocast::set_autocast_dtype(device_type, dtype_before);
     }
@@ -283,8 +306,8 @@ struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
     const auto parameters = block->parameters();
     for (std::size_t i = 0; i < parameters.size(); ++i)
       if (parameters[i].requires_grad()) wrt.push_back(parameters[i]), slot.push_back(inputs.size() + i);
-    // One gradient per forward argument: x, e0, context, each parameter, block, rope.
-    torch::autograd::variable_list result(inputs.size() + parameters.size() + 2);
+    // One gradient per forward argument: x, e0, context, each parameter, block, rope, dropout.
+    torch::autograd::variable_list result(inputs.size() + parameters.size() + 3);
     if (!wrt.empty()) {
       const auto grads = torch::autograd::grad({output}, wrt, {grad_outputs[0]}, /*retain_graph=*/false,
                                                /*create_graph=*/false, /*allow_unused=*/true);
@@ -297,9 +320,9 @@ struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
 }  // namespace
 
 torch::Tensor checkpointed_block(WanBlockImpl& block, const torch::Tensor& x, const torch::Tensor& e0,
-                                 const torch::Tensor& context, const RopeTables& rope) {
+                                 const torch::Tensor& context, const RopeTables& rope, LoraDropoutStreams* dropout) {
   const std::vector<torch::Tensor> parameters = block.parameters();
-  return BlockCheckpoint::apply(x, e0, context, at::TensorList(parameters), &block, &rope);
+  return BlockCheckpoint::apply(x, e0, context, at::TensorList(parameters), &block, &rope, dropout);
 }
 
 torch::Tensor WanDiTImpl::padded_context(const torch::Tensor& context, std::int64_t batch) const {
@@ -347,7 +370,7 @@ torch::Tensor WanDiTImpl::forward(const torch::Tensor& x_in, const torch::Tensor
   const bool checkpoint = gradient_checkpointing_ && is_training() && torch::GradMode::is_enabled();
   for (const auto& block : *blocks) {
     auto* b = block->as<WanBlock>();
-    x = checkpoint ? checkpointed_block(*b, x, e0, context, rope) : b->forward(x, e0, context, rope);
+    x = checkpoint ? checkpointed_block(*b, x, e0, context, rope, lora_dropout.get()) : b->forward(x, e0, context, rope);
   }
   x = head(x, e);  // [B, L, patch_volume * out_dim]
 

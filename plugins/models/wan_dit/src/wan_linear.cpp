@@ -2,9 +2,33 @@
 
 #include <cmath>
 
+#include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "wanfw/error.hpp"
+#include "wanfw/sample_random.hpp"
+
 namespace wan {
+
+LoraDropoutStreams::Samples LoraDropoutStreams::samples_of(const wanfw::Batch& batch) {
+  return {batch.sample_ids, batch.epoch, batch.seed, batch.device()};
+}
+
+torch::Tensor LoraDropoutStreams::keep_mask(const std::string& layer, at::IntArrayRef shape, double p,
+                                            torch::Dtype dtype) const {
+  if (!samples_)
+    throw wanfw::Error(fmt::format("adapter dropout in {}: no samples are set for this forward", layer),
+                       "LoRA dropout draws from the samples' streams; train the model through training_step, or "
+                       "evaluate it in eval mode");
+  wanfw::Batch keys;
+  keys.size = static_cast<std::int64_t>(samples_->ids.size());
+  keys.sample_ids = samples_->ids;
+  keys.epoch = samples_->epoch;
+  keys.seed = samples_->seed;
+  keys.fields["device"] = torch::empty({0}, torch::TensorOptions().device(samples_->device));
+  const torch::Tensor u = wanfw::sample_rand(keys, "lora_dropout/" + layer, shape);
+  return ((u >= p).to(torch::kFloat32) / (1.0 - p)).to(dtype);
+}
 
 WanLinearImpl::WanLinearImpl(std::int64_t in, std::int64_t out) : in_(in), out_(out) { reset(); }
 
@@ -30,7 +54,10 @@ void WanLinearImpl::make_adapter() {
   torch::nn::init::zeros_(lora_B->weight);
 }
 
-void WanLinearImpl::attach_lora(const LoraShape& shape, torch::Dtype dtype) {
+void WanLinearImpl::attach_lora(const LoraShape& shape, torch::Dtype dtype, std::string name,
+                                std::shared_ptr<const LoraDropoutStreams> streams) {
+  name_ = std::move(name);
+  streams_ = std::move(streams);
   if (lora_A) {
     unregister_module("lora_A");
     unregister_module("lora_B");
@@ -48,9 +75,25 @@ torch::Tensor WanLinearImpl::forward(const torch::Tensor& x) {
   torch::Tensor y = torch::nn::functional::linear(x, weight, bias);
   if (lora_.rank == 0) return y;
   torch::Tensor h = x.to(lora_A->weight.scalar_type());
-  if (lora_.dropout > 0 && is_training()) h = torch::dropout(h, lora_.dropout, /*train=*/true);
+  if (lora_.dropout > 0 && is_training()) {
+    if (!streams_)
+      throw wanfw::Error(fmt::format("adapter dropout in {}: the layer has no dropout streams", name_),
+                         "attach adapters through wan::attach_adapters, which gives them");
+    h = h * streams_->keep_mask(name_, h.sizes().slice(1), lora_.dropout, h.scalar_type());
+  }
   const double scale = lora_.alpha / static_cast<double>(lora_.rank);
   return y + (lora_B(lora_A(h)) * scale).to(y.scalar_type());
+}
+
+void WanLinearImpl::merge_lora() {
+  if (lora_.rank == 0) return;
+  {
+    torch::NoGradGuard no_grad;
+    const double scale = lora_.alpha / static_cast<double>(lora_.rank);
+    const torch::Tensor delta = torch::matmul(lora_B->weight.to(torch::kFloat32), lora_A->weight.to(torch::kFloat32));
+    weight.copy_(weight.to(torch::kFloat32) + scale * delta.to(weight.device()));
+  }
+  attach_lora({}, weight.scalar_type());
 }
 
 }  // namespace wan

@@ -10,6 +10,7 @@
 
 #include <torch/nn/cloneable.h>
 
+#include "wan/lora.hpp"
 #include "wan/wan_dit.hpp"
 
 namespace wan {
@@ -69,6 +70,13 @@ class WanDenoiser {
   /// Every DiT held (one, or the two experts).
   std::vector<WanDiT> dits() const;
   void load_weights(const std::filesystem::path& weights, const std::string& subfolder);
+  /// Applies `settings`: the adapters it loads are merged into the weights; with a rank, every
+  /// DiT gets trained adapters (its base frozen), started from the adapters loaded with `train`.
+  void apply_lora(const LoraSettings& settings);
+  /// True when adapters train (module()'s other parameters are frozen).
+  bool has_lora() const { return lora_; }
+  /// "high_noise" / "low_noise" for the expert at `index` of dits(); "" without experts.
+  std::string expert_name(std::size_t index) const;
   /// The sigma range this network is trained on: [0, 1], or one expert's side of the boundary.
   std::pair<double, double> sigma_range() const;
   Expert expert() const { return expert_; }
@@ -81,6 +89,7 @@ class WanDenoiser {
   double boundary_;
   WanDiT single_{nullptr};
   WanExpertPair pair_{nullptr};
+  bool lora_ = false;
 };
 
 }  // namespace wan

@@ -124,6 +124,8 @@ class WanDiTImpl : public torch::nn::Cloneable<WanDiTImpl> {
   torch::nn::Sequential text_embedding{nullptr}, time_embedding{nullptr}, time_projection{nullptr};
   torch::nn::ModuleList blocks{nullptr};
   WanHead head{nullptr};
+  /// The adapters' dropout streams (wan::attach_adapters makes them; null without adapters).
+  std::shared_ptr<LoraDropoutStreams> lora_dropout;
 
  private:
   /// `context` checked and zero-padded to text_len tokens.
@@ -142,8 +144,10 @@ TORCH_MODULE(WanDiT);
 /// Runs `block` on its inputs without keeping the activations: they are recomputed from the
 /// saved inputs during backward (under the autocast state of the forward), and the gradients
 /// of the inputs and of the block's parameters are returned from there.
+/// With `dropout` (adapters with dropout), the recomputation draws the masks of the forward's samples.
 torch::Tensor checkpointed_block(WanBlockImpl& block, const torch::Tensor& x, const torch::Tensor& e0,
-                                 const torch::Tensor& context, const RopeTables& rope);
+                                 const torch::Tensor& context, const RopeTables& rope,
+                                 LoraDropoutStreams* dropout = nullptr);
 
 /// Sinusoidal embedding of timesteps `t` (any shape) into `dim` channels, cos half first,
 /// computed in float64 and returned as float32: [..., dim].

@@ -6,9 +6,15 @@
 // use below the layer's own name.
 
 #include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include <torch/nn/cloneable.h>
 #include <torch/nn/modules/linear.h>
+
+#include "wanfw/data.hpp"
 
 namespace wan {
 
@@ -16,9 +22,32 @@ namespace wan {
 struct LoraShape {
   std::int64_t rank = 0;  ///< 0: no adapter
   double alpha = 0;       ///< the update is scaled by alpha / rank
-  /// On the adapter's input, while training. Its draws come from the default generator, not from
-  /// the samples' streams: a run with dropout does not give the same update on every layout.
-  double dropout = 0;
+  double dropout = 0;     ///< on the adapter's input, while training (see LoraDropoutStreams)
+};
+
+/// Where adapter dropout draws come from during one training forward: the streams of the samples
+/// the forward holds, one stream a layer ("lora_dropout/<layer name>"), so a sample's masks do not
+/// depend on the rank, micro-batch or expert split that holds it, and a recomputed block
+/// (gradient checkpointing) draws the masks it drew the first time. The model sets the samples
+/// before a training forward and clears them after; one instance serves the layers of one DiT.
+class LoraDropoutStreams {
+ public:
+  /// The keys of the samples a forward holds, in batch order.
+  struct Samples {
+    std::vector<std::int64_t> ids;
+    std::int64_t epoch = 0;
+    std::uint64_t seed = 0;
+    c10::Device device = c10::kCPU;
+  };
+  static Samples samples_of(const wanfw::Batch& batch);
+  void set(std::optional<Samples> samples) { samples_ = std::move(samples); }
+  const std::optional<Samples>& samples() const { return samples_; }
+  /// Keep-masks scaled by 1 / (1 - p): [B, *shape] in `dtype` on the samples' device. Throws when
+  /// no samples are set (a training forward outside training_step).
+  torch::Tensor keep_mask(const std::string& layer, at::IntArrayRef shape, double p, torch::Dtype dtype) const;
+
+ private:
+  std::optional<Samples> samples_;
 };
 
 class WanLinearImpl : public torch::nn::Cloneable<WanLinearImpl> {
@@ -31,7 +60,14 @@ class WanLinearImpl : public torch::nn::Cloneable<WanLinearImpl> {
   torch::Tensor forward(const torch::Tensor& x);
 
   /// Attaches a new adapter (replacing one attached before), on the layer's device, in `dtype`.
-  void attach_lora(const LoraShape& shape, torch::Dtype dtype);
+  /// `name` (the layer's module name) keys its dropout stream; `streams` gives the draws.
+  void attach_lora(const LoraShape& shape, torch::Dtype dtype, std::string name = "",
+                   std::shared_ptr<const LoraDropoutStreams> streams = nullptr);
+  /// Points the adapter's dropout at other streams (a replica gets its own).
+  void set_dropout_streams(std::shared_ptr<const LoraDropoutStreams> streams) { streams_ = std::move(streams); }
+  /// Folds the adapter into the weight (W += scale * B A, in float32, stored in W's dtype) and
+  /// removes it.
+  void merge_lora();
   bool has_lora() const { return lora_.rank > 0; }
   const LoraShape& lora() const { return lora_; }
   std::int64_t in_features() const { return in_; }
@@ -44,6 +80,8 @@ class WanLinearImpl : public torch::nn::Cloneable<WanLinearImpl> {
   void make_adapter();
   std::int64_t in_, out_;
   LoraShape lora_;
+  std::string name_;
+  std::shared_ptr<const LoraDropoutStreams> streams_;
 };
 TORCH_MODULE(WanLinear);
 

@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "wan/flow_matching.hpp"
+#include "wan/lora.hpp"
+#include "wan/wan_denoiser.hpp"
 #include "wan/wan_config.hpp"
 #include "wanfw/options.hpp"
 
@@ -41,6 +43,14 @@ std::vector<wanfw::OptionSpec> sampler_options(double guidance, const std::strin
 
 /// Those options read and checked.
 SamplerSettings sampler_settings_from(const wanfw::Options& options);
+
+/// `lora.rank`, alpha, dropout, targets, lr_scale, weight_decay and load (a list of adapter files:
+/// file, scale, train, expert); `trained` names what the adapters attach to in the docs.
+std::vector<wanfw::OptionSpec> lora_options(const std::string& trained);
+
+/// Those options read and checked against `config` (a target pattern that selects no layer, an
+/// adapter file that is missing, an expert the model does not have: errors pointing at them).
+LoraSettings lora_settings_from(const wanfw::Options& options, const WanConfig& config, Expert expert);
 
 /// Option `name` ("FxHxW") as a bucket; nothing when empty; an error pointing at it otherwise.
 std::optional<wanfw::Bucket> bucket_option(const wanfw::Options& options, const char* name);

@@ -1,0 +1,172 @@
+#include "wan/lora.hpp"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "wanfw/error.hpp"
+
+namespace wan {
+
+namespace {
+
+/// Every WanLinear below `module`, by module name.
+std::vector<std::pair<std::string, WanLinearImpl*>> linear_layers(const torch::nn::Module& module) {
+  std::vector<std::pair<std::string, WanLinearImpl*>> out;
+  for (const auto& item : module.named_modules("", /*include_self=*/false))
+    if (auto* layer = item.value()->as<WanLinearImpl>()) out.emplace_back(item.key(), layer);
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::array<std::int64_t, 2>>> adaptable_layers(const WanConfig& config) {
+  std::vector<std::pair<std::string, std::array<std::int64_t, 2>>> out;
+  for (std::int64_t i = 0; i < config.num_layers; ++i) {
+    const std::string block = fmt::format("blocks.{}.", i);
+    for (const char* attention : {"self_attn", "cross_attn"})
+      for (const char* projection : {"q", "k", "v", "o"})
+        out.push_back({block + attention + "." + projection, {config.dim, config.dim}});
+    out.push_back({block + "ffn.0", {config.ffn_dim, config.dim}});
+    out.push_back({block + "ffn.2", {config.dim, config.ffn_dim}});
+  }
+  return out;
+}
+
+bool matches_pattern(const std::string& name, const std::string& pattern) {
+  // Iterative glob: on a mismatch, let the last '*' swallow one more character.
+  std::size_t n = 0, p = 0, star = std::string::npos, resume = 0;
+  while (n < name.size()) {
+    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == name[n])) {
+      ++n, ++p;
+    } else if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      resume = n;
+    } else if (star != std::string::npos) {
+      p = star + 1;
+      n = ++resume;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+std::vector<std::string> target_layers(const WanConfig& config, const std::vector<std::string>& targets,
+                                       std::vector<std::string>* unmatched) {
+  std::vector<std::string> selected;
+  std::vector<bool> used(targets.size(), false);
+  for (const auto& [name, shape] : adaptable_layers(config)) {
+    bool take = false;
+    for (std::size_t i = 0; i < targets.size(); ++i)
+      if (matches_pattern(name, targets[i])) take = used[i] = true;
+    if (take) selected.push_back(name);
+  }
+  if (unmatched != nullptr)
+    for (std::size_t i = 0; i < targets.size(); ++i)
+      if (!used[i]) unmatched->push_back(targets[i]);
+  return selected;
+}
+
+std::int64_t adapter_parameter_count(const WanConfig& config, const LoraSettings& settings) {
+  if (!settings.enabled()) return 0;
+  std::int64_t count = 0;
+  const auto layers = adaptable_layers(config);
+  for (const auto& name : target_layers(config, settings.targets))
+    for (const auto& [layer, shape] : layers)
+      if (layer == name) count += settings.rank * (shape[0] + shape[1]);
+  return count;
+}
+
+std::string training_memory(const WanConfig& config, const LoraSettings& settings, const std::string& dtype,
+                            int models, bool gradient_checkpointing) {
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  const double weights = static_cast<double>(config.parameter_count()) * models;
+  const double bytes = dtype == "bfloat16" ? 2 : 4;
+  std::string out;
+  double total = 0;
+  if (settings.enabled()) {
+    const double adapters = static_cast<double>(adapter_parameter_count(config, settings)) * models;
+    const std::size_t layers = target_layers(config, settings.targets).size();
+    out += fmt::format(
+        "LoRA rank {} (alpha {:g}) on {} layers{}: {} trainable parameters, {:.3f}% of the weights; adapter file {:.1f} "
+        "MiB{} (float32)\n",
+        settings.rank, settings.alpha, layers, models == 2 ? " of each expert" : "",
+        with_thousands(static_cast<std::int64_t>(adapters)), 100.0 * adapters / weights,
+        adapters / models * 4 / (1024.0 * 1024.0), models == 2 ? " per expert" : "");
+    total = weights * bytes + adapters * 4 * 4;
+    out += fmt::format("training memory, before activations: frozen base in {} {:.2f} GiB + adapters with gradients "
+                       "and AdamW moments {:.2f} GiB = {:.2f} GiB\n",
+                       dtype, weights * bytes / kGiB, adapters * 16 / kGiB, total / kGiB);
+  } else {
+    total = weights * bytes * 4;
+    out += fmt::format("training state in {} with AdamW (weights, gradients, two moments): {:.2f} GiB, before "
+                       "activations\n",
+                       dtype, total / kGiB);
+  }
+  const auto room = [&](double gpu_gb) {
+    const double left = (gpu_gb * 1e9 - total) / kGiB;
+    return left > 0 ? fmt::format("{:.1f} GiB left for activations", left) : std::string("does not fit");
+  };
+  out += fmt::format("on a 24 GB GPU: {}; on an 80 GB GPU: {} (gradient checkpointing {}: activations {})\n",
+                     room(24), room(80), gradient_checkpointing ? "on" : "off",
+                     gradient_checkpointing ? "of one block plus each block's input"
+                                            : "of every block, kept for backward");
+  return out;
+}
+
+void attach_adapters(WanDiTImpl& dit, const LoraSettings& settings) {
+  for (auto& p : dit.parameters()) p.set_requires_grad(false);
+  dit.lora_dropout = std::make_shared<LoraDropoutStreams>();
+  const std::vector<std::string> selected = target_layers(dit.config(), settings.targets);
+  const LoraShape shape{settings.rank, settings.alpha, settings.dropout};
+  for (const auto& [name, layer] : linear_layers(dit))
+    if (std::find(selected.begin(), selected.end(), name) != selected.end())
+      layer->attach_lora(shape, torch::kFloat32, name, dit.lora_dropout);
+}
+
+void refresh_adapters(WanDiTImpl& dit) {
+  for (auto& p : dit.parameters()) p.set_requires_grad(false);
+  dit.lora_dropout = std::make_shared<LoraDropoutStreams>();
+  for (const auto& [name, layer] : linear_layers(dit)) {
+    if (!layer->has_lora()) continue;
+    layer->set_dropout_streams(dit.lora_dropout);
+    layer->lora_A->weight.set_requires_grad(true);
+    layer->lora_B->weight.set_requires_grad(true);
+  }
+}
+
+std::vector<std::pair<std::string, at::Tensor>> adapter_parameters(const torch::nn::Module& module) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& [name, layer] : linear_layers(module)) {
+    if (!layer->has_lora()) continue;
+    out.emplace_back(name + ".lora_A.weight", layer->lora_A->weight);
+    out.emplace_back(name + ".lora_B.weight", layer->lora_B->weight);
+  }
+  return out;
+}
+
+wanfw::ParameterGroup adapter_group(const torch::nn::Module& module, const LoraSettings& settings) {
+  wanfw::ParameterGroup group;
+  group.name = "lora";
+  group.parameters = adapter_parameters(module);
+  group.lr_scale = settings.lr_scale;
+  group.weight_decay = settings.weight_decay;
+  return group;
+}
+
+void merge_adapters(WanDiTImpl& dit) {
+  for (const auto& [name, layer] : linear_layers(dit)) layer->merge_lora();
+}
+
+DropoutSamplesScope::DropoutSamplesScope(std::vector<WanDiT> dits, const wanfw::Batch& batch) : dits_(std::move(dits)) {
+  for (auto& dit : dits_)
+    if (dit->lora_dropout) dit->lora_dropout->set(LoraDropoutStreams::samples_of(batch));
+}
+
+DropoutSamplesScope::~DropoutSamplesScope() {
+  for (auto& dit : dits_)
+    if (dit->lora_dropout) dit->lora_dropout->set(std::nullopt);
+}
+
+}  // namespace wan

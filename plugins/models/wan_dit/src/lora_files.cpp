@@ -1,0 +1,249 @@
+#include "wan/lora_files.hpp"
+
+#include <regex>
+#include <set>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "wan/wan_weights.hpp"
+#include "wanfw/error.hpp"
+#include "wanfw/safetensors.hpp"
+
+namespace fs = std::filesystem;
+
+namespace wan {
+
+namespace {
+
+constexpr const char* kWanFile = "wan_lora.safetensors";
+constexpr const char* kDiffusersFile = "pytorch_lora_weights.safetensors";
+constexpr const char* kMetadataKey = "lora_adapter_metadata";
+
+bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+/// "lora_unet_blocks_0_self_attn_q" -> "blocks.0.self_attn.q"
+std::string kohya_layer(const std::string& name) {
+  static const std::regex pattern(R"(^blocks_(\d+)_(self_attn|cross_attn|ffn)_(\w+)$)");
+  std::smatch m;
+  if (!std::regex_match(name, m, pattern)) return name;
+  return fmt::format("blocks.{}.{}.{}", m[1].str(), m[2].str(), m[3].str());
+}
+
+/// "blocks.0.attn1.to_q" -> "blocks.0.self_attn.q" (official names pass through).
+std::string official_layer(const std::string& name) {
+  const std::string official = official_name(name + ".weight", WeightLayout::Diffusers);
+  return official.substr(0, official.size() - std::string(".weight").size());
+}
+
+/// "blocks.0.self_attn.q" -> "blocks.0.attn1.to_q"
+std::string diffusers_layer(const std::string& name) {
+  static const std::vector<std::pair<std::regex, std::string>> rules = {
+      {std::regex(R"(^(blocks\.\d+)\.self_attn\.o$)"), "$1.attn1.to_out.0"},
+      {std::regex(R"(^(blocks\.\d+)\.self_attn\.([qkv])$)"), "$1.attn1.to_$2"},
+      {std::regex(R"(^(blocks\.\d+)\.cross_attn\.o$)"), "$1.attn2.to_out.0"},
+      {std::regex(R"(^(blocks\.\d+)\.cross_attn\.([qkv])$)"), "$1.attn2.to_$2"},
+      {std::regex(R"(^(blocks\.\d+)\.ffn\.0$)"), "$1.ffn.net.0.proj"},
+      {std::regex(R"(^(blocks\.\d+)\.ffn\.2$)"), "$1.ffn.net.2"},
+  };
+  for (const auto& [pattern, replacement] : rules)
+    if (std::regex_match(name, pattern)) return std::regex_replace(name, pattern, replacement);
+  return name;
+}
+
+WanLinearImpl* find_layer(WanDiTImpl& dit, const std::string& name) {
+  for (const auto& item : dit.named_modules("", false))
+    if (item.key() == name) return item.value()->as<WanLinearImpl>();
+  return nullptr;
+}
+
+}  // namespace
+
+const char* adapter_layout_name(AdapterLayout layout) {
+  switch (layout) {
+    case AdapterLayout::Wan: return "Wan / ComfyUI";
+    case AdapterLayout::Diffusers: return "diffusers PEFT";
+    case AdapterLayout::Kohya: return "kohya";
+  }
+  return "unknown";
+}
+
+AdapterFile read_adapter_file(const fs::path& file, const WanConfig& config) {
+  const wanfw::SafetensorsFile source = wanfw::SafetensorsFile::open(file);
+  const auto fail = [&](const std::string& key, const std::string& problem, const std::string& hint) {
+    throw wanfw::FileError(fmt::format("adapter {}: tensor '{}' {}", file.string(), key, problem), hint);
+  };
+  std::map<std::string, std::array<std::int64_t, 2>> shapes;
+  for (const auto& [name, shape] : adaptable_layers(config)) shapes[name] = shape;
+
+  AdapterFile out;
+  bool diffusers = false, kohya = false;
+  std::map<std::string, std::string> alpha_keys;
+  for (const auto& record : source.records()) {
+    std::string key = record.name;
+    for (const char* prefix : {"model.diffusion_model.", "diffusion_model.", "base_model.model.", "transformer."})
+      if (starts_with(key, prefix)) {
+        diffusers = diffusers || std::string(prefix) == "transformer.";
+        key = key.substr(std::string(prefix).size());
+        break;
+      }
+    std::string part;
+    for (const char* suffix : {".lora_A.weight", ".lora_B.weight", ".lora_down.weight", ".lora_up.weight", ".alpha"})
+      if (ends_with(key, suffix)) {
+        part = suffix;
+        key = key.substr(0, key.size() - part.size());
+        break;
+      }
+    if (part.empty())
+      fail(record.name, "is not part of a low-rank adapter (lora_A / lora_B / lora_down / lora_up weights, alpha)",
+           "wanfw applies low-rank adapters; full weight differences (diff, diff_b) and other extras are not "
+           "supported: remove them from the file");
+    if (starts_with(key, "lora_unet_")) {
+      kohya = true;
+      key = kohya_layer(key.substr(std::string("lora_unet_").size()));
+    }
+    if (key.find("attn1") != std::string::npos || key.find("attn2") != std::string::npos ||
+        key.find("ffn.net") != std::string::npos)
+      diffusers = true;
+    const std::string layer = official_layer(key);
+    if (!shapes.count(layer))
+      fail(record.name, fmt::format("matches no adaptable layer of the model (read as '{}')", layer),
+           fmt::format("the model (preset '{}', {} layers) adapts blocks.N.self_attn|cross_attn.q|k|v|o and "
+                       "blocks.N.ffn.0|2; was the adapter made for another model?",
+                       config.preset, config.num_layers));
+    LayerAdapter& entry = out.layers[layer];
+    if (part == ".alpha") {
+      const at::Tensor alpha = source.load(record.name);
+      if (alpha.numel() != 1) fail(record.name, fmt::format("holds {} values, not one alpha", alpha.numel()), "");
+      entry.alpha = alpha.to(torch::kFloat64).item<double>();
+      alpha_keys[layer] = record.name;
+      continue;
+    }
+    const bool is_a = part == ".lora_A.weight" || part == ".lora_down.weight";
+    at::Tensor tensor = source.load(record.name).to(torch::kFloat32);
+    if (tensor.dim() != 2) fail(record.name, fmt::format("has shape {}; a low-rank matrix has two dimensions", c10::str(tensor.sizes())), "");
+    (is_a ? entry.A : entry.B) = tensor;
+    if (is_a || entry.key.empty()) entry.key = record.name;
+  }
+  out.layout = kohya ? AdapterLayout::Kohya : diffusers ? AdapterLayout::Diffusers : AdapterLayout::Wan;
+  if (out.layers.empty())
+    throw wanfw::FileError(fmt::format("adapter {}: holds no adapter tensors", file.string()),
+                           "pass a LoRA safetensors file");
+
+  // Alpha of a PEFT file: its metadata (lora_alpha), else the rank (scale 1).
+  std::optional<double> metadata_alpha;
+  if (auto it = source.metadata().find(kMetadataKey); it != source.metadata().end()) {
+    const auto parsed = nlohmann::json::parse(it->second, nullptr, /*allow_exceptions=*/false);
+    if (parsed.is_object() && parsed.contains("lora_alpha") && parsed["lora_alpha"].is_number())
+      metadata_alpha = parsed["lora_alpha"].get<double>();
+  }
+  for (auto& [layer, entry] : out.layers) {
+    const std::string& key = entry.key.empty() ? alpha_keys[layer] : entry.key;
+    if (!entry.A.defined() || !entry.B.defined())
+      fail(key, fmt::format("has no {} matrix beside it", entry.A.defined() ? "lora_B (up)" : "lora_A (down)"),
+           "the file is incomplete");
+    const auto shape = shapes.at(layer);
+    const std::int64_t rank = entry.A.size(0);
+    if (entry.A.size(1) != shape[1] || entry.B.size(0) != shape[0] || entry.B.size(1) != rank)
+      fail(key, fmt::format("and its partner have shapes A {} and B {}, but layer {} needs A [rank, {}] and B [{}, rank]",
+                            c10::str(entry.A.sizes()), c10::str(entry.B.sizes()), layer, shape[1], shape[0]),
+           "the adapter was made for a model of other dimensions (dim, ffn_dim): choose the matching preset");
+    if (!alpha_keys.count(layer)) entry.alpha = metadata_alpha.value_or(static_cast<double>(rank));
+  }
+  return out;
+}
+
+void apply_adapter_file(WanDiTImpl& dit, const AdapterLoad& load) {
+  const AdapterFile adapter = read_adapter_file(load.file, dit.config());
+  torch::NoGradGuard no_grad;
+  for (const auto& [name, entry] : adapter.layers) {
+    WanLinearImpl* layer = find_layer(dit, name);
+    const std::int64_t rank = entry.A.size(0);
+    const double file_scale = load.scale * entry.alpha / static_cast<double>(rank);
+    if (!load.train) {
+      const torch::Tensor delta = torch::matmul(entry.B, entry.A).to(layer->weight.device());
+      layer->weight.copy_(layer->weight.to(torch::kFloat32) + file_scale * delta);
+      continue;
+    }
+    if (!layer->has_lora())
+      throw wanfw::FileError(fmt::format("adapter {}: tensor '{}' adapts {}, which model.lora.targets does not select",
+                                         load.file.string(), entry.key, name),
+                             fmt::format("add a pattern matching {} to model.lora.targets, or merge this adapter "
+                                         "(train: false) {}", name, load.where));
+    if (layer->lora().rank != rank)
+      throw wanfw::FileError(fmt::format("adapter {}: tensor '{}' has rank {}, but model.lora.rank is {}",
+                                         load.file.string(), entry.key, rank, layer->lora().rank),
+                             fmt::format("set model.lora.rank: {} to train this adapter further, or merge it "
+                                         "(train: false) {}", rank, load.where));
+    const double own_scale = layer->lora().alpha / static_cast<double>(rank);
+    layer->lora_A->weight.copy_(entry.A);
+    layer->lora_B->weight.copy_(entry.B * (file_scale / own_scale));
+  }
+}
+
+void apply_lora(WanDiTImpl& dit, const LoraSettings& settings, const std::string& expert) {
+  const auto applies = [&](const AdapterLoad& load) { return load.expert.empty() || load.expert == expert; };
+  const std::string of = expert.empty() ? "the DiT" : "the " + expert + " expert";
+  for (const auto& load : settings.load)
+    if (!load.train && applies(load)) {
+      apply_adapter_file(dit, load);
+      spdlog::info("merged adapter {} (scale {:g}) into {}", load.file.string(), load.scale, of);
+    }
+  if (!settings.enabled()) return;
+  attach_adapters(dit, settings);
+  const auto adapters = adapter_parameters(dit);
+  std::int64_t count = 0;
+  for (const auto& [name, tensor] : adapters) count += tensor.numel();
+  spdlog::info("adapters of rank {} (alpha {:g}) on {} layers of {}: {} trainable parameters, {:.3f}% of its weights "
+               "(frozen)",
+               settings.rank, settings.alpha, adapters.size() / 2, of, with_thousands(count),
+               100.0 * static_cast<double>(count) / static_cast<double>(dit.config().parameter_count()));
+  for (const auto& load : settings.load)
+    if (load.train && applies(load)) {
+      apply_adapter_file(dit, load);
+      spdlog::info("the adapters of {} start from {} (scale {:g})", of, load.file.string(), load.scale);
+    }
+}
+
+void write_adapter_files(const WanDiTImpl& dit, const fs::path& folder) {
+  std::vector<std::pair<std::string, at::Tensor>> wan, diffusers;
+  std::int64_t rank = 0;
+  double alpha = 0;
+  std::set<std::string> targets;
+  for (const auto& item : dit.named_modules("", false)) {
+    const auto* layer = item.value()->as<WanLinearImpl>();
+    if (layer == nullptr || !layer->has_lora()) continue;
+    const std::string& name = item.key();
+    const at::Tensor a = layer->lora_A->weight.detach().cpu().contiguous();
+    const at::Tensor b = layer->lora_B->weight.detach().cpu().contiguous();
+    rank = layer->lora().rank;
+    alpha = layer->lora().alpha;
+    wan.emplace_back("diffusion_model." + name + ".lora_A.weight", a);
+    wan.emplace_back("diffusion_model." + name + ".lora_B.weight", b);
+    wan.emplace_back("diffusion_model." + name + ".alpha", torch::tensor(static_cast<float>(alpha)));
+    const std::string target = diffusers_layer(name);
+    diffusers.emplace_back("transformer." + target + ".lora_A.weight", a);
+    diffusers.emplace_back("transformer." + target + ".lora_B.weight", b);
+    targets.insert(target.substr(target.find('.', std::string("blocks.").size()) + 1));
+  }
+  if (wan.empty()) throw wanfw::Error("the model carries no adapters to write", "set model.lora.rank above 0");
+  std::error_code ec;
+  fs::create_directories(folder, ec);
+  if (ec) throw wanfw::FileError(fmt::format("{}: cannot create the folder: {}", folder.string(), ec.message()));
+  wanfw::write_safetensors(folder / kWanFile, wan, {{"format", "pt"}, {"written_by", "wanfw"}});
+  const nlohmann::json metadata = {{"r", rank},
+                                   {"lora_alpha", alpha},
+                                   {"target_modules", std::vector<std::string>(targets.begin(), targets.end())},
+                                   {"init_lora_weights", true},
+                                   {"use_dora", false},
+                                   {"lora_bias", false}};
+  wanfw::write_safetensors(folder / kDiffusersFile, diffusers,
+                           {{"format", "pt"}, {"written_by", "wanfw"}, {kMetadataKey, metadata.dump()}});
+}
+
+}  // namespace wan
