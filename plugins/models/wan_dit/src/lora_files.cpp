@@ -228,7 +228,9 @@ void write_adapter_files(const WanDiTImpl& dit, const fs::path& folder) {
     wan.emplace_back("diffusion_model." + name + ".alpha", torch::tensor(static_cast<float>(alpha)));
     const std::string target = diffusers_layer(name);
     diffusers.emplace_back("transformer." + target + ".lora_A.weight", a);
-    diffusers.emplace_back("transformer." + target + ".lora_B.weight", b);
+    // alpha / rank folded into B, so that every loader (one that reads the metadata's lora_alpha,
+    // or one that takes alpha = rank) applies the same update.
+    diffusers.emplace_back("transformer." + target + ".lora_B.weight", b * (alpha / static_cast<double>(rank)));
     targets.insert(target.substr(target.find('.', std::string("blocks.").size()) + 1));
   }
   if (wan.empty()) throw wanfw::Error("the model carries no adapters to write", "set model.lora.rank above 0");
@@ -237,7 +239,7 @@ void write_adapter_files(const WanDiTImpl& dit, const fs::path& folder) {
   if (ec) throw wanfw::FileError(fmt::format("{}: cannot create the folder: {}", folder.string(), ec.message()));
   wanfw::write_safetensors(folder / kWanFile, wan, {{"format", "pt"}, {"written_by", "wanfw"}});
   const nlohmann::json metadata = {{"r", rank},
-                                   {"lora_alpha", alpha},
+                                   {"lora_alpha", rank},
                                    {"target_modules", std::vector<std::string>(targets.begin(), targets.end())},
                                    {"init_lora_weights", true},
                                    {"use_dora", false},

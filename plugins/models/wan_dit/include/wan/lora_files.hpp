@@ -52,7 +52,8 @@ void apply_adapter_file(WanDiTImpl& dit, const AdapterLoad& load);
 void apply_lora(WanDiTImpl& dit, const LoraSettings& settings, const std::string& expert);
 
 /// Writes the adapters attached to `dit` to `folder`: wan_lora.safetensors (Wan / ComfyUI keys,
-/// with alpha) and pytorch_lora_weights.safetensors (diffusers PEFT keys, alpha in its metadata).
+/// with alpha) and pytorch_lora_weights.safetensors (diffusers PEFT keys; alpha / rank folded into
+/// B, lora_alpha = rank in its metadata, so loaders that ignore the metadata agree).
 void write_adapter_files(const WanDiTImpl& dit, const std::filesystem::path& folder);
 
 }  // namespace wan

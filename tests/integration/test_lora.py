@@ -1,0 +1,278 @@
+"""LoRA fine-tuning of the tiny Wan DiT (model.lora): only the adapters train, checkpoint and
+synchronise; the base stays bitwise what it was; the exported adapter loads in diffusers with its own
+LoRA loader and gives wanfw's predictions; adapters written in the other layouts load; bad adapters
+are refused naming the key."""
+
+import pytest
+import torch
+from conftest import SOURCE, base_config, checkpoints, wanfw, write_config
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+from test_layout_invariance import CPU, DDP, RELATIVE, largest_relative_difference, run_on
+from test_wan_parity import TOLERANCE, reference_model
+
+LAYERS = [f"blocks.{b}.{part}" for b in range(2) for part in
+          [f"{a}.{p}" for a in ("self_attn", "cross_attn") for p in "qkvo"] + ["ffn.0", "ffn.2"]]
+DIFFUSERS = {"self_attn.q": "attn1.to_q", "self_attn.k": "attn1.to_k", "self_attn.v": "attn1.to_v",
+             "self_attn.o": "attn1.to_out.0", "cross_attn.q": "attn2.to_q", "cross_attn.k": "attn2.to_k",
+             "cross_attn.v": "attn2.to_v", "cross_attn.o": "attn2.to_out.0", "ffn.0": "ffn.net.0.proj",
+             "ffn.2": "ffn.net.2"}
+
+
+def diffusers_name(layer):
+    block, rest = layer.split(".", 2)[1], layer.split(".", 2)[2]
+    return f"blocks.{block}.{DIFFUSERS[rest]}"
+
+
+def lora_model(base, **lora):
+    return {"name": "wan22_flow_matching", "preset": "tiny", "weights": str(base),
+            "lora": {"rank": 4, "alpha": 8, **lora}}
+
+
+def experiment(tmp_path, name, model, steps=20, checkpoint_every=0, **sections):
+    c = base_config(tmp_path / "runs", model=model,
+                    data={"num_samples": 32, "batch_size": 4, "workers": 0, "buckets": ["2x4x4"]},
+                    optimizer={"lr": 1e-2, "weight_decay": 0.0},
+                    trainer={"max_steps": steps, "log_every": 1, "progress": "lines"},
+                    checkpoint={"every": checkpoint_every, "keep_last": 0})
+    for key, value in sections.items():
+        c[key] = {**c.get(key, {}), **value}
+    c["run"]["name"] = name
+    return write_config(tmp_path / f"{name}.json", c)
+
+
+def run_dir(tmp_path, name):
+    return tmp_path / "runs" / name / "version_0"
+
+
+def losses(tmp_path, name):
+    rows = (run_dir(tmp_path, name) / "metrics.csv").read_text().splitlines()
+    column = rows[0].split(",").index("loss")
+    return [float(r.split(",")[column]) for r in rows[1:] if r.split(",")[column]]
+
+
+@pytest.fixture
+def base(tmp_path):
+    reference_model(tmp_path / "base", seed=5)
+    return tmp_path / "base"
+
+
+def inputs(seed=9):
+    g = torch.Generator().manual_seed(seed)
+    return {"x": torch.randn(2, 4, 2, 4, 4, generator=g), "t": torch.tensor([150.0, 720.0]),
+            "context": torch.randn(2, 5, 32, generator=g)}
+
+
+def predict(tmp_path, config, given, *extra):
+    save_file(given, tmp_path / "in.safetensors")
+    wanfw("predict", config, "--inputs", tmp_path / "in.safetensors", "--out", tmp_path / "out.safetensors", *extra,
+          check=0)
+    return load_file(tmp_path / "out.safetensors")["v"]
+
+
+def trained(tmp_path, base, name="lora", **lora):
+    path = experiment(tmp_path, name, lora_model(base, **lora), checkpoint_every=20)
+    wanfw("run", path, check=0)
+    return path
+
+
+def test_a_lora_run_learns_and_trains_checkpoints_and_optimises_the_adapters_alone(tmp_path, base):
+    path = experiment(tmp_path, "lora", lora_model(base), steps=40, checkpoint_every=40)
+    result = wanfw("run", path, check=0)
+    assert "adapters of rank 4 (alpha 8) on 20 layers of the DiT: 8,448 trainable parameters" in result.stdout
+    loss = losses(tmp_path, "lora")
+    first, last = sum(loss[:5]) / 5, sum(loss[-5:]) / 5
+    print(f"tiny LoRA: mean loss of steps 1-5 {first:.4g}, of steps 36-40 {last:.4g}")
+    assert last < 0.9 * first
+    step = checkpoints(run_dir(tmp_path, "lora"))[-1]
+    adapters = {f"{layer}.lora_{m}.weight" for layer in LAYERS for m in "AB"}
+    assert set(load_file(step / "model.safetensors")) == adapters
+    assert {k.rsplit(".", 1)[0] for k in load_file(step / "optimizer.safetensors")} == adapters
+
+
+def test_the_base_weights_stay_bitwise_unchanged_and_the_merged_export_adds_exactly_the_adapters(tmp_path, base):
+    path = trained(tmp_path, base)
+    wanfw("export", path, "--checkpoint", run_dir(tmp_path, "lora"), "--merge", "--out", tmp_path / "merged", check=0)
+    merged = load_file(tmp_path / "merged" / "diffusion_pytorch_model.safetensors")
+    wanfw("export", path, "--set", "model.lora.rank=0", "--out", tmp_path / "official", check=0)
+    original = load_file(tmp_path / "official" / "diffusion_pytorch_model.safetensors")
+    adapters = load_file(checkpoints(run_dir(tmp_path, "lora"))[-1] / "model.safetensors")
+    assert merged.keys() == original.keys()
+    for name, tensor in original.items():
+        layer = name.rsplit(".", 1)[0]
+        if layer in LAYERS and name.endswith(".weight"):
+            delta = 2.0 * adapters[f"{layer}.lora_B.weight"] @ adapters[f"{layer}.lora_A.weight"]
+            assert delta.abs().max() > 0  # the adapter trained
+            assert torch.allclose(merged[name] - tensor, delta, atol=1e-6, rtol=0), name
+        else:  # every tensor without an adapter: bitwise the base's
+            assert torch.equal(merged[name], tensor), name
+
+
+def tensor_bytes(path):
+    """The bytes of a safetensors file's tensor data (its size less the header)."""
+    with open(path, "rb") as f:
+        return path.stat().st_size - 8 - int.from_bytes(f.read(8), "little")
+
+
+def test_the_checkpoint_size_scales_with_the_rank(tmp_path, base):
+    sizes = {}
+    for rank in (2, 8, 0):
+        path = experiment(tmp_path, f"rank{rank}", lora_model(base, rank=rank), steps=1, checkpoint_every=1)
+        wanfw("run", path, check=0)
+        sizes[rank] = tensor_bytes(checkpoints(run_dir(tmp_path, f"rank{rank}"))[-1] / "model.safetensors")
+    print(f"model.safetensors tensor bytes by rank (0: every weight): {sizes}")
+    per_rank = 4 * sum(48 + (96 if "ffn" in layer else 48) for layer in LAYERS)  # float32 (in + out) a layer
+    assert sizes[2] == 2 * per_rank and sizes[8] == 8 * per_rank
+    assert sizes[0] == 4 * 91_936  # every weight of the tiny DiT
+
+
+def test_a_killed_lora_run_resumes_bitwise_with_dropout_and_gradient_checkpointing(tmp_path, base):
+    model = {**lora_model(base, dropout=0.2), "gradient_checkpointing": True}
+    path = experiment(tmp_path, "resume", model, steps=6, checkpoint_every=3)
+    wanfw("run", path, check=0)
+    uninterrupted = load_file(checkpoints(run_dir(tmp_path, "resume"))[-1] / "model.safetensors")
+    late = checkpoints(run_dir(tmp_path, "resume"))[-1]
+    for f in late.iterdir():
+        f.unlink()
+    late.rmdir()
+    resumed = wanfw("run", path, "--resume", "auto", check=0)
+    assert "step-00000003" in resumed.stdout
+    again = load_file(checkpoints(run_dir(tmp_path, "resume"))[-1] / "model.safetensors")
+    assert all(torch.equal(again[k], uninterrupted[k]) for k in uninterrupted)
+    early = load_file(checkpoints(run_dir(tmp_path, "resume"))[0] / "model.safetensors")
+    assert not all(torch.equal(early[k], again[k]) for k in again)  # steps 4-6 trained
+
+
+def test_dropout_masks_follow_the_sample_so_two_ranks_of_b_equal_one_rank_of_2b(tmp_path, base):
+    model = {**lora_model(base, dropout=0.3), "timestep_sampling": "logit_normal"}
+    one = run_on(tmp_path, "one_x4", CPU, 4, model)
+    two = run_on(tmp_path, "two_x2", DDP, 2, model, ranks=2)
+    accumulated = run_on(tmp_path, "accum_2x2", {"name": "grad_accum", "steps": 2, "inner": CPU}, 2, model)
+    without = run_on(tmp_path, "no_dropout", CPU, 4, {**model, "lora": {**model["lora"], "dropout": 0.0}})
+    assert largest_relative_difference(without, one) > 100 * RELATIVE  # the masks change the update
+    assert set(one) == {f"{layer}.lora_{m}.weight" for layer in LAYERS for m in "AB"}
+    print(f"adapters, ddp 2x2 vs 1x4: {largest_relative_difference(two, one):.3g}; "
+          f"accumulated 2x2: {largest_relative_difference(accumulated, one):.3g}")
+    assert largest_relative_difference(two, one) <= RELATIVE
+    assert largest_relative_difference(accumulated, one) <= RELATIVE
+
+
+def test_the_diffusers_export_loaded_by_diffusers_gives_wanfws_predictions_and_the_merge_equals_run_time(
+        tmp_path, base):
+    path = trained(tmp_path, base)
+    given = inputs()
+    ours = predict(tmp_path, path, given, "--checkpoint", run_dir(tmp_path, "lora"))
+    wanfw("export", path, "--checkpoint", run_dir(tmp_path, "lora"), "--out", tmp_path / "adapter", check=0)
+    reference = reference_model(tmp_path / "unused", seed=5)
+    reference.model.load_lora_adapter(str(tmp_path / "adapter" / "pytorch_lora_weights.safetensors"),
+                                      prefix="transformer", adapter_name="wanfw")
+    with torch.no_grad():
+        expected = reference(given["x"], given["t"], given["context"]).sample
+    without = predict(tmp_path, write_config(tmp_path / "plain.json", {
+        **base_config(tmp_path / "runs", model={**lora_model(base), "lora": {"rank": 0}})}), given)
+    print(f"diffusers with the adapter vs wanfw: {(ours - expected).abs().max():.3g} "
+          f"(the adapter moves outputs by {(ours - without).abs().max():.3g})")
+    assert (ours - without).abs().max() > 100 * TOLERANCE
+    assert torch.allclose(ours, expected, atol=TOLERANCE, rtol=0)
+    # The Wan / ComfyUI file holds the same matrices under the official names, with alpha.
+    wan_file = load_file(tmp_path / "adapter" / "wan_lora.safetensors")
+    peft = load_file(tmp_path / "adapter" / "pytorch_lora_weights.safetensors")
+    for layer in LAYERS:
+        assert torch.equal(wan_file[f"diffusion_model.{layer}.lora_A.weight"],
+                           peft[f"transformer.{diffusers_name(layer)}.lora_A.weight"])
+        assert wan_file[f"diffusion_model.{layer}.alpha"].item() == 8.0
+    # Merged into full weights: the same outputs as the adapter applied at run time.
+    wanfw("export", path, "--checkpoint", run_dir(tmp_path, "lora"), "--merge", "--out", tmp_path / "merged", check=0)
+    merged_config = write_config(tmp_path / "merged.json", base_config(
+        tmp_path / "runs", model={"name": "wan22_flow_matching", "preset": "tiny", "weights": str(tmp_path / "merged")}))
+    merged = predict(tmp_path, merged_config, given)
+    assert torch.allclose(merged, ours, atol=1e-5, rtol=0), (merged - ours).abs().max()
+
+
+def random_adapter(rank=3, seed=11):
+    g = torch.Generator().manual_seed(seed)
+    return {layer: (torch.randn(rank, 48 if "ffn.2" not in layer else 96, generator=g) * 0.1,
+                    torch.randn(96 if "ffn.0" in layer else 48, rank, generator=g) * 0.1) for layer in LAYERS}
+
+
+def write_layout(path, adapter, layout, alpha=6.0):
+    tensors = {}
+    for layer, (a, b) in adapter.items():
+        if layout == "wan":
+            names = (f"diffusion_model.{layer}.lora_A.weight", f"diffusion_model.{layer}.lora_B.weight")
+            tensors[f"diffusion_model.{layer}.alpha"] = torch.tensor(alpha)
+        else:  # kohya: lora_unet_ names, lora_down / lora_up
+            stem = "lora_unet_" + layer.replace(".", "_")
+            names = (f"{stem}.lora_down.weight", f"{stem}.lora_up.weight")
+            tensors[f"{stem}.alpha"] = torch.tensor(alpha)
+        tensors[names[0]], tensors[names[1]] = a.contiguous(), b.contiguous()
+    save_file(tensors, path)
+
+
+@pytest.mark.parametrize("layout", ["wan", "kohya"])
+def test_an_adapter_of_another_layout_written_in_python_merges_and_trains_further_to_the_same_outputs(
+        tmp_path, base, layout):
+    adapter = random_adapter()
+    write_layout(tmp_path / "adapter.safetensors", adapter, layout)
+    reference = reference_model(tmp_path / "unused", seed=5)
+    modules = dict(reference.model.named_modules())
+    with torch.no_grad():  # W += scale * alpha / rank * B A, applied by hand in diffusers' names
+        for layer, (a, b) in adapter.items():
+            modules[diffusers_name(layer)].weight += 0.5 * (6.0 / 3) * b @ a
+    given = inputs()
+    with torch.no_grad():
+        expected = reference(given["x"], given["t"], given["context"]).sample
+    load = [{"file": str(tmp_path / "adapter.safetensors"), "scale": 0.5}]
+    merged = write_config(tmp_path / "merged.json", base_config(tmp_path / "runs", model={
+        **lora_model(base), "lora": {"rank": 0, "load": load}}))
+    assert torch.allclose(predict(tmp_path, merged, given), expected, atol=TOLERANCE, rtol=0)
+    further = write_config(tmp_path / "further.json", base_config(tmp_path / "runs", model={
+        **lora_model(base), "lora": {"rank": 3, "alpha": 1.5, "load": [{**load[0], "train": True}]}}))
+    assert torch.allclose(predict(tmp_path, further, given), expected, atol=TOLERANCE, rtol=0)
+
+
+def refusal(tmp_path, base, tensors, **entry):
+    save_file(tensors, tmp_path / "bad.safetensors")
+    config = write_config(tmp_path / "bad.json", base_config(tmp_path / "runs", model={
+        **lora_model(base), "lora": {"rank": 3, "load": [{"file": str(tmp_path / "bad.safetensors"), **entry}]}}))
+    result = wanfw("run", config)
+    assert result.returncode != 0
+    return result.stdout + result.stderr
+
+
+def test_adapters_that_do_not_fit_the_model_are_refused_naming_the_key(tmp_path, base):
+    a, b = torch.zeros(3, 48), torch.zeros(48, 3)
+    message = refusal(tmp_path, base, {"diffusion_model.blocks.7.self_attn.q.lora_A.weight": a,
+                                       "diffusion_model.blocks.7.self_attn.q.lora_B.weight": b})
+    assert "'diffusion_model.blocks.7.self_attn.q.lora_A.weight' matches no adaptable layer" in message
+    message = refusal(tmp_path, base, {"diffusion_model.blocks.0.ffn.0.lora_A.weight": a,
+                                       "diffusion_model.blocks.0.ffn.0.lora_B.weight": b})
+    assert "'diffusion_model.blocks.0.ffn.0.lora_A.weight'" in message and "needs A [rank, 48] and B [96, rank]" in message
+    message = refusal(tmp_path, base, {"diffusion_model.blocks.0.self_attn.q.lora_A.weight": torch.zeros(2, 48),
+                                       "diffusion_model.blocks.0.self_attn.q.lora_B.weight": torch.zeros(48, 2)},
+                      train=True)
+    assert "'diffusion_model.blocks.0.self_attn.q.lora_A.weight' has rank 2, but model.lora.rank is 3" in message
+    message = refusal(tmp_path, base, {"diffusion_model.blocks.0.self_attn.q.diff": torch.zeros(48, 48)})
+    assert "'diffusion_model.blocks.0.self_attn.q.diff' is not part of a low-rank adapter" in message
+
+
+def test_a_target_pattern_that_selects_no_layer_points_at_the_option(tmp_path, base):
+    config = write_config(tmp_path / "t.json", base_config(tmp_path / "runs", model=lora_model(
+        base, targets=["blocks.*.self_attn.*", "blocks.*.attn1.*"])))
+    result = wanfw("validate", config)
+    assert result.returncode != 0
+    assert "model.lora.targets: blocks.*.attn1.* selects no layer" in result.stdout + result.stderr
+
+
+def test_the_lora_examples_validate_and_fit_the_gpus_they_name():
+    for example, gpu in (("lora-ti2v-5b.yaml", 24), ("lora-t2v-a14b-low-noise.yaml", 80)):
+        path = SOURCE / "examples" / example
+        wanfw("validate", path, check=0)
+        info = wanfw("model-info", path, check=0).stdout
+        print(info)
+        line = next(l for l in info.splitlines() if l.startswith("on a 24 GB GPU"))
+        gpu_label = f"on {'a' if gpu == 24 else 'an'} {gpu} GB GPU: "
+        room = line.split(gpu_label)[1].split(" GiB left")[0]
+        assert float(room) > 4, info  # room for activations with gradient checkpointing
+        assert "frozen base in bfloat16" in info
+        assert f"fits {'a' if gpu == 24 else 'an'} {gpu} GB GPU" in path.read_text()
