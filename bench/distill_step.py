@@ -16,48 +16,19 @@ A teacher of wider, deeper dimensions than the student (the point of distilling)
 separate: teacher dim 384, 8 blocks; student dim 384, 4 blocks; latents [16, 5, 16, 16], batch 2.
 """
 import argparse
-import json
-import re
-import statistics
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-WANFW = ROOT / "build" / "bin" / "wanfw"
+from bench_runs import WANFW, experiment, idle_memory, run
+
 DIMS = dict(dim=384, num_heads=4, ffn_dim=1536, in_dim=16, out_dim=16, text_dim=256, text_len=32)
 TEACHER_LAYERS, STUDENT_LAYERS = 8, 4
 
 
-def config(tmp: Path, name: str, model: dict, steps: int, device: str) -> Path:
-    c = {"run": {"name": name, "output_dir": str(tmp / "runs"), "seed": 1},
-         "model": model, "strategy": {"name": "single", "device": device},
-         "data": {"num_samples": 64, "batch_size": 2, "workers": 1, "buckets": ["5x16x16"]},
-         "optimizer": {"lr": 1e-4}, "trainer": {"max_steps": steps, "log_every": 1, "progress": "off"},
-         "checkpoint": {"every": steps, "keep_last": 1}, "loggers": [{"name": "csv"}]}
-    path = tmp / f"{name}.json"
-    path.write_text(json.dumps(c))
-    return path
-
-
-def run(path: Path):
-    """(median ms per step after the first two, peak memory MiB) of the run `path` configures."""
-    result = subprocess.run([str(WANFW), "run", str(path)], capture_output=True, text=True)
-    if result.returncode != 0:
-        sys.exit(f"{path.name} failed:\n{result.stdout}\n{result.stderr}")
-    c = json.loads(path.read_text())
-    rows = (Path(c["run"]["output_dir"]) / c["run"]["name"] / "version_0" / "metrics.csv").read_text().splitlines()
-    header = rows[0].split(",")
-    times = [float(r.split(",")[header.index("step_time")]) for r in rows[3:]]
-    peak = float(re.search(r"peak memory ([\d.]+) MiB", result.stdout + result.stderr).group(1))
-    return statistics.median(times) * 1000, peak
-
-
-def idle_memory() -> float:
-    """Peak RSS of a process that loads LibTorch and the plugins and trains nothing (MiB)."""
-    result = subprocess.run(["/usr/bin/time", "-f", "%M", str(WANFW), "plugins"], capture_output=True, text=True)
-    return int(result.stderr.strip().splitlines()[-1]) / 1024
+def timed(path: Path):
+    """(median ms per step, peak MiB) of the run `path` configures."""
+    return run(path)[:2]
 
 
 def main():
@@ -68,18 +39,18 @@ def main():
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
         fm = {"name": "wan22_flow_matching", "preset": "tiny", **DIMS}
-        teacher_run = config(tmp, "teacher", {**fm, "num_layers": TEACHER_LAYERS}, args.steps, args.device)
-        teacher_ms, teacher_peak = run(teacher_run)
+        teacher_run = experiment(tmp, "teacher", {**fm, "num_layers": TEACHER_LAYERS}, args.steps, args.device)
+        teacher_ms, teacher_peak = timed(teacher_run)
         subprocess.run([str(WANFW), "export", str(teacher_run), "--checkpoint", str(tmp / "runs" / "teacher" / "version_0"),
                         "--out", str(tmp / "teacher")], check=True, capture_output=True)
-        student_ms, student_peak = run(config(tmp, "student", {**fm, "num_layers": STUDENT_LAYERS}, args.steps,
+        student_ms, student_peak = timed(experiment(tmp, "student", {**fm, "num_layers": STUDENT_LAYERS}, args.steps,
                                                 args.device))
         teacher_dims = {f"teacher_{k}": v for k, v in DIMS.items()}
         distill = {"name": "wan22_distill", "teacher_preset": "tiny", **teacher_dims, "teacher_num_layers": TEACHER_LAYERS,
                    "teacher_weights": str(tmp / "teacher"), "teacher_dtype": "bfloat16",
                    "student_num_layers": STUDENT_LAYERS, "guidance_scale": 3.0}
-        distill_ms, distill_peak = run(config(tmp, "distill", distill, args.steps, args.device))
-        fp32_ms, fp32_peak = run(config(tmp, "distill_fp32", {**distill, "teacher_dtype": "float32"}, args.steps,
+        distill_ms, distill_peak = timed(experiment(tmp, "distill", distill, args.steps, args.device))
+        fp32_ms, fp32_peak = timed(experiment(tmp, "distill_fp32", {**distill, "teacher_dtype": "float32"}, args.steps,
                                           args.device))
         idle = idle_memory()
 

@@ -11,50 +11,21 @@ from each run's summary (above an idle process that loads LibTorch and the plugi
 parameters from the runs' logs; checkpoint size from their last checkpoint.
 """
 import argparse
-import json
 import re
-import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-WANFW = ROOT / "build" / "bin" / "wanfw"
+from bench_runs import experiment, idle_memory, run
+
 DIMS = dict(dim=512, num_heads=8, ffn_dim=2048, num_layers=8, in_dim=16, out_dim=16, text_dim=256, text_len=32)
 
 
-def config(tmp: Path, name: str, model: dict, steps: int, device: str) -> Path:
-    c = {"run": {"name": name, "output_dir": str(tmp / "runs"), "seed": 1},
-         "model": {"name": "wan22_flow_matching", "preset": "tiny", **DIMS, **model},
-         "strategy": {"name": "single", "device": device},
-         "data": {"num_samples": 64, "batch_size": 2, "workers": 1, "buckets": ["5x16x16"]},
-         "optimizer": {"lr": 1e-4}, "trainer": {"max_steps": steps, "log_every": 1, "progress": "off"},
-         "checkpoint": {"every": steps, "keep_last": 1}, "loggers": [{"name": "csv"}]}
-    path = tmp / f"{name}.json"
-    path.write_text(json.dumps(c))
-    return path
-
-
-def run(path: Path):
-    """(median ms per step after the first two, peak MiB, checkpoint MiB) of the run `path` configures."""
-    result = subprocess.run([str(WANFW), "run", str(path)], capture_output=True, text=True)
-    if result.returncode != 0:
-        sys.exit(f"{path.name} failed:\n{result.stdout}\n{result.stderr}")
-    c = json.loads(path.read_text())
-    folder = Path(c["run"]["output_dir"]) / c["run"]["name"] / "version_0"
-    rows = (folder / "metrics.csv").read_text().splitlines()
-    header = rows[0].split(",")
-    times = [float(r.split(",")[header.index("step_time")]) for r in rows[3:]]
-    peak = float(re.search(r"peak memory ([\d.]+) MiB", result.stdout + result.stderr).group(1))
+def measured(tmp: Path, name: str, model: dict, steps: int, device: str):
+    """(median ms per step, peak MiB, last checkpoint MiB, console output) of the DiT with `model` options."""
+    ms, peak, folder, output = run(experiment(tmp, name, {"name": "wan22_flow_matching", "preset": "tiny", **DIMS,
+                                                           **model}, steps, device))
     checkpoint = sorted((folder / "checkpoints").iterdir())[-1]
-    size = sum(f.stat().st_size for f in checkpoint.iterdir()) / 2**20
-    return statistics.median(times) * 1000, peak, size, result.stdout + result.stderr
-
-
-def idle_memory() -> float:
-    result = subprocess.run(["/usr/bin/time", "-f", "%M", str(WANFW), "plugins"], capture_output=True, text=True)
-    return int(result.stderr.strip().splitlines()[-1]) / 1024
+    return ms, peak, sum(f.stat().st_size for f in checkpoint.iterdir()) / 2**20, output
 
 
 def main():
@@ -65,10 +36,10 @@ def main():
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
-        full = run(config(tmp, "full", {}, args.steps, args.device))
-        lora = run(config(tmp, "lora", {"lora": {"rank": args.rank}}, args.steps, args.device))
-        lora_bf16 = run(config(tmp, "lora_bf16", {"lora": {"rank": args.rank}, "dtype": "bfloat16"}, args.steps,
-                               args.device))
+        full = measured(tmp, "full", {}, args.steps, args.device)
+        lora = measured(tmp, "lora", {"lora": {"rank": args.rank}}, args.steps, args.device)
+        lora_bf16 = measured(tmp, "lora_bf16", {"lora": {"rank": args.rank}, "dtype": "bfloat16"}, args.steps,
+                             args.device)
         idle = idle_memory()
     share = re.search(r"([\d,]+) trainable parameters, ([\d.]+)% of its weights", lora[3])
     print(f"DiT dim {DIMS['dim']}, {DIMS['num_layers']} blocks; latents [16, 5, 16, 16], batch 2, {args.device}, "

@@ -6,8 +6,8 @@ are refused naming the key."""
 import pytest
 import torch
 from conftest import SOURCE, base_config, checkpoints, wanfw, write_config
-from safetensors import safe_open
 from safetensors.torch import load_file, save_file
+from test_distill import losses, predict as predict_outputs
 from test_layout_invariance import CPU, DDP, RELATIVE, largest_relative_difference, run_on
 from test_wan_parity import TOLERANCE, reference_model
 
@@ -45,12 +45,6 @@ def run_dir(tmp_path, name):
     return tmp_path / "runs" / name / "version_0"
 
 
-def losses(tmp_path, name):
-    rows = (run_dir(tmp_path, name) / "metrics.csv").read_text().splitlines()
-    column = rows[0].split(",").index("loss")
-    return [float(r.split(",")[column]) for r in rows[1:] if r.split(",")[column]]
-
-
 @pytest.fixture
 def base(tmp_path):
     reference_model(tmp_path / "base", seed=5)
@@ -64,10 +58,7 @@ def inputs(seed=9):
 
 
 def predict(tmp_path, config, given, *extra):
-    save_file(given, tmp_path / "in.safetensors")
-    wanfw("predict", config, "--inputs", tmp_path / "in.safetensors", "--out", tmp_path / "out.safetensors", *extra,
-          check=0)
-    return load_file(tmp_path / "out.safetensors")["v"]
+    return predict_outputs(tmp_path, config, given, *extra)["v"]
 
 
 def trained(tmp_path, base, name="lora", **lora):
@@ -148,13 +139,16 @@ def test_dropout_masks_follow_the_sample_so_two_ranks_of_b_equal_one_rank_of_2b(
     one = run_on(tmp_path, "one_x4", CPU, 4, model)
     two = run_on(tmp_path, "two_x2", DDP, 2, model, ranks=2)
     accumulated = run_on(tmp_path, "accum_2x2", {"name": "grad_accum", "steps": 2, "inner": CPU}, 2, model)
+    replicas = run_on(tmp_path, "replicas_2x2", {"name": "data_parallel", "devices": ["cpu", "cpu"]}, 4, model)
     without = run_on(tmp_path, "no_dropout", CPU, 4, {**model, "lora": {**model["lora"], "dropout": 0.0}})
     assert largest_relative_difference(without, one) > 100 * RELATIVE  # the masks change the update
     assert set(one) == {f"{layer}.lora_{m}.weight" for layer in LAYERS for m in "AB"}
     print(f"adapters, ddp 2x2 vs 1x4: {largest_relative_difference(two, one):.3g}; "
-          f"accumulated 2x2: {largest_relative_difference(accumulated, one):.3g}")
+          f"accumulated 2x2: {largest_relative_difference(accumulated, one):.3g}; "
+          f"data_parallel 2 replicas: {largest_relative_difference(replicas, one):.3g}")
     assert largest_relative_difference(two, one) <= RELATIVE
     assert largest_relative_difference(accumulated, one) <= RELATIVE
+    assert largest_relative_difference(replicas, one) <= RELATIVE  # replicas re-freeze and draw their own masks
 
 
 def test_the_diffusers_export_loaded_by_diffusers_gives_wanfws_predictions_and_the_merge_equals_run_time(

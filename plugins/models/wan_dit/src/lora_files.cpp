@@ -56,10 +56,12 @@ std::string diffusers_layer(const std::string& name) {
   return name;
 }
 
-WanLinearImpl* find_layer(WanDiTImpl& dit, const std::string& name) {
+/// The DiT's adaptable layers by module name, found in one pass.
+std::map<std::string, WanLinearImpl*> layers_by_name(WanDiTImpl& dit) {
+  std::map<std::string, WanLinearImpl*> layers;
   for (const auto& item : dit.named_modules("", false))
-    if (item.key() == name) return item.value()->as<WanLinearImpl>();
-  return nullptr;
+    if (auto* layer = item.value()->as<WanLinearImpl>()) layers[item.key()] = layer;
+  return layers;
 }
 
 }  // namespace
@@ -158,11 +160,12 @@ AdapterFile read_adapter_file(const fs::path& file, const WanConfig& config) {
   return out;
 }
 
-void apply_adapter_file(WanDiTImpl& dit, const AdapterLoad& load) {
+AdapterLayout apply_adapter_file(WanDiTImpl& dit, const AdapterLoad& load) {
   const AdapterFile adapter = read_adapter_file(load.file, dit.config());
+  const std::map<std::string, WanLinearImpl*> layers = layers_by_name(dit);
   torch::NoGradGuard no_grad;
   for (const auto& [name, entry] : adapter.layers) {
-    WanLinearImpl* layer = find_layer(dit, name);
+    WanLinearImpl* layer = layers.at(name);
     const std::int64_t rank = entry.A.size(0);
     const double file_scale = load.scale * entry.alpha / static_cast<double>(rank);
     if (!load.train) {
@@ -184,6 +187,7 @@ void apply_adapter_file(WanDiTImpl& dit, const AdapterLoad& load) {
     layer->lora_A->weight.copy_(entry.A);
     layer->lora_B->weight.copy_(entry.B * (file_scale / own_scale));
   }
+  return adapter.layout;
 }
 
 void apply_lora(WanDiTImpl& dit, const LoraSettings& settings, const std::string& expert) {
@@ -191,8 +195,9 @@ void apply_lora(WanDiTImpl& dit, const LoraSettings& settings, const std::string
   const std::string of = expert.empty() ? "the DiT" : "the " + expert + " expert";
   for (const auto& load : settings.load)
     if (!load.train && applies(load)) {
-      apply_adapter_file(dit, load);
-      spdlog::info("merged adapter {} (scale {:g}) into {}", load.file.string(), load.scale, of);
+      const AdapterLayout layout = apply_adapter_file(dit, load);
+      spdlog::info("merged adapter {} ({} layout, scale {:g}) into {}", load.file.string(),
+                   adapter_layout_name(layout), load.scale, of);
     }
   if (!settings.enabled()) return;
   attach_adapters(dit, settings);
@@ -205,8 +210,9 @@ void apply_lora(WanDiTImpl& dit, const LoraSettings& settings, const std::string
                100.0 * static_cast<double>(count) / static_cast<double>(dit.config().parameter_count()));
   for (const auto& load : settings.load)
     if (load.train && applies(load)) {
-      apply_adapter_file(dit, load);
-      spdlog::info("the adapters of {} start from {} (scale {:g})", of, load.file.string(), load.scale);
+      const AdapterLayout layout = apply_adapter_file(dit, load);
+      spdlog::info("the adapters of {} start from {} ({} layout, scale {:g})", of, load.file.string(),
+                   adapter_layout_name(layout), load.scale);
     }
 }
 

@@ -43,8 +43,9 @@ AdapterFile read_adapter_file(const std::filesystem::path& file, const WanConfig
 
 /// Applies `load` to `dit`: merged into the weights (W += scale * alpha / rank * B A), or, with
 /// load.train, as the starting value of the trained adapters (which must be attached to the same
-/// layers with the same rank; B is rescaled so the update is the file's). Throws naming the key.
-void apply_adapter_file(WanDiTImpl& dit, const AdapterLoad& load);
+/// layers with the same rank; B is rescaled so the update is the file's). Returns the file's
+/// layout. Throws naming the key.
+AdapterLayout apply_adapter_file(WanDiTImpl& dit, const AdapterLoad& load);
 
 /// Applies `settings` to one DiT (`expert`: "high_noise", "low_noise" or "" for a single DiT): the
 /// adapters it loads without `train` are merged into the weights; with a rank, adapters are
