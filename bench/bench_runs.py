@@ -11,11 +11,14 @@ ROOT = Path(__file__).resolve().parent.parent
 WANFW = ROOT / "build" / "bin" / "wanfw"
 
 
-def experiment(tmp: Path, name: str, model: dict, steps: int, device: str) -> Path:
-    """A config training `model` for `steps` on synthetic latents [16, 5, 16, 16], batch 2."""
+def experiment(tmp: Path, name: str, model: dict, steps: int, device: str, bucket: str = "5x16x16", batch: int = 2,
+               precision: str = "fp32") -> Path:
+    """A config training `model` for `steps` on synthetic latents [16, F, H, W] (bucket "FxHxW"),
+    `batch` samples a step, under `precision` (fp32, bf16 or fp16)."""
     c = {"run": {"name": name, "output_dir": str(tmp / "runs"), "seed": 1},
          "model": model, "strategy": {"name": "single", "device": device},
-         "data": {"num_samples": 64, "batch_size": 2, "workers": 1, "buckets": ["5x16x16"]},
+         "data": {"num_samples": 64, "batch_size": batch, "workers": 1, "buckets": [bucket]},
+         "precision": {"mode": precision},
          "optimizer": {"lr": 1e-4}, "trainer": {"max_steps": steps, "log_every": 1, "progress": "off"},
          "checkpoint": {"every": steps, "keep_last": 1}, "loggers": [{"name": "csv"}]}
     path = tmp / f"{name}.json"
@@ -24,7 +27,8 @@ def experiment(tmp: Path, name: str, model: dict, steps: int, device: str) -> Pa
 
 
 def run(path: Path):
-    """(median ms per step after the first two, peak memory MiB, run folder, console output)."""
+    """(median ms per step after the first two, peak memory MiB, run folder, console output). The peak is the
+    process's resident memory on the CPU and the CUDA caching allocator's peak on a GPU."""
     result = subprocess.run([str(WANFW), "run", str(path)], capture_output=True, text=True)
     if result.returncode != 0:
         sys.exit(f"{path.name} failed:\n{result.stdout}\n{result.stderr}")
@@ -33,11 +37,15 @@ def run(path: Path):
     rows = (folder / "metrics.csv").read_text().splitlines()
     header = rows[0].split(",")
     times = [float(r.split(",")[header.index("step_time")]) for r in rows[3:]]
-    peak = float(re.search(r"peak memory ([\d.]+) MiB", result.stdout + result.stderr).group(1))
+    memory = re.search(r"peak memory ([\d.]+) MiB(?: \(GPU ([\d.]+) MiB\))?", result.stdout + result.stderr)
+    peak = float(memory.group(2) or memory.group(1))
     return statistics.median(times) * 1000, peak, folder, result.stdout + result.stderr
 
 
-def idle_memory() -> float:
-    """Peak RSS of a process that loads LibTorch and the plugins and trains nothing (MiB)."""
+def idle_memory(device: str = "cpu") -> float:
+    """Peak RSS of a process that loads LibTorch and the plugins and trains nothing (MiB); 0 on a GPU,
+    whose peak counts tensors alone."""
+    if device.startswith("cuda"):
+        return 0.0
     result = subprocess.run(["/usr/bin/time", "-f", "%M", str(WANFW), "plugins"], capture_output=True, text=True)
     return int(result.stderr.strip().splitlines()[-1]) / 1024

@@ -52,7 +52,7 @@ def main():
         distill_ms, distill_peak = timed(experiment(tmp, "distill", distill, args.steps, args.device))
         fp32_ms, fp32_peak = timed(experiment(tmp, "distill_fp32", {**distill, "teacher_dtype": "float32"}, args.steps,
                                           args.device))
-        idle = idle_memory()
+        idle = idle_memory(args.device)
 
     both_ms = teacher_ms + student_ms
     both_peak = idle + (teacher_peak - idle) + (student_peak - idle)

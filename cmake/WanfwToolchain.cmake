@@ -72,6 +72,11 @@ endif()
 separate_arguments(_torch_flags UNIX_COMMAND "${TORCH_CXX_FLAGS}")
 target_compile_options(wanfw_torch INTERFACE ${_torch_flags})
 set(_torch_libs torch torch_cpu torch_cuda c10_cuda c10)
+# The C++ runtime before LibTorch in every binary's search order: the wheels carry copies of
+# parts of libstdc++ (std::filesystem among them, from their toolchain's static support library)
+# and export them; found first, those copies, not the runtime our code is compiled against, would
+# serve our calls (torch 2.11's std::filesystem::remove_all jumps to a null address that way).
+target_link_libraries(wanfw_torch INTERFACE "-Wl,--no-as-needed,-lstdc++")
 foreach(_lib ${_torch_libs})
   if(EXISTS "${WANFW_TORCH_LIB_DIR}/lib${_lib}.so")
     # --no-as-needed: LibTorch registers its CPU and CUDA kernels from static initialisers.

@@ -99,6 +99,17 @@ def test_the_base_weights_stay_bitwise_unchanged_and_the_merged_export_adds_exac
             assert torch.equal(merged[name], tensor), name
 
 
+def test_adapters_on_a_dit_without_weights_are_warned_of_and_indeed_get_no_gradient(tmp_path, base):
+    # The official initialisation zeroes the output head: nothing before it gets a gradient.
+    unweighted = {k: v for k, v in lora_model(base).items() if k != "weights"}
+    result = wanfw("run", experiment(tmp_path, "scratch", unweighted, steps=3, checkpoint_every=3), check=0)
+    assert "output head is all zeros" in result.stderr and "set model.weights" in result.stderr
+    adapters = load_file(checkpoints(run_dir(tmp_path, "scratch"))[-1] / "model.safetensors")
+    assert all(not t.any() for name, t in adapters.items() if "lora_B" in name)
+    with_base = wanfw("run", experiment(tmp_path, "based", lora_model(base), steps=1), check=0)
+    assert "output head is all zeros" not in with_base.stdout + with_base.stderr
+
+
 def tensor_bytes(path):
     """The bytes of a safetensors file's tensor data (its size less the header)."""
     with open(path, "rb") as f:

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include <ATen/autocast_mode.h>
+
 #include <fmt/format.h>
 #include <torch/torch.h>
 
@@ -74,15 +76,25 @@ void WanLinearImpl::attach_lora(const LoraShape& shape, torch::Dtype dtype, std:
 torch::Tensor WanLinearImpl::forward(const torch::Tensor& x) {
   torch::Tensor y = torch::nn::functional::linear(x, weight, bias);
   if (lora_.rank == 0) return y;
-  torch::Tensor h = x.to(lora_A->weight.scalar_type());
+  // Under autocast the adapter's matrix products cast their input themselves; without it the
+  // input meets the adapter's dtype (float32 adapters over a bfloat16 base). A copy of the
+  // activations for nothing costs more than the adapter's own products on a GPU.
+  torch::Tensor h = x;
+  const auto adapter_dtype = lora_A->weight.scalar_type();
+  if (x.scalar_type() != adapter_dtype && !at::autocast::is_autocast_enabled(x.device().type()))
+    h = x.to(adapter_dtype);
   if (lora_.dropout > 0 && is_training()) {
     if (!streams_)
       throw wanfw::Error(fmt::format("adapter dropout in {}: the layer has no dropout streams", name_),
                          "attach adapters through wan::attach_adapters, which gives them");
     h = h * streams_->keep_mask(name_, h.sizes().slice(1), lora_.dropout, h.scalar_type());
   }
+  // alpha / rank applied to the rank-wide intermediate (rank numbers a token, not out).
   const double scale = lora_.alpha / static_cast<double>(lora_.rank);
-  return y + (lora_B(lora_A(h)) * scale).to(y.scalar_type());
+  torch::Tensor down = lora_A(h);
+  if (scale != 1.0) down = down * scale;
+  const torch::Tensor delta = lora_B(down);
+  return y + (delta.scalar_type() == y.scalar_type() ? delta : delta.to(y.scalar_type()));
 }
 
 void WanLinearImpl::merge_lora() {
