@@ -202,6 +202,21 @@ def test_the_tiny_wan_model_trains_under_ddp(tmp_path):
     assert len(metrics(tmp_path, "wan")) == STEPS
 
 
+def test_parameters_one_rank_leaves_without_a_gradient_stop_ddp_naming_the_option_and_train_with_it(tmp_path):
+    from test_layout_invariance import DDP, experiment, largest_relative_difference, run_on
+    # One sample a rank and two experts: every step leaves one expert without a gradient on each rank.
+    model = {"name": "wan22_flow_matching", "preset": "tiny", "expert": "both", "boundary": 500, "text_len": 4}
+    result = torchrun("run", experiment(tmp_path, "unused", DDP, 1, model))
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "rank 0: some trainable parameters got no gradient in this step" in output
+    assert "hint: set strategy.find_unused_parameters: true" in output
+    assert "terminate called" not in output  # stopped before the transport met mismatched collectives
+    two = run_on(tmp_path, "found", {**DDP, "find_unused_parameters": True}, 1, model, ranks=2)
+    one = run_on(tmp_path, "one", {"name": "single", "device": "cpu"}, 2, model)
+    assert largest_relative_difference(two, one) <= 1e-5
+
+
 def test_linear_lr_scaling_multiplies_the_peak_lr_by_the_global_batch_ratio(tmp_path):
     strategy = {"name": "grad_accum", "steps": 4, "inner": {"name": "single", "device": "cpu"}}
     path = config(tmp_path, "scaled", strategy, 4, optimizer={"lr": 0.01, "lr_scaling": "linear"},

@@ -8,8 +8,10 @@ import torch
 from conftest import SOURCE, base_config, checkpoints, wanfw, write_config
 from safetensors.torch import load_file, save_file
 from test_distill import losses, predict as predict_outputs
-from test_layout_invariance import CPU, DDP, RELATIVE, largest_relative_difference, run_on
+from test_layout_invariance import (CPU, DDP, RELATIVE, largest_gradient_difference, largest_relative_difference,
+                                    run_on)
 from test_wan_parity import TOLERANCE, reference_model
+from test_wan_training import expert_pipeline
 
 LAYERS = [f"blocks.{b}.{part}" for b in range(2) for part in
           [f"{a}.{p}" for a in ("self_attn", "cross_attn") for p in "qkvo"] + ["ffn.0", "ffn.2"]]
@@ -160,6 +162,46 @@ def test_dropout_masks_follow_the_sample_so_two_ranks_of_b_equal_one_rank_of_2b(
     assert largest_relative_difference(two, one) <= RELATIVE
     assert largest_relative_difference(accumulated, one) <= RELATIVE
     assert largest_relative_difference(replicas, one) <= RELATIVE  # replicas re-freeze and draw their own masks
+
+
+EXPERTS = ("high_noise_model", "low_noise_model")
+
+
+def test_both_a14b_experts_train_adapters_of_their_own_on_their_samples_and_export_one_each(tmp_path):
+    folder, _, _ = expert_pipeline(tmp_path)
+    model = {"name": "wan22_flow_matching", "preset": "tiny", "weights": str(folder), "expert": "both",
+             "boundary": 500, "timestep_sampling": "logit_normal", "gradient_checkpointing": True,
+             "lora": {"rank": 4, "alpha": 8, "dropout": 0.3}}
+    # Dropout masks drawn for the samples an expert holds: ddp 2 x 2 equals one rank of 4.
+    one = run_on(tmp_path, "one_x4", CPU, 4, model)
+    two = run_on(tmp_path, "two_x2", {**DDP, "find_unused_parameters": True}, 2, model, ranks=2)
+    assert set(one) == {f"{e}.{layer}.lora_{m}.weight" for e in EXPERTS for layer in LAYERS for m in "AB"}
+    for expert in EXPERTS:  # each expert's adapters trained (logit-normal t falls on both sides of 500)
+        assert any(one[f"{expert}.{layer}.lora_B.weight"].any() for layer in LAYERS), expert
+    gradients = largest_gradient_difference(tmp_path, "two_x2", "one_x4")
+    print(f"two experts' adapters, ddp 2x2 vs 1x4: weights {largest_relative_difference(two, one):.3g}, "
+          f"gradient moments {gradients:.3g}")
+    assert gradients <= RELATIVE
+    # AdamW divides by the gradients' own size: where cross-attention's gradient on random text
+    # cancels to almost nothing, the layouts' rounding moves the weights by more than 1e-5.
+    assert largest_relative_difference(two, one) <= 10 * RELATIVE
+    # Exported as one adapter per expert folder; merged, each expert answers its side of the boundary
+    # as the run does with its adapters.
+    path, run = tmp_path / "one_x4.json", tmp_path / "runs" / "one_x4" / "version_0"
+    wanfw("export", path, "--checkpoint", run, "--out", tmp_path / "adapter", check=0)
+    for expert in EXPERTS:
+        keys = set(load_file(tmp_path / "adapter" / expert / "wan_lora.safetensors"))
+        assert "diffusion_model.blocks.0.self_attn.q.lora_A.weight" in keys
+        assert (tmp_path / "adapter" / expert / "pytorch_lora_weights.safetensors").exists()
+    wanfw("export", path, "--checkpoint", run, "--merge", "--out", tmp_path / "merged", check=0)
+    g = torch.Generator().manual_seed(4)
+    given = {"x": torch.randn(2, 4, 3, 4, 4, generator=g), "t": torch.tensor([900.0, 100.0]),
+             "context": torch.randn(2, 4, 32, generator=g)}
+    at_run_time = predict(tmp_path, path, given, "--checkpoint", run)
+    merged_model = {k: v for k, v in model.items() if k != "lora"}
+    merged = write_config(tmp_path / "merged.json", base_config(tmp_path / "runs", model={
+        **merged_model, "weights": str(tmp_path / "merged")}))
+    assert torch.allclose(predict(tmp_path, merged, given), at_run_time, atol=1e-5, rtol=0)
 
 
 def test_the_diffusers_export_loaded_by_diffusers_gives_wanfws_predictions_and_the_merge_equals_run_time(

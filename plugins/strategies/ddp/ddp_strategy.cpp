@@ -3,6 +3,7 @@
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/comm.hpp>
+#include <torch/csrc/distributed/c10d/logger.hpp>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -29,7 +30,10 @@ class DdpStrategy final : public wanfw::Strategy {
   DdpStrategy(const DdpSettings& settings, std::unique_ptr<wanfw::DistributedSession> session)
       : settings_(settings), session_(std::move(session)), pg_(session_->process_group()) {}
 
-  ~DdpStrategy() override { reducer_.reset(); }
+  ~DdpStrategy() override {
+    logger_.reset();  // before the reducer, which it reports on
+    reducer_.reset();
+  }
 
   std::string describe() const override { return "ddp: " + session_->describe(); }
 
@@ -58,13 +62,17 @@ class DdpStrategy final : public wanfw::Strategy {
     std::reverse(buckets.begin(), buckets.end());
     std::unordered_map<std::size_t, std::string> names;
     for (std::size_t i = 0; i < names_.size(); ++i) names[i] = names_[i];
-    reducer_ = std::make_unique<c10d::Reducer>(
+    reducer_ = std::make_shared<c10d::Reducer>(
         parameters_, buckets, pg_, sparse, static_cast<std::int64_t>(settings_.bucket_bytes),
         settings_.find_unused_parameters, /*gradient_as_bucket_view=*/false, names,
         static_cast<std::int64_t>(settings_.first_bucket_bytes), /*skip_all_reduce_unused_params=*/false,
         /*use_python_reducer=*/false,
         std::vector<std::int64_t>{static_cast<std::int64_t>(settings_.first_bucket_bytes),
                                   static_cast<std::int64_t>(settings_.bucket_bytes)});
+    // The reducer reports to a logger it holds weakly, and without one it dereferences nothing:
+    // with find_unused_parameters, from the second step on.
+    logger_ = std::make_shared<c10d::Logger>(reducer_);
+    reducer_->set_logger(logger_);
     if (is_main())
       spdlog::info("ddp: {} parameters in {} gradient bucket(s) of up to {} MiB, averaged over {} processes",
                    parameters_.size(), buckets.size(), settings_.bucket_bytes >> 20, world_size());
@@ -88,6 +96,7 @@ class DdpStrategy final : public wanfw::Strategy {
         reducer_->prepare_for_backward(settings_.find_unused_parameters ? std::vector<at::Tensor>{out.loss}
                                                                         : std::vector<at::Tensor>{});
       backward(out, micro);
+      if (micro.sync_gradients && !settings_.find_unused_parameters) ensure_every_gradient_reduced();
     });
     return out;
   }
@@ -100,10 +109,27 @@ class DdpStrategy final : public wanfw::Strategy {
   void barrier() override { session_->barrier(); }
 
  private:
+  // A parameter without a gradient leaves its bucket unreduced on this rank while the others
+  // reduce theirs; the next collective would then meet the wrong one (a crash in the transport).
+  // Stopped here, before any: this rank names the cause, the others see it stop.
+  void ensure_every_gradient_reduced() {
+    try {
+      reducer_->check_finalized();
+    } catch (const c10::Error&) {
+      throw wanfw::Error(
+          fmt::format("rank {}: some trainable parameters got no gradient in this step, so ddp could not average "
+                      "them (with model.expert: both, a micro-batch whose samples all fall on one expert leaves the "
+                      "other without one)",
+                      rank()),
+          "set strategy.find_unused_parameters: true");
+    }
+  }
+
   DdpSettings settings_;
   std::unique_ptr<wanfw::DistributedSession> session_;
   c10::intrusive_ptr<c10d::ProcessGroup> pg_;
-  std::unique_ptr<c10d::Reducer> reducer_;
+  std::shared_ptr<c10d::Reducer> reducer_;
+  std::shared_ptr<c10d::Logger> logger_;
   std::vector<std::string> names_;
   std::vector<at::Tensor> parameters_, buffers_;
 };
