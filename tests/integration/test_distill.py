@@ -161,6 +161,33 @@ def test_the_exported_student_loads_in_wan22_flow_matching_and_predicts_what_the
     assert torch.equal(predict(tmp_path, plain, given)["v"], distilled)
 
 
+def test_a_lora_student_learns_over_its_frozen_teacher_copy_and_exports_an_adapter_and_a_merged_student(
+        tmp_path, teacher):
+    path = config(tmp_path, teacher, student_num_layers=1, lora={"rank": 4, "alpha": 8}, trainer={"max_steps": 40})
+    result = wanfw("run", path, "--set", "checkpoint.every=40", check=0)
+    assert "adapters of rank 4 (alpha 8) on 10 layers of the DiT" in result.stdout
+    loss = losses(tmp_path, "distill")
+    first, last = sum(loss[:5]) / 5, sum(loss[-5:]) / 5
+    print(f"half-depth LoRA student: mean loss of steps 1-5 {first:.4g}, of steps 36-40 {last:.4g}")
+    assert last < 0.8 * first
+    run = tmp_path / "runs" / "distill" / "version_0"
+    parts = [f"{a}.{p}" for a in ("self_attn", "cross_attn") for p in "qkvo"] + ["ffn.0", "ffn.2"]
+    adapters = {f"blocks.0.{part}.lora_{m}.weight" for part in parts for m in "AB"}
+    saved = checkpoints(run)[-1]
+    assert set(load_file(saved / "model.safetensors")) == adapters  # the adapters alone, not the copied base
+    assert {k[:-len(".exp_avg")] for k in load_file(saved / "optimizer.safetensors") if k.endswith(".exp_avg")} \
+        == adapters
+    wanfw("export", path, "--checkpoint", run, "--out", tmp_path / "adapter", check=0)
+    assert "diffusion_model.blocks.0.ffn.0.lora_B.weight" in load_file(tmp_path / "adapter" / "wan_lora.safetensors")
+    wanfw("export", path, "--checkpoint", run, "--merge", "--out", tmp_path / "merged", check=0)
+    given = inputs()
+    distilled = predict(tmp_path, path, given, "--checkpoint", run)["v"]
+    merged = write_config(tmp_path / "merged.json", base_config(
+        tmp_path / "runs", model={"name": "wan22_flow_matching", "preset": "tiny", "num_layers": 1,
+                                  "weights": str(tmp_path / "merged")}))
+    assert torch.allclose(predict(tmp_path, merged, given)["v"], distilled, atol=1e-5, rtol=0)
+
+
 def test_data_free_distillation_learns_from_the_teachers_own_trajectory(tmp_path, teacher):
     path = config(tmp_path, teacher, data={"num_samples": 32, "batch_size": 4, "workers": 0},
                   student_num_layers=1, inputs="teacher_trajectory", latent_size="2x4x4", trajectory_steps=2,

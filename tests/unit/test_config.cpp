@@ -105,3 +105,77 @@ TEST_CASE("closest_match ignores candidates that are far away") {
   CHECK(closest_match("lr", {"learning_rate", "epochs"}).empty());
   CHECK(closest_match("epoch", {"learning_rate", "epochs"}) == "epochs");
 }
+
+namespace {
+const OptionSchema kAdapterSchema = {
+    option("name", OptionType::String).doc("plugin"),
+    option("lora.rank", OptionType::Integer).value("0").doc("rank"),
+    option("lora.alpha", OptionType::Number).value("0").doc("alpha"),
+    option("lora.load", OptionType::EntryList)
+        .value("[]")
+        .entries({option("file", OptionType::String).required().doc("file"),
+                  option("scale", OptionType::Number).value("1.0").doc("scale"),
+                  option("train", OptionType::Boolean).value("false").doc("train")})
+        .doc("adapters"),
+};
+}  // namespace
+
+TEST_CASE("a dotted option is written as a nested mapping and overridden by its dotted path") {
+  const Config config = Config::parse("model:\n  name: m\n  lora:\n    rank: 8\n", "exp.yaml", {"model.lora.alpha=16"});
+  const Options o = config.section("model", kAdapterSchema, {"name"});
+  CHECK(o.integer("lora.rank") == 8);
+  CHECK(o.number("lora.alpha") == doctest::Approx(16.0));
+  CHECK(o.where("lora.rank").line == 4);
+}
+
+TEST_CASE("an unknown key inside a nested mapping is rejected at its position with the closest option") {
+  const Config config = Config::parse("model:\n  name: m\n  lora:\n    rnak: 8\n", "exp.yaml");
+  const std::string message = error_of([&] { config.section("model", kAdapterSchema, {"name"}); });
+  CHECK(message.find("exp.yaml:4:5") != std::string::npos);
+  CHECK(message.find("unknown key 'lora.rnak'") != std::string::npos);
+  CHECK(message.find("did you mean 'lora.rank'?") != std::string::npos);
+}
+
+TEST_CASE("a nested mapping given a plain value says it must be a mapping") {
+  const Config config = Config::parse("model:\n  name: m\n  lora: 8\n", "exp.yaml");
+  const std::string message = error_of([&] { config.section("model", kAdapterSchema, {"name"}); });
+  CHECK(message.find("exp.yaml:3") != std::string::npos);
+  CHECK(message.find("'model.lora' must be a mapping of options") != std::string::npos);
+}
+
+TEST_CASE("an entry list gives one set of options per entry, defaults filled") {
+  const Config config = Config::parse(
+      "model:\n  name: m\n  lora:\n    load:\n      - {file: a.safetensors, scale: 0.5}\n      - file: b.safetensors\n"
+      "        train: true\n",
+      "exp.yaml");
+  const std::vector<Options> entries = config.section("model", kAdapterSchema, {"name"}).entries("lora.load");
+  REQUIRE(entries.size() == 2);
+  CHECK(entries[0].string("file") == "a.safetensors");
+  CHECK(entries[0].number("scale") == doctest::Approx(0.5));
+  CHECK_FALSE(entries[0].boolean("train"));
+  CHECK(entries[1].number("scale") == doctest::Approx(1.0));
+  CHECK(entries[1].boolean("train"));
+  CHECK(entries[1].where("train").line == 7);
+}
+
+TEST_CASE("an entry's bad value is named by its index and position") {
+  const Config config = Config::parse(
+      "model:\n  name: m\n  lora:\n    load:\n      - {file: a.safetensors}\n      - {file: b.safetensors, scale: big}\n",
+      "exp.yaml");
+  const std::string message = error_of([&] { config.section("model", kAdapterSchema, {"name"}).entries("lora.load"); });
+  CHECK(message.find("model.lora.load[1].scale") != std::string::npos);
+  CHECK(message.find("exp.yaml:6:") != std::string::npos);
+  CHECK(message.find("expected a number") != std::string::npos);
+}
+
+TEST_CASE("an entry without a required option, a list of plain values, or no list is refused") {
+  const Config missing = Config::parse("model:\n  name: m\n  lora:\n    load:\n      - {scale: 2}\n", "exp.yaml");
+  CHECK(error_of([&] { missing.section("model", kAdapterSchema, {"name"}).entries("lora.load"); })
+            .find("needs the option 'file'") != std::string::npos);
+  const Config plain = Config::parse("model:\n  name: m\n  lora:\n    load: [a.safetensors]\n", "exp.yaml");
+  CHECK(error_of([&] { plain.section("model", kAdapterSchema, {"name"}).entries("lora.load"); })
+            .find("'model.lora.load[0]' must be a mapping of options") != std::string::npos);
+  const Config scalar = Config::parse("model:\n  name: m\n  lora:\n    load: a.safetensors\n", "exp.yaml");
+  CHECK(error_of([&] { scalar.section("model", kAdapterSchema, {"name"}).entries("lora.load"); })
+            .find("expected a list of mappings") != std::string::npos);
+}
