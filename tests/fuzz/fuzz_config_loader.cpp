@@ -16,7 +16,8 @@ namespace {
 using wanfw::option;
 using T = wanfw::OptionType;
 
-/// A plugin schema with one option of every type, standing in for a model's or strategy's.
+/// A plugin schema with one option of every type, standing in for a model's or strategy's, and
+/// nested options ("adapter.rank": a mapping inside the section) with an entry list in them.
 const wanfw::OptionSchema& plugin_schema() {
   static const wanfw::OptionSchema schema = {
       option("count", T::Integer).value("3"),
@@ -28,6 +29,12 @@ const wanfw::OptionSchema& plugin_schema() {
       option("scales", T::NumberList).value("[0.5]"),
       option("names", T::StringList).value("[]"),
       option("needed", T::String).required(),
+      option("adapter.rank", T::Integer).value("0"),
+      option("adapter.deep.scale", T::Number).value("1.0"),
+      option("adapter.load", T::EntryList)
+          .value("[]")
+          .entries({option("file", T::String).required(), option("scale", T::Number).value("1.0"),
+                    option("train", T::Boolean).value("false"), option("tags", T::StringList).value("[]")}),
   };
   return schema;
 }
@@ -36,6 +43,7 @@ void read_plugin_section(wanfw::Config& config, const std::string& path) {
   if (!config.has(path)) return;
   (void)config.string_at(path + ".name");
   const wanfw::Options options = config.section(path, plugin_schema(), {"name", "inner"});
+  for (const wanfw::Options& entry : options.entries("adapter.load")) (void)entry.string("file");
   config.record_resolved(options, "fuzz");
   if (config.has(path + ".inner")) read_plugin_section(config, path + ".inner");  // a subsection, as grad_accum's
 }
