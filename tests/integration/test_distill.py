@@ -41,9 +41,10 @@ def teacher(tmp_path):
     return tmp_path / "teacher"
 
 
-def inputs(seed=4):
+def inputs(seed=4, t=(300.0, 800.0)):
+    """Two tiny-DiT inputs: latents [2, 4, 2, 4, 4] and 5-token contexts from `seed`, at timesteps `t`."""
     g = torch.Generator().manual_seed(seed)
-    return {"x": torch.randn(2, 4, 2, 4, 4, generator=g), "t": torch.tensor([300.0, 800.0]),
+    return {"x": torch.randn(2, 4, 2, 4, 4, generator=g), "t": torch.tensor(t),
             "context": torch.randn(2, 5, 32, generator=g)}
 
 

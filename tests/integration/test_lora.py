@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import SOURCE, base_config, checkpoints, wanfw, write_config
 from safetensors.torch import load_file, save_file
-from test_distill import losses, predict as predict_outputs
+from test_distill import inputs as distill_inputs, losses, predict as predict_outputs
 from test_layout_invariance import (CPU, DDP, RELATIVE, largest_gradient_difference, largest_relative_difference,
                                     run_on)
 from test_wan_parity import TOLERANCE, reference_model
@@ -53,10 +53,8 @@ def base(tmp_path):
     return tmp_path / "base"
 
 
-def inputs(seed=9):
-    g = torch.Generator().manual_seed(seed)
-    return {"x": torch.randn(2, 4, 2, 4, 4, generator=g), "t": torch.tensor([150.0, 720.0]),
-            "context": torch.randn(2, 5, 32, generator=g)}
+def inputs():
+    return distill_inputs(9, (150.0, 720.0))
 
 
 def predict(tmp_path, config, given, *extra):

@@ -1,5 +1,7 @@
 #include "wan/lora.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <torch/torch.h>
 
@@ -9,15 +11,18 @@ namespace wan {
 
 namespace {
 
-/// Every WanLinear below `module`, by module name.
+bool selected_by(const std::vector<std::string>& targets, const std::string& name) {
+  return std::any_of(targets.begin(), targets.end(), [&](const std::string& t) { return matches_pattern(name, t); });
+}
+
+}  // namespace
+
 std::vector<std::pair<std::string, WanLinearImpl*>> linear_layers(const torch::nn::Module& module) {
   std::vector<std::pair<std::string, WanLinearImpl*>> out;
   for (const auto& item : module.named_modules("", /*include_self=*/false))
     if (auto* layer = item.value()->as<WanLinearImpl>()) out.emplace_back(item.key(), layer);
   return out;
 }
-
-}  // namespace
 
 std::vector<std::pair<std::string, std::array<std::int64_t, 2>>> adaptable_layers(const WanConfig& config) {
   std::vector<std::pair<std::string, std::array<std::int64_t, 2>>> out;
@@ -71,10 +76,8 @@ std::vector<std::string> target_layers(const WanConfig& config, const std::vecto
 std::int64_t adapter_parameter_count(const WanConfig& config, const LoraSettings& settings) {
   if (!settings.enabled()) return 0;
   std::int64_t count = 0;
-  const auto layers = adaptable_layers(config);
-  for (const auto& name : target_layers(config, settings.targets))
-    for (const auto& [layer, shape] : layers)
-      if (layer == name) count += settings.rank * (shape[0] + shape[1]);
+  for (const auto& [name, shape] : adaptable_layers(config))
+    if (selected_by(settings.targets, name)) count += settings.rank * (shape[0] + shape[1]);
   return count;
 }
 
@@ -94,10 +97,11 @@ std::string training_memory(const WanConfig& config, const LoraSettings& setting
         settings.rank, settings.alpha, layers, models == 2 ? " of each expert" : "",
         with_thousands(static_cast<std::int64_t>(adapters)), 100.0 * adapters / weights,
         adapters / models * 4 / (1024.0 * 1024.0), models == 2 ? " per expert" : "");
-    total = weights * bytes + adapters * 4 * 4;
+    const double adapter_bytes = adapters * 4 * 4;  // float32 weights, gradients and two moments
+    total = weights * bytes + adapter_bytes;
     out += fmt::format("training memory, before activations: frozen base in {} {:.2f} GiB + adapters with gradients "
                        "and AdamW moments {:.2f} GiB = {:.2f} GiB\n",
-                       dtype, weights * bytes / kGiB, adapters * 16 / kGiB, total / kGiB);
+                       dtype, weights * bytes / kGiB, adapter_bytes / kGiB, total / kGiB);
   } else {
     total = weights * bytes * 4;
     out += fmt::format("training state in {} with AdamW (weights, gradients, two moments): {:.2f} GiB, before "

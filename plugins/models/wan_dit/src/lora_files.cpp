@@ -56,14 +56,6 @@ std::string diffusers_layer(const std::string& name) {
   return name;
 }
 
-/// The DiT's adaptable layers by module name, found in one pass.
-std::map<std::string, WanLinearImpl*> layers_by_name(WanDiTImpl& dit) {
-  std::map<std::string, WanLinearImpl*> layers;
-  for (const auto& item : dit.named_modules("", false))
-    if (auto* layer = item.value()->as<WanLinearImpl>()) layers[item.key()] = layer;
-  return layers;
-}
-
 }  // namespace
 
 const char* adapter_layout_name(AdapterLayout layout) {
@@ -162,7 +154,8 @@ AdapterFile read_adapter_file(const fs::path& file, const WanConfig& config) {
 
 AdapterLayout apply_adapter_file(WanDiTImpl& dit, const AdapterLoad& load) {
   const AdapterFile adapter = read_adapter_file(load.file, dit.config());
-  const std::map<std::string, WanLinearImpl*> layers = layers_by_name(dit);
+  const auto listed = linear_layers(dit);
+  const std::map<std::string, WanLinearImpl*> layers(listed.begin(), listed.end());
   torch::NoGradGuard no_grad;
   for (const auto& [name, entry] : adapter.layers) {
     WanLinearImpl* layer = layers.at(name);
@@ -226,10 +219,8 @@ void write_adapter_files(const WanDiTImpl& dit, const fs::path& folder) {
   std::int64_t rank = 0;
   double alpha = 0;
   std::set<std::string> targets;
-  for (const auto& item : dit.named_modules("", false)) {
-    const auto* layer = item.value()->as<WanLinearImpl>();
-    if (layer == nullptr || !layer->has_lora()) continue;
-    const std::string& name = item.key();
+  for (const auto& [name, layer] : linear_layers(dit)) {
+    if (!layer->has_lora()) continue;
     const at::Tensor a = layer->lora_A->weight.detach().cpu().contiguous();
     const at::Tensor b = layer->lora_B->weight.detach().cpu().contiguous();
     rank = layer->lora().rank;

@@ -147,8 +147,9 @@ torch::Tensor WanDenoiser::forward(const torch::Tensor& x, const torch::Tensor& 
       all_samples = dit->lora_dropout->samples();
       LoraDropoutStreams::Samples part_samples = *all_samples;
       part_samples.ids.clear();
-      const torch::Tensor rows = index.cpu();
-      for (std::int64_t i = 0; i < rows.numel(); ++i) part_samples.ids.push_back(all_samples->ids.at(rows[i].item<std::int64_t>()));
+      const torch::Tensor rows = index.to(torch::kCPU, torch::kInt64).contiguous();
+      const std::int64_t* row = rows.data_ptr<std::int64_t>();
+      for (std::int64_t i = 0; i < rows.numel(); ++i) part_samples.ids.push_back(all_samples->ids.at(row[i]));
       dit->lora_dropout->set(part_samples);
     }
     torch::Tensor out = dit->forward(x.index_select(0, index), t.index_select(0, index), context.index_select(0, index),

@@ -22,14 +22,13 @@ torch::Tensor LoraDropoutStreams::keep_mask(const std::string& layer, at::IntArr
     throw wanfw::Error(fmt::format("adapter dropout in {}: no samples are set for this forward", layer),
                        "LoRA dropout draws from the samples' streams; train the model through training_step, or "
                        "evaluate it in eval mode");
-  wanfw::Batch keys;
+  wanfw::Batch keys;  // the samples' keys alone: drawn on the CPU, as sample_rand always draws
   keys.size = static_cast<std::int64_t>(samples_->ids.size());
   keys.sample_ids = samples_->ids;
   keys.epoch = samples_->epoch;
   keys.seed = samples_->seed;
-  keys.fields["device"] = torch::empty({0}, torch::TensorOptions().device(samples_->device));
   const torch::Tensor u = wanfw::sample_rand(keys, "lora_dropout/" + layer, shape);
-  return ((u >= p).to(torch::kFloat32) / (1.0 - p)).to(dtype);
+  return ((u >= p).to(dtype) / (1.0 - p)).to(samples_->device);
 }
 
 WanLinearImpl::WanLinearImpl(std::int64_t in, std::int64_t out) : in_(in), out_(out) { reset(); }

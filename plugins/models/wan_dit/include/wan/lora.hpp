@@ -36,6 +36,9 @@ struct LoraSettings {
   bool enabled() const { return rank > 0; }
 };
 
+/// Every WanLinear below `module` (any module holding DiTs), by module name, in module order.
+std::vector<std::pair<std::string, WanLinearImpl*>> linear_layers(const torch::nn::Module& module);
+
 /// The layers that can carry an adapter, by official module name ("blocks.0.self_attn.q"), with
 /// their weights' shape [out, in], in module order. From the config alone (no weights).
 std::vector<std::pair<std::string, std::array<std::int64_t, 2>>> adaptable_layers(const WanConfig& config);
