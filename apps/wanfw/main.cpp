@@ -55,8 +55,9 @@ int main(int argc, char** argv) {
     return args.empty() ? wanfw::cli::kBadUsage : wanfw::cli::kSuccess;
   }
   if (args[0] == "--version") {
-    std::printf("wanfw %s (plugin ABI %u, LibTorch %s)\n", wanfw::version().c_str(), wanfw::host_plugin_abi_version(),
-                wanfw::host_torch_version().c_str());
+    std::printf("wanfw %s (plugin ABI %u, LibTorch %s, CPU vector unit %s)\n", wanfw::version().c_str(),
+                wanfw::host_plugin_abi_version(), wanfw::host_torch_version().c_str(),
+                wanfw::host_cpu_vector_unit().c_str());
     return wanfw::cli::kSuccess;
   }
   const std::string command = args[0];

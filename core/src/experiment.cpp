@@ -17,16 +17,29 @@ namespace wanfw {
 
 namespace {
 
+/// "loss 1.80 (mean of steps 1-25) -> 0.953 (steps 276-300), 0.53x": how the logged loss moved.
+std::string loss_movement(const TrainingResult& result) {
+  if (!result.first_logged) return "no step logged";
+  const auto window = [](const LoggedLoss& w) {
+    return w.first_step == w.last_step ? fmt::format("step {}", w.last_step)
+                                       : fmt::format("steps {}-{}", w.first_step, w.last_step);
+  };
+  const LoggedLoss& first = *result.first_logged;
+  const LoggedLoss& last = *result.last_logged;
+  if (first.last_step == last.last_step) return fmt::format("loss {:.4g} (mean of {})", first.loss, window(first));
+  return fmt::format("loss {:.4g} (mean of {}) -> {:.4g} ({}), {:.2f}x", first.loss, window(first), last.loss,
+                     window(last), last.loss / first.loss);
+}
+
 void log_summary(const TrainingResult& result, const RunDirectory& run_dir) {
   if (result.stop_signal != 0)
     spdlog::warn("stopped by signal {} at step {}; checkpoint written; continue with --resume auto",
                  result.stop_signal, result.final_step);
   std::string memory = fmt::format("peak memory {:.0f} MiB", result.peak_memory_mib);
   if (result.peak_gpu_memory_mib > 0) memory += fmt::format(" (GPU {:.0f} MiB)", result.peak_gpu_memory_mib);
-  spdlog::info("done: {} steps in {} | {:.1f} samples/s | {} | final loss {:.6g} | best loss {:.6g}",
-               result.final_step, format_duration(result.wall_seconds),
-               static_cast<double>(result.samples) / std::max(result.wall_seconds, 1e-9), memory, result.final_loss,
-               result.best_loss);
+  spdlog::info("done: {} steps in {} | {:.1f} samples/s | {}", result.final_step, format_duration(result.wall_seconds),
+               static_cast<double>(result.samples) / std::max(result.wall_seconds, 1e-9), memory);
+  spdlog::info("{}", loss_movement(result));
   if (result.skipped_samples > 0)
     spdlog::warn("{} bad sample(s) were skipped (data.on_bad_sample: skip); `wanfw data verify` lists them",
                  result.skipped_samples);
@@ -46,7 +59,8 @@ RunOutcome run_experiment(const RunRequest& request) {
   const RunDirectory run_dir = RunDirectory::choose(e.settings.run, request.resume);
   strategy.barrier();
   if (main) {
-    spdlog::info("wanfw {} | LibTorch {} | strategy: {}", version(), host_torch_version(), strategy.describe());
+    spdlog::info("wanfw {} | LibTorch {} | CPU {} | strategy: {}", version(), host_torch_version(),
+                 host_cpu_vector_unit(), strategy.describe());
     run_dir.create(e.resolved_yaml);
     spdlog::info("run folder: {}", run_dir.path().string());
   }

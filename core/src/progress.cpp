@@ -25,12 +25,10 @@ ProgressReporter::Mode ProgressReporter::mode_from(const std::string& setting) {
   return ::isatty(STDOUT_FILENO) ? Mode::Bar : Mode::Lines;
 }
 
-ProgressReporter::ProgressReporter(Mode mode, std::int64_t first_step, std::int64_t total_steps,
-                                   std::int64_t log_every)
+ProgressReporter::ProgressReporter(Mode mode, std::int64_t first_step, std::int64_t total_steps)
     : mode_(mode),
       first_step_(first_step),
       total_(total_steps),
-      log_every_(log_every),
       start_(std::chrono::steady_clock::now()),
       last_draw_(start_),
       last_step_(first_step) {}
@@ -40,21 +38,22 @@ double ProgressReporter::steps_per_second() const {
   return elapsed > 0 ? static_cast<double>(last_step_ - first_step_) / elapsed : 0.0;
 }
 
-std::string ProgressReporter::status(std::int64_t step, const std::map<std::string, double>& scalars) const {
+std::string ProgressReporter::status(std::int64_t step) const {
   const double rate = steps_per_second();
   const double eta = rate > 0 ? static_cast<double>(total_ - step) / rate : NAN;
   std::string text = fmt::format("step {}/{}", step, total_);
-  if (auto it = scalars.find("loss"); it != scalars.end()) text += fmt::format(" loss {:.4g}", it->second);
-  if (auto it = scalars.find("lr"); it != scalars.end()) text += fmt::format(" lr {:.3g}", it->second);
+  if (auto it = logged_.find("loss"); it != logged_.end()) text += fmt::format(" loss {:.4g}", it->second);
+  if (auto it = logged_.find("lr"); it != logged_.end()) text += fmt::format(" lr {:.3g}", it->second);
   text += fmt::format(" | {:.2f} it/s | eta {}", rate, format_duration(eta));
   return text;
 }
 
-void ProgressReporter::update(std::int64_t step, const std::map<std::string, double>& scalars) {
+void ProgressReporter::update(std::int64_t step, const std::map<std::string, double>& logged) {
   last_step_ = step;
+  if (!logged.empty()) logged_ = logged;
   if (mode_ == Mode::Off) return;
   if (mode_ == Mode::Lines) {
-    if (step % log_every_ == 0 || step == total_) spdlog::info("{}", status(step, scalars));
+    if (!logged.empty()) spdlog::info("{}", status(step));
     return;
   }
   const auto now = std::chrono::steady_clock::now();
@@ -64,7 +63,7 @@ void ProgressReporter::update(std::int64_t step, const std::map<std::string, dou
   const int filled = total_ > 0 ? static_cast<int>(kWidth * step / total_) : kWidth;
   std::string bar(static_cast<std::size_t>(filled), '#');
   bar.append(static_cast<std::size_t>(kWidth - filled), '.');
-  std::fprintf(stdout, "\r\033[K[%s] %s", bar.c_str(), status(step, scalars).c_str());
+  std::fprintf(stdout, "\r\033[K[%s] %s", bar.c_str(), status(step).c_str());
   std::fflush(stdout);
   drawn_ = true;
 }

@@ -15,23 +15,25 @@ class ProgressReporter {
   /// "auto" picks Bar when stdout is a terminal, Lines otherwise.
   static Mode mode_from(const std::string& setting);
 
-  ProgressReporter(Mode mode, std::int64_t first_step, std::int64_t total_steps, std::int64_t log_every);
-  /// Called after every optimizer step with the step's scalars (loss, lr, ...).
-  void update(std::int64_t step, const std::map<std::string, double>& scalars);
+  ProgressReporter(Mode mode, std::int64_t first_step, std::int64_t total_steps);
+  /// Called after every optimizer step; `logged` holds what a logging step reported (the loss
+  /// window's mean, lr, ...) and is empty on other steps. Lines are printed at logging steps; the
+  /// bar shows the latest logged values.
+  void update(std::int64_t step, const std::map<std::string, double>& logged);
   /// Ends the bar line so that later output starts on a fresh line.
   void finish();
   double steps_per_second() const;
 
  private:
-  std::string status(std::int64_t step, const std::map<std::string, double>& scalars) const;
+  std::string status(std::int64_t step) const;
 
   Mode mode_;
   std::int64_t first_step_;
   std::int64_t total_;
-  std::int64_t log_every_;
   std::chrono::steady_clock::time_point start_;
   std::chrono::steady_clock::time_point last_draw_;
   std::int64_t last_step_ = 0;
+  std::map<std::string, double> logged_;  ///< the latest logging step's values
   bool drawn_ = false;
 };
 

@@ -16,6 +16,7 @@
 #include "progress.hpp"
 #include "sample_log.hpp"
 #include "stop_signal.hpp"
+#include "training_optimizer.hpp"
 #include "validation.hpp"
 #include "wanfw/error.hpp"
 
@@ -54,64 +55,18 @@ Trainer::Trainer(const CoreSettings& settings, std::string resolved_yaml, std::s
       loggers_(loggers),
       checkpoints_(run_dir),
       run_dir_(std::move(run_dir)),
+      optimizer_(std::make_unique<TrainingOptimizer>(*model_, settings_.optimizer)),
       precision_(settings_.precision) {
-  build_optimizer();
+  if (const std::string groups = optimizer_->describe_groups(); !groups.empty() && strategy_->is_main())
+    spdlog::info("parameter groups: {}", groups);
   state_.world_size = strategy_->world_size();
   state_.config_yaml = resolved_yaml_;
 }
 
 Trainer::~Trainer() = default;
 
-void Trainer::build_optimizer() {
-  const auto& o = settings_.optimizer;
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  std::map<const void*, std::string> owner;  // parameter -> its group, to refuse duplicates
-  for (auto& group : model_->parameter_groups()) {
-    if (group.parameters.empty()) continue;
-    if (!(group.lr_scale >= 0) || !std::isfinite(group.lr_scale))
-      throw Error(fmt::format("parameter group '{}' has lr_scale {}", group.name, group.lr_scale),
-                  "the model plugin must give every group a finite, non-negative lr_scale");
-    std::vector<at::Tensor> tensors;
-    for (auto& [name, tensor] : group.parameters) {
-      const auto [it, fresh] = owner.emplace(tensor.unsafeGetTensorImpl(), group.name);
-      if (!fresh)
-        throw Error(fmt::format("parameter '{}' is in two parameter groups, '{}' and '{}'", name, it->second, group.name),
-                    "the model plugin's parameter_groups() must list each parameter once");
-      tensors.push_back(tensor);
-      parameters_.push_back(tensor);
-    }
-    auto options = std::make_unique<torch::optim::AdamWOptions>(o.lr);
-    options->betas({group.beta1.value_or(o.beta1), group.beta2.value_or(o.beta2)})
-        .eps(o.eps)
-        .weight_decay(group.weight_decay.value_or(o.weight_decay));
-    groups.emplace_back(std::move(tensors), std::move(options));
-    group_names_.push_back(group.name);
-    lr_scales_.push_back(group.lr_scale);
-  }
-  if (parameters_.empty())
-    throw Error("the model has no trainable parameters", "check the model plugin's parameter_groups()");
-  optimizer_ = std::make_unique<torch::optim::AdamW>(
-      std::move(groups), torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weight_decay));
-  if (strategy_->is_main() && group_names_.size() > 1) {
-    std::string line;
-    for (std::size_t i = 0; i < group_names_.size(); ++i) {
-      const auto& g = static_cast<const torch::optim::AdamWOptions&>(optimizer_->param_groups()[i].options());
-      line += fmt::format("{}{} ({} tensors, lr x {:g}, weight decay {:g}, betas {:g}/{:g})", i ? "; " : "",
-                          group_names_[i], optimizer_->param_groups()[i].params().size(), lr_scales_[i],
-                          g.weight_decay(), std::get<0>(g.betas()), std::get<1>(g.betas()));
-    }
-    spdlog::info("parameter groups: {}", line);
-  }
-}
-
-void Trainer::set_learning_rate(double lr) {
-  auto& groups = optimizer_->param_groups();
-  for (std::size_t i = 0; i < groups.size(); ++i)
-    static_cast<torch::optim::AdamWOptions&>(groups[i].options()).lr(lr * lr_scales_[i]);
-}
-
 void Trainer::restore(const fs::path& checkpoint) {
-  state_ = CheckpointStore::load_training_state(checkpoint, *model_, *optimizer_);
+  state_ = CheckpointStore::load_training_state(checkpoint, *model_, optimizer_->adamw());
   state_.config_yaml = resolved_yaml_;
   if (precision_.scales_loss() && state_.loss_scaler) precision_.restore(*state_.loss_scaler);
   if (state_.world_size != strategy_->world_size() && strategy_->is_main())
@@ -159,7 +114,7 @@ Trainer::MicroBatchTotals Trainer::run_micro_batches() {
   // are seeded too, for plugins that still draw from them: (seed, rank, step) reproduces a run on
   // the same layout, not across layouts.
   seed_generators(settings_.run.seed, strategy_->rank(), state_.step);
-  optimizer_->zero_grad(/*set_to_none=*/true);
+  optimizer_->zero_grad();
   at::Tensor loss_sum;
   std::map<std::string, at::Tensor> metric_sums;
   MicroBatchTotals totals;
@@ -225,7 +180,7 @@ void Trainer::stop_on_nonfinite(const Decision& decision, double loss, double gr
 }
 
 void Trainer::apply_update(bool overflow, double lr) {
-  set_learning_rate(lr);
+  optimizer_->set_learning_rate(lr);
   if (overflow) {
     if (strategy_->is_main())
       spdlog::info("step {}: fp16 gradients overflowed at loss scale {:g}; step skipped, scale now {:g}",
@@ -239,26 +194,23 @@ void Trainer::apply_update(bool overflow, double lr) {
 }
 
 std::map<std::string, double> Trainer::report(const MicroBatchTotals& totals, double lr, double grad_norm,
-                                              bool overflow, double loss_scale, double step_seconds,
-                                              ProgressReporter& progress) {
-  std::map<std::string, double> scalars = {{"loss", totals.loss},
-                                           {"lr", lr},
-                                           {"grad_norm", grad_norm},
-                                           {"step_time", step_seconds},
-                                           {"samples_per_sec", totals.samples / std::max(step_seconds, 1e-9)},
-                                           {"peak_memory_mb", peak_memory_mib()}};
-  if (group_names_.size() > 1)
-    for (std::size_t i = 0; i < group_names_.size(); ++i) scalars["lr/" + group_names_[i]] = lr * lr_scales_[i];
-  if (strategy_->device().is_cuda()) scalars["peak_gpu_memory_mb"] = peak_gpu_memory_mib(strategy_->device());
-  for (const auto& [name, value] : totals.metrics) scalars[name] = value;
-  if (precision_.scales_loss()) {
-    scalars["loss_scale"] = loss_scale;
-    scalars["skipped_steps"] = static_cast<double>(skipped_steps_ += overflow ? 1 : 0);
+                                              bool overflow, double loss_scale, double step_seconds, bool log_now) {
+  skipped_steps_ += overflow ? 1 : 0;
+  StepScalars step{totals.loss, grad_norm, step_seconds, totals.samples, totals.metrics, {}};
+  if (!log_now) {
+    window_.add(step);
+    return {};
   }
-  scalars = strategy_->reduce_metrics(std::move(scalars));
-  scalars["samples_per_sec"] *= strategy_->world_size();
-  if (strategy_->is_main()) progress.update(state_.step, scalars);
-  return scalars;
+  step.state = optimizer_->group_learning_rates(lr);  // values of the moment: taken at the logging step
+  step.state["lr"] = lr;
+  step.state["peak_memory_mb"] = peak_memory_mib();
+  if (strategy_->device().is_cuda()) step.state["peak_gpu_memory_mb"] = peak_gpu_memory_mib(strategy_->device());
+  if (precision_.scales_loss()) {
+    step.state["loss_scale"] = loss_scale;
+    step.state["skipped_steps"] = static_cast<double>(skipped_steps_);
+  }
+  window_.add(step);
+  return window_.close(*strategy_);
 }
 
 fs::path Trainer::save_checkpoint() {
@@ -267,7 +219,7 @@ fs::path Trainer::save_checkpoint() {
   strategy_->barrier();
   fs::path path;
   if (strategy_->is_main()) {
-    path = checkpoints_.save(state_, *model_, *optimizer_, settings_.checkpoint.keep_last);
+    path = checkpoints_.save(state_, *model_, optimizer_->adamw(), settings_.checkpoint.keep_last);
     spdlog::debug("checkpoint written: {}", path.string());
   } else {
     path = checkpoints_.folder() / fmt::format("step-{:08d}", state_.step);
@@ -294,13 +246,13 @@ TrainingResult Trainer::fit(const std::optional<fs::path>& checkpoint) {
   if (main) plan_->announce(settings_, *strategy_, state_.step);
   ProgressReporter progress(main ? ProgressReporter::mode_from(settings_.trainer.progress)
                                  : ProgressReporter::Mode::Off,
-                            state_.step, total, settings_.trainer.log_every);
+                            state_.step, total);
   Validation validation(settings_, data_, *model_, *strategy_);
 
   StopSignal stop;
   const auto started = std::chrono::steady_clock::now();
   TrainingResult result;
-  result.best_loss = INFINITY;
+  std::int64_t window_first = state_.step + 1;  // the logging window's first step
   std::int64_t last_saved_step = checkpoint ? state_.step : -1;
   loader_->start_epoch(state_.epoch, state_.batch_in_epoch);
 
@@ -311,10 +263,10 @@ TrainingResult Trainer::fit(const std::optional<fs::path>& checkpoint) {
     // fp16: gradients back to their true scale; an overflow skips the step (the scaler's job,
     // not the NaN guard's).
     const double loss_scale = precision_.scaler().scale;
-    const bool overflow = precision_.unscale_and_check(parameters_);
+    const bool overflow = precision_.unscale_and_check(optimizer_->parameters());
     const double clip = settings_.trainer.grad_clip > 0 ? settings_.trainer.grad_clip
                                                         : std::numeric_limits<double>::infinity();
-    const double grad_norm = overflow ? INFINITY : torch::nn::utils::clip_grad_norm_(parameters_, clip);
+    const double grad_norm = overflow ? INFINITY : torch::nn::utils::clip_grad_norm_(optimizer_->parameters(), clip);
     const Decision decision = agree(totals.loss, grad_norm, overflow);
     if (decision.nonfinite_rank >= 0) stop_on_nonfinite(decision, totals.loss, grad_norm);
 
@@ -323,16 +275,21 @@ TrainingResult Trainer::fit(const std::optional<fs::path>& checkpoint) {
     ++state_.step;
     const bool periodic = settings_.checkpoint.every > 0 && state_.step % settings_.checkpoint.every == 0;
     const bool checkpoint_due = periodic || decision.signal != 0 || state_.step == total;
-    strategy_->after_optimizer_step(*model_, {state_.step, !overflow, checkpoint_due, optimizer_.get()});
+    strategy_->after_optimizer_step(*model_, {state_.step, !overflow, checkpoint_due, &optimizer_->adamw()});
 
-    const std::map<std::string, double> scalars =
-        report(totals, lr, grad_norm, overflow, loss_scale, seconds_since(step_started), progress);
+    // A stop logs the window it ends, so a resumed run's next window starts where this one stopped.
+    const bool log_now = state_.step % settings_.trainer.log_every == 0 || state_.step == total || decision.signal != 0;
+    std::map<std::string, double> logged =
+        report(totals, lr, grad_norm, overflow, loss_scale, seconds_since(step_started), log_now);
     result.samples += totals.samples * strategy_->world_size();
-    result.final_loss = scalars.at("loss");
-    result.best_loss = std::min(result.best_loss, result.final_loss);
+    if (log_now) {
+      const LoggedLoss window{window_first, state_.step, logged.at("loss")};
+      if (!result.first_logged) result.first_logged = window;
+      result.last_logged = window;
+      window_first = state_.step + 1;
+    }
+    if (main) progress.update(state_.step, logged);
     // Validation results go into the step's row when it is a logging step, else into one of their own.
-    std::map<std::string, double> logged;
-    if (state_.step % settings_.trainer.log_every == 0 || state_.step == total) logged = scalars;
     const bool validating = validation.due(state_.step, total);
     if (validating) logged.merge(validation.run(state_.step));
     loggers_.scalars(state_.step, logged);
@@ -359,7 +316,6 @@ TrainingResult Trainer::fit(const std::optional<fs::path>& checkpoint) {
   result.wall_seconds = seconds_since(started);
   result.peak_memory_mib = peak_memory_mib();
   result.peak_gpu_memory_mib = peak_gpu_memory_mib(strategy_->device());
-  if (!std::isfinite(result.best_loss)) result.best_loss = result.final_loss;
   return result;
 }
 

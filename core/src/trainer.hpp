@@ -4,7 +4,8 @@
 //   2. agreement: every rank learns whether any saw a stop signal or a non-finite loss or
 //      gradient norm (agree), so all take the same branch at the same step
 //   3. update: learning rate, optimizer step (or the fp16 skip), strategy hook (apply_update)
-//   4. report: metrics averaged over ranks, progress, loggers, validation (report)
+//   4. report: the step's values join the logging window; at a logging step the window's means,
+//      averaged over ranks, go to the progress line and the loggers, with validation (report)
 //   5. checkpoint when due (periodic, last step, or after an agreed stop signal)
 
 #include <filesystem>
@@ -17,26 +18,31 @@
 #include "checkpoint_store.hpp"
 #include "core_sections.hpp"
 #include "logger_set.hpp"
+#include "metric_window.hpp"
 #include "training_data.hpp"
 #include "training_plan.hpp"
 #include "wanfw/strategy.hpp"
-
-namespace torch::optim {
-class AdamW;
-}
 
 namespace wanfw {
 
 class ProgressReporter;
 class SampleLog;
+class TrainingOptimizer;
+
+/// A logged window's mean training loss and the steps it spans.
+struct LoggedLoss {
+  std::int64_t first_step = 0;
+  std::int64_t last_step = 0;
+  double loss = 0;
+};
 
 struct TrainingResult {
   std::int64_t final_step = 0;
   int stop_signal = 0;  ///< the signal every rank agreed to stop on (0: ran to the end)
   std::optional<std::filesystem::path> last_checkpoint;
   double wall_seconds = 0;
-  double final_loss = 0;
-  double best_loss = 0;
+  std::optional<LoggedLoss> first_logged;  ///< this session's first logged window
+  std::optional<LoggedLoss> last_logged;   ///< and its last
   std::int64_t samples = 0;       ///< samples trained on by all processes together, this session
   double peak_memory_mib = 0;     ///< this process's peak resident memory
   double peak_gpu_memory_mib = 0; ///< peak CUDA memory allocated on this process's device (0 on CPUs)
@@ -70,7 +76,6 @@ class Trainer {
     std::string metric;       ///< "loss" or "grad_norm"
   };
 
-  void build_optimizer();
   void restore(const std::filesystem::path& checkpoint);
   /// After a restore: the micro-batch of the epoch that follows the checkpoint's samples.
   void resume_position();
@@ -80,10 +85,11 @@ class Trainer {
   Decision agree(double loss, double grad_norm, bool overflow);
   [[noreturn]] void stop_on_nonfinite(const Decision& decision, double loss, double grad_norm) const;
   void apply_update(bool overflow, double lr);
+  /// Adds the step to the logging window; at a logging step (`log_now`) returns the window's
+  /// scalars averaged over ranks (a collective), else nothing.
   std::map<std::string, double> report(const MicroBatchTotals& totals, double lr, double grad_norm, bool overflow,
-                                       double loss_scale, double step_seconds, ProgressReporter& progress);
+                                       double loss_scale, double step_seconds, bool log_now);
   std::filesystem::path save_checkpoint();
-  void set_learning_rate(double lr);
 
   CoreSettings settings_;
   std::string resolved_yaml_;
@@ -96,10 +102,8 @@ class Trainer {
   std::unique_ptr<SampleLog> sample_log_;  ///< data.sample_log: this rank's micro-batches
   std::unique_ptr<DataLoader> loader_;
   std::optional<TrainingPlan> plan_;
-  std::vector<at::Tensor> parameters_;    ///< the trainable parameters, in optimizer order
-  std::vector<std::string> group_names_;  ///< the model's parameter groups, in optimizer order
-  std::vector<double> lr_scales_;         ///< each group's learning-rate multiplier
-  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::unique_ptr<TrainingOptimizer> optimizer_;
+  MetricWindow window_;  ///< the steps since the last log
   Precision precision_;
   std::int64_t skipped_steps_ = 0;  ///< fp16 steps skipped on overflow, this process
   std::optional<std::filesystem::path> last_checkpoint_;

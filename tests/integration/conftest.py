@@ -82,6 +82,12 @@ def checkpoints(run_dir: Path) -> list:
     return sorted(p for p in folder.iterdir() if p.name.startswith("step-") and (p / "trainer_state.json").exists())
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "every_vector_unit: the suite also runs this test with ATen, MKL and oneDNN held to AVX2 and to "
+                   "their plain kernels (tests/CMakeLists.txt), so its tolerances hold on every CPU")
+
+
 @pytest.fixture
 def out(tmp_path) -> Path:
     return tmp_path / "runs"

@@ -1,14 +1,27 @@
 """The command line: help, versions, plugin listing, and config errors a user can act on."""
 
+import os
 import re
 import shutil
 
+import pytest
+import torch
 from conftest import BAD_PLUGINS, SOURCE, TEST_PLUGINS, base_config, plugin_abi, wanfw, write_config
 
 
 def test_version_names_wanfw_and_libtorch():
     result = wanfw("--version", check=0)
     assert re.match(r"wanfw \d+\.\d+\.\d+ \(plugin ABI \d+, LibTorch 2\.\d+\.\d+", result.stdout)
+
+
+@pytest.mark.every_vector_unit
+def test_the_cpu_vector_unit_in_use_is_the_one_the_environment_holds_libtorch_to():
+    # The suite's runs on other vector units rest on this: the binary, like torch here, obeys
+    # ATEN_CPU_CAPABILITY (and prints which unit its kernels use).
+    unit = re.search(r"CPU vector unit (\w+)\)", wanfw("--version", check=0).stdout).group(1)
+    assert unit == torch.backends.cpu.get_cpu_capability()
+    if "ATEN_CPU_CAPABILITY" in os.environ:
+        assert unit == os.environ["ATEN_CPU_CAPABILITY"].upper()
 
 
 def test_every_subcommand_has_help():

@@ -6,6 +6,8 @@ import signal
 import subprocess
 import time
 
+import pytest
+
 from conftest import (SOURCE, WANFW, base_config, checkpoints, start_wanfw, wait_for, wanfw, write_config)
 from safetensors.torch import load_file
 
@@ -160,12 +162,38 @@ def test_a_doctored_checkpoint_header_fails_the_resume_naming_the_tensor(tmp_pat
     assert "unknown dtype 'F31'" in result.stderr and str(weights) in result.stderr
 
 
-def test_the_quickstart_trains_on_the_cpu(tmp_path):
-    result = wanfw("run", SOURCE / "examples" / "quickstart.yaml", "--set", f"run.output_dir={tmp_path}",
-                   "--set", "trainer.max_steps=100", check=0)
+def test_the_quickstart_visibly_learns_and_says_how_its_loss_moved(tmp_path):
+    # As the README runs it (only the output folder moved): every logged loss is a window mean.
+    result = wanfw("run", SOURCE / "examples" / "quickstart.yaml", "--set", f"run.output_dir={tmp_path}", check=0)
     run_dir = tmp_path / "quickstart" / "version_0"
     assert f"outputs: {run_dir}" in result.stdout
-    assert (run_dir / "config.yaml").is_file() and (run_dir / "metrics.csv").is_file() and checkpoints(run_dir)
+    assert (run_dir / "config.yaml").is_file() and checkpoints(run_dir)
+    rows = list(csv.DictReader(open(run_dir / "metrics.csv")))
+    assert [int(r["step"]) for r in rows] == list(range(25, 301, 25))
+    first, last = float(rows[0]["loss"]), float(rows[-1]["loss"])
+    print(f"quickstart: loss of steps 1-25 {first:.4g}, of steps 276-300 {last:.4g} ({last / first:.2f}x)")
+    assert last <= 0.8 * first
+    assert f"loss {first:.4g} (mean of steps 1-25) -> {last:.4g} (steps 276-300), {last / first:.2f}x" in result.stdout
+    assert list(run_dir.glob("events.out.tfevents.*"))  # TensorBoard reads the run too
+
+
+def test_a_logged_loss_is_the_mean_of_the_steps_since_the_last_log(tmp_path, out):
+    # The same run logged every step and every 4 steps: each window's loss is the mean of its steps.
+    every_step = base_config(out, trainer={"max_steps": 12, "log_every": 1})
+    every_step["run"]["name"] = "every"
+    windows = base_config(out, trainer={"max_steps": 12, "log_every": 4})
+    for config in (every_step, windows):
+        wanfw("run", write_config(tmp_path / f"{config['run']['name']}.yaml", config), check=0)
+    per_step = list(csv.DictReader(open(out / "every" / "version_0" / "metrics.csv")))
+    logged = list(csv.DictReader(open(out / "exp" / "version_0" / "metrics.csv")))
+    assert [int(r["step"]) for r in logged] == [4, 8, 12]
+    for row in logged:
+        steps = per_step[int(row["step"]) - 4:int(row["step"])]
+        for metric in ("loss", "grad_norm", "weight_error"):  # the trainer's, and the model's own metric
+            assert float(row[metric]) == pytest.approx(sum(float(r[metric]) for r in steps) / 4, rel=1e-12)
+        assert float(row["loss_step"]) == float(steps[-1]["loss"])  # the logging step's own batch
+        assert float(row["lr"]) == float(steps[-1]["lr"])  # values of the moment: the logging step's
+    assert float(logged[0]["loss"]) != float(logged[0]["loss_step"])
 
 
 def test_a_failed_checkpoint_write_is_reported_and_earlier_checkpoints_survive(tmp_path, out):

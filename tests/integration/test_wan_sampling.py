@@ -4,6 +4,7 @@ Euler steps x += (s_{i+1} - s_i) v, and classifier-free guidance v = v_u + g (v_
 is given, so both sides start from the same latents; they agree within the forward parity's 1e-4
 (measured: 9e-6 on latents of scale 4 after 4 guided steps)."""
 
+import pytest
 import torch
 from conftest import base_config, checkpoints, wanfw, write_config
 from safetensors.torch import load_file, save_file
@@ -51,6 +52,7 @@ def sample(tmp_path, config, inputs, *extra):
     return load_file(tmp_path / "samples.safetensors")
 
 
+@pytest.mark.every_vector_unit
 def test_euler_sampler_with_guidance_matches_the_python_loop(tmp_path):
     model = reference_model(tmp_path / "transformer")
     g = torch.Generator().manual_seed(8)
@@ -63,6 +65,7 @@ def test_euler_sampler_with_guidance_matches_the_python_loop(tmp_path):
     assert torch.allclose(got["latents"], expected, atol=1e-4, rtol=0), (got["latents"] - expected).abs().max()
 
 
+@pytest.mark.every_vector_unit
 def test_ti2v_sampling_keeps_the_image_as_the_first_frame(tmp_path):
     model = reference_model(tmp_path / "transformer")
     g = torch.Generator().manual_seed(9)
@@ -75,6 +78,7 @@ def test_ti2v_sampling_keeps_the_image_as_the_first_frame(tmp_path):
     assert torch.allclose(got, expected, atol=1e-4, rtol=0), (got - expected).abs().max()
 
 
+@pytest.mark.every_vector_unit
 def test_i2v_sampling_concatenates_the_mask_and_the_image_condition_at_every_step(tmp_path):
     model = reference_model(tmp_path / "transformer", in_channels=12, out_channels=4)
     g = torch.Generator().manual_seed(10)

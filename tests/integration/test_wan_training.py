@@ -3,6 +3,7 @@ validation, on a tiny model on the CPU. The experts are checked against diffuser
 WanTransformer3DModel: a diffusers pipeline folder holds the high-noise expert in transformer/ and
 the low-noise one in transformer_2/."""
 
+import pytest
 import torch
 from conftest import base_config, checkpoints, wanfw, write_config
 from safetensors import safe_open
@@ -32,6 +33,7 @@ def expert_pipeline(tmp_path):
     return tmp_path / "pipeline", high, low
 
 
+@pytest.mark.every_vector_unit
 def test_both_experts_route_each_sample_by_its_timestep(tmp_path):
     folder, high, low = expert_pipeline(tmp_path)
     config = write_config(tmp_path / "wan.yaml", tiny_wan(tmp_path, weights=str(folder), expert="both", boundary=875))
@@ -45,6 +47,7 @@ def test_both_experts_route_each_sample_by_its_timestep(tmp_path):
         assert torch.allclose(got[i], expected, atol=TOLERANCE, rtol=0), (i, (got[i] - expected).abs().max())
 
 
+@pytest.mark.every_vector_unit
 def test_one_expert_loads_its_own_folder_of_the_official_layout(tmp_path):
     low = reference_model(tmp_path / "Wan2.2" / "low_noise_model", seed=11)
     reference_model(tmp_path / "Wan2.2" / "high_noise_model", seed=10)
@@ -89,6 +92,7 @@ def test_training_both_experts_checkpoints_them_under_their_folder_names(tmp_pat
     assert not any(k.startswith("blocks.") for k in keys)
 
 
+@pytest.mark.every_vector_unit
 def test_gradient_checkpointing_trains_to_the_same_weights(tmp_path):
     plain = load_file(run(tmp_path, "plain", tiny_wan(tmp_path)) / "model.safetensors")
     recomputed = load_file(run(tmp_path, "recomputed", tiny_wan(tmp_path, gradient_checkpointing=True))
@@ -124,6 +128,7 @@ def test_validation_logs_fixed_timestep_losses_and_leaves_training_unchanged(tmp
     assert [int(r["step"]) for r in rows] == [2, 3, 4, 6]  # validation at 3 got a row of its own
 
 
+@pytest.mark.every_vector_unit
 def test_bfloat16_model_loads_weights_and_predicts_within_bfloat16_precision(tmp_path):
     reference = reference_model(tmp_path / "transformer")
     config = write_config(tmp_path / "wan.yaml",

@@ -28,5 +28,9 @@ std::uint32_t host_plugin_abi_version();
 std::string host_torch_version();
 /// wanfw's own version.
 std::string version();
+/// The CPU vector unit LibTorch's kernels use in this process ("AVX512", "AVX2", "DEFAULT"):
+/// the machine's best, or what ATEN_CPU_CAPABILITY holds it to. Float results differ between
+/// units in their rounding.
+std::string host_cpu_vector_unit();
 
 }  // namespace wanfw
