@@ -3,7 +3,9 @@
 #include <cmath>
 
 #include <fmt/format.h>
+#include <ATen/ops/_fused_adamw.h>
 #include <torch/optim/adamw.h>
+#include <torch/torch.h>
 
 #include "wanfw/error.hpp"
 #include "wanfw/model.hpp"
@@ -70,6 +72,39 @@ std::map<std::string, double> TrainingOptimizer::group_learning_rates(double lr)
 
 void TrainingOptimizer::zero_grad() { adamw_->zero_grad(/*set_to_none=*/true); }
 
-void TrainingOptimizer::step() { adamw_->step(); }
+void TrainingOptimizer::step() {
+  // AdamW as ATen's fused multi-tensor kernel (one pass over each parameter, its gradient and its
+  // two moments), on the state torch::optim::AdamW keeps, so checkpoints read and restore it as
+  // before. Tensors go to the kernel in runs of one device and dtype within a parameter group.
+  torch::NoGradGuard no_grad;
+  auto& state = adamw_->state();
+  for (auto& group : adamw_->param_groups()) {
+    const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
+    std::map<std::pair<std::string, at::ScalarType>, FusedRun> runs;
+    for (auto& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      auto& slot = state[p.unsafeGetTensorImpl()];
+      if (!slot) {
+        auto fresh = std::make_unique<torch::optim::AdamWParamState>();
+        fresh->step(0);
+        fresh->exp_avg(torch::zeros_like(p, at::MemoryFormat::Preserve));
+        fresh->exp_avg_sq(torch::zeros_like(p, at::MemoryFormat::Preserve));
+        slot = std::move(fresh);
+      }
+      auto& s = static_cast<torch::optim::AdamWParamState&>(*slot);
+      s.step(s.step() + 1);
+      FusedRun& run = runs[{p.device().str(), p.scalar_type()}];
+      run.params.push_back(p);
+      run.grads.push_back(p.grad());
+      run.exp_avgs.push_back(s.exp_avg());
+      run.exp_avg_sqs.push_back(s.exp_avg_sq());
+      run.steps.push_back(at::full({}, static_cast<double>(s.step()), p.options().dtype(at::kFloat)));
+    }
+    for (auto& [key, run] : runs)
+      at::_fused_adamw_(run.params, run.grads, run.exp_avgs, run.exp_avg_sqs, /*max_exp_avg_sqs=*/{}, run.steps,
+                        o.lr(), std::get<0>(o.betas()), std::get<1>(o.betas()), o.weight_decay(), o.eps(),
+                        /*amsgrad=*/false, /*maximize=*/false);
+  }
+}
 
 }  // namespace wanfw

@@ -36,10 +36,16 @@ class TrainingOptimizer {
   /// "lr/<group>" -> the group's learning rate, when the model has several groups.
   std::map<std::string, double> group_learning_rates(double lr) const;
   void zero_grad();
+  /// One AdamW step of every parameter with a gradient (ATen's fused kernel).
   void step();
   torch::optim::AdamW& adamw() { return *adamw_; }
 
  private:
+  /// Parameters of one group, device and dtype, for one call of the fused kernel.
+  struct FusedRun {
+    std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
+  };
+
   std::vector<at::Tensor> parameters_;
   std::vector<std::string> group_names_;
   std::vector<double> lr_scales_;
