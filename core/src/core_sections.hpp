@@ -31,6 +31,7 @@ struct TrainerSettings {
   bool nan_guard = true;
   std::string progress;  ///< auto | bar | lines | off
   std::int64_t histogram_every = 0;  ///< 0: no weight/gradient histograms
+  std::int64_t cpu_memory_cache_mb = 512;  ///< CPU runs: freed tensor memory kept for reuse; 0: none
 };
 
 struct OptimizerSettings {

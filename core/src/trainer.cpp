@@ -7,12 +7,9 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
-#include <sys/resource.h>
-
-#include <c10/core/CachingDeviceAllocator.h>
-#include <c10/cuda/CUDACachingAllocator.h>
-
+#include "cpu_memory_cache.hpp"
 #include "generators.hpp"
+#include "peak_memory.hpp"
 #include "progress.hpp"
 #include "sample_log.hpp"
 #include "stop_signal.hpp"
@@ -25,19 +22,6 @@ namespace fs = std::filesystem;
 namespace wanfw {
 
 namespace {
-
-double peak_memory_mib() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<double>(usage.ru_maxrss) / 1024.0;  // KiB on Linux
-}
-
-double peak_gpu_memory_mib(const c10::Device& device) {
-  if (!device.is_cuda()) return 0;
-  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
-  const auto aggregate = static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE);
-  return static_cast<double>(stats.allocated_bytes[aggregate].peak) / (1024.0 * 1024.0);
-}
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -249,6 +233,7 @@ TrainingResult Trainer::fit(const std::optional<fs::path>& checkpoint) {
                             state_.step, total);
   Validation validation(settings_, data_, *model_, *strategy_);
 
+  const CpuMemoryCacheScope memory_cache(strategy_->device(), settings_.trainer.cpu_memory_cache_mb);
   StopSignal stop;
   const auto started = std::chrono::steady_clock::now();
   TrainingResult result;

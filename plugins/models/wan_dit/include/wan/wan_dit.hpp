@@ -57,6 +57,14 @@ class WanAttentionImpl : public torch::nn::Cloneable<WanAttentionImpl> {
 };
 TORCH_MODULE(WanAttention);
 
+/// The feed-forward network's activation: GELU with the tanh approximation (wan::gelu_tanh).
+class WanGeluTanhImpl : public torch::nn::Cloneable<WanGeluTanhImpl> {
+ public:
+  void reset() override {}
+  torch::Tensor forward(const torch::Tensor& x);
+};
+TORCH_MODULE(WanGeluTanh);
+
 class WanBlockImpl : public torch::nn::Cloneable<WanBlockImpl> {
  public:
   explicit WanBlockImpl(const WanConfig& config);

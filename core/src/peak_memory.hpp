@@ -1,0 +1,14 @@
+#pragma once
+
+#include <c10/core/Device.h>
+
+namespace wanfw {
+
+/// The process's peak resident memory so far, in MiB.
+double peak_memory_mib();
+
+/// The peak of tensor memory LibTorch's caching allocator has handed out on `device`, in MiB;
+/// 0 for a device that is not a GPU.
+double peak_gpu_memory_mib(const c10::Device& device);
+
+}  // namespace wanfw

@@ -1,0 +1,57 @@
+#include <torch/torch.h>
+
+#include "wan/block_ops.hpp"
+#include "wan/wan_dit.hpp"
+
+namespace wan {
+
+namespace {
+
+/// Rotates consecutive channel pairs of `x` [B, L, H, D] by the rotations [L, D/2], in float32.
+torch::Tensor apply_rope(const torch::Tensor& x, const RopeTables& rope) {
+  const auto sizes = x.sizes();
+  const torch::Tensor pairs = torch::view_as_complex(
+      x.to(torch::kFloat32).reshape({sizes[0], sizes[1], sizes[2], sizes[3] / 2, 2}).contiguous());
+  return torch::view_as_real(pairs * rope.rotations.unsqueeze(1)).reshape(sizes).to(x.scalar_type());
+}
+
+}  // namespace
+
+WanRMSNormImpl::WanRMSNormImpl(std::int64_t dim, double eps) : dim_(dim), eps_(eps) { reset(); }
+
+void WanRMSNormImpl::reset() { weight = register_parameter("weight", torch::ones({dim_})); }
+
+torch::Tensor WanRMSNormImpl::forward(const torch::Tensor& x) { return rms_norm(x, weight, eps_); }
+
+WanAttentionImpl::WanAttentionImpl(std::int64_t dim, std::int64_t num_heads, double eps)
+    : dim_(dim), num_heads_(num_heads), eps_(eps) {
+  reset();
+}
+
+void WanAttentionImpl::reset() {
+  q = register_module("q", WanLinear(dim_, dim_));
+  k = register_module("k", WanLinear(dim_, dim_));
+  v = register_module("v", WanLinear(dim_, dim_));
+  o = register_module("o", WanLinear(dim_, dim_));
+  norm_q = register_module("norm_q", WanRMSNorm(dim_, eps_));
+  norm_k = register_module("norm_k", WanRMSNorm(dim_, eps_));
+}
+
+torch::Tensor WanAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& context, const RopeTables* rope) {
+  const torch::Tensor& source = context.defined() ? context : x;
+  const std::int64_t batch = x.size(0);
+  auto heads = [&](const torch::Tensor& t) { return t.view({batch, t.size(1), num_heads_, -1}); };
+  torch::Tensor query = heads(norm_q(q(x)));
+  torch::Tensor key = heads(norm_k(k(source)));
+  const torch::Tensor value = heads(v(source));
+  if (rope != nullptr) {
+    query = apply_rope(query, *rope);
+    key = apply_rope(key, *rope);
+  }
+  // [B, L, H, D] -> [B, H, L, D] for the fused attention kernels.
+  const torch::Tensor out = at::scaled_dot_product_attention(query.transpose(1, 2), key.transpose(1, 2),
+                                                             value.transpose(1, 2));
+  return o(out.transpose(1, 2).flatten(2).to(x.scalar_type()));
+}
+
+}  // namespace wan
