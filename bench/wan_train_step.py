@@ -4,10 +4,12 @@ other in fresh processes. Prints both median step times, their ratio and each pe
 
     .venv/bin/python bench/wan_train_step.py [--threads 2] [--steps 12] [--rounds 3]
 
-The two sides run alternately for `rounds` rounds (so drifting machine load hits both alike). Each
-round gives a ratio of the two sides' median step times; the figure is the median of the rounds'
-ratios, printed with their spread (lowest to highest), so a gap smaller than the noise between
-rounds shows as such.
+Each round runs wanfw, Python, Python, wanfw (so a machine that speeds up or slows down during the
+round weighs on both sides alike) and gives the ratio of the two sides' median step times over
+both of their runs. The figure is the median of the rounds' ratios, printed with their spread
+(lowest to highest), so a gap smaller than the noise between rounds shows as such. Beside it, the
+ratio of the sides' fastest quartiles of steps: what each step costs when nothing else on the
+machine gets in its way.
 
 Target: wanfw <= 0.9x Python's step time and <= 0.6x its peak memory.
 """
@@ -99,23 +101,37 @@ def main():
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
     steps = args.steps + WARMUP
 
-    rounds = []  # (wanfw median, python median, wanfw RSS, python RSS) of each round
+    rounds = []  # (wanfw steps, python steps, wanfw RSS, python RSS) of each round
+    python_command = [sys.executable, "-c", PYTHON_LOOP, json.dumps([DIMS, LATENT, BATCH, steps, WARMUP])]
     for _ in range(args.rounds):
-        wanfw_times, wanfw_rss = run_wanfw(env, steps)
-        out, python_rss = measure([sys.executable, "-c", PYTHON_LOOP, json.dumps([DIMS, LATENT, BATCH, steps, WARMUP])],
-                                  env)
-        rounds.append((statistics.median(wanfw_times), statistics.median(json.loads(out)["step_times"]), wanfw_rss,
-                       python_rss))
+        wanfw_times, python_times, wanfw_rss, python_rss = [], [], 0.0, 0.0
+        for side in ("wanfw", "python", "python", "wanfw"):
+            if side == "wanfw":
+                times, rss = run_wanfw(env, steps)
+                wanfw_times += times
+                wanfw_rss = max(wanfw_rss, rss)
+            else:
+                out, rss = measure(python_command, env)
+                python_times += json.loads(out)["step_times"]
+                python_rss = max(python_rss, rss)
+        rounds.append((wanfw_times, python_times, wanfw_rss, python_rss))
+
+    def fastest_quartile(times):
+        return statistics.quantiles(times, n=4)[0]
 
     print(f"Wan DiT training step, dims {DIMS}, latents {LATENT}, batch {BATCH}, {args.threads} threads, "
-          f"{args.rounds} interleaved rounds of {args.steps} steps after {WARMUP} warm-up each")
+          f"{args.rounds} rounds (wanfw, python, python, wanfw) of {args.steps} steps after {WARMUP} warm-up each")
+    ratios, quartile_ratios = [], []
     for i, (w, p, wr, pr) in enumerate(rounds, 1):
-        print(f"  round {i}: wanfw {w * 1000:7.1f} ms, python {p * 1000:7.1f} ms, ratio {w / p:.3f}x; "
-              f"peak RSS {wr:7.1f} / {pr:7.1f} MiB")
-    ratios = [w / p for w, p, _, _ in rounds]
+        ratios.append(statistics.median(w) / statistics.median(p))
+        quartile_ratios.append(fastest_quartile(w) / fastest_quartile(p))
+        print(f"  round {i}: median step wanfw {statistics.median(w) * 1000:7.1f} ms, python "
+              f"{statistics.median(p) * 1000:7.1f} ms, ratio {ratios[-1]:.3f}x (fastest quartile "
+              f"{quartile_ratios[-1]:.3f}x); peak RSS {wr:7.1f} / {pr:7.1f} MiB")
     memory = max(r[2] for r in rounds) / max(r[3] for r in rounds)
     print(f"  ratio wanfw/python: step time {statistics.median(ratios):.3f}x (median of rounds; spread "
-          f"{min(ratios):.3f}-{max(ratios):.3f}), peak memory {memory:.3f}x")
+          f"{min(ratios):.3f}-{max(ratios):.3f}; fastest quartiles {statistics.median(quartile_ratios):.3f}x), "
+          f"peak memory {memory:.3f}x")
 
 
 if __name__ == "__main__":

@@ -102,6 +102,18 @@ def test_gradient_checkpointing_trains_to_the_same_weights(tmp_path):
         assert torch.allclose(plain[name], recomputed[name], rtol=1e-4, atol=1e-6), name
 
 
+def test_the_cpu_memory_cache_leaves_the_trained_weights_bitwise_unchanged(tmp_path):
+    cached = tiny_wan(tmp_path)
+    assert "cpu_memory_cache_mb" not in cached["trainer"]  # on by default
+    uncached = tiny_wan(tmp_path)
+    uncached["trainer"] = {**uncached["trainer"], "cpu_memory_cache_mb": 0}
+    with_cache = load_file(run(tmp_path, "cached", cached) / "model.safetensors")
+    without = load_file(run(tmp_path, "uncached", uncached) / "model.safetensors")
+    assert with_cache.keys() == without.keys()
+    for name in without:
+        assert torch.equal(with_cache[name], without[name]), name
+
+
 def test_bfloat16_weights_train_and_are_checkpointed_in_bfloat16(tmp_path):
     checkpoint = run(tmp_path, "bf16", tiny_wan(tmp_path, dtype="bfloat16"))
     weights = load_file(checkpoint / "model.safetensors")
