@@ -16,6 +16,7 @@
 #include "generators.hpp"
 #include "wanfw/file_io.hpp"
 #include "wanfw/error.hpp"
+#include "wanfw/tensor_check.hpp"
 #include "wanfw/safetensors.hpp"
 #include "wanfw/version.hpp"
 
@@ -60,13 +61,25 @@ std::vector<std::pair<std::string, at::Tensor>> generator_states() {
   return states;
 }
 
-void copy_into(const at::Tensor& destination, const at::Tensor& source, const fs::path& file, const std::string& name) {
+/// Copies `source` into `destination` once it passed the gate for `role`.
+void copy_into(const at::Tensor& destination, const at::Tensor& source, const fs::path& file, const std::string& name,
+               const TensorRole& role) {
   if (destination.sizes() != source.sizes())
     throw FileError(fmt::format("{}: tensor '{}' has shape {} but the model expects {}", file.string(), name,
                                 c10::str(source.sizes()), c10::str(destination.sizes())),
                     "the checkpoint belongs to a model of another configuration");
+  check_tensor(source, role, file, name);
   at::NoGradGuard no_grad;
   destination.copy_(source);
+}
+
+/// A model's tensor: a weight where it is floating point, a count (buffers such as step counters) otherwise.
+TensorRole model_tensor_role(const at::Tensor& destination) {
+  if (at::isFloatingType(destination.scalar_type())) return TensorRole::weight();
+  TensorRole count = TensorRole::step_count();
+  count.what = "an integer buffer";
+  count.nonnegative = false;
+  return count;
 }
 
 }  // namespace
@@ -165,7 +178,7 @@ void CheckpointStore::load_weights(const fs::path& checkpoint, Model& model) {
     if (!weights.contains(name))
       throw FileError(fmt::format("{}: tensor '{}' is missing", model_file.string(), name),
                       "the checkpoint belongs to another model");
-    copy_into(tensor, weights.tensor(name), model_file, name);
+    copy_into(tensor, weights.tensor(name), model_file, name, model_tensor_role(tensor));
   }
   for (const auto& record : weights.records())
     if (!expected.count(record.name))
@@ -220,7 +233,8 @@ TrainerState CheckpointStore::load_training_state(const fs::path& checkpoint, Mo
     if (!moments.contains(name + ".step")) continue;
     auto s = std::make_unique<torch::optim::AdamWParamState>();
     const at::Tensor step = moments.load(name + ".step");
-    if (step.numel() != 1 || !at::isIntegralType(step.scalar_type(), false))
+    check_tensor(step, TensorRole::step_count(), optimizer_file, name + ".step");
+    if (step.numel() != 1)
       throw FileError(fmt::format("{}: tensor '{}.step' is {} of {} elements, not one integer", optimizer_file.string(),
                                   name, c10::toString(step.scalar_type()), step.numel()),
                       "the checkpoint is damaged; resume from an earlier one");
@@ -229,13 +243,16 @@ TrainerState CheckpointStore::load_training_state(const fs::path& checkpoint, Mo
       if (!moments.contains(name + field))
         throw FileError(fmt::format("{}: tensor '{}{}' is missing", optimizer_file.string(), name, field));
     at::Tensor exp_avg = at::empty_like(param), exp_avg_sq = at::empty_like(param);
-    copy_into(exp_avg, moments.tensor(name + ".exp_avg"), optimizer_file, name + ".exp_avg");
-    copy_into(exp_avg_sq, moments.tensor(name + ".exp_avg_sq"), optimizer_file, name + ".exp_avg_sq");
+    copy_into(exp_avg, moments.tensor(name + ".exp_avg"), optimizer_file, name + ".exp_avg",
+              TensorRole::first_moment());
+    copy_into(exp_avg_sq, moments.tensor(name + ".exp_avg_sq"), optimizer_file, name + ".exp_avg_sq",
+              TensorRole::second_moment());
     s->exp_avg(exp_avg);
     s->exp_avg_sq(exp_avg_sq);
     if (moments.contains(name + ".max_exp_avg_sq")) {
       at::Tensor m = at::empty_like(param);
-      copy_into(m, moments.tensor(name + ".max_exp_avg_sq"), optimizer_file, name + ".max_exp_avg_sq");
+      copy_into(m, moments.tensor(name + ".max_exp_avg_sq"), optimizer_file, name + ".max_exp_avg_sq",
+                TensorRole::second_moment());
       s->max_exp_avg_sq(m);
     }
     optimizer_state[param.unsafeGetTensorImpl()] = std::move(s);
@@ -249,7 +266,16 @@ TrainerState CheckpointStore::load_training_state(const fs::path& checkpoint, Mo
       spdlog::warn("{}: no state for generator {}; it continues unrestored", rng_file.string(), name);
       continue;
     }
-    generator.set_state(generators.load(name));
+    // The state's size is the generator's own (5056 bytes for the CPU's, 16 for a GPU's).
+    const at::Tensor saved = generators.tensor(name);
+    check_tensor(saved, TensorRole::generator_state(), rng_file, name, std::vector<std::int64_t>{generator.get_state().numel()});
+    try {
+      generator.set_state(saved.clone());
+    } catch (const c10::Error&) {  // LibTorch's own check of the bytes, said in our words
+      throw FileError(fmt::format("{}: tensor '{}' is not a state the {} generator accepts", rng_file.string(), name,
+                                  name),
+                      "the file was edited or damaged: resume from an earlier checkpoint");
+    }
   }
   return state;
 }

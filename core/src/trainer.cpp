@@ -58,6 +58,7 @@ void Trainer::restore(const fs::path& checkpoint) {
                  strategy_->world_size());
   state_.world_size = strategy_->world_size();
   last_checkpoint_ = checkpoint;
+  resumed_from_ = checkpoint;
   if (strategy_->is_main())
     spdlog::info("resumed from {} (step {}, epoch {})", checkpoint.string(), state_.step, state_.epoch);
 }
@@ -153,9 +154,11 @@ void Trainer::stop_on_nonfinite(const Decision& decision, double loss, double gr
   const std::string what = strategy_->world_size() == 1 ? fmt::format("is {}", value)
                            : here ? fmt::format("is {} on rank {}", value, decision.nonfinite_rank)
                                   : fmt::format("is not finite on rank {}", decision.nonfinite_rank);
-  const std::string checkpoint = last_checkpoint_
-                                     ? fmt::format("the last checkpoint, {}, is intact", last_checkpoint_->string())
-                                     : std::string("no checkpoint had been written yet");
+  const std::string checkpoint =
+      !last_checkpoint_ ? std::string("no checkpoint had been written yet")
+      : last_checkpoint_ == resumed_from_
+          ? fmt::format("the run resumed from {} (its values checked) and wrote no checkpoint since", last_checkpoint_->string())
+          : fmt::format("the last checkpoint, {}, is intact", last_checkpoint_->string());
   throw NonFiniteError(
       fmt::format("step {}: metric '{}' {} (NaN guard); {} stopped before the optimizer applied it, and {}",
                   state_.step + 1, decision.metric, what, strategy_->world_size() == 1 ? "training" : "every rank",

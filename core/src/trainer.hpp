@@ -107,6 +107,7 @@ class Trainer {
   Precision precision_;
   std::int64_t skipped_steps_ = 0;  ///< fp16 steps skipped on overflow, this process
   std::optional<std::filesystem::path> last_checkpoint_;
+  std::optional<std::filesystem::path> resumed_from_;  ///< the checkpoint this run resumed from
   TrainerState state_;
 };
 

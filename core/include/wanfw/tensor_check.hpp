@@ -1,0 +1,41 @@
+#pragma once
+// The one gate for tensors read from a user's file (weights, adapters, latents, side tensors,
+// optimizer state, generator states): before a tensor is used, its dtype must be one its role
+// allows, its shape the one the role needs, and its values finite where the role says so. A
+// tensor that fails stops the run with a FileError naming the file, the tensor, what was wrong
+// (the first bad element's index and value) and what to do.
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace wanfw {
+
+/// What a tensor is for, and so what it may hold.
+struct TensorRole {
+  enum class Values { RealFloating, Integer, Bytes };
+  std::string what;                          ///< for messages: "a weight", "an optimizer moment"
+  Values values = Values::RealFloating;      ///< the dtypes it may have
+  bool finite = true;                        ///< RealFloating: no NaN or infinity
+  bool nonnegative = false;                  ///< every value >= 0 (second moments, step counts)
+  std::string hint;                          ///< what to do when it fails
+
+  static TensorRole weight();           ///< model, teacher or student weights; adapter matrices
+  static TensorRole data();             ///< latents, text embeddings, first frames, negative prompts
+  static TensorRole first_moment();     ///< AdamW's exp_avg
+  static TensorRole second_moment();    ///< AdamW's exp_avg_sq, max_exp_avg_sq: finite and >= 0
+  static TensorRole step_count();       ///< an optimizer's step: one integer >= 0
+  static TensorRole generator_state();  ///< a random generator's state: bytes
+};
+
+/// Checks `tensor` (named `name` in `file`) against `role` and, when given, `shape`. Throws
+/// FileError on the first failure. The value check reads the tensor's bytes once (vectorised, no
+/// temporaries); only a failing tensor pays for locating its first bad element.
+void check_tensor(const at::Tensor& tensor, const TensorRole& role, const std::filesystem::path& file,
+                  std::string_view name, std::optional<std::vector<std::int64_t>> shape = std::nullopt);
+
+}  // namespace wanfw

@@ -1,0 +1,136 @@
+"""Checkpoint files that are well-formed but hold bad values: resuming from one stops before the
+first step with exit 1 and an error that names the file, the tensor, what was wrong and what to
+do; no LibTorch text reaches the console, and the checkpoint's bytes stay as they were. Trained on
+the tiny Wan DiT, whose AdamW moments and generator states are the real ones."""
+
+import hashlib
+
+import pytest
+import torch
+from conftest import base_config, checkpoints, wanfw, write_config
+from safetensors.torch import load_file, save_file
+
+FOREIGN_TEXT = ("Exception raised from", "c10::Error", "std::", "Expected a CPUGeneratorImplState",
+                "torch.ByteTensor", "Casting complex values")
+
+
+def folder_digest(folder):
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A tiny Wan run of 2 steps with its checkpoint; each test tampers with a copy."""
+    root = tmp_path_factory.mktemp("trained")
+    config = base_config(root / "runs", model={"name": "wan22_flow_matching", "preset": "tiny"},
+                         data={"num_samples": 16, "batch_size": 2, "workers": 0, "buckets": ["2x4x4"]},
+                         trainer={"max_steps": 2, "log_every": 1}, checkpoint={"every": 2, "keep_last": 0})
+    path = write_config(root / "wan.yaml", config)
+    wanfw("run", path, check=0)
+    return root, config
+
+
+def resume_with(tmp_path, trained, file, change):
+    """Copies the trained run, applies `change` to the tensors of `file` in its checkpoint, and
+    resumes it; returns (result, checkpoint, digest before, digest after)."""
+    import shutil
+    source, config = trained
+    shutil.copytree(source / "runs", tmp_path / "runs")
+    config = {**config, "run": {**config["run"], "output_dir": str(tmp_path / "runs")},
+              "trainer": {**config["trainer"], "max_steps": 4}}
+    path = write_config(tmp_path / "wan.yaml", config)
+    checkpoint = checkpoints(tmp_path / "runs" / config["run"]["name"] / "version_0")[-1]
+    tensors = load_file(checkpoint / file)
+    change(tensors)
+    save_file(tensors, checkpoint / file, metadata={"format": "pt"})
+    before = folder_digest(checkpoint.parent)
+    result = wanfw("run", path, "--resume", "auto")
+    return result, checkpoint, before, folder_digest(checkpoint.parent)
+
+
+def assert_refused(result, before, after, *fragments):
+    assert result.returncode == 1, result.stdout + result.stderr
+    for fragment in fragments:
+        assert fragment in result.stderr, (fragment, result.stderr)
+    for text in FOREIGN_TEXT:
+        assert text not in result.stdout + result.stderr, text
+    assert "step 1/" not in result.stdout and "step 3/" not in result.stdout  # nothing trained
+    assert before == after  # the checkpoint folder's bytes, and no new checkpoint
+
+
+def first_moment_name(tensors, suffix):
+    return next(name for name in sorted(tensors) if name.endswith(suffix) and tensors[name].dim() == 2)
+
+
+@pytest.mark.parametrize("value, words", [(float("nan"), "NaN or infinite"), (float("-inf"), "NaN or infinite")])
+def test_an_optimizer_moment_that_is_not_finite_is_refused_naming_it_and_its_first_bad_element(tmp_path, trained,
+                                                                                                 value, words):
+    names = {}
+
+    def poison(tensors):
+        names["moment"] = first_moment_name(tensors, ".exp_avg")
+        tensors[names["moment"]][1, 2] = value
+
+    result, checkpoint, before, after = resume_with(tmp_path, trained, "optimizer.safetensors", poison)
+    assert_refused(result, before, after, f"{checkpoint / 'optimizer.safetensors'}: tensor '{names['moment']}'",
+                   words, "the first at [1, 2]", "an optimizer moment must be finite", "resume from an earlier checkpoint")
+
+
+def test_a_negative_second_moment_is_refused(tmp_path, trained):
+    names = {}
+
+    def poison(tensors):
+        names["moment"] = first_moment_name(tensors, ".exp_avg_sq")
+        tensors[names["moment"]][0, 3] = -1.0
+
+    result, checkpoint, before, after = resume_with(tmp_path, trained, "optimizer.safetensors", poison)
+    assert_refused(result, before, after, f"tensor '{names['moment']}' holds 1 negative value, the first at [0, 3]",
+                   "an optimizer second moment is never negative")
+
+
+def test_a_negative_step_count_is_refused(tmp_path, trained):
+    names = {}
+
+    def poison(tensors):
+        names["step"] = next(name for name in sorted(tensors) if name.endswith(".step"))
+        tensors[names["step"]] = torch.tensor(-3, dtype=torch.int64)
+
+    result, _, before, after = resume_with(tmp_path, trained, "optimizer.safetensors", poison)
+    assert_refused(result, before, after, f"tensor '{names['step']}' holds 1 negative value",
+                   "an optimizer step count is never negative")
+
+
+def test_a_weight_holding_nan_is_refused_naming_the_weight(tmp_path, trained):
+    def poison(tensors):
+        tensors["blocks.0.self_attn.q.weight"][5, 7] = float("nan")
+
+    result, checkpoint, before, after = resume_with(tmp_path, trained, "model.safetensors", poison)
+    assert_refused(result, before, after,
+                   f"{checkpoint / 'model.safetensors'}: tensor 'blocks.0.self_attn.q.weight' holds 1 value that is "
+                   "NaN or infinite, the first at [5, 7] = nan")
+
+
+@pytest.mark.parametrize("dtype, words", [(torch.complex64, "holds complex values (ComplexFloat)"),
+                                          (torch.int32, "holds integers (Int)")])
+def test_a_weight_of_a_dtype_a_weight_cannot_have_is_refused(tmp_path, trained, dtype, words):
+    def poison(tensors):
+        tensors["head.head.weight"] = tensors["head.head.weight"].to(dtype)
+
+    result, _, before, after = resume_with(tmp_path, trained, "model.safetensors", poison)
+    assert_refused(result, before, after, f"tensor 'head.head.weight' {words}; a weight holds real floating-point")
+
+
+@pytest.mark.parametrize("state, words", [
+    (torch.zeros(100, dtype=torch.uint8), "has shape [100]; a generator state here has shape [5056]"),
+    (torch.zeros(5056, dtype=torch.float32), "holds floating-point values (Float); a generator state holds bytes (U8)"),
+])
+def test_a_generator_state_of_the_wrong_size_or_dtype_is_refused_in_our_words(tmp_path, trained, state, words):
+    def poison(tensors):
+        tensors["cpu"] = state
+
+    result, checkpoint, before, after = resume_with(tmp_path, trained, "rng.safetensors", poison)
+    assert_refused(result, before, after, f"{checkpoint / 'rng.safetensors'}: tensor 'cpu' {words}")
