@@ -3,6 +3,8 @@ synchronise; the base stays bitwise what it was; the exported adapter loads in d
 LoRA loader and gives wanfw's predictions; adapters written in the other layouts load; bad adapters
 are refused naming the key."""
 
+import json
+
 import pytest
 import torch
 from conftest import SOURCE, base_config, checkpoints, wanfw, write_config
@@ -274,11 +276,15 @@ def test_an_adapter_of_another_layout_written_in_python_merges_and_trains_furthe
     assert torch.allclose(predict(tmp_path, further, given), expected, atol=TOLERANCE, rtol=0)
 
 
-def refusal(tmp_path, base, tensors, **entry):
+def refusal_result(tmp_path, base, tensors, **entry):
     save_file(tensors, tmp_path / "bad.safetensors")
     config = write_config(tmp_path / "bad.json", base_config(tmp_path / "runs", model={
         **lora_model(base), "lora": {"rank": 3, "load": [{"file": str(tmp_path / "bad.safetensors"), **entry}]}}))
-    result = wanfw("run", config)
+    return wanfw("run", config)
+
+
+def refusal(tmp_path, base, tensors, **entry):
+    result = refusal_result(tmp_path, base, tensors, **entry)
     assert result.returncode != 0
     return result.stdout + result.stderr
 
@@ -319,3 +325,78 @@ def test_the_lora_examples_validate_and_fit_the_gpus_they_name():
         assert float(room) > 4, info  # room for activations with gradient checkpointing
         assert "frozen base in bfloat16" in info
         assert f"fits {'a' if gpu == 24 else 'an'} {gpu} GB GPU" in path.read_text()
+
+
+def diffusers_file(path, adapter, metadata=None):
+    tensors = {}
+    for layer, (a, b) in adapter.items():
+        tensors[f"transformer.{diffusers_name(layer)}.lora_A.weight"] = a.contiguous()
+        tensors[f"transformer.{diffusers_name(layer)}.lora_B.weight"] = b.contiguous()
+    save_file(tensors, path, metadata=None if metadata is None else {"lora_adapter_metadata": json.dumps(metadata)})
+    return path
+
+
+@pytest.mark.parametrize("tamper, words", [
+    (lambda a, b: (a.index_put_((torch.tensor(1), torch.tensor(4)), torch.tensor(float("nan"))), b),
+     "holds 1 value that is NaN or infinite, the first at [1, 4] = nan"),
+    (lambda a, b: (a, b.index_put_((torch.tensor(0), torch.tensor(2)), torch.tensor(float("inf")))),
+     "holds 1 value that is NaN or infinite, the first at [0, 2] = inf"),
+    (lambda a, b: (a.to(torch.complex64), b), "holds complex values (ComplexFloat)"),
+    (lambda a, b: (a.to(torch.int32), b), "holds integers (Int)"),
+])
+def test_an_adapter_holding_bad_values_is_refused_before_the_first_step_naming_the_tensor(tmp_path, base, tamper,
+                                                                                           words):
+    a, b = torch.randn(3, 48) * 0.1, torch.randn(48, 3) * 0.1
+    a, b = tamper(a, b)
+    result = refusal_result(tmp_path, base, {"diffusion_model.blocks.0.self_attn.q.lora_A.weight": a,
+                                             "diffusion_model.blocks.0.self_attn.q.lora_B.weight": b})
+    assert result.returncode == 1
+    assert f"{tmp_path / 'bad.safetensors'}: tensor 'diffusion_model.blocks.0.self_attn.q.lora_" in result.stderr
+    assert words in result.stderr and "an adapter matrix" in result.stderr
+    assert "step 1/" not in result.stdout and "Casting complex" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("alpha", [float("inf"), 0.0, -2.0])
+def test_an_alpha_tensor_that_is_not_a_positive_finite_number_is_refused(tmp_path, base, alpha):
+    adapter = {"diffusion_model.blocks.0.self_attn.q.lora_A.weight": torch.randn(3, 48),
+               "diffusion_model.blocks.0.self_attn.q.lora_B.weight": torch.randn(48, 3),
+               "diffusion_model.blocks.0.self_attn.q.alpha": torch.tensor(alpha)}
+    message = refusal(tmp_path, base, adapter)
+    assert "'diffusion_model.blocks.0.self_attn.q.alpha'" in message
+    assert ("NaN or infinite" if alpha == float("inf") else f"gives alpha {alpha:g}; alpha must be a positive finite") \
+        in message
+
+
+def test_a_rank_zero_adapter_is_refused(tmp_path, base):
+    message = refusal(tmp_path, base, {"diffusion_model.blocks.0.self_attn.q.lora_A.weight": torch.zeros(0, 48),
+                                       "diffusion_model.blocks.0.self_attn.q.lora_B.weight": torch.zeros(48, 0)})
+    assert "'diffusion_model.blocks.0.self_attn.q.lora_A.weight' has rank 0" in message
+
+
+def test_a_metadata_alpha_written_as_a_numeric_string_scales_the_update_as_that_number(tmp_path, base):
+    adapter = random_adapter()
+    given = inputs()
+    outputs = {}
+    for name, metadata in {"string": {"r": 3, "lora_alpha": "8"}, "number": {"r": 3, "lora_alpha": 8},
+                           "absent": None}.items():
+        file = diffusers_file(tmp_path / f"{name}.safetensors", adapter, metadata)
+        config = write_config(tmp_path / f"{name}.json", base_config(tmp_path / "runs", model={
+            **lora_model(base), "lora": {"rank": 0, "load": [{"file": str(file)}]}}))
+        outputs[name] = predict(tmp_path, config, given)
+    assert torch.equal(outputs["string"], outputs["number"])
+    assert not torch.allclose(outputs["string"], outputs["absent"])  # alpha 8 is not alpha = rank
+
+
+@pytest.mark.parametrize("metadata, words", [
+    ({"r": 3, "lora_alpha": "eight"}, "metadata field 'lora_alpha' (in lora_adapter_metadata) is \"eight\", not a number"),
+    ({"r": "3.5", "lora_alpha": 8}, "gives the rank 3.5; a rank is a whole number >= 1"),
+    ({"r": 3, "lora_alpha": "-inf"}, "gives alpha -inf; alpha must be a positive finite number"),
+    ({"r": 5, "lora_alpha": 8}, "has rank 3, but the metadata field 'r' (in lora_adapter_metadata) says 5"),
+])
+def test_adapter_metadata_that_does_not_state_a_usable_number_is_refused_naming_the_field(tmp_path, base, metadata,
+                                                                                           words):
+    file = diffusers_file(tmp_path / "meta.safetensors", random_adapter(), metadata)
+    config = write_config(tmp_path / "meta.json", base_config(tmp_path / "runs", model={
+        **lora_model(base), "lora": {"rank": 0, "load": [{"file": str(file)}]}}))
+    result = wanfw("run", config)
+    assert result.returncode == 1 and str(file) in result.stderr and words in result.stderr, result.stderr

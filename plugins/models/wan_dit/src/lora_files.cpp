@@ -8,9 +8,11 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "adapter_metadata.hpp"
 #include "wan/wan_weights.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/safetensors.hpp"
+#include "wanfw/tensor_check.hpp"
 
 namespace fs = std::filesystem;
 
@@ -21,6 +23,14 @@ namespace {
 constexpr const char* kWanFile = "wan_lora.safetensors";
 constexpr const char* kDiffusersFile = "pytorch_lora_weights.safetensors";
 constexpr const char* kMetadataKey = "lora_adapter_metadata";
+
+/// An adapter's matrices and alphas pass the gate as weights.
+wanfw::TensorRole adapter_role(const char* what) {
+  wanfw::TensorRole role = wanfw::TensorRole::weight();
+  role.what = what;
+  role.hint = "the adapter file holds values no adapter can have: write it again, or leave it out of model.lora.load";
+  return role;
+}
 
 bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
 bool ends_with(const std::string& s, const std::string& suffix) {
@@ -112,13 +122,16 @@ AdapterFile read_adapter_file(const fs::path& file, const WanConfig& config) {
                        config.preset, config.num_layers));
     LayerAdapter& entry = out.layers[layer];
     if (part == ".alpha") {
-      const at::Tensor alpha = source.load(record.name);
+      const at::Tensor alpha = source.tensor(record.name);
       if (alpha.numel() != 1) fail(record.name, fmt::format("holds {} values, not one alpha", alpha.numel()), "");
+      if (!at::isIntegralType(alpha.scalar_type(), false)) wanfw::check_tensor(alpha, adapter_role("an alpha"), file, record.name);
       entry.alpha = alpha.to(torch::kFloat64).item<double>();
+      check_adapter_alpha(entry.alpha, file, fmt::format("tensor '{}'", record.name));
       alpha_keys[layer] = record.name;
       continue;
     }
     const bool is_a = part == ".lora_A.weight" || part == ".lora_down.weight";
+    wanfw::check_tensor(source.tensor(record.name), adapter_role("an adapter matrix"), file, record.name);
     at::Tensor tensor = source.load(record.name).to(torch::kFloat32);
     if (tensor.dim() != 2) fail(record.name, fmt::format("has shape {}; a low-rank matrix has two dimensions", c10::str(tensor.sizes())), "");
     (is_a ? entry.A : entry.B) = tensor;
@@ -129,13 +142,9 @@ AdapterFile read_adapter_file(const fs::path& file, const WanConfig& config) {
     throw wanfw::FileError(fmt::format("adapter {}: holds no adapter tensors", file.string()),
                            "pass a LoRA safetensors file");
 
-  // Alpha of a PEFT file: its metadata (lora_alpha), else the rank (scale 1).
-  std::optional<double> metadata_alpha;
-  if (auto it = source.metadata().find(kMetadataKey); it != source.metadata().end()) {
-    const auto parsed = nlohmann::json::parse(it->second, nullptr, /*allow_exceptions=*/false);
-    if (parsed.is_object() && parsed.contains("lora_alpha") && parsed["lora_alpha"].is_number())
-      metadata_alpha = parsed["lora_alpha"].get<double>();
-  }
+  // Alpha without a tensor of its own: the metadata's (PEFT's lora_alpha, kohya's ss_network_alpha),
+  // else the rank (scale 1).
+  const AdapterMetadata metadata = read_adapter_metadata(source.metadata(), file);
   for (auto& [layer, entry] : out.layers) {
     const std::string& key = entry.key.empty() ? alpha_keys[layer] : entry.key;
     if (!entry.A.defined() || !entry.B.defined())
@@ -143,11 +152,15 @@ AdapterFile read_adapter_file(const fs::path& file, const WanConfig& config) {
            "the file is incomplete");
     const auto shape = shapes.at(layer);
     const std::int64_t rank = entry.A.size(0);
+    if (rank == 0) fail(key, "has rank 0: an adapter without a single direction", "leave the file out of model.lora.load");
+    if (metadata.rank && *metadata.rank != rank)
+      fail(key, fmt::format("has rank {}, but the metadata field {} says {}", rank, metadata.rank_field, *metadata.rank),
+           "the file's matrices and metadata disagree: write the adapter again");
     if (entry.A.size(1) != shape[1] || entry.B.size(0) != shape[0] || entry.B.size(1) != rank)
       fail(key, fmt::format("and its partner have shapes A {} and B {}, but layer {} needs A [rank, {}] and B [{}, rank]",
                             c10::str(entry.A.sizes()), c10::str(entry.B.sizes()), layer, shape[1], shape[0]),
            "the adapter was made for a model of other dimensions (dim, ffn_dim): choose the matching preset");
-    if (!alpha_keys.count(layer)) entry.alpha = metadata_alpha.value_or(static_cast<double>(rank));
+    if (!alpha_keys.count(layer)) entry.alpha = metadata.alpha.value_or(static_cast<double>(rank));
   }
   return out;
 }
