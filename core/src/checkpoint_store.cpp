@@ -68,9 +68,7 @@ void copy_into(const at::Tensor& destination, const at::Tensor& source, const fs
     throw FileError(fmt::format("{}: tensor '{}' has shape {} but the model expects {}", file.string(), name,
                                 c10::str(source.sizes()), c10::str(destination.sizes())),
                     "the checkpoint belongs to a model of another configuration");
-  check_tensor(source, role, file, name);
-  at::NoGradGuard no_grad;
-  destination.copy_(source);
+  copy_checked(destination, source, role, file, name);
 }
 
 /// A model's tensor: a weight where it is floating point, a count (buffers such as step counters) otherwise.

@@ -9,6 +9,7 @@
 #include "experiment_assembly.hpp"
 #include "run_directory.hpp"
 #include "wanfw/error.hpp"
+#include "wanfw/tensor_check.hpp"
 #include "wanfw/safetensors.hpp"
 
 namespace fs = std::filesystem;
@@ -32,7 +33,10 @@ Experiment evaluation_model(const EvaluateRequest& request) {
 std::map<std::string, at::Tensor> read_tensors(const fs::path& path) {
   const SafetensorsFile file = SafetensorsFile::open(path);
   std::map<std::string, at::Tensor> tensors;
-  for (const auto& record : file.records()) tensors.emplace(record.name, file.load(record.name));
+  for (const auto& record : file.records()) {
+    check_tensor(file.tensor(record.name), TensorRole::input(), path, record.name);
+    tensors.emplace(record.name, file.load(record.name));
+  }
   return tensors;
 }
 

@@ -22,6 +22,15 @@ void check_sample_shapes(const Sample& sample, const std::vector<FieldSpec>& fie
                       "the model needs every field it declares; re-encode the data set with the model's fields");
     }
     const at::Tensor& value = it->second;
+    const at::ScalarType dtype = value.scalar_type();
+    const bool real = at::isFloatingType(dtype) && !at::isComplexType(dtype);
+    if (at::isFloatingType(field.dtype) ? !real : !at::isIntegralType(dtype, /*includeBool=*/false))
+      throw DataError(fmt::format("{}: field '{}' holds {} values ({}); the model takes {}", name(), field.name,
+                                  at::isComplexType(dtype) ? "complex" : real ? "floating-point" : "integer",
+                                  c10::toString(dtype),
+                                  at::isFloatingType(field.dtype) ? "real floating-point values" : "integers"),
+                      "encode the field as real numbers (F32, BF16 or F16), or set data.on_bad_sample: skip to "
+                      "train without the sample");
     bool fits = value.dim() == static_cast<std::int64_t>(field.shape.size());
     for (std::int64_t d = 0; fits && d < value.dim(); ++d) {
       const std::int64_t want = field.shape[static_cast<std::size_t>(d)], got = value.size(d);

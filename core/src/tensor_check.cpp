@@ -23,6 +23,8 @@ bool allowed(at::ScalarType dtype, TensorRole::Values values) {
   switch (values) {
     case TensorRole::Values::RealFloating: return at::isFloatingType(dtype) && !at::isComplexType(dtype);
     case TensorRole::Values::Integer: return at::isIntegralType(dtype, /*includeBool=*/false);
+    case TensorRole::Values::RealOrInteger:
+      return at::isIntegralType(dtype, /*includeBool=*/false) || (at::isFloatingType(dtype) && !at::isComplexType(dtype));
     case TensorRole::Values::Bytes: return dtype == at::kByte;
   }
   return false;
@@ -32,6 +34,7 @@ const char* expected_kind(TensorRole::Values values) {
   switch (values) {
     case TensorRole::Values::RealFloating: return "real floating-point values (F32, BF16, F16 or F64)";
     case TensorRole::Values::Integer: return "integers";
+    case TensorRole::Values::RealOrInteger: return "real numbers (floating-point or integer)";
     case TensorRole::Values::Bytes: return "bytes (U8)";
   }
   return "";
@@ -64,10 +67,16 @@ TensorRole TensorRole::second_moment() {
 }
 TensorRole TensorRole::step_count() { return {"an optimizer step count", Values::Integer, true, true, kDamaged}; }
 TensorRole TensorRole::generator_state() { return {"a generator state", Values::Bytes, true, false, kDamaged}; }
+TensorRole TensorRole::input() {
+  return {"an input", Values::RealOrInteger, true, false, "write the inputs again with finite real values"};
+}
 
-void check_tensor(const at::Tensor& tensor, const TensorRole& role, const std::filesystem::path& file,
-                  std::string_view name, std::optional<std::vector<std::int64_t>> shape) {
-  const std::string where = fmt::format("{}: tensor '{}'", file.string(), name);
+namespace {
+
+/// The checks of check_tensor on everything but the values.
+std::string check_kind_and_shape(const at::Tensor& tensor, const TensorRole& role, const std::filesystem::path& file,
+                                 std::string_view name, const std::optional<std::vector<std::int64_t>>& shape) {
+  std::string where = fmt::format("{}: tensor '{}'", file.string(), name);
   if (!allowed(tensor.scalar_type(), role.values))
     throw FileError(fmt::format("{} holds {}; {} holds {}", where, kind_of(tensor.scalar_type()), role.what,
                                 expected_kind(role.values)),
@@ -76,8 +85,13 @@ void check_tensor(const at::Tensor& tensor, const TensorRole& role, const std::f
     throw FileError(fmt::format("{} has shape {}; {} here has shape {}", where, c10::str(tensor.sizes()), role.what,
                                 c10::str(at::IntArrayRef(*shape))),
                     role.hint);
+  return where;
+}
+
+void check_values(const at::Tensor& tensor, const TensorRole& role, const std::string& where, bool known_finite) {
   if (tensor.numel() == 0) return;
-  if (role.values == TensorRole::Values::RealFloating && role.finite && !all_finite(tensor)) {
+  const bool floating = at::isFloatingType(tensor.scalar_type());
+  if (floating && role.finite && !known_finite && !all_finite(tensor)) {
     const at::Tensor bad = at::isfinite(tensor).logical_not();
     const std::int64_t count = bad.sum().item<std::int64_t>();
     throw FileError(fmt::format("{} holds {} {} NaN or infinite, the first at {}; {} must be finite", where, count,
@@ -92,6 +106,29 @@ void check_tensor(const at::Tensor& tensor, const TensorRole& role, const std::f
                                 count == 1 ? "value" : "values", first_element(tensor, bad), role.what),
                     role.hint);
   }
+}
+
+}  // namespace
+
+void check_tensor(const at::Tensor& tensor, const TensorRole& role, const std::filesystem::path& file,
+                  std::string_view name, std::optional<std::vector<std::int64_t>> shape) {
+  check_values(tensor, role, check_kind_and_shape(tensor, role, file, name, shape), false);
+}
+
+void copy_checked(const at::Tensor& destination, const at::Tensor& source, const TensorRole& role,
+                  const std::filesystem::path& file, std::string_view name) {
+  const std::string where = check_kind_and_shape(source, role, file, name, destination.sizes().vec());
+  at::NoGradGuard no_grad;
+  if (destination.device().is_cpu() && destination.is_contiguous() && source.is_contiguous() &&
+      at::isFloatingType(source.scalar_type())) {
+    at::Tensor target = destination;
+    const bool finite = copy_finite(target, source);
+    // A bad value found in the copy is reported from the source, with its index and value.
+    check_values(source, role, where, finite || !role.finite);
+    return;
+  }
+  check_values(source, role, where, false);
+  destination.copy_(source);
 }
 
 }  // namespace wanfw

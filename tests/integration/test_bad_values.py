@@ -134,3 +134,54 @@ def test_a_generator_state_of_the_wrong_size_or_dtype_is_refused_in_our_words(tm
 
     result, checkpoint, before, after = resume_with(tmp_path, trained, "rng.safetensors", poison)
     assert_refused(result, before, after, f"{checkpoint / 'rng.safetensors'}: tensor 'cpu' {words}")
+
+
+# --- files a run reads at start: weights, side tensors, inputs -------------------------------------
+
+def test_model_weights_holding_nan_are_refused_naming_the_shard_and_the_tensor(tmp_path):
+    from test_wan_parity import reference_model, wan_config
+    reference_model(tmp_path / "weights", seed=2)
+    shard = next((tmp_path / "weights").glob("*.safetensors"))
+    tensors = load_file(shard)
+    name = next(n for n in sorted(tensors) if n.endswith("attn1.to_q.weight"))
+    tensors[name][3, 1] = float("inf")
+    save_file(tensors, shard, metadata={"format": "pt"})
+    result = wanfw("run", wan_config(tmp_path, tmp_path / "weights"))
+    assert result.returncode == 1
+    assert f"{shard}: tensor '{name}' holds 1 value that is NaN or infinite, the first at [3, 1] = inf; a weight " \
+           "must be finite" in result.stderr, result.stderr
+    assert "step 1/" not in result.stdout
+
+
+def test_a_negative_prompt_holding_nan_is_refused_at_its_option_naming_the_file(tmp_path):
+    from test_wan_parity import reference_model
+    reference_model(tmp_path / "teacher", seed=3)
+    context = torch.randn(5, 32)
+    context[2, 7] = float("nan")
+    save_file({"negative": context}, tmp_path / "negative.safetensors")
+    config = base_config(tmp_path / "runs", model={
+        "name": "wan22_distill", "teacher_preset": "tiny", "teacher_weights": str(tmp_path / "teacher"),
+        "guidance_scale": 5.0, "negative_context": str(tmp_path / "negative.safetensors")},
+        data={"num_samples": 8, "batch_size": 2, "workers": 0, "buckets": ["2x4x4"]})
+    result = wanfw("run", write_config(tmp_path / "distill.yaml", config))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "model.negative_context" in result.stderr
+    assert f"{tmp_path / 'negative.safetensors'}: tensor 'negative' holds 1 value that is NaN or infinite, the first " \
+           "at [2, 7] = nan; a negative prompt's text embedding must be finite" in result.stderr
+
+
+def test_predict_inputs_holding_infinity_or_complex_values_are_refused_naming_the_tensor(tmp_path):
+    config = write_config(tmp_path / "wan.yaml", base_config(tmp_path / "runs", model={
+        "name": "wan22_flow_matching", "preset": "tiny"}))
+    x = torch.randn(1, 4, 2, 4, 4)
+    x[0, 1, 0, 2, 3] = float("-inf")
+    save_file({"x": x, "t": torch.tensor([300.0]), "context": torch.randn(1, 5, 32)}, tmp_path / "in.safetensors")
+    result = wanfw("predict", config, "--inputs", tmp_path / "in.safetensors", "--out", tmp_path / "out.safetensors")
+    assert result.returncode == 1
+    assert f"{tmp_path / 'in.safetensors'}: tensor 'x' holds 1 value that is NaN or infinite, the first at " \
+           "[0, 1, 0, 2, 3] = -inf; an input must be finite" in result.stderr
+    save_file({"x": torch.randn(1, 4, 2, 4, 4).to(torch.complex64), "t": torch.tensor([300.0]),
+               "context": torch.randn(1, 5, 32)}, tmp_path / "in.safetensors")
+    result = wanfw("predict", config, "--inputs", tmp_path / "in.safetensors", "--out", tmp_path / "out.safetensors")
+    assert result.returncode == 1 and "tensor 'x' holds complex values (ComplexFloat)" in result.stderr
+    assert not (tmp_path / "out.safetensors").exists()

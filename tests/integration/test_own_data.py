@@ -251,3 +251,17 @@ def test_a_config_that_still_sets_the_models_old_shape_options_is_told_where_the
     result = wanfw("validate", write_config(tmp_path / "old.json", config), check=2)
     assert "'latent_frames' is no longer an option of the model plugin 'wan22_flow_matching'" in result.stderr
     assert "data.buckets" in result.stderr
+
+
+@pytest.mark.parametrize("dtype, words", [(torch.complex64, "holds complex values (ComplexFloat)"),
+                                          (torch.int32, "holds integer values (Int)")])
+def test_a_latent_of_complex_or_integer_values_stops_the_run_naming_the_sample(tmp_path, small, dtype, words):
+    def convert(tensors):
+        tensors["latents/synth_000004"] = tensors["latents/synth_000004"].to(dtype)
+    rewrite_shard(small, manifest(small)["shards"][0]["file"], convert)
+    message = run_on(tmp_path, small, 1)  # checked where the sample's bytes are first read, as NaN is
+    assert f"sample 'synth_000004' ({small / manifest(small)['shards'][0]['file']}): field 'latents' {words}; the " \
+        "model takes real floating-point values" in message, message
+    assert "Casting complex values" not in message
+    skipped = run_on(tmp_path, small, 0, on_bad_sample="skip")
+    assert "skipped a bad sample (data.on_bad_sample: skip): sample 'synth_000004'" in skipped

@@ -17,7 +17,7 @@ namespace wanfw {
 
 /// What a tensor is for, and so what it may hold.
 struct TensorRole {
-  enum class Values { RealFloating, Integer, Bytes };
+  enum class Values { RealFloating, Integer, RealOrInteger, Bytes };
   std::string what;                          ///< for messages: "a weight", "an optimizer moment"
   Values values = Values::RealFloating;      ///< the dtypes it may have
   bool finite = true;                        ///< RealFloating: no NaN or infinity
@@ -30,6 +30,7 @@ struct TensorRole {
   static TensorRole second_moment();    ///< AdamW's exp_avg_sq, max_exp_avg_sq: finite and >= 0
   static TensorRole step_count();       ///< an optimizer's step: one integer >= 0
   static TensorRole generator_state();  ///< a random generator's state: bytes
+  static TensorRole input();            ///< `wanfw predict|sample --inputs`: real numbers, finite, or integers
 };
 
 /// Checks `tensor` (named `name` in `file`) against `role` and, when given, `shape`. Throws
@@ -37,5 +38,11 @@ struct TensorRole {
 /// temporaries); only a failing tensor pays for locating its first bad element.
 void check_tensor(const at::Tensor& tensor, const TensorRole& role, const std::filesystem::path& file,
                   std::string_view name, std::optional<std::vector<std::int64_t>> shape = std::nullopt);
+
+/// Copies `source` (named `name` in `file`) into `destination` (same shape; any device and
+/// dtype) after the checks of check_tensor, reading the source's bytes once where it can: a
+/// contiguous CPU destination is filled and checked for finite values in one pass.
+void copy_checked(const at::Tensor& destination, const at::Tensor& source, const TensorRole& role,
+                  const std::filesystem::path& file, std::string_view name);
 
 }  // namespace wanfw

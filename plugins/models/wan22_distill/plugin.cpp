@@ -16,6 +16,7 @@
 #include "wan/wan_options.hpp"
 #include "wan/wan_weights.hpp"
 #include "wanfw/error.hpp"
+#include "wanfw/tensor_check.hpp"
 #include "wanfw/plugin.hpp"
 #include "wanfw/safetensors.hpp"
 
@@ -73,7 +74,12 @@ torch::Tensor negative_context(const wanfw::Options& o, const wan::WanConfig& te
     if (file.records().size() != 1)
       o.fail("negative_context", fmt::format("{} holds {} tensors; it should hold one, [L, {}]", path,
                                              file.records().size(), teacher.text_dim));
-    negative = file.load(file.records().front().name).to(torch::kFloat32);
+    const std::string& name = file.records().front().name;
+    wanfw::TensorRole role = wanfw::TensorRole::data();
+    role.what = "a negative prompt's text embedding";
+    role.hint = "encode the negative prompt again with the teacher's text encoder";
+    wanfw::check_tensor(file.tensor(name), role, path, name);
+    negative = file.load(name).to(torch::kFloat32);
   } catch (const wanfw::FileError& e) {
     o.fail("negative_context", e.what());
   }

@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include "wanfw/error.hpp"
+#include "wanfw/tensor_check.hpp"
 #include "wanfw/file_io.hpp"
 #include "wanfw/safetensors.hpp"
 
@@ -128,7 +129,10 @@ WeightLayout load_wan_weights(WanDiTImpl& model, const fs::path& given, const st
   std::map<std::string, std::string> key_of;
   const WeightLayout layout = check_opened(model.config(), checkpoint, path, &key_of);
   torch::NoGradGuard no_grad;
-  for (auto& p : model.named_parameters(/*recurse=*/true)) p.value().copy_(checkpoint.tensor(key_of.at(p.key())));
+  for (auto& p : model.named_parameters(/*recurse=*/true)) {
+    const std::string& key = key_of.at(p.key());
+    wanfw::copy_checked(p.value(), checkpoint.tensor(key), wanfw::TensorRole::weight(), checkpoint.file_of(key), key);
+  }
   return layout;
 }
 
