@@ -217,6 +217,11 @@ TrainerState CheckpointStore::load_training_state(const fs::path& checkpoint, Mo
         throw FileError(fmt::format("{}: the loss scale is {}, not a positive finite number", state_path.string(),
                                     state.loss_scaler->scale),
                         "the trainer state was edited or damaged; resume from an earlier checkpoint");
+      if (state.loss_scaler->growth_tracker < 0)
+        throw FileError(fmt::format("{}: the loss scaler's growth_tracker is {}; it counts steps and is never "
+                                    "negative",
+                                    state_path.string(), state.loss_scaler->growth_tracker),
+                        "the trainer state was edited or damaged; resume from an earlier checkpoint");
     }
   } catch (const json::exception& e) {
     throw FileError(fmt::format("{}: malformed trainer state: {}", state_path.string(), shortened(e.what())),

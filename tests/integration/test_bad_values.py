@@ -185,3 +185,25 @@ def test_predict_inputs_holding_infinity_or_complex_values_are_refused_naming_th
     result = wanfw("predict", config, "--inputs", tmp_path / "in.safetensors", "--out", tmp_path / "out.safetensors")
     assert result.returncode == 1 and "tensor 'x' holds complex values (ComplexFloat)" in result.stderr
     assert not (tmp_path / "out.safetensors").exists()
+
+
+@pytest.mark.parametrize("scaler, words", [
+    ({"scale": 65536.0, "growth_tracker": -4}, "the loss scaler's growth_tracker is -4; it counts steps and is never "
+                                               "negative"),
+    ({"scale": -1.0, "growth_tracker": 0}, "the loss scale is -1, not a positive finite number"),
+])
+def test_a_loss_scaler_state_out_of_range_is_refused_naming_the_field(tmp_path, trained, scaler, words):
+    import json
+    import shutil
+    source, config = trained
+    shutil.copytree(source / "runs", tmp_path / "runs")
+    config = {**config, "run": {**config["run"], "output_dir": str(tmp_path / "runs")},
+              "trainer": {**config["trainer"], "max_steps": 4}}
+    path = write_config(tmp_path / "wan.yaml", config)
+    checkpoint = checkpoints(tmp_path / "runs" / config["run"]["name"] / "version_0")[-1]
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    state["loss_scaler"] = scaler
+    (checkpoint / "trainer_state.json").write_text(json.dumps(state))
+    before = folder_digest(checkpoint.parent)
+    result = wanfw("run", path, "--resume", "auto")
+    assert_refused(result, before, folder_digest(checkpoint.parent), f"{checkpoint / 'trainer_state.json'}: {words}")
