@@ -271,7 +271,8 @@ TrainerState CheckpointStore::load_training_state(const fs::path& checkpoint, Mo
     }
     // The state's size is the generator's own (5056 bytes for the CPU's, 16 for a GPU's).
     const at::Tensor saved = generators.tensor(name);
-    check_tensor(saved, TensorRole::generator_state(), rng_file, name, std::vector<std::int64_t>{generator.get_state().numel()});
+    const std::vector<std::int64_t> own_size{generator.get_state().numel()};
+    check_tensor(saved, TensorRole::generator_state(), rng_file, name, own_size);
     try {
       generator.set_state(saved.clone());
     } catch (const c10::Error&) {  // LibTorch's own check of the bytes, said in our words

@@ -131,9 +131,10 @@ CpuMemoryCacheScope::~CpuMemoryCacheScope() {
   if (!active_) return;
   const CpuMemoryCacheStats now = cpu_memory_cache_stats();
   const std::uint64_t hits = now.hits - before_.hits, misses = now.misses - before_.misses;
-  spdlog::debug("CPU memory cache: {} of {} allocations of 64 KiB or more reused a freed block; {:.1f} MiB held at "
-                "most",
-                hits, hits + misses, static_cast<double>(now.peak_cached_bytes) / (1 << 20));
+  spdlog::debug(
+      "CPU memory cache: {} of {} allocations of 64 KiB or more reused a freed block; {:.1f} MiB held at "
+      "most",
+      hits, hits + misses, static_cast<double>(now.peak_cached_bytes) / (1 << 20));
 }
 
 }  // namespace wanfw

@@ -21,21 +21,29 @@ std::string kind_of(at::ScalarType dtype) {
 
 bool allowed(at::ScalarType dtype, TensorRole::Values values) {
   switch (values) {
-    case TensorRole::Values::RealFloating: return at::isFloatingType(dtype) && !at::isComplexType(dtype);
-    case TensorRole::Values::Integer: return at::isIntegralType(dtype, /*includeBool=*/false);
+    case TensorRole::Values::RealFloating:
+      return at::isFloatingType(dtype) && !at::isComplexType(dtype);
+    case TensorRole::Values::Integer:
+      return at::isIntegralType(dtype, /*includeBool=*/false);
     case TensorRole::Values::RealOrInteger:
-      return at::isIntegralType(dtype, /*includeBool=*/false) || (at::isFloatingType(dtype) && !at::isComplexType(dtype));
-    case TensorRole::Values::Bytes: return dtype == at::kByte;
+      return at::isIntegralType(dtype, /*includeBool=*/false) ||
+             (at::isFloatingType(dtype) && !at::isComplexType(dtype));
+    case TensorRole::Values::Bytes:
+      return dtype == at::kByte;
   }
   return false;
 }
 
 const char* expected_kind(TensorRole::Values values) {
   switch (values) {
-    case TensorRole::Values::RealFloating: return "real floating-point values (F32, BF16, F16 or F64)";
-    case TensorRole::Values::Integer: return "integers";
-    case TensorRole::Values::RealOrInteger: return "real numbers (floating-point or integer)";
-    case TensorRole::Values::Bytes: return "bytes (U8)";
+    case TensorRole::Values::RealFloating:
+      return "real floating-point values (F32, BF16, F16 or F64)";
+    case TensorRole::Values::Integer:
+      return "integers";
+    case TensorRole::Values::RealOrInteger:
+      return "real numbers (floating-point or integer)";
+    case TensorRole::Values::Bytes:
+      return "bytes (U8)";
   }
   return "";
 }
@@ -94,10 +102,10 @@ void check_values(const at::Tensor& tensor, const TensorRole& role, const std::s
   if (floating && role.finite && !known_finite && !all_finite(tensor)) {
     const at::Tensor bad = at::isfinite(tensor).logical_not();
     const std::int64_t count = bad.sum().item<std::int64_t>();
-    throw FileError(fmt::format("{} holds {} {} NaN or infinite, the first at {}; {} must be finite", where, count,
-                                count == 1 ? "value that is" : "values that are", first_element(tensor, bad),
-                                role.what),
-                    role.hint);
+    throw FileError(
+        fmt::format("{} holds {} {} NaN or infinite, the first at {}; {} must be finite", where, count,
+                    count == 1 ? "value that is" : "values that are", first_element(tensor, bad), role.what),
+        role.hint);
   }
   if (role.nonnegative && tensor.min().item<double>() < 0) {
     const at::Tensor bad = tensor.lt(0);

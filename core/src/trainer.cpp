@@ -157,7 +157,8 @@ void Trainer::stop_on_nonfinite(const Decision& decision, double loss, double gr
   const std::string checkpoint =
       !last_checkpoint_ ? std::string("no checkpoint had been written yet")
       : last_checkpoint_ == resumed_from_
-          ? fmt::format("the run resumed from {} (its values checked) and wrote no checkpoint since", last_checkpoint_->string())
+          ? fmt::format("the run resumed from {} (its values checked) and wrote no checkpoint since",
+                        last_checkpoint_->string())
           : fmt::format("the last checkpoint, {}, is intact", last_checkpoint_->string());
   throw NonFiniteError(
       fmt::format("step {}: metric '{}' {} (NaN guard); {} stopped before the optimizer applied it, and {}",

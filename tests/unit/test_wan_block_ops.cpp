@@ -124,7 +124,7 @@ TEST_CASE("fused modulated LayerNorm is within float32 rounding of the exact val
     const torch::Tensor y_bound = 2 * (x_hat_error * (1 + cd).abs() + 4 * kUnitRoundoff * (y.abs() + hd.abs()));
     const torch::Tensor dx_bound =
         2 * (2 * d + 8) * kUnitRoundoff * r *
-        (gs.abs() + gs.abs().mean(-1, true) + x_hat.abs() * (gs * x_hat).abs().mean(-1, true)) +
+            (gs.abs() + gs.abs().mean(-1, true) + x_hat.abs() * (gs * x_hat).abs().mean(-1, true)) +
         2 * x_hat_error * r * (gs * x_hat).abs().mean(-1, true);
     const torch::Tensor dscale_bound =
         2 * to_modulation((rows + 4) * kUnitRoundoff * (gd * x_hat).abs() + gd.abs() * x_hat_error);
@@ -149,10 +149,10 @@ TEST_CASE("the fused ops give the same bits on one thread as on several") {
   const torch::Tensor scale = torch::randn({3, 1, 128}), shift = torch::randn({3, 1, 128});
   auto all = [&] {
     std::vector<torch::Tensor> out;
-    for (const auto& r : {run([&](auto& in) { return wan::rms_norm(in[0], in[1], 1e-6); }, {x, weight}, g),
-                          run([&](auto& in) { return wan::gelu_tanh(in[0]); }, {x}, g),
-                          run([&](auto& in) { return wan::modulated_layer_norm(in[0], in[1], in[2], 1e-6); },
-                              {x, scale, shift}, g)}) {
+    for (const auto& r :
+         {run([&](auto& in) { return wan::rms_norm(in[0], in[1], 1e-6); }, {x, weight}, g),
+          run([&](auto& in) { return wan::gelu_tanh(in[0]); }, {x}, g),
+          run([&](auto& in) { return wan::modulated_layer_norm(in[0], in[1], in[2], 1e-6); }, {x, scale, shift}, g)}) {
       out.push_back(r.y);
       out.insert(out.end(), r.grads.begin(), r.grads.end());
     }

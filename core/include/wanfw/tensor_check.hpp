@@ -18,11 +18,11 @@ namespace wanfw {
 /// What a tensor is for, and so what it may hold.
 struct TensorRole {
   enum class Values { RealFloating, Integer, RealOrInteger, Bytes };
-  std::string what;                          ///< for messages: "a weight", "an optimizer moment"
-  Values values = Values::RealFloating;      ///< the dtypes it may have
-  bool finite = true;                        ///< RealFloating: no NaN or infinity
-  bool nonnegative = false;                  ///< every value >= 0 (second moments, step counts)
-  std::string hint;                          ///< what to do when it fails
+  std::string what;                      ///< for messages: "a weight", "an optimizer moment"
+  Values values = Values::RealFloating;  ///< the dtypes it may have
+  bool finite = true;                    ///< RealFloating: no NaN or infinity
+  bool nonnegative = false;              ///< every value >= 0 (second moments, step counts)
+  std::string hint;                      ///< what to do when it fails
 
   static TensorRole weight();           ///< model, teacher or student weights; adapter matrices
   static TensorRole data();             ///< latents, text embeddings, first frames, negative prompts

@@ -1,7 +1,7 @@
 #include "wan/block_ops.hpp"
 
-#include <fmt/format.h>
 #include <ATen/Parallel.h>
+#include <fmt/format.h>
 #include <torch/torch.h>
 
 #include "kernels/block_kernels_cpu.hpp"
@@ -166,8 +166,8 @@ std::vector<torch::Tensor> modulation_chunks(const torch::Tensor& table, const t
 bool fused_block_ops(const torch::Tensor& x) { return x.device().is_cpu() && x.scalar_type() == torch::kFloat32; }
 
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
-  if (fused_block_ops(x) && weight.scalar_type() == torch::kFloat32 && weight.device().is_cpu() &&
-      weight.dim() == 1 && weight.size(0) == x.size(-1))
+  if (fused_block_ops(x) && weight.scalar_type() == torch::kFloat32 && weight.device().is_cpu() && weight.dim() == 1 &&
+      weight.size(0) == x.size(-1))
     return RmsNormFunction::apply(x, weight, eps);
   return reference::rms_norm(x, weight, eps);
 }
@@ -180,9 +180,10 @@ torch::Tensor modulated_layer_norm(const torch::Tensor& x, const torch::Tensor& 
                                    double eps) {
   if (x.dim() != 3 || scale.sizes() != shift.sizes() || scale.dim() != 3 || scale.size(0) != x.size(0) ||
       scale.size(2) != x.size(2) || (scale.size(1) != 1 && scale.size(1) != x.size(1)))
-    throw wanfw::Error(fmt::format("modulated layer norm: x {} takes scale and shift [B, 1, dim] or [B, L, dim], "
-                                   "got {} and {}",
-                                   c10::str(x.sizes()), c10::str(scale.sizes()), c10::str(shift.sizes())));
+    throw wanfw::Error(
+        fmt::format("modulated layer norm: x {} takes scale and shift [B, 1, dim] or [B, L, dim], "
+                    "got {} and {}",
+                    c10::str(x.sizes()), c10::str(scale.sizes()), c10::str(shift.sizes())));
   if (fused_block_ops(x) && fused_block_ops(scale) && fused_block_ops(shift))
     return ModulatedLayerNormFunction::apply(x, scale, shift, eps);
   return reference::modulated_layer_norm(x, scale, shift, eps);

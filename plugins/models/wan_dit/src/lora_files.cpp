@@ -124,7 +124,8 @@ AdapterFile read_adapter_file(const fs::path& file, const WanConfig& config) {
     if (part == ".alpha") {
       const at::Tensor alpha = source.tensor(record.name);
       if (alpha.numel() != 1) fail(record.name, fmt::format("holds {} values, not one alpha", alpha.numel()), "");
-      if (!at::isIntegralType(alpha.scalar_type(), false)) wanfw::check_tensor(alpha, adapter_role("an alpha"), file, record.name);
+      if (!at::isIntegralType(alpha.scalar_type(), false))
+        wanfw::check_tensor(alpha, adapter_role("an alpha"), file, record.name);
       entry.alpha = alpha.to(torch::kFloat64).item<double>();
       check_adapter_alpha(entry.alpha, file, fmt::format("tensor '{}'", record.name));
       alpha_keys[layer] = record.name;
@@ -152,9 +153,11 @@ AdapterFile read_adapter_file(const fs::path& file, const WanConfig& config) {
            "the file is incomplete");
     const auto shape = shapes.at(layer);
     const std::int64_t rank = entry.A.size(0);
-    if (rank == 0) fail(key, "has rank 0: an adapter without a single direction", "leave the file out of model.lora.load");
+    if (rank == 0)
+      fail(key, "has rank 0: an adapter without a single direction", "leave the file out of model.lora.load");
     if (metadata.rank && *metadata.rank != rank)
-      fail(key, fmt::format("has rank {}, but the metadata field {} says {}", rank, metadata.rank_field, *metadata.rank),
+      fail(key,
+           fmt::format("has rank {}, but the metadata field {} says {}", rank, metadata.rank_field, *metadata.rank),
            "the file's matrices and metadata disagree: write the adapter again");
     if (entry.A.size(1) != shape[1] || entry.B.size(0) != shape[0] || entry.B.size(1) != rank)
       fail(key, fmt::format("and its partner have shapes A {} and B {}, but layer {} needs A [rank, {}] and B [{}, rank]",
