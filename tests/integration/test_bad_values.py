@@ -34,16 +34,21 @@ def trained(tmp_path_factory):
     return root, config
 
 
-def resume_with(tmp_path, trained, file, change):
-    """Copies the trained run, applies `change` to the tensors of `file` in its checkpoint, and
-    resumes it; returns (result, checkpoint, digest before, digest after)."""
+def copy_of_trained(tmp_path, trained):
+    """A copy of the trained run set to go on to step 4; returns (its config file, its checkpoint)."""
     import shutil
     source, config = trained
     shutil.copytree(source / "runs", tmp_path / "runs")
     config = {**config, "run": {**config["run"], "output_dir": str(tmp_path / "runs")},
               "trainer": {**config["trainer"], "max_steps": 4}}
     path = write_config(tmp_path / "wan.yaml", config)
-    checkpoint = checkpoints(tmp_path / "runs" / config["run"]["name"] / "version_0")[-1]
+    return path, checkpoints(tmp_path / "runs" / config["run"]["name"] / "version_0")[-1]
+
+
+def resume_with(tmp_path, trained, file, change):
+    """Copies the trained run, applies `change` to the tensors of `file` in its checkpoint, and
+    resumes it; returns (result, checkpoint, digest before, digest after)."""
+    path, checkpoint = copy_of_trained(tmp_path, trained)
     tensors = load_file(checkpoint / file)
     change(tensors)
     save_file(tensors, checkpoint / file, metadata={"format": "pt"})
@@ -194,13 +199,7 @@ def test_predict_inputs_holding_infinity_or_complex_values_are_refused_naming_th
 ])
 def test_a_loss_scaler_state_out_of_range_is_refused_naming_the_field(tmp_path, trained, scaler, words):
     import json
-    import shutil
-    source, config = trained
-    shutil.copytree(source / "runs", tmp_path / "runs")
-    config = {**config, "run": {**config["run"], "output_dir": str(tmp_path / "runs")},
-              "trainer": {**config["trainer"], "max_steps": 4}}
-    path = write_config(tmp_path / "wan.yaml", config)
-    checkpoint = checkpoints(tmp_path / "runs" / config["run"]["name"] / "version_0")[-1]
+    path, checkpoint = copy_of_trained(tmp_path, trained)
     state = json.loads((checkpoint / "trainer_state.json").read_text())
     state["loss_scaler"] = scaler
     (checkpoint / "trainer_state.json").write_text(json.dumps(state))

@@ -11,12 +11,12 @@
 
 #include "distill_model.hpp"
 #include "frozen_teacher.hpp"
+#include "negative_context.hpp"
 #include "student_init.hpp"
 #include "wan/lora_files.hpp"
 #include "wan/wan_options.hpp"
 #include "wan/wan_weights.hpp"
 #include "wanfw/error.hpp"
-#include "wanfw/tensor_check.hpp"
 #include "wanfw/plugin.hpp"
 #include "wanfw/safetensors.hpp"
 
@@ -65,32 +65,6 @@ Networks networks_from(const wanfw::Options& o) {
   return n;
 }
 
-torch::Tensor negative_context(const wanfw::Options& o, const wan::WanConfig& teacher) {
-  const std::string path = o.string("negative_context");
-  if (path.empty()) return {};
-  torch::Tensor negative;
-  try {
-    const wanfw::SafetensorsFile file = wanfw::SafetensorsFile::open(path);
-    if (file.records().size() != 1)
-      o.fail("negative_context", fmt::format("{} holds {} tensors; it should hold one, [L, {}]", path,
-                                             file.records().size(), teacher.text_dim));
-    const std::string& name = file.records().front().name;
-    wanfw::TensorRole role = wanfw::TensorRole::data();
-    role.what = "a negative prompt's text embedding";
-    role.hint = "encode the negative prompt again with the teacher's text encoder";
-    wanfw::check_tensor(file.tensor(name), role, path, name);
-    negative = file.load(name).to(torch::kFloat32);
-  } catch (const wanfw::FileError& e) {
-    o.fail("negative_context", e.what());
-  }
-  if (negative.dim() == 3 && negative.size(0) == 1) negative = negative[0];
-  if (negative.dim() != 2 || negative.size(1) != teacher.text_dim || negative.size(0) > teacher.text_len)
-    o.fail("negative_context", fmt::format("{} holds a tensor of shape {}; expected [L <= {}, {}]", path,
-                                           c10::str(negative.sizes()), teacher.text_len, teacher.text_dim),
-           "encode the negative prompt with the teacher's text encoder (UMT5), at its real length");
-  return negative;
-}
-
 /// `read_files`: false for validate / model-info, which check options without reading the
 /// negative prompt's file (it may live on the training machine only).
 wan_distill::DistillSettings settings_from(const wanfw::Options& o, const Networks& n, bool read_files) {
@@ -109,7 +83,7 @@ wan_distill::DistillSettings settings_from(const wanfw::Options& o, const Networ
   if (s.velocity_weight < 0 || s.flow_matching_weight < 0 || s.velocity_weight + s.flow_matching_weight <= 0)
     o.fail("velocity_weight", "the objective's weights must be >= 0 and not both 0");
   if (s.guidance <= 0) o.fail("guidance_scale", "must be positive (1: the teacher's conditional prediction)");
-  if (read_files) s.negative = negative_context(o, n.teacher);
+  if (read_files) s.negative = wan_distill::negative_context(o, n.teacher);
   s.trajectory_steps = o.integer("trajectory_steps");
   if (s.trajectory_steps < 1) o.fail("trajectory_steps", "must be at least 1");
   s.latent_size = wan::bucket_option(o, "latent_size");
