@@ -1,5 +1,6 @@
 #include "cpu_memory_cache.hpp"
 
+#include <atomic>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -17,20 +18,19 @@ class CpuMemoryCache final : public c10::Allocator {
  public:
   c10::DataPtr allocate(std::size_t bytes) override {
     if (bytes < min_block_bytes_) return fallback_->allocate(bytes);
-    void* data = nullptr;
     {
       std::lock_guard lock(mutex_);
-      auto& free_blocks = free_[bytes];
-      if (!free_blocks.empty()) {
-        data = free_blocks.back();
-        free_blocks.pop_back();
+      if (auto it = free_.find(bytes); it != free_.end() && !it->second.empty()) {  // a hit: one lock
+        void* data = it->second.back();
+        it->second.pop_back();
         stats_.cached_bytes -= bytes;
         ++stats_.hits;
-      } else {
-        ++stats_.misses;
+        sizes_[data] = bytes;
+        return {data, data, &CpuMemoryCache::release, c10::Device(c10::DeviceType::CPU)};
       }
+      ++stats_.misses;
     }
-    if (data == nullptr) data = c10::alloc_cpu(bytes);
+    void* data = c10::alloc_cpu(bytes);  // outside the lock: the system allocator may fault pages in
     {
       std::lock_guard lock(mutex_);
       sizes_[data] = bytes;
@@ -104,7 +104,7 @@ class CpuMemoryCache final : public c10::Allocator {
   std::unordered_map<std::size_t, std::vector<void*>> free_;
   std::unordered_map<void*, std::size_t> sizes_;
   std::size_t max_cached_bytes_ = 0;
-  std::size_t min_block_bytes_ = 64 * 1024;
+  std::atomic<std::size_t> min_block_bytes_{64 * 1024};  // read without the lock
   CpuMemoryCacheStats stats_;
 };
 
