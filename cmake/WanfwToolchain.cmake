@@ -84,6 +84,24 @@ foreach(_lib ${_torch_libs})
   endif()
 endforeach()
 target_link_libraries(wanfw_torch INTERFACE "-Wl,--as-needed")
+# LibTorch's intra-op threads. With AT_PARALLEL_OPENMP, at::parallel_for is a header template
+# that uses the threads only where the including unit defines _OPENMP; elsewhere it runs the
+# whole range on the calling thread, silently. So every unit (wanfw's and plugins') compiles
+# with -fopenmp and links the OpenMP runtime LibTorch itself loads (the wheel's libgomp.so.1, a
+# LibTorch archive's libgomp-<hash>.so.1): one runtime, one thread pool in the process. GCC
+# only: clang's OpenMP code calls LLVM's runtime, not libgomp (there the loops stay serial).
+file(STRINGS "${WANFW_TORCH_LIB_DIR}/../include/ATen/Config.h" _torch_openmp REGEX "define AT_PARALLEL_OPENMP 1")
+if(_torch_openmp)
+  file(GLOB _torch_gomp "${WANFW_TORCH_LIB_DIR}/libgomp*.so*")
+  if(_torch_gomp)
+    list(GET _torch_gomp 0 _torch_gomp)
+    target_link_libraries(wanfw_torch INTERFACE "${_torch_gomp}")
+  else()  # a LibTorch that uses the system's runtime
+    find_package(OpenMP REQUIRED COMPONENTS CXX)
+    target_link_libraries(wanfw_torch INTERFACE ${OpenMP_CXX_LIBRARIES})
+  endif()
+  target_compile_options(wanfw_torch INTERFACE $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CXX_COMPILER_ID:GNU>>:-fopenmp>)
+endif()
 if(_rpath_link)
   target_link_options(wanfw_torch INTERFACE "LINKER:-rpath-link,${_rpath_link}")
 endif()

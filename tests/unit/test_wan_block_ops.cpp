@@ -1,6 +1,9 @@
 // The fused block ops against the exact values (float64) of the math the official model writes,
 // each within the float32 rounding bound of its arithmetic; and the composite reference within
 // the same bound, so both are held to one standard.
+#include <mutex>
+#include <set>
+
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
@@ -141,6 +144,22 @@ TEST_CASE("fused modulated LayerNorm is within float32 rounding of the exact val
       CHECK(bound_ratio(out->grads[2], dshift, dshift_bound) <= 1.0);
     }
   }
+}
+
+TEST_CASE("at::parallel_for in wanfw's code runs on LibTorch's intra-op threads") {
+  // LibTorch's parallel loop is a header template that uses its (OpenMP) threads only in units
+  // compiled with OpenMP; wanfw::torch compiles every unit so. Without it, the loop would run the
+  // whole range on the calling thread and the test below would compare one thread with itself.
+  const int threads = at::get_num_threads();
+  at::set_num_threads(2);
+  std::mutex mutex;
+  std::set<int> seen;
+  at::parallel_for(0, 2, 1, [&](std::int64_t, std::int64_t) {
+    const std::lock_guard<std::mutex> lock(mutex);
+    seen.insert(at::get_thread_num());
+  });
+  at::set_num_threads(threads);
+  CHECK(seen == std::set<int>{0, 1});
 }
 
 TEST_CASE("the fused ops give the same bits on one thread as on several") {
