@@ -24,19 +24,6 @@ std::vector<std::pair<std::string, WanLinearImpl*>> linear_layers(const torch::n
   return out;
 }
 
-std::vector<std::pair<std::string, std::array<std::int64_t, 2>>> adaptable_layers(const WanConfig& config) {
-  std::vector<std::pair<std::string, std::array<std::int64_t, 2>>> out;
-  for (std::int64_t i = 0; i < config.num_layers; ++i) {
-    const std::string block = fmt::format("blocks.{}.", i);
-    for (const char* attention : {"self_attn", "cross_attn"})
-      for (const char* projection : {"q", "k", "v", "o"})
-        out.push_back({block + attention + "." + projection, {config.dim, config.dim}});
-    out.push_back({block + "ffn.0", {config.ffn_dim, config.dim}});
-    out.push_back({block + "ffn.2", {config.dim, config.ffn_dim}});
-  }
-  return out;
-}
-
 bool matches_pattern(const std::string& name, const std::string& pattern) {
   // Iterative glob: on a mismatch, let the last '*' swallow one more character.
   std::size_t n = 0, p = 0, star = std::string::npos, resume = 0;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "wan/wan_dit.hpp"
+#include "wan/weight_names.hpp"
 #include "wanfw/model.hpp"
 
 namespace wan {
@@ -38,10 +39,6 @@ struct LoraSettings {
 
 /// Every WanLinear below `module` (any module holding DiTs), by module name, in module order.
 std::vector<std::pair<std::string, WanLinearImpl*>> linear_layers(const torch::nn::Module& module);
-
-/// The layers that can carry an adapter, by official module name ("blocks.0.self_attn.q"), with
-/// their weights' shape [out, in], in module order. From the config alone (no weights).
-std::vector<std::pair<std::string, std::array<std::int64_t, 2>>> adaptable_layers(const WanConfig& config);
 
 /// True when `name` matches `pattern` as a whole ('*' matches any run of characters, '?' one).
 bool matches_pattern(const std::string& name, const std::string& pattern);

@@ -8,14 +8,9 @@
 #include <string>
 
 #include "wan/wan_dit.hpp"
+#include "wan/weight_names.hpp"
 
 namespace wan {
-
-enum class WeightLayout { Official, Diffusers };
-
-/// The official name of a diffusers key ("condition_embedder.time_proj.weight" ->
-/// "time_projection.1.weight"); official names pass through unchanged.
-std::string official_name(const std::string& key, WeightLayout layout);
 
 /// Checks, from the safetensors headers alone, that the checkpoint at `path` holds exactly the
 /// parameters `config` describes with their shapes; returns the layout and, per official name,
