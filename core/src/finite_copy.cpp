@@ -1,10 +1,12 @@
 #include "finite_copy.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <optional>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <fmt/format.h>
 
 #include "wanfw/error.hpp"
@@ -211,13 +213,31 @@ bool widen_bf16(float* target, const std::uint16_t* source, std::size_t count) {
   return widen_bf16_cached(target, source, count);
 }
 
+/// Runs `part(first, last)` over elements [0, count): on LibTorch's threads for a large tensor
+/// (a weight), on the calling thread for a small one (a sample's field). True when every part
+/// found only finite values.
+template <class Part>
+bool in_parts(std::int64_t count, const Part& part) {
+  constexpr std::int64_t kGrain = std::int64_t{1} << 20;
+  if (count <= kGrain) return part(0, count);
+  std::atomic<bool> finite{true};
+  at::parallel_for(0, count, kGrain, [&](std::int64_t first, std::int64_t last) {
+    if (!part(first, last)) finite.store(false, std::memory_order_relaxed);
+  });
+  return finite.load();
+}
+
 }  // namespace
 
 bool all_finite(const at::Tensor& tensor) {
   const auto l = lanes_of(tensor.scalar_type());
   if (!l || !tensor.device().is_cpu()) return !at::isFloatingType(tensor.scalar_type()) || at::isfinite(tensor).all().item<bool>();
   const at::Tensor dense = tensor.contiguous();
-  return scan(static_cast<const std::byte*>(dense.const_data_ptr()), dense.nbytes(), *l);
+  const auto* data = static_cast<const std::byte*>(dense.const_data_ptr());
+  const std::int64_t size = dense.element_size();
+  return in_parts(dense.numel(), [&](std::int64_t first, std::int64_t last) {
+    return scan(data + first * size, static_cast<std::size_t>((last - first) * size), *l);
+  });
 }
 
 std::int64_t count_nonfinite(const at::Tensor& tensor) {
@@ -238,11 +258,17 @@ bool copy_finite(at::Tensor& target, const at::Tensor& source) {
   const auto* in = static_cast<const std::byte*>(dense.const_data_ptr());
   if (from == to && (lanes_of(to) || !at::isFloatingType(to))) {
     const auto l = lanes_of(to);
-    return copy_same(out, in, dense.nbytes(), l ? &*l : nullptr);
+    const std::int64_t size = dense.element_size();
+    return in_parts(dense.numel(), [&](std::int64_t first, std::int64_t last) {
+      return copy_same(out + first * size, in + first * size, static_cast<std::size_t>((last - first) * size),
+                       l ? &*l : nullptr);
+    });
   }
   if (from == at::kBFloat16 && to == at::kFloat)
-    return widen_bf16(reinterpret_cast<float*>(out), reinterpret_cast<const std::uint16_t*>(in),
-                      static_cast<std::size_t>(dense.numel()));
+    return in_parts(dense.numel(), [&](std::int64_t first, std::int64_t last) {
+      return widen_bf16(reinterpret_cast<float*>(out) + first, reinterpret_cast<const std::uint16_t*>(in) + first,
+                        static_cast<std::size_t>(last - first));
+    });
   // Any other pair: ATen converts a chunk, then the chunk is checked while it is in cache.
   const std::int64_t chunk = std::max<std::int64_t>(1, (256 << 10) / static_cast<std::int64_t>(target.element_size()));
   at::Tensor flat_out = target.view({-1});
