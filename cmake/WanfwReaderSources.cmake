@@ -1,6 +1,5 @@
 # The sources of wanfw's readers of untrusted files (safetensors files and indexes, bounded JSON,
-# data set manifests),
-# for the builds that compile them apart from libwanfw_core: the AddressSanitizer tests and the
+# data set manifests, adapter files), for the builds that compile them apart from libwanfw_core: the AddressSanitizer tests and the
 # fuzz targets.
 set(_core_src ${CMAKE_CURRENT_LIST_DIR}/../core/src)
 set(WANFW_SAFETENSORS_SOURCES
@@ -22,3 +21,12 @@ set(WANFW_DATASET_SOURCES
   ${_core_src}/finite_copy.cpp
   ${_core_src}/latent_shard_dataset.cpp
   ${_core_src}/sample_conform.cpp)
+# The adapter file reader (every layout, its metadata, the tensor gate) and the Wan names it maps.
+set(_wan_src ${CMAKE_CURRENT_LIST_DIR}/../plugins/models/wan_dit/src)
+set(WANFW_ADAPTER_SOURCES
+  ${_core_src}/tensor_check.cpp
+  ${_wan_src}/adapter_metadata.cpp
+  ${_wan_src}/adapter_reader.cpp
+  ${_wan_src}/wan_config.cpp
+  ${_wan_src}/weight_names.cpp)
+set(WANFW_ADAPTER_INCLUDE_DIRS ${_wan_src} ${_wan_src}/../include)

@@ -5,10 +5,11 @@
 #   scripts/fuzz.sh --build-only            configure and build only
 #   scripts/fuzz.sh --coverage [TARGET...]  line coverage of wanfw's sources by the corpora (llvm-cov)
 #
-# Targets: safetensors_reader, sharded_index, config_loader. Each starts from its checked-in seed
-# corpus (tests/fuzz/corpus/TARGET) and grows a working corpus in <build>/fuzz/corpus/TARGET,
-# kept between runs. A finding stops the run: the input is saved in <build>/fuzz/findings/TARGET/
-# and the script exits non-zero; replay it with <build>/fuzz/bin/fuzz_TARGET FILE.
+# Targets: safetensors_reader, sharded_index, config_loader, dataset_manifest, adapter_reader.
+# Each starts from its checked-in seed corpus (tests/fuzz/corpus/TARGET) and grows a working
+# corpus in <build>/fuzz/corpus/TARGET, kept between runs. A finding stops the run: the input is
+# saved in <build>/fuzz/findings/TARGET/ and the script exits non-zero; replay it with
+# <build>/fuzz/bin/fuzz_TARGET FILE.
 # The last line per target gives executions and coverage (libFuzzer's edge count "cov").
 # WANFW_FUZZ_RUNS=N also stops each target after N executions (whichever comes first).
 set -euo pipefail
@@ -16,7 +17,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${WANFW_BUILD_DIR:-$root/build}"
 case "$build" in /*) ;; *) build="$root/$build" ;; esac
 fuzz_build="$build/fuzz"
-all_targets=(safetensors_reader sharded_index config_loader dataset_manifest)
+all_targets=(safetensors_reader sharded_index config_loader dataset_manifest adapter_reader)
 log() { printf '[wanfw fuzz] %s\n' "$*"; }
 
 build_only=0
@@ -61,7 +62,7 @@ if [ $coverage -eq 1 ]; then
       "$corpora/$t" "$root/tests/fuzz/corpus/$t" >"$fuzz_build/$t.log" 2>&1
     llvm-profdata merge -sparse "$fuzz_build/$t.profraw" -o "$fuzz_build/$t.profdata"
     log "$t: lines of wanfw's sources run by its corpus ($(ls "$corpora/$t" | wc -l) inputs + seeds)"
-    llvm-cov report "$fuzz_build/bin/fuzz_$t" -instr-profile="$fuzz_build/$t.profdata" "$root/core/src" |
+    llvm-cov report "$fuzz_build/bin/fuzz_$t" -instr-profile="$fuzz_build/$t.profdata" "$root/core/src" "$root/plugins/models/wan_dit/src" |
       awk '$1 ~ /\.(cpp|hpp)$|^TOTAL$/ { printf "  %-26s lines %5d  missed %4d  %7s  branches %7s\n", $1, $8, $9, $10, $13 }' 
   done
   exit 0

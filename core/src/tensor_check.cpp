@@ -1,6 +1,7 @@
 #include "wanfw/tensor_check.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <fmt/format.h>
 
 #include "finite_copy.hpp"
