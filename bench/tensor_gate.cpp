@@ -61,9 +61,12 @@ int main(int argc, char** argv) {
     int repeats = 3;
     for (int i = 2; i + 1 < argc; i += 2) {
       const std::string flag = argv[i];
-      if (flag == "--preset") preset = argv[i + 1];
-      else if (flag == "--repeats") repeats = std::stoi(argv[i + 1]);
-      else throw wanfw::Error(fmt::format("unknown option {}", flag));
+      if (flag == "--preset")
+        preset = argv[i + 1];
+      else if (flag == "--repeats")
+        repeats = std::stoi(argv[i + 1]);
+      else
+        throw wanfw::Error(fmt::format("unknown option {}", flag));
     }
     const wan::WanConfig config = wan::wan_preset(preset);
     if (!fs::exists(file)) write_checkpoint(file, config);
@@ -82,7 +85,9 @@ int main(int argc, char** argv) {
         body(buffer.narrow(0, 0, from.numel()).view(from.sizes()), from, record.name);
       }
     };
-    const auto plain = [&] { each([](const at::Tensor& to, const at::Tensor& from, const std::string&) { to.copy_(from); }); };
+    const auto plain = [&] {
+      each([](const at::Tensor& to, const at::Tensor& from, const std::string&) { to.copy_(from); });
+    };
     const auto gated = [&] {
       each([&](const at::Tensor& to, const at::Tensor& from, const std::string& name) {
         wanfw::copy_checked(to, from, role, file, name);
@@ -111,7 +116,8 @@ int main(int argc, char** argv) {
     };
     const double mp = median(p), mg = median(g), ma = median(a);
     const double gigabytes = static_cast<double>(values) * 2 / 1e9;
-    fmt::print("median: plain {:.3f} s ({:.2f} GB/s read), gated {:.3f} s, apart {:.3f} s\n", mp, gigabytes / mp, mg, ma);
+    fmt::print("median: plain {:.3f} s ({:.2f} GB/s read), gated {:.3f} s, apart {:.3f} s\n", mp, gigabytes / mp, mg,
+               ma);
     fmt::print("ratio to plain reading: gated {:.3f}x, check as a pass of its own {:.3f}x\n", mg / mp, ma / mp);
     return 0;
   } catch (const std::exception& e) {

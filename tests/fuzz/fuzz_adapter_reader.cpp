@@ -10,26 +10,14 @@
 #include <cstdlib>
 #include <string>
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <ATen/ATen.h>
 
+#include "fuzz_memory_file.hpp"
 #include "wan/adapter_reader.hpp"
 #include "wan/weight_names.hpp"
 #include "wanfw/error.hpp"
 
 namespace {
-
-/// One in-memory file, rewritten for every input and opened by its /proc path like any file.
-struct MemoryFile {
-  int fd = ::memfd_create("adapter.safetensors", MFD_CLOEXEC);
-  std::string path = "/proc/self/fd/" + std::to_string(fd);
-
-  void write(const std::uint8_t* data, std::size_t size) {
-    if (fd < 0 || ::ftruncate(fd, 0) != 0 || ::pwrite(fd, data, size, 0) != static_cast<ssize_t>(size)) std::abort();
-  }
-};
 
 /// The model the adapters are read for (the seed corpus is written for it): dim 8, ffn 16.
 wan::WanConfig small_model() {
@@ -46,7 +34,7 @@ bool finite(const at::Tensor& t) { return t.isfinite().all().item<bool>(); }
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  static MemoryFile file;
+  static MemoryFile file("adapter.safetensors");
   static const wan::WanConfig config = small_model();
   static const auto layers = wan::adaptable_layers(config);
   file.write(data, size);

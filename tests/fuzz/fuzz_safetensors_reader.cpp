@@ -6,30 +6,14 @@
 #include <cstdlib>
 #include <string>
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <ATen/ATen.h>
 
+#include "fuzz_memory_file.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/safetensors.hpp"
 
-namespace {
-
-/// One in-memory file, rewritten for every input and opened by its /proc path like any file.
-struct MemoryFile {
-  int fd = ::memfd_create("fuzz.safetensors", MFD_CLOEXEC);
-  std::string path = "/proc/self/fd/" + std::to_string(fd);
-
-  void write(const std::uint8_t* data, std::size_t size) {
-    if (fd < 0 || ::ftruncate(fd, 0) != 0 || ::pwrite(fd, data, size, 0) != static_cast<ssize_t>(size)) std::abort();
-  }
-};
-
-}  // namespace
-
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  static MemoryFile file;
+  static MemoryFile file("fuzz.safetensors");
   file.write(data, size);
   try {
     const wanfw::SafetensorsFile opened = wanfw::SafetensorsFile::open(file.path);

@@ -3,8 +3,8 @@
 #include <array>
 #include <regex>
 
-#include <fmt/format.h>
 #include <ATen/ATen.h>
+#include <fmt/format.h>
 
 #include "adapter_metadata.hpp"
 #include "wan/weight_names.hpp"
@@ -49,9 +49,12 @@ std::string official_layer(const std::string& name) {
 
 const char* adapter_layout_name(AdapterLayout layout) {
   switch (layout) {
-    case AdapterLayout::Wan: return "Wan / ComfyUI";
-    case AdapterLayout::Diffusers: return "diffusers PEFT";
-    case AdapterLayout::Kohya: return "kohya";
+    case AdapterLayout::Wan:
+      return "Wan / ComfyUI";
+    case AdapterLayout::Diffusers:
+      return "diffusers PEFT";
+    case AdapterLayout::Kohya:
+      return "kohya";
   }
   return "unknown";
 }
@@ -113,7 +116,9 @@ AdapterFile read_adapter_file(const fs::path& file, const WanConfig& config) {
     const bool is_a = part == ".lora_A.weight" || part == ".lora_down.weight";
     wanfw::check_tensor(source.tensor(record.name), adapter_role("an adapter matrix"), file, record.name);
     at::Tensor tensor = source.load(record.name).to(at::kFloat);
-    if (tensor.dim() != 2) fail(record.name, fmt::format("has shape {}; a low-rank matrix has two dimensions", c10::str(tensor.sizes())), "");
+    if (tensor.dim() != 2)
+      fail(record.name, fmt::format("has shape {}; a low-rank matrix has two dimensions", c10::str(tensor.sizes())),
+           "");
     (is_a ? entry.A : entry.B) = tensor;
     if (is_a || entry.key.empty()) entry.key = record.name;
   }
@@ -139,8 +144,9 @@ AdapterFile read_adapter_file(const fs::path& file, const WanConfig& config) {
            fmt::format("has rank {}, but the metadata field {} says {}", rank, metadata.rank_field, *metadata.rank),
            "the file's matrices and metadata disagree: write the adapter again");
     if (entry.A.size(1) != shape[1] || entry.B.size(0) != shape[0] || entry.B.size(1) != rank)
-      fail(key, fmt::format("and its partner have shapes A {} and B {}, but layer {} needs A [rank, {}] and B [{}, rank]",
-                            c10::str(entry.A.sizes()), c10::str(entry.B.sizes()), layer, shape[1], shape[0]),
+      fail(key,
+           fmt::format("and its partner have shapes A {} and B {}, but layer {} needs A [rank, {}] and B [{}, rank]",
+                       c10::str(entry.A.sizes()), c10::str(entry.B.sizes()), layer, shape[1], shape[0]),
            "the adapter was made for a model of other dimensions (dim, ffn_dim): choose the matching preset");
     if (!alpha_keys.count(layer)) entry.alpha = metadata.alpha.value_or(static_cast<double>(rank));
   }
