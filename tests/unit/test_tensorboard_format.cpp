@@ -1,7 +1,10 @@
 #include <cstring>
 #include <string>
 
-#include "event_file.hpp"
+#include "events.hpp"
+#include "png.hpp"
+#include "proto.hpp"
+#include "tf_record.hpp"
 #include <doctest/doctest.h>
 
 using namespace wanfw::tb;

@@ -10,6 +10,8 @@
 #include <torch/torch.h>
 
 #include "event_file.hpp"
+#include "events.hpp"
+#include "png.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/plugin.hpp"
 
@@ -48,9 +50,10 @@ class TensorBoardLogger final : public wanfw::Logger {
   void log_image(std::int64_t step, const std::string& tag, const at::Tensor& image) override {
     const at::Tensor pixels = image.to(at::kCPU).contiguous();
     if (pixels.dim() != 3 || pixels.scalar_type() != at::kByte || pixels.size(2) < 1 || pixels.size(2) > 4)
-      throw wanfw::Error(fmt::format("tensorboard: image '{}' has shape {} and dtype {}; expected [H, W, C] uint8 "
-                                     "with C in 1..4",
-                                     tag, c10::str(pixels.sizes()), c10::toString(pixels.scalar_type())));
+      throw wanfw::Error(
+          fmt::format("tensorboard: image '{}' has shape {} and dtype {}; expected [H, W, C] uint8 "
+                      "with C in 1..4",
+                      tag, c10::str(pixels.sizes()), c10::toString(pixels.scalar_type())));
     const int height = static_cast<int>(pixels.size(0)), width = static_cast<int>(pixels.size(1)),
               channels = static_cast<int>(pixels.size(2));
     file().write(image_event(wall_time_now(), step, tag, height, width, channels,
@@ -98,7 +101,9 @@ wanfw::PluginDescriptor describe() {
       "TensorBoard event files in the run folder: scalars, histograms, images, the config as text, hparams.");
   d.options = {
       option("flush_every", T::Integer).value("20").doc("Write buffered events to the file after this many."),
-      option("flush_secs", T::Number).value("10").doc("... or when this many seconds have passed since the last write."),
+      option("flush_secs", T::Number)
+          .value("10")
+          .doc("... or when this many seconds have passed since the last write."),
   };
   d.make_logger = make_logger;
   return d;
