@@ -1,11 +1,10 @@
-// The process group of a multi-process job: rendezvous store, Gloo or NCCL backend, heartbeats
-// that name lost ranks, and the collectives strategies need.
+// The process group of a multi-process job: rendezvous store, Gloo or NCCL backend, the
+// heartbeats that name lost ranks (rank_heartbeat.cpp). The collectives strategies need are in
+// distributed_collectives.cpp.
 
 #include "wanfw/distributed.hpp"
 
-#include <algorithm>
-#include <condition_variable>
-#include <mutex>
+#include <chrono>
 #include <thread>
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
@@ -13,8 +12,6 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#include <torch/csrc/distributed/c10d/comm.hpp>
-#include <torch/csrc/utils/tensor_flatten.h>
 #ifdef USE_C10D_NCCL
 #include <c10/cuda/CUDAFunctions.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
@@ -22,10 +19,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
-#include <ATen/ATen.h>
-#include <ATen/core/grad_mode.h>
 #include <torch/cuda.h>
 
+#include "distributed_session_impl.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/options.hpp"
 
@@ -35,49 +31,6 @@ namespace {
 
 using Milliseconds = std::chrono::milliseconds;
 
-/// The first line of a c10d error (the rest is a C++ stack).
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
-
-/// Bumps a per-rank counter in the store every second, so that after a failed collective the
-/// survivors can tell which ranks have stopped.
-class Heartbeat {
- public:
-  Heartbeat(c10::intrusive_ptr<c10d::Store> store, int rank) : store_(std::move(store)), rank_(rank) {
-    beat();
-    thread_ = std::thread([this] {
-      std::unique_lock<std::mutex> lock(mutex_);
-      while (!cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stopping_; })) {
-        lock.unlock();
-        try {
-          beat();
-        } catch (const std::exception&) {
-          // The store's host is gone; the diagnosis says so.
-        }
-        lock.lock();
-      }
-    });
-  }
-  ~Heartbeat() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stopping_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-  static std::string key(int rank) { return fmt::format("wanfw/heartbeat/{}", rank); }
-
- private:
-  void beat() { store_->add(key(rank_), 1); }
-
-  c10::intrusive_ptr<c10d::Store> store_;
-  int rank_;
-  std::thread thread_;
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  bool stopping_ = false;
-};
-
 /// Rejects the value of option `key`: at its file:line when the options came from a config section,
 /// else naming "<section>.<key>".
 [[noreturn]] void fail_option(const ProcessGroupOptions& options, const std::string& key, const std::string& problem,
@@ -86,84 +39,70 @@ class Heartbeat {
   throw ConfigError(SourceLocation{}, fmt::format("{}.{}: {}", options.section, key, problem), hint);
 }
 
-/// Tensors per packed message in all_reduce (elements).
-constexpr std::int64_t kPackElements = 32ll << 20;
-
 }  // namespace
 
-struct DistributedSession::Impl {
-  ProcessGroupOptions options;
-  LaunchEnvironment env;
-  c10::Device device{c10::kCPU};
-  std::string backend;
-  c10::intrusive_ptr<c10d::Store> store;
-  c10::intrusive_ptr<c10d::ProcessGroup> pg;
-  std::unique_ptr<Heartbeat> heartbeat;
+c10::Device DistributedSession::Impl::choose_device() const {
+  const bool cuda = torch::cuda::is_available();
+  if (options.device == "cpu" || (options.device == "auto" && !cuda)) return c10::Device(c10::kCPU);
+  if (options.device != "cuda" && options.device != "auto")
+    fail_option(options, "device", fmt::format("unknown device '{}'", options.device), "use auto, cpu or cuda");
+  if (!cuda)
+    fail_option(options, "device", "device cuda was asked for, but no CUDA device is visible",
+                "use device: cpu (or auto) to train on CPUs with Gloo");
+  const auto count = static_cast<int>(torch::cuda::device_count());
+  if (env.local_rank >= count)
+    throw Error(fmt::format("local rank {} has no GPU: this node shows {} CUDA device(s)", env.local_rank, count),
+                "start as many processes per node as there are GPUs (torchrun --nproc-per-node)");
+  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
+}
 
-  c10::Device choose_device() const {
-    const bool cuda = torch::cuda::is_available();
-    if (options.device == "cpu" || (options.device == "auto" && !cuda)) return c10::Device(c10::kCPU);
-    if (options.device != "cuda" && options.device != "auto")
-      fail_option(options, "device", fmt::format("unknown device '{}'", options.device), "use auto, cpu or cuda");
-    if (!cuda)
-      fail_option(options, "device", "device cuda was asked for, but no CUDA device is visible",
-                  "use device: cpu (or auto) to train on CPUs with Gloo");
-    const auto count = static_cast<int>(torch::cuda::device_count());
-    if (env.local_rank >= count)
-      throw Error(fmt::format("local rank {} has no GPU: this node shows {} CUDA device(s)", env.local_rank, count),
-                  "start as many processes per node as there are GPUs (torchrun --nproc-per-node)");
-    return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
-  }
-
-  c10::intrusive_ptr<c10d::Store> make_store() const {
-    if (env.world_size == 1 && env.launcher.empty()) return c10::make_intrusive<c10d::HashStore>();
-    c10d::TCPStoreOptions o;
-    o.port = static_cast<std::uint16_t>(env.master_port);
-    o.timeout = options.timeout;
-    try {
-      if (env.agent_store) {
-        // torchrun's agent hosts the store; this attempt's keys live under their own prefix.
-        auto tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
-        return c10::make_intrusive<c10d::PrefixStore>(fmt::format("/worker/attempt_{}", env.restart_count), tcp);
-      }
-      o.isServer = env.rank == 0;
-      o.numWorkers = static_cast<std::size_t>(env.world_size);
-      o.multiTenant = true;
-      return c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
-    } catch (const std::exception& e) {
-      throw Error(fmt::format("rank {}: cannot reach the rendezvous store at {}:{}: {}", env.rank, env.master_addr,
-                              env.master_port, first_line(e.what())),
-                  fmt::format("if the port is in use, choose another (torchrun --master-port, or MASTER_PORT); if a "
-                              "rank never arrived, check that every node can reach MASTER_ADDR and started within {}.timeout_s",
-                              options.section));
+c10::intrusive_ptr<c10d::Store> DistributedSession::Impl::make_store() const {
+  if (env.world_size == 1 && env.launcher.empty()) return c10::make_intrusive<c10d::HashStore>();
+  c10d::TCPStoreOptions o;
+  o.port = static_cast<std::uint16_t>(env.master_port);
+  o.timeout = options.timeout;
+  try {
+    if (env.agent_store) {
+      // torchrun's agent hosts the store; this attempt's keys live under their own prefix.
+      auto tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
+      return c10::make_intrusive<c10d::PrefixStore>(fmt::format("/worker/attempt_{}", env.restart_count), tcp);
     }
+    o.isServer = env.rank == 0;
+    o.numWorkers = static_cast<std::size_t>(env.world_size);
+    o.multiTenant = true;
+    return c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("rank {}: cannot reach the rendezvous store at {}:{}: {}", env.rank, env.master_addr,
+                            env.master_port, first_line(e.what())),
+                fmt::format("if the port is in use, choose another (torchrun --master-port, or MASTER_PORT); if a "
+                            "rank never arrived, check that every node can reach MASTER_ADDR and started within {}.timeout_s",
+                            options.section));
   }
+}
 
-  /// " Rank(s) 1 stopped responding." when their heartbeat has stalled; "" when all beat.
-  std::string lost_ranks() const {
-    if (env.world_size == 1 || !heartbeat) return "";
-    try {
-      auto probe = make_store();
-      probe->setTimeout(Milliseconds(3000));
-      auto counters = [&] {
-        std::vector<std::int64_t> out;
-        for (int r = 0; r < env.world_size; ++r) out.push_back(probe->add(Heartbeat::key(r), 0));
-        return out;
-      };
-      const auto before = counters();
-      std::this_thread::sleep_for(std::chrono::milliseconds(2500));
-      const auto after = counters();
-      std::vector<int> lost;
-      for (int r = 0; r < env.world_size; ++r)
-        if (r != env.rank && after[r] == before[r]) lost.push_back(r);
-      if (lost.empty()) return " (every rank is still alive: a rank may have hung or raised an error)";
-      return fmt::format(". Lost: rank {} stopped responding", fmt::join(lost, ", rank "));
-    } catch (const std::exception&) {
-      return fmt::format(". Lost: the rendezvous store at {}:{} is unreachable, so its host ({}) is gone",
-                         env.master_addr, env.master_port, env.agent_store ? "the torchrun agent" : "rank 0");
-    }
+std::string DistributedSession::Impl::lost_ranks() const {
+  if (env.world_size == 1 || !heartbeat) return "";
+  try {
+    auto probe = make_store();
+    probe->setTimeout(Milliseconds(3000));
+    auto counters = [&] {
+      std::vector<std::int64_t> out;
+      for (int r = 0; r < env.world_size; ++r) out.push_back(probe->add(Heartbeat::key(r), 0));
+      return out;
+    };
+    const auto before = counters();
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    const auto after = counters();
+    std::vector<int> lost;
+    for (int r = 0; r < env.world_size; ++r)
+      if (r != env.rank && after[r] == before[r]) lost.push_back(r);
+    if (lost.empty()) return " (every rank is still alive: a rank may have hung or raised an error)";
+    return fmt::format(". Lost: rank {} stopped responding", fmt::join(lost, ", rank "));
+  } catch (const std::exception&) {
+    return fmt::format(". Lost: the rendezvous store at {}:{} is unreachable, so its host ({}) is gone",
+                       env.master_addr, env.master_port, env.agent_store ? "the torchrun agent" : "rank 0");
   }
-};
+}
 
 std::unique_ptr<DistributedSession> DistributedSession::join(const ProcessGroupOptions& options) {
   const LaunchEnvironment env = detect_launch(process_environment(), options.default_port);
@@ -253,77 +192,6 @@ void DistributedSession::guarded(const std::string& what, const std::function<vo
                 "the other ranks' logs say why they stopped; resume with --resume auto once the job is restarted "
                 "(torchrun --max-restarts restarts it for you)");
   }
-}
-
-void DistributedSession::all_reduce(const std::vector<at::Tensor>& tensors, Reduce op) const {
-  if (tensors.empty()) return;
-  const c10d::ReduceOp reduce_op = op == Reduce::Max   ? c10d::ReduceOp::MAX
-                                   : op == Reduce::Min ? c10d::ReduceOp::MIN
-                                                       : c10d::ReduceOp::SUM;
-  guarded("an all-reduce", [&] {
-    at::NoGradGuard no_grad;
-    // Runs of tensors with one dtype and device travel as one flat message.
-    for (std::size_t first = 0; first < tensors.size();) {
-      std::size_t last = first;
-      std::int64_t elements = 0;
-      while (last < tensors.size() && tensors[last].scalar_type() == tensors[first].scalar_type() &&
-             tensors[last].device() == tensors[first].device() &&
-             (last == first || elements + tensors[last].numel() <= kPackElements))
-        elements += tensors[last++].numel();
-      const std::vector<at::Tensor> run(tensors.begin() + static_cast<std::ptrdiff_t>(first),
-                                        tensors.begin() + static_cast<std::ptrdiff_t>(last));
-      std::vector<at::Tensor> flat = {torch::utils::flatten_dense_tensors(run)};
-      c10d::AllreduceOptions options;
-      options.reduceOp = reduce_op;
-      impl_->pg->allreduce(flat, options)->wait();
-      if (op == Reduce::Mean) flat[0].div_(impl_->env.world_size);
-      const auto pieces = torch::utils::unflatten_dense_tensors(flat[0], run);
-      for (std::size_t i = 0; i < run.size(); ++i) run[i].copy_(pieces[i]);
-      first = last;
-    }
-  });
-}
-
-namespace {
-
-/// `values` as a double tensor on `device` (the backend's device: NCCL reduces on GPUs only).
-at::Tensor values_tensor(const std::vector<double>& values, const c10::Device& device) {
-  return at::tensor(values, at::kDouble).to(device);
-}
-
-std::vector<double> tensor_values(const at::Tensor& tensor) {
-  const at::Tensor on_cpu = tensor.cpu().contiguous();
-  const double* data = on_cpu.data_ptr<double>();
-  return {data, data + on_cpu.numel()};
-}
-
-}  // namespace
-
-std::vector<double> DistributedSession::all_reduce(std::vector<double> values, Reduce op) const {
-  if (impl_->env.world_size == 1 || values.empty()) return values;
-  const at::Tensor tensor = values_tensor(values, impl_->device);
-  all_reduce({tensor}, op);
-  return tensor_values(tensor);
-}
-
-std::vector<double> DistributedSession::broadcast(std::vector<double> values, int root) const {
-  if (impl_->env.world_size == 1 || values.empty()) return values;
-  const at::Tensor tensor = values_tensor(values, impl_->device);
-  broadcast({tensor}, root);
-  return tensor_values(tensor);
-}
-
-void DistributedSession::broadcast(const std::vector<at::Tensor>& tensors, int root) const {
-  if (tensors.empty()) return;
-  guarded("a broadcast", [&] {
-    at::NoGradGuard no_grad;
-    std::vector<at::Tensor> state = tensors;
-    c10d::broadcast_coalesced(impl_->pg, state, 256u << 20, root);
-  });
-}
-
-void DistributedSession::barrier() const {
-  guarded("a barrier", [&] { impl_->pg->barrier()->wait(); });
 }
 
 }  // namespace wanfw
