@@ -1,0 +1,34 @@
+#pragma once
+// The argument parsing the `wanfw` subcommands share: help flags, usage errors (exit 2, with the
+// command's help), CONFIG with --set/--resume, --plugin-path folders, and the flags of the
+// commands that evaluate a model (predict, sample, export).
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "experiment.hpp"
+
+namespace wanfw::cli {
+
+/// True when `args` ask for help (--help, -h).
+bool wants_help(const std::vector<std::string>& args);
+
+/// Throws the ConfigError of a bad command line: `problem`, then the command's `help`.
+[[noreturn]] void usage_error(const std::string& problem, const char* help);
+
+/// CONFIG, --set overrides and (when allowed) --resume; flags listed in `named` take a value into it.
+RunRequest parse_run_request(const std::vector<std::string>& args, bool allow_resume, const char* help,
+                             std::map<std::string, std::string>* named = nullptr);
+
+/// Splits `--plugin-path DIR` flags from the other arguments (into `rest`).
+std::vector<std::filesystem::path> plugin_path_flags(const std::vector<std::string>& args,
+                                                     std::vector<std::string>* rest, const char* help);
+
+/// The flags `predict`, `sample` and `export` share (--inputs, --out, --checkpoint, and those in
+/// `named`: --seed, --count, --max-shard-size), parsed into an EvaluateRequest.
+EvaluateRequest parse_evaluate_request(const std::vector<std::string>& args, const char* help,
+                                       std::map<std::string, std::string> named);
+
+}  // namespace wanfw::cli

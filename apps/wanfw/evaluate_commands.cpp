@@ -1,0 +1,71 @@
+// `wanfw predict`, `sample` and `export`: a built model (the config's weights or a checkpoint's)
+// run once, sampled, or written in its family's release layout.
+#include "command_line.hpp"
+#include "commands.hpp"
+
+namespace wanfw::cli {
+
+const char* const kPredictHelp = R"(usage: wanfw predict CONFIG --inputs IN.safetensors --out OUT.safetensors
+                     [--checkpoint PATH] [--set key=value]...
+
+Builds the config's model (with its weights) on the strategy's device and runs it once, without
+gradients, on the tensors in IN; writes what the model returns to OUT. For the Wan model: x
+[B,C,F,H,W] (noisy latents), t [B] or [B,tokens] (0..1000), context [B,L,text_dim] -> v.
+
+  --checkpoint PATH   take the weights from a training checkpoint (a <run>/checkpoints/step-*
+                      folder, or a run folder for its newest one) instead of the config's
+)";
+
+const char* const kSampleHelp =
+    R"(usage: wanfw sample CONFIG --out OUT.safetensors [--inputs IN.safetensors] [--checkpoint PATH]
+                    [--seed N] [--count N] [--set key=value]...
+
+Builds the config's model like `predict` and draws samples with its sampler, writing them to
+OUT. For the Wan model: a flow-matching Euler sampler with classifier-free guidance (options
+model.sample_steps, sample_guidance, sample_shift) writes `latents` [B,C,F,H,W] and `sigmas`.
+IN holds the conditioning (context [B,L,text_dim]; optionally negative_context, noise, and image
+[B,C,H,W] for ti2v and i2v); without IN, the first N samples of the config's data set condition it.
+
+  --checkpoint PATH   take the weights from a training checkpoint or run folder
+  --seed N            seed of the initial noise (default: run.seed)
+  --count N           samples drawn when there is no IN (default 1)
+)";
+
+const char* const kExportHelp =
+    R"(usage: wanfw export CONFIG --out FOLDER [--checkpoint PATH] [--merge] [--max-shard-size BYTES] [--set key=value]...
+
+Builds the config's model (with the weights of the config, or of --checkpoint: a training
+checkpoint or a run folder's newest) and writes them in the model family's release layout, so
+that other tools load them. For the Wan model: the official layout (official tensor names,
+diffusion_pytorch_model*.safetensors shards with their index json, config.json); the A14B experts
+go to high_noise_model/ and low_noise_model/. Shards hold at most BYTES (default 5000000000).
+
+A LoRA run (model.lora.rank > 0) writes its adapters instead: wan_lora.safetensors (the Wan /
+ComfyUI keys, diffusion_model.blocks.N.self_attn.q.lora_A.weight, with alpha) and
+pytorch_lora_weights.safetensors (the diffusers PEFT keys), per expert for A14B.
+  --merge             fold the adapters into the weights and write the full official layout
+)";
+
+int predict_command(const std::vector<std::string>& args) {
+  const EvaluateRequest request = parse_evaluate_request(args, kPredictHelp, {});
+  if (request.inputs.empty()) usage_error("--inputs is required", kPredictHelp);
+  predict_experiment(request);
+  return kSuccess;
+}
+
+int sample_command(const std::vector<std::string>& args) {
+  sample_experiment(parse_evaluate_request(args, kSampleHelp, {{"--seed", ""}, {"--count", ""}}));
+  return kSuccess;
+}
+
+int export_command(const std::vector<std::string>& args) {
+  std::vector<std::string> rest;
+  bool merge = false;
+  for (const auto& arg : args) (arg == "--merge" ? merge = true : (rest.push_back(arg), false));
+  EvaluateRequest request = parse_evaluate_request(rest, kExportHelp, {{"--max-shard-size", ""}});
+  request.merge_adapters = merge;
+  export_experiment(request);
+  return kSuccess;
+}
+
+}  // namespace wanfw::cli

@@ -1,0 +1,49 @@
+// `wanfw run`, `validate` and `model-info`: an experiment from its config.
+#include <cstdio>
+
+#include "command_line.hpp"
+#include "commands.hpp"
+
+namespace wanfw::cli {
+
+const char* const kRunHelp = R"(usage: wanfw run CONFIG [--set key=value]... [--resume auto|PATH]
+
+Trains the experiment described by CONFIG (YAML).
+
+  --set key.path=value   override one config value (parsed as YAML); repeatable
+  --resume auto          continue the run from its newest complete checkpoint
+                         (starts a new run if there is none)
+  --resume PATH          continue from a checkpoint folder or a run folder
+
+Multi-process runs start through torchrun or srun, e.g.
+  torchrun --no-python --nproc-per-node=2 wanfw run CONFIG
+)";
+
+const char* const kValidateHelp = R"(usage: wanfw validate CONFIG [--set key=value]...
+
+Loads the config and every plugin it names, checks every option, builds the model and the data
+set, and prints the resolved config. Trains nothing. Exits 2 on any problem.
+)";
+
+const char* const kModelInfoHelp = R"(usage: wanfw model-info CONFIG [--set key=value]...
+
+Prints the config's model as its plugin describes it without building it: dimensions, parameter
+count and a memory estimate. Allocates no weights, so it works for models larger than memory.
+)";
+
+int run_command(const std::vector<std::string>& args) {
+  const RunOutcome outcome = run_experiment(parse_run_request(args, true, kRunHelp));
+  return outcome.stop_signal == 0 ? kSuccess : kFailure;
+}
+
+int validate_command(const std::vector<std::string>& args) {
+  std::fputs(validate_experiment(parse_run_request(args, false, kValidateHelp)).c_str(), stdout);
+  return kSuccess;
+}
+
+int model_info_command(const std::vector<std::string>& args) {
+  std::fputs(inspect_model(parse_run_request(args, false, kModelInfoHelp)).c_str(), stdout);
+  return kSuccess;
+}
+
+}  // namespace wanfw::cli
