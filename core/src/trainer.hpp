@@ -1,5 +1,8 @@
 #pragma once
-// Internal: the training loop. One optimizer step, in order:
+// Internal: the training loop, in phases: set-up (trainer_setup.cpp: restore, the loader and its
+// position, the ranks' agreement on the epoch, the plan), the steps, the post-step reporting
+// (trainer_reporting.cpp), and the finish (the last checkpoint, the result). One optimizer step,
+// in order:
 //   1. micro-batches: forward and backward of each through the strategy (run_micro_batches)
 //   2. agreement: every rank learns whether any saw a stop signal or a non-finite loss or
 //      gradient norm (agree), so all take the same branch at the same step
@@ -8,6 +11,7 @@
 //      averaged over ranks, go to the progress line and the loggers, with validation (report)
 //   5. checkpoint when due (periodic, last step, or after an agreed stop signal)
 
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -28,6 +32,7 @@ namespace wanfw {
 class ProgressReporter;
 class SampleLog;
 class TrainingOptimizer;
+class Validation;
 
 /// A logged window's mean training loss and the steps it spans.
 struct LoggedLoss {
@@ -76,12 +81,25 @@ class Trainer {
     std::string metric;       ///< "loss" or "grad_norm"
   };
 
+  /// After the micro-batches: the fp16 gradients unscaled, the gradients clipped, and what the
+  /// ranks agree on (a non-finite value stops the run here).
+  struct Gradients {
+    double loss_scale = 1;  ///< the fp16 loss scale the backward ran at
+    bool overflow = false;  ///< fp16 overflow: the step is skipped
+    double grad_norm = 0;
+    Decision decision;
+  };
+
+  /// Everything before the first step: restore, the loader and its position in the epoch, the
+  /// ranks' agreement on the epoch's length, the plan, the progress line and validation.
+  void set_up(const std::optional<std::filesystem::path>& checkpoint);
   void restore(const std::filesystem::path& checkpoint);
   /// After a restore: the micro-batch of the epoch that follows the checkpoint's samples.
   void resume_position();
   /// Fails unless every rank's epoch holds as many micro-batches: ends of epochs are collective.
   void agree_on_epoch_length();
   MicroBatchTotals run_micro_batches();
+  Gradients settle_gradients(const MicroBatchTotals& totals);
   Decision agree(double loss, double grad_norm, bool overflow);
   [[noreturn]] void stop_on_nonfinite(const Decision& decision, double loss, double grad_norm) const;
   void apply_update(bool overflow, double lr);
@@ -89,7 +107,14 @@ class Trainer {
   /// scalars averaged over ranks (a collective), else nothing.
   std::map<std::string, double> report(const MicroBatchTotals& totals, double lr, double grad_norm, bool overflow,
                                        double loss_scale, double step_seconds, bool log_now);
+  /// After the update of step state_.step: the logging window (and at a logging step, or when
+  /// the run `stops`, its means to the progress line, the loggers and `result`), validation and
+  /// its previews, parameter histograms.
+  void report_step(const MicroBatchTotals& totals, const Gradients& gradients, double lr, double step_seconds,
+                   bool stops, TrainingResult& result);
   std::filesystem::path save_checkpoint();
+  /// After the last step: the final checkpoint unless written, the logs flushed, the totals.
+  void finish(bool saved, std::chrono::steady_clock::time_point started, TrainingResult& result);
 
   CoreSettings settings_;
   std::string resolved_yaml_;
@@ -103,7 +128,10 @@ class Trainer {
   std::unique_ptr<DataLoader> loader_;
   std::optional<TrainingPlan> plan_;
   std::unique_ptr<TrainingOptimizer> optimizer_;
+  std::unique_ptr<ProgressReporter> progress_;  ///< rank 0's progress line (off elsewhere)
+  std::unique_ptr<Validation> validation_;
   MetricWindow window_;  ///< the steps since the last log
+  std::int64_t window_first_ = 0;  ///< the logging window's first step
   Precision precision_;
   std::int64_t skipped_steps_ = 0;  ///< fp16 steps skipped on overflow, this process
   std::optional<std::filesystem::path> last_checkpoint_;
