@@ -74,8 +74,9 @@ int main(int argc, char** argv) {
     const auto source = wanfw::SafetensorsFile::open(file);
     std::int64_t largest = 0, values = 0;
     for (const auto& record : source.records()) {
-      largest = std::max(largest, source.tensor(record.name).numel());
-      values += source.tensor(record.name).numel();
+      const std::int64_t numel = source.tensor(record.name).numel();
+      largest = std::max(largest, numel);
+      values += numel;
     }
     const at::Tensor buffer = at::empty({largest}, at::kFloat);  // one parameter's room, reused
     const wanfw::TensorRole role = wanfw::TensorRole::weight();

@@ -33,10 +33,8 @@ Experiment evaluation_model(const EvaluateRequest& request) {
 std::map<std::string, at::Tensor> read_tensors(const fs::path& path) {
   const SafetensorsFile file = SafetensorsFile::open(path);
   std::map<std::string, at::Tensor> tensors;
-  for (const auto& record : file.records()) {
-    check_tensor(file.tensor(record.name), TensorRole::input(), path, record.name);
-    tensors.emplace(record.name, file.load(record.name));
-  }
+  for (const auto& record : file.records())
+    tensors.emplace(record.name, read_checked(file.tensor(record.name), TensorRole::input(), path, record.name));
   return tensors;
 }
 

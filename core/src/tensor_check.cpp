@@ -140,4 +140,11 @@ void copy_checked(const at::Tensor& destination, const at::Tensor& source, const
   destination.copy_(source);
 }
 
+at::Tensor read_checked(const at::Tensor& source, const TensorRole& role, const std::filesystem::path& file,
+                        std::string_view name, std::optional<at::ScalarType> dtype) {
+  at::Tensor out = at::empty(source.sizes(), at::TensorOptions(dtype.value_or(source.scalar_type())));
+  copy_checked(out, source, role, file, name);
+  return out;
+}
+
 }  // namespace wanfw

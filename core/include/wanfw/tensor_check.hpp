@@ -45,4 +45,9 @@ void check_tensor(const at::Tensor& tensor, const TensorRole& role, const std::f
 void copy_checked(const at::Tensor& destination, const at::Tensor& source, const TensorRole& role,
                   const std::filesystem::path& file, std::string_view name);
 
+/// A new contiguous CPU tensor holding `source` (named `name` in `file`) in `dtype` (default: its
+/// own), made by copy_checked: the checks and the copy in one pass over the source's bytes.
+at::Tensor read_checked(const at::Tensor& source, const TensorRole& role, const std::filesystem::path& file,
+                        std::string_view name, std::optional<at::ScalarType> dtype = std::nullopt);
+
 }  // namespace wanfw

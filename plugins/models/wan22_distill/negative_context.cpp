@@ -22,8 +22,7 @@ torch::Tensor negative_context(const wanfw::Options& o, const wan::WanConfig& te
     wanfw::TensorRole role = wanfw::TensorRole::data();
     role.what = "a negative prompt's text embedding";
     role.hint = "encode the negative prompt again with the teacher's text encoder";
-    wanfw::check_tensor(file.tensor(name), role, path, name);
-    negative = file.load(name).to(torch::kFloat32);
+    negative = wanfw::read_checked(file.tensor(name), role, path, name, torch::kFloat32);
   } catch (const wanfw::FileError& e) {
     o.fail("negative_context", e.what());
   }

@@ -114,8 +114,8 @@ AdapterFile read_adapter_file(const fs::path& file, const WanConfig& config) {
       continue;
     }
     const bool is_a = part == ".lora_A.weight" || part == ".lora_down.weight";
-    wanfw::check_tensor(source.tensor(record.name), adapter_role("an adapter matrix"), file, record.name);
-    at::Tensor tensor = source.load(record.name).to(at::kFloat);
+    at::Tensor tensor = wanfw::read_checked(source.tensor(record.name), adapter_role("an adapter matrix"), file,
+                                            record.name, at::kFloat);
     if (tensor.dim() != 2)
       fail(record.name, fmt::format("has shape {}; a low-rank matrix has two dimensions", c10::str(tensor.sizes())),
            "");
