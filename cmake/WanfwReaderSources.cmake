@@ -3,28 +3,30 @@
 # fuzz targets.
 set(_core_src ${CMAKE_CURRENT_LIST_DIR}/../core/src)
 set(WANFW_SAFETENSORS_SOURCES
-  ${_core_src}/bounded_input.cpp
-  ${_core_src}/error.cpp
-  ${_core_src}/file_io.cpp
-  ${_core_src}/safetensors_dtypes.cpp
-  ${_core_src}/safetensors_file.cpp
-  ${_core_src}/safetensors_header.cpp
-  ${_core_src}/safetensors_index.cpp
-  ${_core_src}/safetensors_writer.cpp)
-# The data set folder reader (manifest, shards) and what it builds on.
+  ${_core_src}/io/bounded_input.cpp
+  ${_core_src}/host/error.cpp
+  ${_core_src}/io/file_io.cpp
+  ${_core_src}/io/safetensors_dtypes.cpp
+  ${_core_src}/io/safetensors_file.cpp
+  ${_core_src}/io/safetensors_header.cpp
+  ${_core_src}/io/safetensors_index.cpp
+  ${_core_src}/io/safetensors_writer.cpp)
+# The data set folder reader (manifest, shards: the latent_shards plugin's library) and what it
+# builds on.
+set(_shards_src ${CMAKE_CURRENT_LIST_DIR}/../plugins/datasets/latent_shards/src)
 set(WANFW_DATASET_SOURCES
-  ${_core_src}/data.cpp
-  ${_core_src}/dataset_manifest.cpp
-  ${_core_src}/dataset_writer.cpp
-  ${_core_src}/file_checksum.cpp
-  ${_core_src}/generators.cpp
-  ${_core_src}/finite_copy.cpp
-  ${_core_src}/latent_shard_dataset.cpp
-  ${_core_src}/sample_conform.cpp)
+  ${_core_src}/data/data.cpp
+  ${_core_src}/data/sample_conform.cpp
+  ${_core_src}/numerics/finite_copy.cpp
+  ${_shards_src}/dataset_manifest.cpp
+  ${_shards_src}/dataset_writer.cpp
+  ${_shards_src}/file_checksum.cpp
+  ${_shards_src}/latent_shard_dataset.cpp)
+set(WANFW_DATASET_INCLUDE_DIRS ${_shards_src} ${_shards_src}/../include)
 # The adapter file reader (every layout, its metadata, the tensor gate) and the Wan names it maps.
-set(_wan_src ${CMAKE_CURRENT_LIST_DIR}/../plugins/models/wan_dit/src)
+set(_wan_src ${CMAKE_CURRENT_LIST_DIR}/../libs/wan_dit/src)
 set(WANFW_ADAPTER_SOURCES
-  ${_core_src}/tensor_check.cpp
+  ${_core_src}/numerics/tensor_check.cpp
   ${_wan_src}/adapter_metadata.cpp
   ${_wan_src}/adapter_reader.cpp
   ${_wan_src}/wan_config.cpp

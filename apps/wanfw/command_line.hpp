@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "experiment.hpp"
+#include "run/evaluation.hpp"
 
 namespace wanfw::cli {
 

@@ -11,11 +11,12 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
-#include "bucket_sampler.hpp"
-#include "data_loader.hpp"
 #include "commands.hpp"
+#include "data/bucket_sampler.hpp"
+#include "data/data_loader.hpp"
+#include "latent_shards/latent_dataset.hpp"
+#include "synthetic/synthetic_dataset.hpp"
 #include "wanfw/error.hpp"
-#include "wanfw/latent_dataset.hpp"
 #include "wanfw/safetensors.hpp"
 
 namespace fs = std::filesystem;

@@ -12,7 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "commands.hpp"
-#include "console.hpp"
+#include "host/console.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/version.hpp"
 

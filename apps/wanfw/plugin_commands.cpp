@@ -7,8 +7,10 @@
 
 #include "command_line.hpp"
 #include "commands.hpp"
-#include "config.hpp"
-#include "plugin_host.hpp"
+#include "config/config.hpp"
+#include "plugin_host/plugin_host.hpp"
+#include "run/config_reference.hpp"
+#include "run/inspection.hpp"
 #include "wanfw/error.hpp"
 
 namespace wanfw::cli {

@@ -3,6 +3,8 @@
 
 #include "command_line.hpp"
 #include "commands.hpp"
+#include "run/experiment.hpp"
+#include "run/inspection.hpp"
 
 namespace wanfw::cli {
 

@@ -6,8 +6,8 @@
 #include <string_view>
 #include <vector>
 
-#include "config.hpp"
-#include "core_sections.hpp"
+#include "config/config.hpp"
+#include "config/core_sections.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/options.hpp"
 

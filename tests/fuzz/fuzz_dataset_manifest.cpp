@@ -16,8 +16,8 @@
 #include <ATen/ATen.h>
 
 #include "fuzz_folder.hpp"
+#include "latent_shards/latent_dataset.hpp"
 #include "wanfw/error.hpp"
-#include "wanfw/latent_dataset.hpp"
 
 namespace fs = std::filesystem;
 

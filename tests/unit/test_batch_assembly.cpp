@@ -6,9 +6,9 @@
 
 #include <ATen/ATen.h>
 
-#include "batch_assembly.hpp"
-#include "batch_buffers.hpp"
-#include "finite_copy.hpp"
+#include "data/batch_assembly.hpp"
+#include "data/batch_buffers.hpp"
+#include "numerics/finite_copy.hpp"
 #include "wanfw/data.hpp"
 // doctest last: c10/util/Logging.h defines a CHECK macro of its own.
 #include <doctest/doctest.h>

@@ -1,6 +1,6 @@
 #include <torch/torch.h>
 
-#include "checkpoint_store.hpp"
+#include "checkpoint/checkpoint_store.hpp"
 #include "temp_dir.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/safetensors.hpp"

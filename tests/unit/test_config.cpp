@@ -1,4 +1,4 @@
-#include "config.hpp"
+#include "config/config.hpp"
 // doctest last: c10/util/Logging.h defines a CHECK macro of its own.
 #include <doctest/doctest.h>
 

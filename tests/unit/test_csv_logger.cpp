@@ -3,9 +3,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "config/config.hpp"
+#include "plugin_host/plugin_host.hpp"
 #include "temp_dir.hpp"
-#include "config.hpp"
-#include "plugin_host.hpp"
 // doctest last: c10/util/Logging.h defines a CHECK macro of its own.
 #include <doctest/doctest.h>
 

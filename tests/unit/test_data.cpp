@@ -3,8 +3,9 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
-#include "bucket_sampler.hpp"
-#include "data_loader.hpp"
+#include "data/bucket_sampler.hpp"
+#include "data/data_loader.hpp"
+#include "synthetic/synthetic_dataset.hpp"
 #include "wanfw/data.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/sample_random.hpp"

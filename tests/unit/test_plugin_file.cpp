@@ -1,7 +1,7 @@
 #include <fstream>
 #include <vector>
 
-#include "plugin_file.hpp"
+#include "plugin_host/plugin_file.hpp"
 #include "temp_dir.hpp"
 #include "wanfw/error.hpp"
 // doctest last: c10/util/Logging.h defines a CHECK macro of its own.

@@ -1,6 +1,6 @@
+#include "config/config.hpp"
+#include "plugin_host/plugin_host.hpp"
 #include "temp_dir.hpp"
-#include "config.hpp"
-#include "plugin_host.hpp"
 // doctest last: c10/util/Logging.h defines a CHECK macro of its own.
 #include <doctest/doctest.h>
 

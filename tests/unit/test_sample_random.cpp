@@ -3,7 +3,8 @@
 
 #include <ATen/ATen.h>
 
-#include "data_loader.hpp"
+#include "data/data_loader.hpp"
+#include "synthetic/synthetic_dataset.hpp"
 #include "wanfw/data.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/sample_random.hpp"

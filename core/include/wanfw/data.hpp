@@ -111,39 +111,6 @@ class Dataset {
   virtual std::string summary() const;
 };
 
-/// Deterministic random data with the fields a model declares: sample i depends only on the
-/// seed and i, and is in bucket i mod buckets.size(). `tokens` is the length of dim::tokens
-/// dimensions (0: each field's max_tokens). With `patterns`, latent-like fields (those with a
-/// bucket dimension) are one of a few smooth patterns plus noise, and every other field is the
-/// pattern's own caption, so a model can learn to denoise them: a loss that visibly falls.
-class SyntheticDataset final : public Dataset {
- public:
-  struct Options {
-    std::int64_t size = 1;
-    std::uint64_t seed = 0;
-    std::vector<Bucket> buckets = {Bucket{}};
-    std::int64_t tokens = 0;
-    bool patterns = false;
-  };
-  SyntheticDataset(std::vector<FieldSpec> fields, Options options);
-  std::int64_t size() const override { return options_.size; }
-  Sample get(std::int64_t index) const override;
-  const std::vector<Bucket>& buckets() const override { return options_.buckets; }
-  std::int64_t bucket_of(std::int64_t index) const override;
-  Sample empty_caption() const override;
-  std::shared_ptr<Dataset> validation_set(std::int64_t max_samples, std::uint64_t seed) const override;
-  std::string summary() const override;
-  /// The pattern (caption class) of sample `index` when `patterns` is on.
-  std::int64_t pattern_of(std::int64_t index) const;
-  static constexpr std::int64_t kPatterns = 8;
-
- private:
-  std::vector<std::int64_t> concrete_shape(const FieldSpec& field, const Bucket& bucket, std::int64_t tokens) const;
-  std::vector<FieldSpec> fields_;
-  Options options_;
-  std::uint64_t pattern_seed_;  ///< keys patterns and captions: the training set's seed
-};
-
 /// Checks `sample` against the declared fields (every field present, its shape fits the spec and
 /// the bucket, tokens within max_tokens, floating values finite) and, with `convert`, converts each
 /// field to its declared dtype; extra fields are dropped. Throws wanfw::DataError naming

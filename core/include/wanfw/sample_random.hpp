@@ -20,6 +20,10 @@
 
 namespace wanfw {
 
+/// SplitMix64: spreads nearby inputs ((seed, index) pairs) over the whole 64-bit range. For
+/// seeds of one's own derived from a run's seed (a data set's per-sample content, say).
+std::uint64_t mix_seed(std::uint64_t x);
+
 /// The seed of one sample's stream: a pure function of its four keys.
 std::uint64_t sample_stream_seed(std::uint64_t seed, std::int64_t sample_id, std::int64_t epoch,
                                  std::string_view stream);

@@ -1,0 +1,136 @@
+#include "config/core_sections.hpp"
+
+#include <fmt/format.h>
+
+#include "config/core_limits.hpp"
+#include "wanfw/data.hpp"
+
+namespace wanfw {
+
+using namespace limits;
+
+const std::vector<std::string>& top_level_sections() {
+  static const std::vector<std::string> sections = {"run",  "trainer", "optimizer", "scheduler", "data",
+                                                    "validation", "precision", "checkpoint", "model", "strategy", "loggers", "plugin_path"};
+  return sections;
+}
+
+const std::vector<std::pair<std::string, OptionSchema>>& core_schemas() {
+  using T = OptionType;
+  static const std::vector<std::pair<std::string, OptionSchema>> schemas = {
+      {"run",
+       {option("name", T::String).doc("Run name; outputs go to <output_dir>/<name>/version_<N>. Default: the "
+                                      "config file's name without extension."),
+        option("output_dir", T::String).value("runs").doc("Folder that holds every run."),
+        option("seed", T::Integer).value("42").doc("Seed for weights, data order and every random draw."),
+        option("log_level", T::Choice)
+            .value("info")
+            .choices({"trace", "debug", "info", "warn", "error"})
+            .doc("Console log level.")}},
+      {"trainer",
+       {option("max_steps", T::Integer).value("0").doc("Optimizer steps to run; 0 runs `epochs` full epochs."),
+        option("epochs", T::Integer).value("1").doc(fmt::format("Epochs to run when max_steps is 0 (at most {}); each ends with an optimizer step over its "
+                                                       "leftover micro-batches.", kMaxEpochs)),
+        option("log_every", T::Integer).value("10").doc("Log metrics every N optimizer steps."),
+        option("grad_clip", T::Number).value("1.0").doc("Clip the global gradient L2 norm to this; 0 disables."),
+        option("nan_guard", T::Boolean)
+            .value("true")
+            .doc("Stop with an error when the loss or gradient norm is NaN or infinite, before the "
+                 "optimizer applies it."),
+        option("progress", T::Choice)
+            .value("auto")
+            .choices({"auto", "bar", "lines", "off"})
+            .doc("Progress display: a bar on terminals and plain lines otherwise (auto), or forced."),
+        option("histogram_every", T::Integer)
+            .value("0")
+            .doc("Log histograms of every trainable parameter and its gradient every N steps (loggers that "
+                 "draw them: tensorboard); 0 disables."),
+        option("cpu_memory_cache_mb", T::Integer)
+            .value("512")
+            .doc("Training on the CPU: MiB of freed tensor memory (blocks of 64 KiB or more) kept for reuse by "
+                 "the next allocation of the same size, so each step does not fault its activations' pages in "
+                 "again; 0 returns every block to the system. GPU runs keep the C library's allocator.")}},
+      {"optimizer",
+       {option("name", T::Choice).value("adamw").choices({"adamw"}).doc("Optimizer."),
+        option("lr", T::Number).value("1e-4").doc("Peak learning rate (before lr_scaling)."),
+        option("lr_scaling", T::Choice)
+            .value("none")
+            .choices({"none", "linear", "sqrt"})
+            .doc("Scale lr with the global batch (world size x batch_size x accumulation) relative to "
+                 "lr_reference_batch: linearly, by the square root, or not at all."),
+        option("lr_reference_batch", T::Integer)
+            .value("0")
+            .doc("The global batch `lr` was tuned for; 0 means data.batch_size (one device, no accumulation)."),
+        option("betas", T::NumberList).value("[0.9, 0.999]").doc("AdamW beta1 and beta2."),
+        option("eps", T::Number).value("1e-8").doc("AdamW epsilon."),
+        option("weight_decay", T::Number).value("0.01").doc("Decoupled weight decay.")}},
+      {"scheduler",
+       {option("warmup_steps", T::Integer).value("0").doc("Linear warm-up from 0 to lr over this many steps."),
+        option("decay", T::Choice)
+            .value("cosine")
+            .choices({"cosine", "constant"})
+            .doc("After warm-up: cosine decay to min_lr_ratio * lr at the last step, or constant."),
+        option("min_lr_ratio", T::Number).value("0.0").doc("Final learning rate as a fraction of lr (cosine).")}},
+      {"data",
+       {option("name", T::String)
+            .doc("Data set plugin (`wanfw plugins` lists them): latent_shards when `path` is set, else synthetic. The "
+                 "plugin's own options (path, num_samples, ...) go in this section too."),
+        option("batch_size", T::Integer).value("8").doc("Samples per micro-batch on each device."),
+        option("bucket_batch_size", T::StringList)
+            .value("[]")
+            .doc("Per-bucket batch sizes as \"FxHxW=N\" (latent frames x height x width), e.g. [\"21x60x104=1\", "
+                 "\"1x60x104=8\"]; other buckets use batch_size."),
+        option("shuffle", T::Boolean)
+            .value("true")
+            .doc("Reshuffle every epoch, within and across buckets (seeded by run.seed and epoch)."),
+        option("drop_last", T::Boolean)
+            .value("true")
+            .doc("A bucket's samples that do not fill one optimizer step are skipped for the epoch (a different tail "
+                 "each epoch); false completes that step with repeated samples. Printed at start either way."),
+        option("caption_dropout", T::Number)
+            .value("0.0")
+            .doc("Probability that a sample trains on the empty prompt's embedding instead of its caption "
+                 "(classifier-free guidance), decided by the sample's own random stream."),
+        option("on_bad_sample", T::Choice)
+            .value("error")
+            .choices({"error", "skip"})
+            .doc("A sample that cannot be read or does not fit the model (corrupt shard, wrong shape, NaN): stop with "
+                 "an error naming it, or skip it (each skip logged, the count in the summary)."),
+        option("sample_log", T::Boolean)
+            .value("false")
+            .doc("Write the sample ids of every micro-batch to <run>/samples/rank_<R>.csv (step, micro-batch, epoch, "
+                 "bucket, ids)."),
+        option("workers", T::Integer).value("2").doc(fmt::format("Loader threads (at most {}); 0 loads on the training thread.", kMaxWorkers)),
+        option("prefetch", T::Integer).value("2").doc(fmt::format("Batches each worker prepares ahead (1 to {}).", kMaxPrefetch))}},
+      {"validation",
+       {option("every", T::Integer)
+            .value("0")
+            .doc("Score the held-out set every N optimizer steps and at the last step; 0 disables. Logged as "
+                 "val/<metric>."),
+        option("num_samples", T::Integer)
+            .value("16")
+            .doc(fmt::format("Held-out samples scored at each validation (at most {}): the synthetic set draws them apart "
+                             "from the training set; a folder data set takes them from its validation_path.", kMaxSamples)),
+        option("batch_size", T::Integer).value("0").doc("Samples per validation batch; 0 uses data.batch_size."),
+        option("preview", T::Boolean)
+            .value("true")
+            .doc("At each validation, also log the model's preview images (the Wan model: a sampled latent "
+                 "video as a strip of frames).")}},
+      {"precision",
+       {option("mode", T::Choice)
+            .value("fp32")
+            .choices({"fp32", "bf16", "fp16"})
+            .doc("fp32; bf16 autocast over float32 weights; fp16 autocast with dynamic loss scaling (steps whose "
+                 "gradients overflow are skipped and the scale backs off; its state is checkpointed)."),
+        option("init_scale", T::Number).value("65536").doc("fp16: the first loss scale."),
+        option("growth_factor", T::Number).value("2.0").doc("fp16: scale multiplier after growth_interval clean steps."),
+        option("backoff_factor", T::Number).value("0.5").doc("fp16: scale multiplier after an overflow."),
+        option("growth_interval", T::Integer).value("2000").doc("fp16: clean steps before the scale grows.")}},
+      {"checkpoint",
+       {option("every", T::Integer).value("0").doc("Write a checkpoint every N steps; 0 only at the end."),
+        option("keep_last", T::Integer).value("3").doc("Keep the newest K checkpoints; 0 keeps all.")}},
+  };
+  return schemas;
+}
+
+}  // namespace wanfw

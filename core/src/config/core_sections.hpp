@@ -1,0 +1,96 @@
+#pragma once
+// Internal: the config sections the core itself owns, their schemas, and typed settings.
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "config/config.hpp"
+#include "wanfw/precision.hpp"
+
+namespace wanfw {
+
+/// Top-level keys of an experiment config.
+const std::vector<std::string>& top_level_sections();
+/// (section name, schema) for every core section, in documentation order.
+const std::vector<std::pair<std::string, OptionSchema>>& core_schemas();
+
+struct RunSettings {
+  std::string name;
+  std::filesystem::path output_dir;
+  std::uint64_t seed = 0;
+  std::string log_level;
+};
+
+struct TrainerSettings {
+  std::int64_t max_steps = 0;
+  std::int64_t epochs = 1;
+  std::int64_t log_every = 10;
+  double grad_clip = 0.0;
+  bool nan_guard = true;
+  std::string progress;  ///< auto | bar | lines | off
+  std::int64_t histogram_every = 0;  ///< 0: no weight/gradient histograms
+  std::int64_t cpu_memory_cache_mb = 512;  ///< CPU runs: freed tensor memory kept for reuse; 0: none
+};
+
+struct OptimizerSettings {
+  double lr = 1e-4;
+  std::string lr_scaling;  ///< none | linear | sqrt
+  std::int64_t lr_reference_batch = 0;  ///< 0: data.batch_size
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.01;
+};
+
+struct SchedulerSettings {
+  std::int64_t warmup_steps = 0;
+  std::string decay;  ///< constant | cosine
+  double min_lr_ratio = 0.0;
+};
+
+struct DataSettings {
+  std::string name;  ///< the data set plugin
+  std::int64_t batch_size = 1;
+  std::vector<std::pair<std::string, std::int64_t>> bucket_batch_size;  ///< ("FxHxW", batch size)
+  bool shuffle = true;
+  bool drop_last = true;
+  double caption_dropout = 0;
+  bool skip_bad_samples = false;
+  bool sample_log = false;
+  int workers = 0;
+  int prefetch = 2;
+};
+
+/// The sample bound the core enforces on sizes held in memory (samples per data set, batch size).
+inline constexpr std::int64_t kMaxSamples = 100'000'000;
+
+struct ValidationSettings {
+  std::int64_t every = 0;  ///< 0: no validation
+  std::int64_t num_samples = 16;
+  std::int64_t batch_size = 0;  ///< 0: data.batch_size
+  bool preview = true;          ///< log the model's preview images at each validation
+};
+
+struct CheckpointSettings {
+  std::int64_t every = 0;
+  std::int64_t keep_last = 3;
+};
+
+/// Every core section, validated and typed. Records the resolved values in `config`.
+struct CoreSettings {
+  RunSettings run;
+  TrainerSettings trainer;
+  OptimizerSettings optimizer;
+  SchedulerSettings scheduler;
+  DataSettings data;
+  ValidationSettings validation;
+  PrecisionOptions precision;
+  CheckpointSettings checkpoint;
+  std::vector<std::filesystem::path> plugin_path;
+
+  static CoreSettings from(Config& config);
+};
+
+}  // namespace wanfw

@@ -1,0 +1,59 @@
+#pragma once
+// Internal: the data of a run in one place: the training set (built by the data set plugin), the
+// held-out validation set, the sampler that deals them into steps, and the loaders and batches
+// drawn from them. Every batch carries its samples' ids, epoch and stream seed, which key the
+// model's random draws (wanfw/sample_random.hpp).
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "config/core_sections.hpp"
+#include "data/bucket_sampler.hpp"
+#include "data/data_loader.hpp"
+#include "wanfw/data.hpp"
+#include "wanfw/error.hpp"
+
+namespace wanfw {
+
+class TrainingData {
+ public:
+  /// `training`: the data set plugin's set; `fields`: what the model declared; `data_section`: where
+  /// the config's data section was written (errors about it point there). Builds the validation
+  /// set when the run validates.
+  TrainingData(const CoreSettings& settings, std::vector<FieldSpec> fields, std::shared_ptr<Dataset> training,
+               SourceLocation data_section);
+
+  const std::shared_ptr<Dataset>& training_set() const { return training_; }
+  /// Null when the run does not validate.
+  const std::shared_ptr<Dataset>& validation_set() const { return validation_; }
+  const std::vector<FieldSpec>& fields() const { return fields_; }
+
+  /// How the training set is dealt into optimizer steps on `world_size` ranks with `accumulation`
+  /// micro-batches each.
+  std::shared_ptr<BucketSampler> sampler(int world_size, int accumulation) const;
+  /// This rank's micro-batches of the training set; `device` is where they will be used (pinned
+  /// memory for CUDA).
+  std::unique_ptr<DataLoader> loader(int rank, int world_size, int accumulation, const c10::Device& device) const;
+
+  /// This rank's share of the validation set, as batches of validation.batch_size, each from one
+  /// bucket (every rank gets as many).
+  std::vector<std::vector<std::int64_t>> validation_batches(int rank, int world_size) const;
+  /// Validation samples `indices` (one bucket) as one batch: keyed by the validation seed at
+  /// epoch 0, so every validation draws the same noise for a sample.
+  Batch validation_batch(const std::vector<std::int64_t>& indices) const;
+  /// Up to `count` samples from the start of the training set that share the first sample's
+  /// bucket, as one batch (conditioning for `wanfw sample`).
+  Batch first_training_samples(std::int64_t count) const;
+
+ private:
+  Batch batch_of(const Dataset& dataset, const std::vector<std::int64_t>& indices, std::uint64_t seed) const;
+
+  CoreSettings settings_;
+  std::vector<FieldSpec> fields_;
+  SourceLocation data_section_;
+  std::shared_ptr<Dataset> training_;
+  std::shared_ptr<Dataset> validation_;
+};
+
+}  // namespace wanfw

@@ -1,0 +1,23 @@
+#include "host/peak_memory.hpp"
+
+#include <sys/resource.h>
+
+#include <c10/core/CachingDeviceAllocator.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+
+namespace wanfw {
+
+double peak_memory_mib() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;  // KiB on Linux
+}
+
+double peak_gpu_memory_mib(const c10::Device& device) {
+  if (!device.is_cuda()) return 0;
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+  const auto aggregate = static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  return static_cast<double>(stats.allocated_bytes[aggregate].peak) / (1024.0 * 1024.0);
+}
+
+}  // namespace wanfw

@@ -1,0 +1,79 @@
+// `wanfw predict`, `sample` and `export`: the experiment's model, with a checkpoint's weights,
+// evaluated once.
+
+#include "run/evaluation.hpp"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "checkpoint/checkpoint_store.hpp"
+#include "checkpoint/run_directory.hpp"
+#include "run/experiment_assembly.hpp"
+#include "wanfw/error.hpp"
+#include "wanfw/safetensors.hpp"
+#include "wanfw/tensor_check.hpp"
+
+namespace fs = std::filesystem;
+
+namespace wanfw {
+
+namespace {
+
+/// The model of an evaluation, on the strategy's device, with the checkpoint's weights if given.
+Experiment evaluation_model(const EvaluateRequest& request) {
+  Experiment e = assemble(request.run);
+  if (!request.checkpoint.empty()) {
+    const fs::path checkpoint = locate_checkpoint(request.checkpoint, "--checkpoint");
+    CheckpointStore::load_weights(checkpoint, *e.model);
+    spdlog::info("weights from {}", checkpoint.string());
+  }
+  e.strategy->setup(*e.model);
+  return e;
+}
+
+std::map<std::string, at::Tensor> read_tensors(const fs::path& path) {
+  const SafetensorsFile file = SafetensorsFile::open(path);
+  std::map<std::string, at::Tensor> tensors;
+  for (const auto& record : file.records())
+    tensors.emplace(record.name, read_checked(file.tensor(record.name), TensorRole::input(), path, record.name));
+  return tensors;
+}
+
+void write_results(const fs::path& path, const std::map<std::string, at::Tensor>& results, const char* writer) {
+  std::vector<std::pair<std::string, at::Tensor>> ordered(results.begin(), results.end());
+  write_safetensors(path, ordered, {{"written_by", writer}});
+  spdlog::info("wrote {} tensor(s) to {}", ordered.size(), path.string());
+}
+
+}  // namespace
+
+void predict_experiment(const EvaluateRequest& request) {
+  Experiment e = evaluation_model(request);
+  write_results(request.outputs, e.model->predict(read_tensors(request.inputs)), "wanfw predict");
+}
+
+void sample_experiment(const EvaluateRequest& request) {
+  Experiment e = evaluation_model(request);
+  std::map<std::string, at::Tensor> inputs;
+  if (!request.inputs.empty()) {
+    inputs = read_tensors(request.inputs);
+  } else {
+    const std::int64_t available = e.data->training_set()->size();
+    if (request.count < 1 || request.count > available)
+      throw ConfigError(SourceLocation{"command line", 0, 0},
+                        fmt::format("--count {} is outside the data set's 1..{} samples", request.count, available),
+                        "use a larger data set or lower --count");
+    const Batch first = e.data->first_training_samples(request.count);
+    inputs = first.fields;
+    spdlog::info("conditioning on the first {} sample(s) of the data set's first bucket", first.size);
+  }
+  const std::uint64_t seed = request.seed.value_or(e.settings.run.seed);
+  write_results(request.outputs, e.model->sample(inputs, seed), "wanfw sample");
+}
+
+void export_experiment(const EvaluateRequest& request) {
+  Experiment e = evaluation_model(request);
+  e.model->export_weights(request.outputs, ExportSettings{request.max_shard_bytes, request.merge_adapters});
+}
+
+}  // namespace wanfw

@@ -1,0 +1,88 @@
+// `wanfw run`: one experiment from its config to its last checkpoint, top to bottom.
+
+#include "run/experiment.hpp"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "checkpoint/checkpoint_store.hpp"
+#include "checkpoint/run_directory.hpp"
+#include "reporting/logger_set.hpp"
+#include "reporting/progress.hpp"
+#include "run/experiment_assembly.hpp"
+#include "train/trainer.hpp"
+#include "wanfw/version.hpp"
+
+namespace wanfw {
+
+namespace {
+
+/// "loss 1.80 (mean of steps 1-25) -> 0.953 (steps 276-300), 0.53x": how the logged loss moved.
+std::string loss_movement(const TrainingResult& result) {
+  if (!result.first_logged) return "no step logged";
+  const auto window = [](const LoggedLoss& w) {
+    return w.first_step == w.last_step ? fmt::format("step {}", w.last_step)
+                                       : fmt::format("steps {}-{}", w.first_step, w.last_step);
+  };
+  const LoggedLoss& first = *result.first_logged;
+  const LoggedLoss& last = *result.last_logged;
+  if (first.last_step == last.last_step) return fmt::format("loss {:.4g} (mean of {})", first.loss, window(first));
+  return fmt::format("loss {:.4g} (mean of {}) -> {:.4g} ({}), {:.2f}x", first.loss, window(first), last.loss,
+                     window(last), last.loss / first.loss);
+}
+
+void log_summary(const TrainingResult& result, const RunDirectory& run_dir) {
+  if (result.stop_signal != 0)
+    spdlog::warn("stopped by signal {} at step {}; checkpoint written; continue with --resume auto",
+                 result.stop_signal, result.final_step);
+  std::string memory = fmt::format("peak memory {:.0f} MiB", result.peak_memory_mib);
+  if (result.peak_gpu_memory_mib > 0) memory += fmt::format(" (GPU {:.0f} MiB)", result.peak_gpu_memory_mib);
+  spdlog::info("done: {} steps in {} | {:.1f} samples/s | {}", result.final_step, format_duration(result.wall_seconds),
+               static_cast<double>(result.samples) / std::max(result.wall_seconds, 1e-9), memory);
+  spdlog::info("{}", loss_movement(result));
+  if (result.skipped_samples > 0)
+    spdlog::warn("{} bad sample(s) were skipped (data.on_bad_sample: skip); `wanfw data verify` lists them",
+                 result.skipped_samples);
+  if (result.last_checkpoint) spdlog::info("last checkpoint: {}", result.last_checkpoint->string());
+  spdlog::info("outputs: {}", run_dir.path().string());
+}
+
+}  // namespace
+
+RunOutcome run_experiment(const RunRequest& request) {
+  // 1. Config, plugins and data sets.
+  Experiment e = assemble(request);
+  Strategy& strategy = *e.strategy;
+  const bool main = strategy.is_main();
+
+  // 2. The run folder: every rank picks it before the main one creates it, so they all pick the same.
+  const RunDirectory run_dir = RunDirectory::choose(e.settings.run, request.resume);
+  strategy.barrier();
+  if (main) {
+    spdlog::info("wanfw {} | LibTorch {} | CPU {} | strategy: {}", version(), host_torch_version(),
+                 host_cpu_vector_unit(), strategy.describe());
+    run_dir.create(e.resolved_yaml);
+    spdlog::info("run folder: {}", run_dir.path().string());
+  }
+
+  // 3. The weights to resume from before the strategy places the model, so that every replica
+  //    and rank starts from them; the optimizer and loop state follow in Trainer::fit.
+  if (run_dir.checkpoint()) CheckpointStore::load_weights(*run_dir.checkpoint(), *e.model);
+  strategy.setup(*e.model);
+
+  // 4. Train, logging on the main process.
+  LoggerSet loggers(e.loggers, main, run_dir.path(), run_dir.resume_step(), e.resolved_yaml);
+  Trainer trainer(e.settings, e.resolved_yaml, e.model, e.strategy, *e.data, loggers, run_dir.path());
+  const TrainingResult result = trainer.fit(run_dir.checkpoint());
+  loggers.close();
+  if (main) log_summary(result, run_dir);
+
+  RunOutcome outcome;
+  outcome.run_dir = run_dir.path();
+  outcome.final_step = result.final_step;
+  outcome.stop_signal = result.stop_signal;
+  outcome.last_checkpoint = result.last_checkpoint;
+  return outcome;
+}
+
+}  // namespace wanfw

@@ -1,0 +1,89 @@
+#include "run/experiment_assembly.hpp"
+
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include "host/console.hpp"
+#include "wanfw/error.hpp"
+
+namespace wanfw {
+
+namespace {
+
+bool usable(const c10::Device& device) {
+  if (!device.is_cuda()) return device.is_cpu();
+  return torch::cuda::is_available() && device.index() < static_cast<int>(torch::cuda::device_count());
+}
+
+at::ScalarType compute_dtype(PrecisionMode mode) {
+  switch (mode) {
+    case PrecisionMode::BF16: return at::kBFloat16;
+    case PrecisionMode::FP16: return at::kHalf;
+    case PrecisionMode::FP32: break;
+  }
+  return at::kFloat;
+}
+
+}  // namespace
+
+std::optional<std::string> describe_model(Config& config, const PluginHost& host, const PluginInfo** plugin) {
+  const PluginInfo& info = host.find(PluginKind::Model, config.string_at("model.name"), config.where("model.name"));
+  if (plugin != nullptr) *plugin = &info;
+  if (info.descriptor->inspect_model == nullptr) return std::nullopt;
+  refuse_removed_options(config, "model", info);
+  const Options options = config.section("model", info.descriptor->options, {"name"});
+  config.record_resolved(options, info.descriptor->name);
+  return info.descriptor->inspect_model(options);
+}
+
+Experiment assemble(const RunRequest& request, ModelAssembly assembly) {
+  Experiment e;
+  e.config = Config::load(request.config, request.overrides);
+  e.settings = CoreSettings::from(e.config);
+  configure_console(e.settings.run.log_level, 0);
+  e.host = std::make_unique<PluginHost>(PluginHost::search_path(e.settings.plugin_path));
+
+  for (const auto& note : e.config.notes()) spdlog::warn("{}", note);
+
+  PluginContext context;
+  context.seed = e.settings.run.seed;
+  if (!e.config.has("strategy"))
+    throw ConfigError(e.config.where("strategy"), "the config has no 'strategy' section",
+                      "add 'strategy: {name: single}' to train on one device");
+  e.strategy = e.host->make_strategy(e.config, "strategy", context);
+  configure_console(e.settings.run.log_level, e.strategy->rank());
+  // Models and loggers learn where the model will live, so weights are built there. A device this
+  // machine lacks (a config validated away from its GPUs) leaves them on the CPU; the strategy's
+  // setup names the missing device when a run starts.
+  context.device = usable(e.strategy->device()) ? e.strategy->device() : c10::Device(c10::kCPU);
+  context.dtype = compute_dtype(e.settings.precision.mode);
+
+  if (!e.config.has("model"))
+    throw ConfigError(e.config.where("model"), "the config has no 'model' section",
+                      "add 'model: {name: <model plugin>}'; `wanfw plugins` lists them");
+  if (assembly == ModelAssembly::DescribeIfPossible) e.model_summary = describe_model(e.config, *e.host);
+  if (!e.model_summary) {
+    torch::manual_seed(e.settings.run.seed);  // the model's initial weights follow the run's seed
+    e.model = e.host->make_model(e.config, "model", context);
+  }
+
+  const std::size_t n = e.config.sequence_size("loggers");
+  for (std::size_t i = 0; i < n; ++i)
+    e.loggers.push_back(e.host->make_logger(e.config, "loggers." + std::to_string(i), context));
+
+  // The data set: its plugin learns the fields the model declared (none when the model was only
+  // described: the set is then opened and checked, not read).
+  PluginContext data_context = context;
+  if (e.model) data_context.fields = e.model->batch_fields();
+  std::vector<std::string> core_keys;
+  for (const auto& [section, schema] : core_schemas())
+    if (section == "data")
+      for (const auto& spec : schema) core_keys.push_back(spec.name);
+  std::shared_ptr<Dataset> dataset =
+      e.host->make_dataset(e.config, "data", e.settings.data.name, core_keys, data_context);
+  e.data = std::make_unique<TrainingData>(e.settings, data_context.fields, std::move(dataset), e.config.where("data"));
+  e.resolved_yaml = e.config.resolved_yaml();
+  return e;
+}
+
+}  // namespace wanfw

@@ -1,0 +1,182 @@
+#include "train/trainer.hpp"
+
+#include <chrono>
+#include <cmath>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include "data/sample_log.hpp"
+#include "host/cpu_memory_cache.hpp"
+#include "host/peak_memory.hpp"
+#include "host/stop_signal.hpp"
+#include "numerics/generators.hpp"
+#include "reporting/progress.hpp"
+#include "train/training_optimizer.hpp"
+#include "train/validation.hpp"
+#include "wanfw/error.hpp"
+
+namespace fs = std::filesystem;
+
+namespace wanfw {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+Trainer::Trainer(const CoreSettings& settings, std::string resolved_yaml, std::shared_ptr<Model> model,
+                 std::shared_ptr<Strategy> strategy, const TrainingData& data, LoggerSet& loggers, fs::path run_dir)
+    : settings_(settings),
+      resolved_yaml_(std::move(resolved_yaml)),
+      model_(std::move(model)),
+      strategy_(std::move(strategy)),
+      data_(data),
+      loggers_(loggers),
+      checkpoints_(run_dir),
+      run_dir_(std::move(run_dir)),
+      optimizer_(std::make_unique<TrainingOptimizer>(*model_, settings_.optimizer)),
+      precision_(settings_.precision) {
+  if (const std::string groups = optimizer_->describe_groups(); !groups.empty() && strategy_->is_main())
+    spdlog::info("parameter groups: {}", groups);
+  state_.world_size = strategy_->world_size();
+  state_.config_yaml = resolved_yaml_;
+}
+
+Trainer::~Trainer() = default;
+
+Trainer::MicroBatchTotals Trainer::run_micro_batches() {
+  if (state_.batch_in_epoch >= plan_->batches_per_epoch()) {  // the same step on every rank
+    ++state_.epoch;
+    state_.batch_in_epoch = 0;
+    loader_->start_epoch(state_.epoch, 0);
+  }
+  const int count = plan_->accumulation();
+  // Models draw from their samples' streams (wanfw/sample_random.hpp). The default generators
+  // are seeded too, for plugins that still draw from them: (seed, rank, step) reproduces a run on
+  // the same layout, not across layouts.
+  seed_generators(settings_.run.seed, strategy_->rank(), state_.step);
+  optimizer_->zero_grad();
+  at::Tensor loss_sum;
+  std::map<std::string, at::Tensor> metric_sums;
+  MicroBatchTotals totals;
+  for (int m = 0; m < count; ++m) {
+    std::optional<Batch> batch = loader_->next();
+    if (!batch)
+      throw Error(fmt::format("rank {}: the data loader ran out at micro-batch {} of epoch {} ({} expected)",
+                              strategy_->rank(), state_.batch_in_epoch, state_.epoch, plan_->batches_per_epoch()));
+    if (sample_log_) sample_log_->record(state_.step + 1, m, state_.epoch, loader_->last_bucket(), *batch);
+    ++state_.batch_in_epoch;
+    totals.samples += batch->size;
+    const StepOutput out = strategy_->micro_step(*model_, *batch, {m, count, m + 1 == count, &precision_});
+    const at::Tensor loss = out.loss.detach().to(at::kDouble);
+    loss_sum = loss_sum.defined() ? loss_sum + loss : loss;
+    for (const auto& [name, value] : out.metrics) {
+      const at::Tensor v = value.detach().to(at::kDouble);
+      auto it = metric_sums.find(name);
+      if (it == metric_sums.end()) metric_sums.emplace(name, v);
+      else it->second = it->second + v;
+    }
+  }
+  strategy_->before_optimizer_step(*model_);
+  totals.loss = loss_sum.item<double>() / count;
+  for (const auto& [name, sum] : metric_sums) totals.metrics[name] = sum.item<double>() / count;
+  return totals;
+}
+
+void Trainer::apply_update(bool overflow, double lr) {
+  optimizer_->set_learning_rate(lr);
+  if (overflow) {
+    if (strategy_->is_main())
+      spdlog::info("step {}: fp16 gradients overflowed at loss scale {:g}; step skipped, scale now {:g}",
+                   state_.step + 1, precision_.scaler().scale,
+                   precision_.scaler().scale * settings_.precision.backoff_factor);
+  } else {
+    optimizer_->step();
+  }
+  precision_.update(overflow);
+  if (precision_.scales_loss()) state_.loss_scaler = precision_.scaler();
+}
+
+fs::path Trainer::save_checkpoint() {
+  state_.samples_in_epoch = loader_->samples_before(state_.epoch, state_.batch_in_epoch);
+  if (sample_log_) sample_log_->flush();
+  strategy_->barrier();
+  fs::path path;
+  if (strategy_->is_main()) {
+    path = checkpoints_.save(state_, *model_, optimizer_->adamw(), settings_.checkpoint.keep_last);
+    spdlog::debug("checkpoint written: {}", path.string());
+  } else {
+    path = checkpoints_.folder() / fmt::format("step-{:08d}", state_.step);
+  }
+  strategy_->barrier();
+  last_checkpoint_ = path;
+  return path;
+}
+
+Trainer::Gradients Trainer::settle_gradients(const MicroBatchTotals& totals) {
+  Gradients out;
+  // fp16: gradients back to their true scale; an overflow skips the step (the scaler's job, not
+  // the NaN guard's).
+  out.loss_scale = precision_.scaler().scale;
+  out.overflow = precision_.unscale_and_check(optimizer_->parameters());
+  const double clip =
+      settings_.trainer.grad_clip > 0 ? settings_.trainer.grad_clip : std::numeric_limits<double>::infinity();
+  out.grad_norm = out.overflow ? INFINITY : torch::nn::utils::clip_grad_norm_(optimizer_->parameters(), clip);
+  out.decision = agree(totals.loss, out.grad_norm, out.overflow);
+  if (out.decision.nonfinite_rank >= 0) stop_on_nonfinite(out.decision, totals.loss, out.grad_norm);
+  return out;
+}
+
+TrainingResult Trainer::fit(const std::optional<fs::path>& checkpoint) {
+  set_up(checkpoint);
+  const std::int64_t total = plan_->total_steps();
+  const CpuMemoryCacheScope memory_cache(strategy_->device(), settings_.trainer.cpu_memory_cache_mb);
+  StopSignal stop;
+  const auto started = std::chrono::steady_clock::now();
+  TrainingResult result;
+  bool saved = checkpoint.has_value();  // the checkpoint of the current step is on disk
+  loader_->start_epoch(state_.epoch, state_.batch_in_epoch);
+
+  while (state_.step < total) {
+    const auto step_started = std::chrono::steady_clock::now();
+    const MicroBatchTotals totals = run_micro_batches();
+    const Gradients gradients = settle_gradients(totals);
+    const double lr = plan_->learning_rate(state_.step);
+    apply_update(gradients.overflow, lr);
+    ++state_.step;
+    const int signal = gradients.decision.signal;
+    const bool periodic = settings_.checkpoint.every > 0 && state_.step % settings_.checkpoint.every == 0;
+    const bool checkpoint_due = periodic || signal != 0 || state_.step == total;
+    strategy_->after_optimizer_step(*model_, {state_.step, !gradients.overflow, checkpoint_due, &optimizer_->adamw()});
+    report_step(totals, gradients, lr, seconds_since(step_started), signal != 0, result);
+    saved = checkpoint_due;
+    if (checkpoint_due) save_checkpoint();
+    if (signal != 0) {
+      result.stop_signal = signal;
+      break;
+    }
+  }
+  finish(saved, started, result);
+  return result;
+}
+
+void Trainer::finish(bool saved, std::chrono::steady_clock::time_point started, TrainingResult& result) {
+  if (!saved) save_checkpoint();
+  if (sample_log_) sample_log_->flush();
+  result.skipped_samples =
+      static_cast<std::int64_t>(strategy_->all_reduce({static_cast<double>(loader_->skipped())}, Reduce::Sum).at(0));
+  progress_->finish();
+  loggers_.flush();
+  result.final_step = state_.step;
+  result.last_checkpoint = last_checkpoint_;
+  result.wall_seconds = seconds_since(started);
+  result.peak_memory_mib = peak_memory_mib();
+  result.peak_gpu_memory_mib = peak_gpu_memory_mib(strategy_->device());
+}
+
+}  // namespace wanfw

@@ -1,0 +1,54 @@
+// The trainer's collective decisions: what every rank agrees on after a step (a stop signal, a
+// loss or gradient norm that is not finite), and the stop that follows a non-finite value.
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "host/stop_signal.hpp"
+#include "train/trainer.hpp"
+#include "wanfw/error.hpp"
+
+namespace wanfw {
+
+Trainer::Decision Trainer::agree(double loss, double grad_norm, bool overflow) {
+  const int world = strategy_->world_size(), rank = strategy_->rank();
+  const bool guard = settings_.trainer.nan_guard;
+  // Max over ranks of (world - rank) for each fault names the lowest rank that has it.
+  auto fault = [&](bool bad) { return bad ? static_cast<double>(world - rank) : 0.0; };
+  const std::vector<double> agreed = strategy_->all_reduce(
+      {static_cast<double>(StopSignal::received()), fault(guard && !std::isfinite(loss)),
+       fault(guard && !overflow && !std::isfinite(grad_norm))},
+      Reduce::Max);
+  Decision decision;
+  decision.signal = static_cast<int>(agreed[0]);
+  if (agreed[1] > 0) {
+    decision.nonfinite_rank = world - static_cast<int>(agreed[1]);
+    decision.metric = "loss";
+  } else if (agreed[2] > 0) {
+    decision.nonfinite_rank = world - static_cast<int>(agreed[2]);
+    decision.metric = "grad_norm";
+  }
+  return decision;
+}
+
+void Trainer::stop_on_nonfinite(const Decision& decision, double loss, double grad_norm) const {
+  const bool here = decision.nonfinite_rank == strategy_->rank();
+  const double value = decision.metric == "loss" ? loss : grad_norm;
+  const std::string what = strategy_->world_size() == 1 ? fmt::format("is {}", value)
+                           : here ? fmt::format("is {} on rank {}", value, decision.nonfinite_rank)
+                                  : fmt::format("is not finite on rank {}", decision.nonfinite_rank);
+  const std::string checkpoint =
+      !last_checkpoint_ ? std::string("no checkpoint had been written yet")
+      : last_checkpoint_ == resumed_from_
+          ? fmt::format("the run resumed from {} (its values checked) and wrote no checkpoint since",
+                        last_checkpoint_->string())
+          : fmt::format("the last checkpoint, {}, is intact", last_checkpoint_->string());
+  throw NonFiniteError(
+      fmt::format("step {}: metric '{}' {} (NaN guard); {} stopped before the optimizer applied it, and {}",
+                  state_.step + 1, decision.metric, what, strategy_->world_size() == 1 ? "training" : "every rank",
+                  checkpoint),
+      "lower optimizer.lr, enable trainer.grad_clip, or check the data; then resume with --resume auto");
+}
+
+}  // namespace wanfw

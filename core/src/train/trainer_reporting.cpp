@@ -1,0 +1,55 @@
+// The trainer's reporting after each step: the logging window, the progress line, the loggers,
+// validation and its previews, parameter histograms.
+#include "host/peak_memory.hpp"
+#include "reporting/progress.hpp"
+#include "train/trainer.hpp"
+#include "train/training_optimizer.hpp"
+#include "train/validation.hpp"
+
+namespace wanfw {
+
+void Trainer::report_step(const MicroBatchTotals& totals, const Gradients& gradients, double lr, double step_seconds,
+                          bool stops, TrainingResult& result) {
+  const std::int64_t total = plan_->total_steps();
+  // A stop logs the window it ends, so a resumed run's next window starts where this one stopped.
+  const bool log_now = state_.step % settings_.trainer.log_every == 0 || state_.step == total || stops;
+  std::map<std::string, double> logged =
+      report(totals, lr, gradients.grad_norm, gradients.overflow, gradients.loss_scale, step_seconds, log_now);
+  result.samples += totals.samples * strategy_->world_size();
+  if (log_now) {
+    const LoggedLoss window{window_first_, state_.step, logged.at("loss")};
+    if (!result.first_logged) result.first_logged = window;
+    result.last_logged = window;
+    window_first_ = state_.step + 1;
+  }
+  if (strategy_->is_main()) progress_->update(state_.step, logged);
+  // Validation results go into the step's row when it is a logging step, else into one of their own.
+  const bool validating = validation_->due(state_.step, total);
+  if (validating) logged.merge(validation_->run(state_.step));
+  loggers_.scalars(state_.step, logged);
+  if (validating && settings_.validation.preview) validation_->previews(state_.step, loggers_);
+  if (settings_.trainer.histogram_every > 0 && state_.step % settings_.trainer.histogram_every == 0)
+    loggers_.parameter_histograms(state_.step, *model_);
+}
+
+std::map<std::string, double> Trainer::report(const MicroBatchTotals& totals, double lr, double grad_norm,
+                                              bool overflow, double loss_scale, double step_seconds, bool log_now) {
+  skipped_steps_ += overflow ? 1 : 0;
+  StepScalars step{totals.loss, grad_norm, step_seconds, totals.samples, totals.metrics, {}};
+  if (!log_now) {
+    window_.add(step);
+    return {};
+  }
+  step.state = optimizer_->group_learning_rates(lr);  // values of the moment: taken at the logging step
+  step.state["lr"] = lr;
+  step.state["peak_memory_mb"] = peak_memory_mib();
+  if (strategy_->device().is_cuda()) step.state["peak_gpu_memory_mb"] = peak_gpu_memory_mib(strategy_->device());
+  if (precision_.scales_loss()) {
+    step.state["loss_scale"] = loss_scale;
+    step.state["skipped_steps"] = static_cast<double>(skipped_steps_);
+  }
+  window_.add(step);
+  return window_.close(*strategy_);
+}
+
+}  // namespace wanfw

@@ -1,0 +1,110 @@
+#include "train/training_optimizer.hpp"
+
+#include <cmath>
+
+#include <ATen/ops/_fused_adamw.h>
+#include <fmt/format.h>
+#include <torch/optim/adamw.h>
+#include <torch/torch.h>
+
+#include "wanfw/error.hpp"
+#include "wanfw/model.hpp"
+
+namespace wanfw {
+
+TrainingOptimizer::TrainingOptimizer(Model& model, const OptimizerSettings& o) {
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  std::map<const void*, std::string> owner;  // parameter -> its group, to refuse duplicates
+  for (auto& group : model.parameter_groups()) {
+    if (group.parameters.empty()) continue;
+    if (!(group.lr_scale >= 0) || !std::isfinite(group.lr_scale))
+      throw Error(fmt::format("parameter group '{}' has lr_scale {}", group.name, group.lr_scale),
+                  "the model plugin must give every group a finite, non-negative lr_scale");
+    std::vector<at::Tensor> tensors;
+    for (auto& [name, tensor] : group.parameters) {
+      const auto [it, fresh] = owner.emplace(tensor.unsafeGetTensorImpl(), group.name);
+      if (!fresh)
+        throw Error(fmt::format("parameter '{}' is in two parameter groups, '{}' and '{}'", name, it->second, group.name),
+                    "the model plugin's parameter_groups() must list each parameter once");
+      tensors.push_back(tensor);
+      parameters_.push_back(tensor);
+    }
+    auto options = std::make_unique<torch::optim::AdamWOptions>(o.lr);
+    options->betas({group.beta1.value_or(o.beta1), group.beta2.value_or(o.beta2)})
+        .eps(o.eps)
+        .weight_decay(group.weight_decay.value_or(o.weight_decay));
+    groups.emplace_back(std::move(tensors), std::move(options));
+    group_names_.push_back(group.name);
+    lr_scales_.push_back(group.lr_scale);
+  }
+  if (parameters_.empty())
+    throw Error("the model has no trainable parameters", "check the model plugin's parameter_groups()");
+  adamw_ = std::make_unique<torch::optim::AdamW>(
+      std::move(groups), torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weight_decay));
+}
+
+TrainingOptimizer::~TrainingOptimizer() = default;
+
+std::string TrainingOptimizer::describe_groups() const {
+  if (group_names_.size() < 2) return {};
+  std::string line;
+  for (std::size_t i = 0; i < group_names_.size(); ++i) {
+    const auto& g = static_cast<const torch::optim::AdamWOptions&>(adamw_->param_groups()[i].options());
+    line += fmt::format("{}{} ({} tensors, lr x {:g}, weight decay {:g}, betas {:g}/{:g})", i ? "; " : "",
+                        group_names_[i], adamw_->param_groups()[i].params().size(), lr_scales_[i], g.weight_decay(),
+                        std::get<0>(g.betas()), std::get<1>(g.betas()));
+  }
+  return line;
+}
+
+void TrainingOptimizer::set_learning_rate(double lr) {
+  auto& groups = adamw_->param_groups();
+  for (std::size_t i = 0; i < groups.size(); ++i)
+    static_cast<torch::optim::AdamWOptions&>(groups[i].options()).lr(lr * lr_scales_[i]);
+}
+
+std::map<std::string, double> TrainingOptimizer::group_learning_rates(double lr) const {
+  std::map<std::string, double> rates;
+  if (group_names_.size() > 1)
+    for (std::size_t i = 0; i < group_names_.size(); ++i) rates["lr/" + group_names_[i]] = lr * lr_scales_[i];
+  return rates;
+}
+
+void TrainingOptimizer::zero_grad() { adamw_->zero_grad(/*set_to_none=*/true); }
+
+void TrainingOptimizer::step() {
+  // AdamW as ATen's fused multi-tensor kernel (one pass over each parameter, its gradient and its
+  // two moments), on the state torch::optim::AdamW keeps, so checkpoints read and restore it as
+  // before. Tensors go to the kernel in runs of one device and dtype within a parameter group.
+  torch::NoGradGuard no_grad;
+  auto& state = adamw_->state();
+  for (auto& group : adamw_->param_groups()) {
+    const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
+    std::map<std::pair<std::string, at::ScalarType>, FusedRun> runs;
+    for (auto& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      auto& slot = state[p.unsafeGetTensorImpl()];
+      if (!slot) {
+        auto fresh = std::make_unique<torch::optim::AdamWParamState>();
+        fresh->step(0);
+        fresh->exp_avg(torch::zeros_like(p, at::MemoryFormat::Preserve));
+        fresh->exp_avg_sq(torch::zeros_like(p, at::MemoryFormat::Preserve));
+        slot = std::move(fresh);
+      }
+      auto& s = static_cast<torch::optim::AdamWParamState&>(*slot);
+      s.step(s.step() + 1);
+      FusedRun& run = runs[{p.device().str(), p.scalar_type()}];
+      run.params.push_back(p);
+      run.grads.push_back(p.grad());
+      run.exp_avgs.push_back(s.exp_avg());
+      run.exp_avg_sqs.push_back(s.exp_avg_sq());
+      run.steps.push_back(at::full({}, static_cast<double>(s.step()), p.options().dtype(at::kFloat)));
+    }
+    for (auto& [key, run] : runs)
+      at::_fused_adamw_(run.params, run.grads, run.exp_avgs, run.exp_avg_sqs, /*max_exp_avg_sqs=*/{}, run.steps,
+                        o.lr(), std::get<0>(o.betas()), std::get<1>(o.betas()), o.weight_decay(), o.eps(),
+                        /*amsgrad=*/false, /*maximize=*/false);
+  }
+}
+
+}  // namespace wanfw

@@ -1,0 +1,58 @@
+#include "train/training_plan.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include <spdlog/spdlog.h>
+
+#include "wanfw/error.hpp"
+#include "wanfw/strategy.hpp"
+
+namespace wanfw {
+
+namespace {
+
+double reference_batch_of(const CoreSettings& s) {
+  return static_cast<double>(s.optimizer.lr_reference_batch > 0 ? s.optimizer.lr_reference_batch : s.data.batch_size);
+}
+
+double lr_factor_of(const CoreSettings& s, std::int64_t global_batch) {
+  const double ratio = static_cast<double>(global_batch) / reference_batch_of(s);
+  if (s.optimizer.lr_scaling == "linear") return ratio;
+  if (s.optimizer.lr_scaling == "sqrt") return std::sqrt(ratio);
+  return 1.0;
+}
+
+std::int64_t total_steps_of(const CoreSettings& s, std::int64_t steps_per_epoch) {
+  return s.trainer.max_steps > 0 ? s.trainer.max_steps : s.trainer.epochs * steps_per_epoch;
+}
+
+}  // namespace
+
+TrainingPlan::TrainingPlan(const CoreSettings& settings, const Strategy& strategy, std::int64_t batches_per_epoch)
+    : accumulation_(strategy.accumulation_steps()),
+      batches_per_epoch_(batches_per_epoch),
+      total_steps_(total_steps_of(settings, steps_per_epoch())),  // the members it reads come first
+      global_batch_(strategy.world_size() * settings.data.batch_size * accumulation_),
+      reference_batch_(reference_batch_of(settings)),
+      lr_factor_(lr_factor_of(settings, global_batch_)),
+      schedule_(settings.optimizer.lr * lr_factor_, settings.scheduler.warmup_steps, total_steps_,
+                settings.scheduler.decay == "cosine", settings.scheduler.min_lr_ratio) {
+  if (batches_per_epoch_ % accumulation_ != 0)
+    throw Error(fmt::format("internal: an epoch of {} micro-batches is not whole steps of {}", batches_per_epoch_,
+                            accumulation_));
+}
+
+void TrainingPlan::announce(const CoreSettings& settings, const Strategy& strategy, std::int64_t first_step) const {
+  const auto& opt = settings.optimizer;
+  spdlog::info("world size {} | batch {} per device x {} accumulation = global batch {} | {} steps per epoch | "
+               "precision {}",
+               strategy.world_size(), settings.data.batch_size, accumulation_, global_batch_, steps_per_epoch(),
+               precision_name(settings.precision.mode));
+  if (opt.lr_scaling != "none")
+    spdlog::info("lr scaled {} with the global batch: {:.6g} x {:.4g} = {:.6g} (reference batch {})", opt.lr_scaling,
+                 opt.lr, lr_factor_, opt.lr * lr_factor_, reference_batch_);
+  spdlog::info("training {} steps from step {}", total_steps_, first_step);
+}
+
+}  // namespace wanfw

@@ -1,0 +1,45 @@
+#pragma once
+// Internal: how many optimizer steps a run takes, how many micro-batches each holds, and the
+// learning rate at each — worked out once, before the first step.
+
+#include <cstdint>
+
+#include "config/core_sections.hpp"
+#include "train/lr_schedule.hpp"
+
+namespace wanfw {
+
+class Strategy;
+
+class TrainingPlan {
+ public:
+  /// `batches_per_epoch`: micro-batches of one epoch on each process (the same on every rank), a
+  /// whole number of steps.
+  TrainingPlan(const CoreSettings& settings, const Strategy& strategy, std::int64_t batches_per_epoch);
+
+  /// Micro-batches per full optimizer step (gradient accumulation).
+  int accumulation() const { return accumulation_; }
+  std::int64_t batches_per_epoch() const { return batches_per_epoch_; }
+  /// An epoch is whole optimizer steps (the sampler deals it in step batches).
+  std::int64_t steps_per_epoch() const { return batches_per_epoch_ / accumulation_; }
+  /// trainer.max_steps, or trainer.epochs whole epochs.
+  std::int64_t total_steps() const { return total_steps_; }
+  /// Samples per full optimizer step, all processes together.
+  std::int64_t global_batch() const { return global_batch_; }
+  /// The learning rate of optimizer step `step` (0-based), with the global-batch scaling applied.
+  double learning_rate(std::int64_t step) const { return schedule_.at(step); }
+
+  /// Logs the plan (main process): world size, batch, accumulation, steps, precision, lr scaling.
+  void announce(const CoreSettings& settings, const Strategy& strategy, std::int64_t first_step) const;
+
+ private:
+  int accumulation_ = 1;
+  std::int64_t batches_per_epoch_ = 0;
+  std::int64_t total_steps_ = 0;
+  std::int64_t global_batch_ = 0;
+  double reference_batch_ = 0;
+  double lr_factor_ = 1;
+  LearningRateSchedule schedule_;
+};
+
+}  // namespace wanfw

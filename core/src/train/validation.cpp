@@ -1,0 +1,79 @@
+#include "train/validation.hpp"
+
+#include <chrono>
+
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include "numerics/generators.hpp"
+#include "wanfw/sample_random.hpp"
+
+namespace wanfw {
+
+namespace {
+
+/// The module in eval mode without gradients for a scope; its mode is put back afterwards.
+class EvaluationScope {
+ public:
+  explicit EvaluationScope(Model& model) : module_(model.module()), was_training_(module_->is_training()) {
+    module_->eval();
+  }
+  ~EvaluationScope() { module_->train(was_training_); }
+
+ private:
+  std::shared_ptr<torch::nn::Module> module_;
+  bool was_training_;
+  torch::NoGradGuard no_grad_;
+};
+
+}  // namespace
+
+Validation::Validation(const CoreSettings& settings, const TrainingData& data, Model& model, Strategy& strategy)
+    : settings_(settings), data_(data), model_(model), strategy_(strategy) {}
+
+bool Validation::due(std::int64_t step, std::int64_t total_steps) const {
+  const std::int64_t every = settings_.validation.every;
+  return data_.validation_set() && every > 0 && (step % every == 0 || step == total_steps);
+}
+
+std::map<std::string, double> Validation::run(std::int64_t step) {
+  const auto started = std::chrono::steady_clock::now();
+  const Dataset& set = *data_.validation_set();
+  std::map<std::string, double> sums;
+  std::int64_t samples = 0;
+  {
+    EvaluationScope scope(model_);
+    for (const auto& indices : data_.validation_batches(strategy_.rank(), strategy_.world_size())) {
+      const Batch batch = data_.validation_batch(indices).to(strategy_.device());
+      // Models draw from the batch's sample streams; the default generators get a fixed seed too,
+      // for plugins that still use them.
+      SeededGenerators seeded(mix_seed(settings_.run.seed ^ static_cast<std::uint64_t>(indices.front() + 1)));
+      for (const auto& [name, value] : model_.validation_step(batch))
+        sums["val/" + name] += value.detach().to(at::kDouble).item<double>() * static_cast<double>(batch.size);
+      samples += batch.size;
+    }
+  }
+  for (auto& [name, sum] : sums) sum /= static_cast<double>(std::max<std::int64_t>(samples, 1));
+  sums = strategy_.reduce_metrics(std::move(sums));
+  if (strategy_.is_main()) {
+    std::string line;
+    for (const auto& [name, value] : sums) line += fmt::format(" | {} {:.6g}", name, value);
+    spdlog::info("validation at step {} ({} samples, {:.1f} s){}", step, set.size(),
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), line);
+  }
+  return sums;
+}
+
+void Validation::previews(std::int64_t step, LoggerSet& loggers) {
+  if (loggers.empty()) return;
+  const Batch batch = data_.validation_batch({0}).to(strategy_.device());
+  std::map<std::string, at::Tensor> images;
+  {
+    EvaluationScope scope(model_);
+    SeededGenerators seeded(settings_.run.seed);
+    images = model_.preview(batch, settings_.run.seed);
+  }
+  for (const auto& [tag, image] : images) loggers.image(step, "preview/" + tag, image.cpu());
+}
+
+}  // namespace wanfw

@@ -1,0 +1,93 @@
+#pragma once
+// Low-rank adapters on a Wan DiT: which layers carry them, attaching them (the rest of the DiT
+// frozen), their parameters, and folding them into the weights. The layers are wan::WanLinear;
+// an adapter's tensors sit below its layer's official name ("blocks.3.self_attn.q.lora_A.weight").
+
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "wan/wan_dit.hpp"
+#include "wan/weight_names.hpp"
+#include "wanfw/model.hpp"
+
+namespace wan {
+
+/// An adapter file applied when the model is built (`model.lora.load`).
+struct AdapterLoad {
+  std::filesystem::path file;
+  double scale = 1.0;   ///< multiplies the file's update (its alpha / rank included)
+  bool train = false;   ///< false: merged into the frozen base; true: the trained adapter starts from it
+  std::string expert;   ///< two experts: "high_noise" or "low_noise"; empty: every DiT
+  std::string where;    ///< the config entry, for errors ("(model.lora.load[0] at experiment.yaml:12:7)")
+};
+
+struct LoraSettings {
+  std::int64_t rank = 0;  ///< 0: no adapters; every weight trains
+  double alpha = 0;
+  double dropout = 0;
+  std::vector<std::string> targets;  ///< patterns over the layers' official names ('*' any run)
+  double lr_scale = 1.0;
+  std::optional<double> weight_decay;
+  std::vector<AdapterLoad> load;
+  bool enabled() const { return rank > 0; }
+};
+
+/// Every WanLinear below `module` (any module holding DiTs), by module name, in module order.
+std::vector<std::pair<std::string, WanLinearImpl*>> linear_layers(const torch::nn::Module& module);
+
+/// True when `name` matches `pattern` as a whole ('*' matches any run of characters, '?' one).
+bool matches_pattern(const std::string& name, const std::string& pattern);
+
+/// The adaptable layers some pattern of `targets` selects; `unmatched` receives the patterns that
+/// select none.
+std::vector<std::string> target_layers(const WanConfig& config, const std::vector<std::string>& targets,
+                                       std::vector<std::string>* unmatched = nullptr);
+
+/// Trainable parameters of the adapters `settings` attach to one DiT of `config`.
+std::int64_t adapter_parameter_count(const WanConfig& config, const LoraSettings& settings);
+
+/// `wanfw model-info`'s memory lines for training `models` DiTs of `config` with weights in `dtype`
+/// ("float32" or "bfloat16"): with adapters, the frozen base plus the adapters with their gradients
+/// and AdamW moments (float32), the trainable share and the adapter file size; without, every
+/// weight with its gradient and moments. Before activations, with the room a 24 GB and an 80 GB
+/// GPU leave for them.
+std::string training_memory(const WanConfig& config, const LoraSettings& settings, const std::string& dtype,
+                            int models, bool gradient_checkpointing);
+
+/// Freezes every parameter of `dit` and attaches new float32 adapters (A random, B zero) to the
+/// layers `settings.targets` select; they alone require grad. Gives the DiT dropout streams.
+void attach_adapters(WanDiTImpl& dit, const LoraSettings& settings);
+
+/// Makes the DiT's adapters draw dropout from streams of its own (a replica's), and freezes its
+/// base again (cloning re-enables gradients).
+void refresh_adapters(WanDiTImpl& dit);
+
+/// The adapters' parameters below `module` (any module holding DiTs), under their module names.
+std::vector<std::pair<std::string, at::Tensor>> adapter_parameters(const torch::nn::Module& module);
+
+/// The optimizer group of the adapters below `module`: "lora", at settings.lr_scale and
+/// settings.weight_decay.
+wanfw::ParameterGroup adapter_group(const torch::nn::Module& module, const LoraSettings& settings);
+
+/// Folds every attached adapter of `dit` into its layer's weight and removes it.
+void merge_adapters(WanDiTImpl& dit);
+
+/// Sets the samples of `batch` as what the adapters of `dits` draw dropout for, for the scope's
+/// life (a training forward); a no-op for DiTs without adapters.
+class DropoutSamplesScope {
+ public:
+  DropoutSamplesScope(std::vector<WanDiT> dits, const wanfw::Batch& batch);
+  ~DropoutSamplesScope();
+  DropoutSamplesScope(const DropoutSamplesScope&) = delete;
+  DropoutSamplesScope& operator=(const DropoutSamplesScope&) = delete;
+
+ private:
+  std::vector<WanDiT> dits_;
+};
+
+}  // namespace wan

@@ -1,0 +1,155 @@
+#include "wan/wan_weights.hpp"
+
+#include <regex>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/torch.h>
+
+#include "wanfw/error.hpp"
+#include "wanfw/file_io.hpp"
+#include "wanfw/safetensors.hpp"
+#include "wanfw/tensor_check.hpp"
+
+namespace fs = std::filesystem;
+
+namespace wan {
+
+namespace {
+
+fs::path resolve(const fs::path& path, const std::string& subfolder) {
+  if (!fs::exists(path))
+    throw wanfw::FileError(fmt::format("Wan weights: {} does not exist", path.string()),
+                           "set model.weights to a .safetensors file, an index json or a checkpoint folder");
+  if (!subfolder.empty() && fs::is_directory(path / subfolder)) return path / subfolder;
+  if (fs::is_directory(path) && !fs::exists(path / "diffusion_pytorch_model.safetensors") &&
+      !fs::exists(path / "diffusion_pytorch_model.safetensors.index.json") && fs::is_directory(path / "transformer"))
+    return path / "transformer";  // a diffusers pipeline folder
+  return path;
+}
+
+std::string listed(const std::vector<std::string>& items) {
+  constexpr std::size_t kShown = 8;
+  std::vector<std::string> shown(items.begin(), items.begin() + std::min(items.size(), kShown));
+  std::string text = fmt::format("{}", fmt::join(shown, ", "));
+  if (items.size() > kShown) text += fmt::format(" and {} more", items.size() - kShown);
+  return text;
+}
+
+}  // namespace
+
+namespace {
+
+WeightLayout check_opened(const WanConfig& config, const wanfw::SafetensorsCheckpoint& checkpoint, const fs::path& path,
+                          std::map<std::string, std::string>* key_of) {
+  const std::vector<std::string> keys = checkpoint.names();
+  const bool diffusers = std::any_of(keys.begin(), keys.end(), [](const std::string& k) {
+    return k.rfind("condition_embedder.", 0) == 0 || k.find(".attn1.") != std::string::npos;
+  });
+  const WeightLayout layout = diffusers ? WeightLayout::Diffusers : WeightLayout::Official;
+
+  std::map<std::string, std::string> source_of;  // official name -> checkpoint key
+  for (const auto& key : keys) {
+    std::string name = official_name(key, layout);
+    if (name.rfind("model.diffusion_model.", 0) == 0) name = name.substr(22);  // single-file repackages
+    source_of[name] = key;
+  }
+  std::vector<std::string> unexpected, missing, mismatched;
+  std::set<std::string> expected;
+  for (const auto& [name, shape] : config.parameter_shapes()) {
+    expected.insert(name);
+    auto it = source_of.find(name);
+    if (it == source_of.end()) {
+      missing.push_back(name);
+      continue;
+    }
+    const auto& record = checkpoint.record(it->second);
+    if (record.shape != shape)
+      mismatched.push_back(fmt::format("{} (file {}, model {})", name, c10::str(c10::IntArrayRef(record.shape)),
+                                       c10::str(c10::IntArrayRef(shape))));
+  }
+  for (const auto& [name, key] : source_of)
+    if (!expected.count(name)) unexpected.push_back(key);
+  if (!missing.empty() || !unexpected.empty() || !mismatched.empty()) {
+    std::string problem = fmt::format("Wan weights at {} ({} layout) do not fit the model (preset '{}', dim {}, {} "
+                                      "layers, in {}, out {}):",
+                                      path.string(), diffusers ? "diffusers" : "official", config.preset, config.dim,
+                                      config.num_layers, config.in_dim, config.out_dim);
+    if (!missing.empty()) problem += fmt::format("\n  missing ({}): {}", missing.size(), listed(missing));
+    if (!unexpected.empty()) problem += fmt::format("\n  unexpected ({}): {}", unexpected.size(), listed(unexpected));
+    if (!mismatched.empty()) problem += fmt::format("\n  shape mismatch ({}): {}", mismatched.size(), listed(mismatched));
+    throw wanfw::FileError(problem, "choose the preset (or dims) the checkpoint was trained with");
+  }
+  if (key_of != nullptr) *key_of = std::move(source_of);
+  return layout;
+}
+
+}  // namespace
+
+WeightLayout check_wan_weights(const WanConfig& config, const fs::path& given, const std::string& subfolder,
+                               std::map<std::string, std::string>* key_of) {
+  const fs::path path = resolve(given, subfolder);
+  return check_opened(config, wanfw::SafetensorsCheckpoint::open(path), path, key_of);
+}
+
+WeightLayout load_wan_weights(WanDiTImpl& model, const fs::path& given, const std::string& subfolder) {
+  const fs::path path = resolve(given, subfolder);
+  const wanfw::SafetensorsCheckpoint checkpoint = wanfw::SafetensorsCheckpoint::open(path);
+  std::map<std::string, std::string> key_of;
+  const WeightLayout layout = check_opened(model.config(), checkpoint, path, &key_of);
+  torch::NoGradGuard no_grad;
+  for (auto& p : model.named_parameters(/*recurse=*/true)) {
+    const std::string& key = key_of.at(p.key());
+    wanfw::copy_checked(p.value(), checkpoint.tensor(key), wanfw::TensorRole::weight(), checkpoint.file_of(key), key);
+  }
+  return layout;
+}
+
+void save_wan_weights(const WanDiTImpl& model, const fs::path& folder, const std::string& model_type,
+                      std::int64_t max_shard_bytes) {
+  std::error_code ec;
+  fs::create_directories(folder, ec);
+  if (ec) throw wanfw::FileError(fmt::format("{}: cannot create the folder: {}", folder.string(), ec.message()));
+  // Shards in parameter order, each up to max_shard_bytes (a larger tensor gets one of its own).
+  std::vector<std::vector<std::pair<std::string, at::Tensor>>> shards(1);
+  std::int64_t shard_bytes = 0, total_bytes = 0;
+  for (const auto& p : model.named_parameters(/*recurse=*/true)) {
+    const at::Tensor tensor = p.value().detach().cpu().contiguous();
+    const std::int64_t bytes = static_cast<std::int64_t>(tensor.nbytes());
+    if (!shards.back().empty() && shard_bytes + bytes > max_shard_bytes) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shards.back().emplace_back(p.key(), tensor);
+    shard_bytes += bytes;
+    total_bytes += bytes;
+  }
+  const std::map<std::string, std::string> metadata = {{"format", "pt"}, {"written_by", "wanfw"}};
+  if (shards.size() == 1) {
+    wanfw::write_safetensors(folder / "diffusion_pytorch_model.safetensors", shards.front(), metadata);
+  } else {
+    std::string weight_map;
+    for (std::size_t i = 0; i < shards.size(); ++i) {
+      const std::string file = fmt::format("diffusion_pytorch_model-{:05d}-of-{:05d}.safetensors", i + 1, shards.size());
+      wanfw::write_safetensors(folder / file, shards[i], metadata);
+      for (const auto& [name, tensor] : shards[i])
+        weight_map += fmt::format("{}    \"{}\": \"{}\"", weight_map.empty() ? "" : ",\n", name, file);
+    }
+    wanfw::write_file_atomically(
+        folder / "diffusion_pytorch_model.safetensors.index.json",
+        fmt::format("{{\n  \"metadata\": {{\"total_size\": {}}},\n  \"weight_map\": {{\n{}\n  }}\n}}\n", total_bytes,
+                    weight_map));
+  }
+  const WanConfig& c = model.config();
+  wanfw::write_file_atomically(
+      folder / "config.json",
+      fmt::format("{{\n  \"_class_name\": \"WanModel\",\n  \"model_type\": \"{}\",\n  \"patch_size\": [{}, {}, {}],\n"
+                  "  \"text_len\": {},\n  \"in_dim\": {},\n  \"dim\": {},\n  \"ffn_dim\": {},\n  \"freq_dim\": {},\n"
+                  "  \"text_dim\": {},\n  \"out_dim\": {},\n  \"num_heads\": {},\n  \"num_layers\": {},\n"
+                  "  \"window_size\": [-1, -1],\n  \"qk_norm\": true,\n  \"cross_attn_norm\": true,\n  \"eps\": {}\n}}\n",
+                  model_type, c.patch[0], c.patch[1], c.patch[2], c.text_len, c.in_dim, c.dim, c.ffn_dim, c.freq_dim, c.text_dim,
+                  c.out_dim, c.num_heads, c.num_layers, c.eps));
+}
+
+}  // namespace wan

@@ -1,0 +1,182 @@
+// Strategy `ddp`: one process per device, gradients averaged across processes by c10d's Reducer
+// in buckets while backward still runs; Gloo on CPUs, NCCL on GPUs. Started by torchrun or srun.
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/comm.hpp>
+#include <torch/csrc/distributed/c10d/logger.hpp>
+#include <torch/csrc/distributed/c10d/reducer.hpp>
+
+#include "wanfw/distributed.hpp"
+#include "wanfw/error.hpp"
+#include "wanfw/plugin.hpp"
+
+namespace {
+
+using wanfw::option;
+using T = wanfw::OptionType;
+
+struct DdpSettings {
+  std::size_t bucket_bytes = 0;
+  std::size_t first_bucket_bytes = 0;
+  bool find_unused_parameters = false;
+  bool broadcast_buffers = true;
+};
+
+class DdpStrategy final : public wanfw::Strategy {
+ public:
+  DdpStrategy(const DdpSettings& settings, std::unique_ptr<wanfw::DistributedSession> session)
+      : settings_(settings), session_(std::move(session)), pg_(session_->process_group()) {}
+
+  ~DdpStrategy() override {
+    logger_.reset();  // before the reducer, which it reports on
+    reducer_.reset();
+  }
+
+  std::string describe() const override { return "ddp: " + session_->describe(); }
+
+  c10::Device device() const override { return session_->device(); }
+  int rank() const override { return session_->rank(); }
+  int world_size() const override { return session_->world_size(); }
+
+  void setup(wanfw::Model& model) override {
+    model.module()->to(device());
+    for (auto& [name, tensor] : model.trainable_parameters()) {
+      names_.push_back(name);
+      parameters_.push_back(tensor);
+    }
+    for (const auto& buffer : model.module()->buffers()) buffers_.push_back(buffer);
+    session_->guarded("checking that every rank built the same model", [&] {
+      c10d::verify_params_across_processes(pg_, parameters_, std::nullopt);
+    });
+    // Rank 0's initial weights everywhere.
+    std::vector<at::Tensor> state = parameters_;
+    state.insert(state.end(), buffers_.begin(), buffers_.end());
+    session_->broadcast(state, 0);
+    // Buckets in reverse parameter order: gradients become ready from the last layer back.
+    const std::vector<bool> sparse(parameters_.size(), false);
+    auto [buckets, limits] = c10d::compute_bucket_assignment_by_size(
+        parameters_, {settings_.first_bucket_bytes, settings_.bucket_bytes}, sparse);
+    std::reverse(buckets.begin(), buckets.end());
+    std::unordered_map<std::size_t, std::string> names;
+    for (std::size_t i = 0; i < names_.size(); ++i) names[i] = names_[i];
+    reducer_ = std::make_shared<c10d::Reducer>(
+        parameters_, buckets, pg_, sparse, static_cast<std::int64_t>(settings_.bucket_bytes),
+        settings_.find_unused_parameters, /*gradient_as_bucket_view=*/false, names,
+        static_cast<std::int64_t>(settings_.first_bucket_bytes), /*skip_all_reduce_unused_params=*/false,
+        /*use_python_reducer=*/false,
+        std::vector<std::int64_t>{static_cast<std::int64_t>(settings_.first_bucket_bytes),
+                                  static_cast<std::int64_t>(settings_.bucket_bytes)});
+    // The reducer reports to a logger it holds weakly, and without one it dereferences nothing:
+    // with find_unused_parameters, from the second step on.
+    logger_ = std::make_shared<c10d::Logger>(reducer_);
+    reducer_->set_logger(logger_);
+    if (is_main())
+      spdlog::info("ddp: {} parameters in {} gradient bucket(s) of up to {} MiB, averaged over {} processes",
+                   parameters_.size(), buckets.size(), settings_.bucket_bytes >> 20, world_size());
+  }
+
+  wanfw::StepOutput micro_step(wanfw::Model& model, const wanfw::Batch& batch,
+                               const wanfw::MicroStep& micro) override {
+    wanfw::StepOutput out;
+    session_->guarded("the forward and backward pass", [&] {
+      if (reducer_->rebuild_buckets()) spdlog::debug("ddp: gradient buckets rebuilt in backward order");
+      if (micro.sync_gradients) {
+        reducer_->prepare_for_forward();
+        if (settings_.broadcast_buffers && !buffers_.empty()) {
+          torch::NoGradGuard no_grad;
+          c10d::broadcast_coalesced(pg_, buffers_, 256u << 20, 0);  // inside the guard above
+        }
+      }
+      out = forward(model, batch, micro);
+      // Only the last micro-batch of a step reduces; the others accumulate locally.
+      if (micro.sync_gradients)
+        reducer_->prepare_for_backward(settings_.find_unused_parameters ? std::vector<at::Tensor>{out.loss}
+                                                                        : std::vector<at::Tensor>{});
+      backward(out, micro);
+      if (micro.sync_gradients && !settings_.find_unused_parameters) ensure_every_gradient_reduced();
+    });
+    return out;
+  }
+
+  std::vector<double> all_reduce(std::vector<double> values, wanfw::Reduce op) override {
+    return session_->all_reduce(std::move(values), op);
+  }
+  std::vector<double> broadcast(std::vector<double> values) override { return session_->broadcast(std::move(values)); }
+
+  void barrier() override { session_->barrier(); }
+
+ private:
+  // A parameter without a gradient leaves its bucket unreduced on this rank while the others
+  // reduce theirs; the next collective would then meet the wrong one (a crash in the transport).
+  // Stopped here, before any: this rank names the cause, the others see it stop.
+  void ensure_every_gradient_reduced() {
+    try {
+      reducer_->check_finalized();
+    } catch (const c10::Error&) {
+      throw wanfw::Error(
+          fmt::format("rank {}: some trainable parameters got no gradient in this step, so ddp could not average "
+                      "them (with model.expert: both, a micro-batch whose samples all fall on one expert leaves the "
+                      "other without one)",
+                      rank()),
+          "set strategy.find_unused_parameters: true");
+    }
+  }
+
+  DdpSettings settings_;
+  std::unique_ptr<wanfw::DistributedSession> session_;
+  c10::intrusive_ptr<c10d::ProcessGroup> pg_;
+  std::shared_ptr<c10d::Reducer> reducer_;
+  std::shared_ptr<c10d::Logger> logger_;
+  std::vector<std::string> names_;
+  std::vector<at::Tensor> parameters_, buffers_;
+};
+
+std::unique_ptr<wanfw::Strategy> make_strategy(const wanfw::Options& o, const wanfw::PluginContext& ctx) {
+  DdpSettings s;
+  const double timeout = o.number("timeout_s");
+  if (!(timeout > 0)) o.fail("timeout_s", "must be positive");
+  const double bucket = o.number("bucket_mb"), first = o.number("first_bucket_mb");
+  if (!(bucket > 0) || !(first > 0)) o.fail("bucket_mb", "bucket sizes must be positive");
+  s.bucket_bytes = static_cast<std::size_t>(bucket * (1 << 20));
+  s.first_bucket_bytes = static_cast<std::size_t>(first * (1 << 20));
+  s.find_unused_parameters = o.boolean("find_unused_parameters");
+  s.broadcast_buffers = o.boolean("broadcast_buffers");
+  wanfw::ProcessGroupOptions group;
+  group.backend = o.string("backend");
+  group.device = o.string("device");
+  group.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(timeout * 1000));
+  group.default_port = static_cast<int>(o.integer("master_port"));
+  group.section = ctx.section;
+  group.config = &o;
+  return std::make_unique<DdpStrategy>(s, wanfw::DistributedSession::join(group));
+}
+
+wanfw::PluginDescriptor describe() {
+  auto d = wanfw::PluginDescriptor::for_strategy(
+      "ddp", "0.1.0", "Distributed data parallel: one process per device (torchrun or srun), gradients averaged in "
+                      "buckets during backward; Gloo on CPUs, NCCL on GPUs.");
+  d.options = {
+      option("backend", T::Choice).value("auto").choices({"auto", "gloo", "nccl"}).doc(
+          "Collective backend: nccl on CUDA devices and gloo on CPUs (auto), or forced."),
+      option("device", T::Choice).value("auto").choices({"auto", "cpu", "cuda"}).doc(
+          "cuda:<LOCAL_RANK> when CUDA is available (auto), or forced."),
+      option("timeout_s", T::Number).value("1800").doc(
+          "Seconds a collective (or the rendezvous) may wait for the other ranks before the run fails."),
+      option("bucket_mb", T::Number).value("25").doc("Gradient bucket size in MiB (reduced while backward runs)."),
+      option("first_bucket_mb", T::Number).value("1").doc("Size of the first bucket, so the last layers start early."),
+      option("find_unused_parameters", T::Boolean).value("false").doc(
+          "Allow parameters that get no gradient in a step (e.g. expert: both with every sample on one expert)."),
+      option("broadcast_buffers", T::Boolean).value("true").doc("Copy rank 0's buffers to every rank before each step."),
+      option("master_port", T::Integer).value("29500").doc(
+          "Rendezvous port when the launcher sets no MASTER_PORT (SLURM without it)."),
+  };
+  d.make_strategy = make_strategy;
+  return d;
+}
+
+}  // namespace
+
+WANFW_PLUGIN(Strategy, describe)
