@@ -16,6 +16,7 @@ log() { printf '[wanfw setup] %s\n' "$*"; }
 debs=(build-essential cmake ninja-build ccache pkg-config python3-venv time
       libboost-dev libboost-filesystem-dev libyaml-cpp-dev libspdlog-dev libfmt-dev
       doctest-dev nlohmann-json3-dev libgloo-dev zlib1g-dev
+      strace  # the test that counts what a resumed run opens of its checkpoint
       clang libclang-rt-dev llvm)  # clang, its libFuzzer/sanitizer runtimes, llvm-cov: the fuzz targets
 missing=()
 for p in "${debs[@]}"; do

@@ -122,6 +122,22 @@ def test_resume_from_an_explicit_checkpoint_folder(tmp_path, out):
     assert checkpoints(run_dir)[-1].name == "step-00000030"
 
 
+def test_a_resumed_run_reads_each_file_of_its_checkpoint_once(tmp_path, out):
+    """The run folder's choice, the weights and the trainer's restore share one opened checkpoint."""
+    config = write_config(tmp_path / "exp.yaml", base_config(out, trainer={"max_steps": 10}))
+    wanfw("run", config, check=0)
+    step10 = out / "exp" / "version_0" / "checkpoints" / "step-00000010"
+    trace = tmp_path / "openat.log"
+    result = subprocess.run(["strace", "-f", "-qq", "-e", "trace=open,openat", "-o", str(trace), str(WANFW), "run",
+                             str(config), "--set", "trainer.max_steps=12", "--resume", "auto"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "(step 10, epoch 0)" in result.stdout
+    opened = [line for line in trace.read_text().splitlines() if str(step10) + "/" in line]
+    files = sorted(line.split(str(step10) + "/")[1].split('"')[0] for line in opened)
+    assert files == ["model.safetensors", "optimizer.safetensors", "rng.safetensors", "trainer_state.json"]
+
+
 def test_nan_loss_stops_naming_step_and_metric_and_keeps_the_last_checkpoint(tmp_path, out):
     config = base_config(out, trainer={"max_steps": 40}, checkpoint={"every": 10})
     config["model"]["nan_at_call"] = 17

@@ -1,8 +1,10 @@
 #include <torch/torch.h>
 
+#include "checkpoint/checkpoint.hpp"
 #include "checkpoint/checkpoint_store.hpp"
 #include "temp_dir.hpp"
 #include "wanfw/error.hpp"
+#include "wanfw/file_io.hpp"
 #include "wanfw/safetensors.hpp"
 // doctest last: c10/util/Logging.h defines a CHECK macro of its own.
 #include <doctest/doctest.h>
@@ -39,6 +41,14 @@ TrainerState state_at(std::int64_t step, std::int64_t batch_in_epoch = 0, std::s
   return state;
 }
 
+/// What a resume does: open, weights, then optimizer and generators.
+TrainerState restore(const fs::path& folder, TinyModel& model, torch::optim::AdamW& optimizer) {
+  const auto checkpoint = Checkpoint::open(folder);
+  checkpoint->load_weights(model);
+  checkpoint->load_training_state(model, optimizer);
+  return checkpoint->state();
+}
+
 }  // namespace
 
 TEST_CASE("a checkpoint restores the weights, the generator and the data position") {
@@ -54,7 +64,7 @@ TEST_CASE("a checkpoint restores the weights, the generator and the data positio
   torch::manual_seed(99);
   TinyModel b;
   torch::optim::AdamW opt_b(b.module()->parameters(), torch::optim::AdamWOptions(0.1));
-  const TrainerState state = CheckpointStore::load(saved, b, opt_b);
+  const TrainerState state = restore(saved, b, opt_b);
   CHECK(state.step == 1);
   CHECK(state.batch_in_epoch == 4);
   CHECK(torch::equal(torch::rand({5}), next_draw));  // the CPU generator continues where it was
@@ -73,7 +83,7 @@ TEST_CASE("a restored optimizer takes the same step as the original") {
 
   TinyModel b;
   torch::optim::AdamW opt_b(b.module()->parameters(), torch::optim::AdamWOptions(0.1));
-  CheckpointStore::load(saved, b, opt_b);
+  restore(saved, b, opt_b);
   torch::manual_seed(7);
   train_one_step(a, opt_a);
   torch::manual_seed(7);
@@ -102,7 +112,7 @@ TEST_CASE("a doctored checkpoint is refused, naming the file and the tensor") {
   torch::optim::AdamW optimizer(model.module()->parameters(), torch::optim::AdamWOptions(0.1));
   const fs::path saved = CheckpointStore(dir.path()).save(state_at(1), model, optimizer, 0);
   write_safetensors(saved / "model.safetensors", {{"net.weight", torch::zeros({5, 5})}, {"net.bias", torch::zeros({2})}});
-  CHECK_THROWS_WITH_AS(CheckpointStore::load(saved, model, optimizer),
+  CHECK_THROWS_WITH_AS(restore(saved, model, optimizer),
                        doctest::Contains("tensor 'net.weight' has shape [5, 5] but the model expects [2, 3]"), FileError);
 }
 
@@ -112,7 +122,7 @@ TEST_CASE("a checkpoint missing a tensor is refused, naming it") {
   torch::optim::AdamW optimizer(model.module()->parameters(), torch::optim::AdamWOptions(0.1));
   const fs::path saved = CheckpointStore(dir.path()).save(state_at(1), model, optimizer, 0);
   write_safetensors(saved / "model.safetensors", {{"net.weight", torch::zeros({2, 3})}});
-  CHECK_THROWS_WITH_AS(CheckpointStore::load(saved, model, optimizer), doctest::Contains("'net.bias' is missing"),
+  CHECK_THROWS_WITH_AS(restore(saved, model, optimizer), doctest::Contains("'net.bias' is missing"),
                        FileError);
 }
 
@@ -123,11 +133,50 @@ TEST_CASE("the fp16 loss scaler's state round-trips through a checkpoint") {
   TrainerState state = state_at(3);
   state.loss_scaler = LossScalerState{1024.0, 17};
   const fs::path saved = CheckpointStore(dir.path()).save(state, model, optimizer, 0);
-  const TrainerState loaded = CheckpointStore::load(saved, model, optimizer);
+  const TrainerState loaded = restore(saved, model, optimizer);
   REQUIRE(loaded.loss_scaler.has_value());
   CHECK(loaded.loss_scaler->scale == 1024.0);
   CHECK(loaded.loss_scaler->growth_tracker == 17);
-  CHECK_FALSE(CheckpointStore::load(CheckpointStore(dir.path() / "other").save(state_at(1), model, optimizer, 0),
+  CHECK_FALSE(restore(CheckpointStore(dir.path() / "other").save(state_at(1), model, optimizer, 0),
                                     model, optimizer)
                   .loss_scaler.has_value());
+}
+
+TEST_CASE("an opened checkpoint reads its trainer state once: a file changed after opening does not change it") {
+  testing::TempDir dir;
+  TinyModel model;
+  torch::optim::AdamW optimizer(model.module()->parameters(), torch::optim::AdamWOptions(0.1));
+  train_one_step(model, optimizer);
+  const fs::path saved = CheckpointStore(dir.path()).save(state_at(5, 2), model, optimizer, 0);
+  const auto checkpoint = Checkpoint::open(saved);
+  CHECK(checkpoint->files_read() == 1);
+  write_file_atomically(saved / CheckpointStore::kStateFile, "not json");
+  checkpoint->load_weights(model);
+  checkpoint->load_training_state(model, optimizer);
+  CHECK(checkpoint->state().step == 5);
+  CHECK(checkpoint->state().batch_in_epoch == 2);
+  CHECK(checkpoint->files_read() == 4);
+  CHECK_THROWS_WITH_AS(Checkpoint::open(saved), doctest::Contains("trainer_state.json"), FileError);
+}
+
+TEST_CASE("a checkpoint handle refuses to read one of its files a second time") {
+  testing::TempDir dir;
+  TinyModel model;
+  torch::optim::AdamW optimizer(model.module()->parameters(), torch::optim::AdamWOptions(0.1));
+  const auto checkpoint = Checkpoint::open(CheckpointStore(dir.path()).save(state_at(1), model, optimizer, 0));
+  checkpoint->load_weights(model);
+  CHECK_THROWS_WITH_AS(checkpoint->load_weights(model), doctest::Contains("model.safetensors: read twice"),
+                       std::logic_error);
+  CHECK(checkpoint->files_read() == 2);
+}
+
+TEST_CASE("a trainer state out of range is refused on opening, before any tensor is read") {
+  testing::TempDir dir;
+  TinyModel model;
+  torch::optim::AdamW optimizer(model.module()->parameters(), torch::optim::AdamWOptions(0.1));
+  const fs::path saved = CheckpointStore(dir.path()).save(state_at(1), model, optimizer, 0);
+  write_file_atomically(saved / CheckpointStore::kStateFile,
+                        R"({"step": 1, "epoch": 0, "batch_in_epoch": -3, "world_size": 1})");
+  CHECK_THROWS_WITH_AS(Checkpoint::open(saved), doctest::Contains("'batch_in_epoch' is -3, below its least value 0"),
+                       FileError);
 }

@@ -38,8 +38,14 @@ struct TrainerState {
   std::optional<LossScalerState> loss_scaler;
 };
 
+/// Writes, lists and prunes the checkpoints of one run; checkpoint.hpp reads one.
 class CheckpointStore {
  public:
+  static constexpr const char* kStateFile = "trainer_state.json";
+  static constexpr const char* kModelFile = "model.safetensors";
+  static constexpr const char* kOptimizerFile = "optimizer.safetensors";
+  static constexpr const char* kGeneratorFile = "rng.safetensors";
+
   explicit CheckpointStore(std::filesystem::path run_dir);
 
   const std::filesystem::path& folder() const { return folder_; }
@@ -51,18 +57,6 @@ class CheckpointStore {
   std::vector<std::filesystem::path> list() const;
   std::optional<std::filesystem::path> latest() const;
 
-  /// Restores model weights, optimizer state and generator states from `checkpoint` and returns
-  /// the trainer state. Throws FileError naming the file (and tensor) at fault.
-  static TrainerState load(const std::filesystem::path& checkpoint, Model& model, torch::optim::AdamW& optimizer);
-  /// load without the weights: optimizer state (keyed by `model`'s trainable parameter names),
-  /// generator states and the trainer state. A run loads the weights before the strategy places
-  /// the model (so replicas start from them) and this once its optimizer exists.
-  static TrainerState load_training_state(const std::filesystem::path& checkpoint, Model& model,
-                                          torch::optim::AdamW& optimizer);
-  /// Restores only the model weights (Model::checkpoint_tensors, shapes checked).
-  static void load_weights(const std::filesystem::path& checkpoint, Model& model);
-  /// The step a checkpoint was written at (reads only its trainer state).
-  static std::int64_t load_step(const std::filesystem::path& checkpoint);
   /// True if `folder` looks like a complete checkpoint.
   static bool is_checkpoint(const std::filesystem::path& folder);
 

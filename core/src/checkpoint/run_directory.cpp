@@ -53,14 +53,14 @@ RunDirectory RunDirectory::choose(const RunSettings& run, const std::string& res
   const fs::path run_root = run.output_dir / run.name;
   const auto versions = versions_of(run_root);
   if (!resume.empty() && resume != "auto") {
-    dir.checkpoint_ = locate_checkpoint(resume, "--resume");
-    dir.path_ = dir.checkpoint_->parent_path().parent_path();
+    dir.checkpoint_ = Checkpoint::open(locate_checkpoint(resume, "--resume"));
+    dir.path_ = dir.checkpoint_->folder().parent_path().parent_path();
   } else {
     if (resume == "auto")
       for (auto it = versions.rbegin(); it != versions.rend() && !dir.checkpoint_; ++it)
         if (auto latest = CheckpointStore(it->second).latest()) {
           dir.path_ = it->second;
-          dir.checkpoint_ = latest;
+          dir.checkpoint_ = Checkpoint::open(*latest);
         }
     if (!dir.checkpoint_) {
       if (resume == "auto")
@@ -68,7 +68,6 @@ RunDirectory RunDirectory::choose(const RunSettings& run, const std::string& res
       dir.path_ = run_root / fmt::format("version_{}", versions.empty() ? 0 : versions.back().first + 1);
     }
   }
-  if (dir.checkpoint_) dir.resume_step_ = CheckpointStore::load_step(*dir.checkpoint_);
   return dir;
 }
 

@@ -5,9 +5,10 @@
 
 #include <cstdint>
 #include <filesystem>
-#include <optional>
+#include <memory>
 #include <string>
 
+#include "checkpoint/checkpoint.hpp"
 #include "config/core_sections.hpp"
 
 namespace wanfw {
@@ -21,18 +22,17 @@ class RunDirectory {
   static RunDirectory choose(const RunSettings& run, const std::string& resume);
 
   const std::filesystem::path& path() const { return path_; }
-  /// The checkpoint to resume from, if any.
-  const std::optional<std::filesystem::path>& checkpoint() const { return checkpoint_; }
+  /// The checkpoint to resume from, opened (its trainer state read and checked), or null.
+  const std::shared_ptr<const Checkpoint>& checkpoint() const { return checkpoint_; }
   /// The step the checkpoint was written at (0 for a fresh run).
-  std::int64_t resume_step() const { return resume_step_; }
+  std::int64_t resume_step() const { return checkpoint_ ? checkpoint_->state().step : 0; }
 
   /// Creates the folder and writes the run's resolved config into it (main process only).
   void create(const std::string& resolved_yaml) const;
 
  private:
   std::filesystem::path path_;
-  std::optional<std::filesystem::path> checkpoint_;
-  std::int64_t resume_step_ = 0;
+  std::shared_ptr<const Checkpoint> checkpoint_;
 };
 
 /// A checkpoint folder as given, or the newest complete checkpoint of a run folder; `flag` names

@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "checkpoint/checkpoint_store.hpp"
+#include "checkpoint/checkpoint.hpp"
 #include "checkpoint/run_directory.hpp"
 #include "run/experiment_assembly.hpp"
 #include "wanfw/error.hpp"
@@ -24,7 +24,7 @@ Experiment evaluation_model(const EvaluateRequest& request) {
   Experiment e = assemble(request.run);
   if (!request.checkpoint.empty()) {
     const fs::path checkpoint = locate_checkpoint(request.checkpoint, "--checkpoint");
-    CheckpointStore::load_weights(checkpoint, *e.model);
+    Checkpoint::open(checkpoint)->load_weights(*e.model);
     spdlog::info("weights from {}", checkpoint.string());
   }
   e.strategy->setup(*e.model);

@@ -67,13 +67,13 @@ RunOutcome run_experiment(const RunRequest& request) {
 
   // 3. The weights to resume from before the strategy places the model, so that every replica
   //    and rank starts from them; the optimizer and loop state follow in Trainer::fit.
-  if (run_dir.checkpoint()) CheckpointStore::load_weights(*run_dir.checkpoint(), *e.model);
+  if (run_dir.checkpoint()) run_dir.checkpoint()->load_weights(*e.model);
   strategy.setup(*e.model);
 
   // 4. Train, logging on the main process.
   LoggerSet loggers(e.loggers, main, run_dir.path(), run_dir.resume_step(), e.resolved_yaml);
   Trainer trainer(e.settings, e.resolved_yaml, e.model, e.strategy, *e.data, loggers, run_dir.path());
-  const TrainingResult result = trainer.fit(run_dir.checkpoint());
+  const TrainingResult result = trainer.fit(run_dir.checkpoint().get());
   loggers.close();
   if (main) log_summary(result, run_dir);
 

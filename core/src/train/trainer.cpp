@@ -132,14 +132,14 @@ Trainer::Gradients Trainer::settle_gradients(const MicroBatchTotals& totals) {
   return out;
 }
 
-TrainingResult Trainer::fit(const std::optional<fs::path>& checkpoint) {
+TrainingResult Trainer::fit(const Checkpoint* checkpoint) {
   set_up(checkpoint);
   const std::int64_t total = plan_->total_steps();
   const CpuMemoryCacheScope memory_cache(strategy_->device(), settings_.trainer.cpu_memory_cache_mb);
   StopSignal stop;
   const auto started = std::chrono::steady_clock::now();
   TrainingResult result;
-  bool saved = checkpoint.has_value();  // the checkpoint of the current step is on disk
+  bool saved = checkpoint != nullptr;  // the checkpoint of the current step is on disk
   loader_->start_epoch(state_.epoch, state_.batch_in_epoch);
 
   while (state_.step < total) {

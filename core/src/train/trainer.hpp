@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint.hpp"
 #include "checkpoint/checkpoint_store.hpp"
 #include "config/core_sections.hpp"
 #include "data/training_data.hpp"
@@ -65,7 +66,7 @@ class Trainer {
 
   /// Trains to the end (or to an agreed stop signal), continuing from `checkpoint`'s optimizer and
   /// trainer state when given.
-  TrainingResult fit(const std::optional<std::filesystem::path>& checkpoint);
+  TrainingResult fit(const Checkpoint* checkpoint);
 
  private:
   /// What one step's micro-batches produced on this process.
@@ -92,8 +93,8 @@ class Trainer {
 
   /// Everything before the first step: restore, the loader and its position in the epoch, the
   /// ranks' agreement on the epoch's length, the plan, the progress line and validation.
-  void set_up(const std::optional<std::filesystem::path>& checkpoint);
-  void restore(const std::filesystem::path& checkpoint);
+  void set_up(const Checkpoint* checkpoint);
+  void restore(const Checkpoint& checkpoint);
   /// After a restore: the micro-batch of the epoch that follows the checkpoint's samples.
   void resume_position();
   /// Fails unless every rank's epoch holds as many micro-batches: ends of epochs are collective.

@@ -13,7 +13,7 @@ namespace fs = std::filesystem;
 
 namespace wanfw {
 
-void Trainer::set_up(const std::optional<fs::path>& checkpoint) {
+void Trainer::set_up(const Checkpoint* checkpoint) {
   if (checkpoint) restore(*checkpoint);
   loader_ =
       data_.loader(strategy_->rank(), strategy_->world_size(), strategy_->accumulation_steps(), strategy_->device());
@@ -34,18 +34,19 @@ void Trainer::set_up(const std::optional<fs::path>& checkpoint) {
   window_first_ = state_.step + 1;
 }
 
-void Trainer::restore(const fs::path& checkpoint) {
-  state_ = CheckpointStore::load_training_state(checkpoint, *model_, optimizer_->adamw());
+void Trainer::restore(const Checkpoint& checkpoint) {
+  checkpoint.load_training_state(*model_, optimizer_->adamw());
+  state_ = checkpoint.state();
   state_.config_yaml = resolved_yaml_;
   if (precision_.scales_loss() && state_.loss_scaler) precision_.restore(*state_.loss_scaler);
   if (state_.world_size != strategy_->world_size() && strategy_->is_main())
     spdlog::info("the checkpoint was written by {} processes and resumes on {}", state_.world_size,
                  strategy_->world_size());
   state_.world_size = strategy_->world_size();
-  last_checkpoint_ = checkpoint;
-  resumed_from_ = checkpoint;
+  last_checkpoint_ = checkpoint.folder();
+  resumed_from_ = checkpoint.folder();
   if (strategy_->is_main())
-    spdlog::info("resumed from {} (step {}, epoch {})", checkpoint.string(), state_.step, state_.epoch);
+    spdlog::info("resumed from {} (step {}, epoch {})", checkpoint.folder().string(), state_.step, state_.epoch);
 }
 
 void Trainer::resume_position() {

@@ -1,0 +1,185 @@
+#include "checkpoint/checkpoint.hpp"
+
+#include <cmath>
+#include <set>
+#include <stdexcept>
+#include <tuple>
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
+
+#include "numerics/generators.hpp"
+#include "wanfw/bounded_input.hpp"
+#include "wanfw/error.hpp"
+#include "wanfw/safetensors.hpp"
+#include "wanfw/tensor_check.hpp"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace wanfw {
+
+namespace {
+
+constexpr std::uintmax_t kMaxStateBytes = 64 << 20;  // a state with its config is a few KB
+constexpr const char* kEdited = "the trainer state was edited or damaged; resume from an earlier checkpoint";
+enum FileBit : unsigned { kStateBit = 1, kModelBit = 2, kOptimizerBit = 4, kGeneratorBit = 8 };
+
+/// Copies `source` into `destination` once it passed the gate for `role`.
+void copy_into(const at::Tensor& destination, const at::Tensor& source, const fs::path& file, const std::string& name,
+               const TensorRole& role) {
+  if (destination.sizes() != source.sizes())
+    throw FileError(fmt::format("{}: tensor '{}' has shape {} but the model expects {}", file.string(), name,
+                                c10::str(source.sizes()), c10::str(destination.sizes())),
+                    "the checkpoint belongs to a model of another configuration");
+  copy_checked(destination, source, role, file, name);
+}
+
+/// A model's tensor: a weight where it is floating point, a count (buffers such as step counters) otherwise.
+TensorRole model_tensor_role(const at::Tensor& destination) {
+  if (at::isFloatingType(destination.scalar_type())) return TensorRole::weight();
+  TensorRole count = TensorRole::step_count();
+  count.what = "an integer buffer";
+  count.nonnegative = false;
+  return count;
+}
+
+/// The fields of trainer_state.json, each within its range.
+TrainerState parse_state(const json& j, const fs::path& path) {
+  TrainerState state;
+  try {
+    state.step = j.at("step").get<std::int64_t>();
+    state.epoch = j.at("epoch").get<std::int64_t>();
+    state.batch_in_epoch = j.at("batch_in_epoch").get<std::int64_t>();
+    state.samples_in_epoch = j.value("samples_in_epoch", std::int64_t{-1});
+    state.world_size = j.at("world_size").get<std::int64_t>();
+    state.config_yaml = j.value("config", "");
+    for (const auto& [key, value, least] : {std::tuple{"step", state.step, 0L}, {"epoch", state.epoch, 0L},
+                                            {"batch_in_epoch", state.batch_in_epoch, 0L},
+                                            {"samples_in_epoch", state.samples_in_epoch, -1L},
+                                            {"world_size", state.world_size, 1L}})
+      if (value < least)
+        throw FileError(fmt::format("{}: '{}' is {}, below its least value {}", path.string(), key, value, least),
+                        kEdited);
+    if (j.contains("loss_scaler")) {
+      state.loss_scaler = LossScalerState{j["loss_scaler"].at("scale").get<double>(),
+                                          j["loss_scaler"].at("growth_tracker").get<std::int64_t>()};
+      if (!std::isfinite(state.loss_scaler->scale) || state.loss_scaler->scale <= 0)
+        throw FileError(fmt::format("{}: the loss scale is {}, not a positive finite number", path.string(),
+                                    state.loss_scaler->scale),
+                        kEdited);
+      if (state.loss_scaler->growth_tracker < 0)
+        throw FileError(fmt::format("{}: the loss scaler's growth_tracker is {}; it counts steps and is never "
+                                    "negative",
+                                    path.string(), state.loss_scaler->growth_tracker),
+                        kEdited);
+    }
+  } catch (const json::exception& e) {
+    throw FileError(fmt::format("{}: malformed trainer state: {}", path.string(), shortened(e.what())), kEdited);
+  }
+  return state;
+}
+
+}  // namespace
+
+std::shared_ptr<const Checkpoint> Checkpoint::open(const fs::path& folder) {
+  auto checkpoint = std::shared_ptr<Checkpoint>(new Checkpoint(folder));
+  const fs::path path = checkpoint->take(CheckpointStore::kStateFile, kStateBit);
+  const auto fail = [&](const std::string& problem) {
+    throw FileError(fmt::format("{}: {}", path.string(), problem), kEdited);
+  };
+  const json j = parse_bounded_json(read_bounded_file(path, "trainer state", kMaxStateBytes, fail), 8, fail);
+  checkpoint->state_ = parse_state(j, path);
+  return checkpoint;
+}
+
+fs::path Checkpoint::take(const char* file, unsigned bit) const {
+  if ((read_ & bit) != 0)
+    throw std::logic_error(fmt::format("{}: read twice through one checkpoint handle", (folder_ / file).string()));
+  read_ |= bit;
+  return folder_ / file;
+}
+
+void Checkpoint::load_weights(Model& model) const {
+  // Every parameter and buffer must be present with the right shape.
+  const fs::path model_file = take(CheckpointStore::kModelFile, kModelBit);
+  const SafetensorsFile weights = SafetensorsFile::open(model_file);
+  std::set<std::string> expected;
+  for (const auto& [name, tensor] : model.checkpoint_tensors()) {
+    expected.insert(name);
+    if (!weights.contains(name))
+      throw FileError(fmt::format("{}: tensor '{}' is missing", model_file.string(), name),
+                      "the checkpoint belongs to another model");
+    copy_into(tensor, weights.tensor(name), model_file, name, model_tensor_role(tensor));
+  }
+  for (const auto& record : weights.records())
+    if (!expected.count(record.name))
+      throw FileError(fmt::format("{}: unexpected tensor '{}' (the model has no such parameter)",
+                                  model_file.string(), record.name),
+                      "the checkpoint belongs to another model");
+}
+
+void Checkpoint::load_training_state(Model& model, torch::optim::AdamW& optimizer) const {
+  load_optimizer(model, optimizer);
+  load_generators();  // last, so that nothing above consumes random numbers after the restore
+}
+
+void Checkpoint::load_optimizer(Model& model, torch::optim::AdamW& optimizer) const {
+  const fs::path optimizer_file = take(CheckpointStore::kOptimizerFile, kOptimizerBit);
+  const SafetensorsFile moments = SafetensorsFile::open(optimizer_file);
+  auto& optimizer_state = optimizer.state();
+  for (const auto& [name, param] : model.trainable_parameters()) {
+    if (!moments.contains(name + ".step")) continue;
+    auto s = std::make_unique<torch::optim::AdamWParamState>();
+    const at::Tensor step = moments.load(name + ".step");
+    check_tensor(step, TensorRole::step_count(), optimizer_file, name + ".step");
+    if (step.numel() != 1)
+      throw FileError(fmt::format("{}: tensor '{}.step' is {} of {} elements, not one integer", optimizer_file.string(),
+                                  name, c10::toString(step.scalar_type()), step.numel()),
+                      "the checkpoint is damaged; resume from an earlier one");
+    s->step(step.item<std::int64_t>());
+    for (const char* field : {".exp_avg", ".exp_avg_sq"})
+      if (!moments.contains(name + field))
+        throw FileError(fmt::format("{}: tensor '{}{}' is missing", optimizer_file.string(), name, field));
+    at::Tensor exp_avg = at::empty_like(param), exp_avg_sq = at::empty_like(param);
+    copy_into(exp_avg, moments.tensor(name + ".exp_avg"), optimizer_file, name + ".exp_avg",
+              TensorRole::first_moment());
+    copy_into(exp_avg_sq, moments.tensor(name + ".exp_avg_sq"), optimizer_file, name + ".exp_avg_sq",
+              TensorRole::second_moment());
+    s->exp_avg(exp_avg);
+    s->exp_avg_sq(exp_avg_sq);
+    if (moments.contains(name + ".max_exp_avg_sq")) {
+      at::Tensor m = at::empty_like(param);
+      copy_into(m, moments.tensor(name + ".max_exp_avg_sq"), optimizer_file, name + ".max_exp_avg_sq",
+                TensorRole::second_moment());
+      s->max_exp_avg_sq(m);
+    }
+    optimizer_state[param.unsafeGetTensorImpl()] = std::move(s);
+  }
+}
+
+void Checkpoint::load_generators() const {
+  const fs::path rng_file = take(CheckpointStore::kGeneratorFile, kGeneratorBit);
+  const SafetensorsFile generators = SafetensorsFile::open(rng_file);
+  for (auto& [name, generator] : default_generators()) {
+    if (!generators.contains(name)) {
+      spdlog::warn("{}: no state for generator {}; it continues unrestored", rng_file.string(), name);
+      continue;
+    }
+    // The state's size is the generator's own (5056 bytes for the CPU's, 16 for a GPU's).
+    const at::Tensor saved = generators.tensor(name);
+    const std::vector<std::int64_t> own_size{generator.get_state().numel()};
+    check_tensor(saved, TensorRole::generator_state(), rng_file, name, own_size);
+    try {
+      generator.set_state(saved.clone());
+    } catch (const c10::Error&) {  // LibTorch's own check of the bytes, said in our words
+      throw FileError(fmt::format("{}: tensor '{}' is not a state the {} generator accepts", rng_file.string(), name,
+                                  name),
+                      "the file was edited or damaged: resume from an earlier checkpoint");
+    }
+  }
+}
+
+}  // namespace wanfw
