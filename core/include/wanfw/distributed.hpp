@@ -118,6 +118,22 @@ class DistributedSession {
   /// Blocks until every rank arrives.
   void barrier() const;
 
+  // Collectives of sharded training (fully sharded parameters, sequence parallelism). Every
+  // tensor is contiguous, on the session's device, of one dtype on every rank; every rank passes
+  // the same sizes. Outputs are written in place. Not differentiable: an autograd function that
+  // needs one pairs it with its transpose (all-gather <-> reduce-scatter, all-to-all <-> itself).
+
+  /// Every rank's `input` side by side in `output` (world_size x input.numel() elements): rank
+  /// r's input at offset r x input.numel().
+  void all_gather(const at::Tensor& output, const at::Tensor& input) const;
+  /// `input` (world_size x output.numel() elements) reduced across the ranks; rank r receives
+  /// the reduced chunk r. Reduce::Mean divides the sum by the world size on every backend, so
+  /// Gloo and NCCL give the same numbers.
+  void reduce_scatter(const at::Tensor& output, const at::Tensor& input, Reduce op = Reduce::Sum) const;
+  /// `input` split along dim 0 into world_size equal chunks, chunk k sent to rank k; `output`
+  /// (the same shape) receives rank r's chunk at chunk r.
+  void all_to_all(const at::Tensor& output, const at::Tensor& input) const;
+
   struct Impl;
 
  private:
