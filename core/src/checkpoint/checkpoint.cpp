@@ -56,7 +56,8 @@ TrainerState parse_state(const json& j, const fs::path& path) {
     state.samples_in_epoch = j.value("samples_in_epoch", std::int64_t{-1});
     state.world_size = j.at("world_size").get<std::int64_t>();
     state.config_yaml = j.value("config", "");
-    for (const auto& [key, value, least] : {std::tuple{"step", state.step, 0L}, {"epoch", state.epoch, 0L},
+    for (const auto& [key, value, least] : {std::tuple{"step", state.step, 0L},
+                                            {"epoch", state.epoch, 0L},
                                             {"batch_in_epoch", state.batch_in_epoch, 0L},
                                             {"samples_in_epoch", state.samples_in_epoch, -1L},
                                             {"world_size", state.world_size, 1L}})
@@ -116,9 +117,9 @@ void Checkpoint::load_weights(Model& model) const {
   }
   for (const auto& record : weights.records())
     if (!expected.count(record.name))
-      throw FileError(fmt::format("{}: unexpected tensor '{}' (the model has no such parameter)",
-                                  model_file.string(), record.name),
-                      "the checkpoint belongs to another model");
+      throw FileError(
+          fmt::format("{}: unexpected tensor '{}' (the model has no such parameter)", model_file.string(), record.name),
+          "the checkpoint belongs to another model");
 }
 
 void Checkpoint::load_training_state(Model& model, torch::optim::AdamW& optimizer) const {
@@ -175,9 +176,9 @@ void Checkpoint::load_generators() const {
     try {
       generator.set_state(saved.clone());
     } catch (const c10::Error&) {  // LibTorch's own check of the bytes, said in our words
-      throw FileError(fmt::format("{}: tensor '{}' is not a state the {} generator accepts", rng_file.string(), name,
-                                  name),
-                      "the file was edited or damaged: resume from an earlier checkpoint");
+      throw FileError(
+          fmt::format("{}: tensor '{}' is not a state the {} generator accepts", rng_file.string(), name, name),
+          "the file was edited or damaged: resume from an earlier checkpoint");
     }
   }
 }

@@ -81,10 +81,10 @@ void DistributedSession::all_to_all(const at::Tensor& output, const at::Tensor& 
   require_flat(output, impl_->device, what, "output");
   require_flat(input, impl_->device, what, "input");
   const std::int64_t world = impl_->env.world_size;
-  require(output.sizes() == input.sizes() && output.scalar_type() == input.scalar_type(), what,
-          fmt::format("the output is {} of {}, the input {} of {}: they must match", c10::str(output.sizes()),
-                      c10::toString(output.scalar_type()), c10::str(input.sizes()),
-                      c10::toString(input.scalar_type())));
+  require(
+      output.sizes() == input.sizes() && output.scalar_type() == input.scalar_type(), what,
+      fmt::format("the output is {} of {}, the input {} of {}: they must match", c10::str(output.sizes()),
+                  c10::toString(output.scalar_type()), c10::str(input.sizes()), c10::toString(input.scalar_type())));
   require(input.dim() >= 1 && input.size(0) % world == 0, what,
           fmt::format("dim 0 of {} does not split into {} equal chunks", c10::str(input.sizes()), world));
   at::NoGradGuard no_grad;
