@@ -67,3 +67,23 @@ def test_a_bf16_gather_computes_in_bf16_and_returns_fp32_gradients_near_the_fp32
         # bf16 keeps 8 significant bits: a relative error of a few 2^-8 through two layers.
         assert (ranks[r]["grad"] - expected).norm() <= 0.05 * expected.norm()
         assert not torch.equal(ranks[r]["grad"], expected)
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_adamw_on_shards_with_the_global_norm_clipped_trains_the_weights_of_one_process(tmp_path, world):
+    """Three steps: the gradient norm from every rank's shard, clipping to 0.5, AdamW on each shard
+    with its own moments — the pieces of what torch's AdamW does on the whole parameters."""
+    full, ranks = run_ranks(tmp_path, world, "steps")
+    params = [full[n].clone().requires_grad_(True) for n in ("w1", "b1", "w2")]
+    adamw = torch.optim.AdamW(params, lr=0.1, weight_decay=0.01)
+    norms = []
+    for _ in range(3):
+        adamw.zero_grad()
+        F.linear(F.relu(F.linear(full["x"], params[0], params[1])), params[2]).pow(2).mean().backward()
+        norms.append(float(torch.nn.utils.clip_grad_norm_(params, 0.5)))
+        adamw.step()
+    assert norms[0] > 0.5  # the clipping acts
+    for r in range(world):
+        torch.testing.assert_close(ranks[r]["norms"], torch.tensor(norms, dtype=torch.float64), rtol=1e-5, atol=0)
+        torch.testing.assert_close(ranks[r]["trained"], piece([p.detach() for p in params], world, r),
+                                   msg=f"rank {r}")

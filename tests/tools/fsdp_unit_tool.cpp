@@ -4,8 +4,14 @@
 // OUT/rank_<R>.safetensors (its shard and the shard's gradient), for the Python test to compare
 // with the whole batch on one process.
 //
-//   torchrun --no-python --nproc-per-node=3 wanfw_fsdp_unit_tool OUT [bf16]
+//   torchrun --no-python --nproc-per-node=3 wanfw_fsdp_unit_tool OUT [bf16|steps]
+//
+// With `steps`, it then trains three steps more as fully sharded training does: the global gradient
+// norm from every rank's shard, clipping, and AdamW on the shard alone (its moments a shard too),
+// and writes the shard it ends with ("trained") and the norms ("norms").
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -21,7 +27,7 @@
 
 int main(int argc, char** argv) {
   if (argc != 2 && argc != 3) {
-    std::fputs("usage: wanfw_fsdp_unit_tool OUT_FOLDER [bf16]\n", stderr);
+    std::fputs("usage: wanfw_fsdp_unit_tool OUT_FOLDER [bf16|steps]\n", stderr);
     return 2;
   }
   try {
@@ -33,17 +39,39 @@ int main(int argc, char** argv) {
     const at::Tensor w1 = at::randn({7, 5}), b1 = at::randn({7}), w2 = at::randn({3, 7}), x = at::randn({6, 5});
     const wanfw::UnitLayout layout({{"w1", {7, 5}}, {"b1", {7}}, {"w2", {3, 7}}}, world);
     const at::Tensor shard = layout.pack({w1, b1, w2}, rank, at::kFloat).requires_grad_(true);
+    const at::Tensor first_shard = shard.detach().clone();
     const auto p = wanfw::gather_unit(shard, layout, *session, compute, at::kFloat);
     const std::int64_t share = x.size(0) / world;
     const at::Tensor mine = x.narrow(0, rank * share, share).to(compute);
     const at::Tensor y = at::linear(at::relu(at::linear(mine, p[0], p[1])), p[2]);
     y.to(at::kFloat).pow(2).mean().backward();  // this rank's mean: the ranks' mean is the batch's
 
+    std::vector<std::pair<std::string, at::Tensor>> saved = {{"shard", first_shard}, {"grad", shard.grad().clone()}};
+    if (argc == 3 && std::string(argv[2]) == "steps") {
+      torch::optim::AdamW adamw({shard}, torch::optim::AdamWOptions(0.1).weight_decay(0.01));
+      std::vector<double> norms;
+      for (int step = 0; step < 3; ++step) {
+        if (step > 0) {
+          shard.mutable_grad().zero_();
+          const auto q = wanfw::gather_unit(shard, layout, *session, at::kFloat, at::kFloat);
+          at::linear(at::relu(at::linear(mine, q[0], q[1])), q[2]).pow(2).mean().backward();
+        }
+        // The norm of the whole gradient: every rank's sum of squares (padding adds zero), summed.
+        const at::Tensor squares = shard.grad().pow(2).sum().reshape({1});
+        session->all_reduce({squares}, wanfw::Reduce::Sum);
+        const double norm = std::sqrt(squares.item<double>());
+        norms.push_back(norm);
+        shard.mutable_grad().mul_(std::min(1.0, 0.5 / (norm + 1e-6)));  // clip to 0.5
+        adamw.step();
+      }
+      saved.emplace_back("trained", shard.detach().clone());
+      saved.emplace_back("norms", at::tensor(norms, at::kDouble));
+    }
+
     const std::filesystem::path folder = argv[1];
     if (rank == 0)
       wanfw::write_safetensors(folder / "full.safetensors", {{"w1", w1}, {"b1", b1}, {"w2", w2}, {"x", x}});
-    wanfw::write_safetensors(folder / fmt::format("rank_{}.safetensors", rank),
-                             {{"shard", shard.detach()}, {"grad", shard.grad()}});
+    wanfw::write_safetensors(folder / fmt::format("rank_{}.safetensors", rank), saved);
     session->barrier();
     return 0;
   } catch (const wanfw::Error& e) {
