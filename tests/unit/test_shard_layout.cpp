@@ -29,7 +29,8 @@ at::Tensor gather_all(const UnitLayout& layout, const std::vector<at::Tensor>& t
 
 }  // namespace
 
-TEST_CASE("rank r holds rows [r*c, min((r+1)*c, rows)) with c = ceil(rows / world), the last ranks maybe none") {
+TEST_CASE(
+    "rank r holds the rows from r*c to min((r+1)*c, rows) with c = ceil(rows / world), the last ranks maybe none") {
   const RowShard four = RowShard::of({10, 3}, 4);
   CHECK(four.rows_per_rank == 3);
   CHECK(four.piece_numel() == 9);
