@@ -53,3 +53,15 @@ def test_all_to_all_sends_chunk_k_to_rank_k_and_receives_in_rank_order(tmp_path,
     for r in range(world):
         expected = torch.cat([ranks[s]["exchange_in"].chunk(world)[r] for s in range(world)])
         assert torch.equal(ranks[r]["exchanged"], expected)
+
+
+def test_split_groups_contiguous_ranks_within_and_the_same_places_across(tmp_path):
+    """4 ranks in groups of 2: {0, 1} and {2, 3} within, {0, 2} and {1, 3} across."""
+    ranks = run_ranks(tmp_path, 4)
+    within = {0: (0, 1), 1: (0, 1), 2: (2, 3), 3: (2, 3)}
+    across = {0: (0, 2), 1: (1, 3), 2: (0, 2), 3: (1, 3)}
+    for r in range(4):
+        assert torch.equal(ranks[r]["within_sum"], torch.full((3,), float(sum(within[r]))))
+        assert torch.equal(ranks[r]["across_sum"], torch.full((3,), float(sum(across[r]))))
+        assert torch.equal(ranks[r]["within_gathered"], torch.cat([ranks[g]["gather_in"] for g in within[r]]))
+        assert ranks[r]["group_ranks"].tolist() == [r % 2, r // 2]

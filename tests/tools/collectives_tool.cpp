@@ -39,6 +39,14 @@ int main(int argc, char** argv) {
     const at::Tensor exchanged = at::empty_like(exchange_in);
     session->all_to_all(exchanged, exchange_in);
 
+    // Groups of two contiguous ranks (one group when the world is odd), and the ranks across them.
+    const wanfw::SessionGroups groups = session->split(world % 2 == 0 ? 2 : static_cast<int>(world));
+    const at::Tensor within_sum = at::full({3}, rank, at::kFloat), across_sum = at::full({3}, rank, at::kFloat);
+    groups.within->all_reduce({within_sum});
+    groups.across->all_reduce({across_sum});
+    const at::Tensor within_gathered = at::empty({groups.within->world_size() * 5}, at::kFloat);
+    groups.within->all_gather(within_gathered, gather_in);
+
     wanfw::write_safetensors(std::filesystem::path(argv[1]) / fmt::format("rank_{}.safetensors", session->rank()),
                              {{"gather_in", gather_in},
                               {"gathered", gathered},
@@ -47,7 +55,12 @@ int main(int argc, char** argv) {
                               {"averaged", averaged},
                               {"largest", largest},
                               {"exchange_in", exchange_in},
-                              {"exchanged", exchanged}},
+                              {"exchanged", exchanged},
+                              {"within_sum", within_sum},
+                              {"across_sum", across_sum},
+                              {"within_gathered", within_gathered},
+                              {"group_ranks", at::tensor({static_cast<double>(groups.within->rank()),
+                                                          static_cast<double>(groups.across->rank())})}},
                              {});
     session->barrier();
     return 0;

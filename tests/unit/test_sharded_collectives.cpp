@@ -43,3 +43,16 @@ TEST_CASE("a sharded collective refuses tensors of the wrong size on the calling
   CHECK_THROWS_WITH_AS(session->all_gather(at::empty({6}), at::empty({3, 2}).t()),
                        doctest::Contains("the input must be contiguous"), Error);
 }
+
+TEST_CASE("a session splits only into groups whose size divides the job, and a group names itself") {
+  const auto session = alone();
+  CHECK_THROWS_WITH_AS(session->split(2), doctest::Contains("a job of 1 ranks does not split into groups of 2"), Error);
+  CHECK_THROWS_WITH_AS(session->split(0), doctest::Contains("does not split into groups of 0"), Error);
+  const SessionGroups groups = session->split(1);
+  CHECK(groups.within->world_size() == 1);
+  CHECK(groups.across->rank() == 0);
+  CHECK_MESSAGE(groups.within->describe().find("in within group 0") != std::string::npos, groups.within->describe());
+  const at::Tensor value = at::full({2}, 3.0);
+  groups.within->all_reduce({value});
+  CHECK(at::equal(value, at::full({2}, 3.0)));
+}

@@ -71,6 +71,8 @@ struct ProcessGroupOptions {
   const Options* config = nullptr;
 };
 
+struct SessionGroups;
+
 /// This process's membership of the job's process group. Created by join(); every rank must
 /// join. Not thread-safe: use it from the training thread.
 class DistributedSession {
@@ -134,11 +136,28 @@ class DistributedSession {
   /// (the same shape) receives rank r's chunk at chunk r.
   void all_to_all(const at::Tensor& output, const at::Tensor& input) const;
 
+  /// The job's ranks in groups of `group_size` contiguous ranks (g·size .. g·size + size - 1),
+  /// each group a session of its own (`within`: a sequence-parallel group, ideally inside one
+  /// node), and the ranks at the same place of every group as another (`across`: data parallel
+  /// across the groups). Every rank calls it, in the same order, with the same size. This session
+  /// must outlive both; a failed collective in either names the job's lost ranks. Throws
+  /// wanfw::Error when the world does not divide into groups of that size.
+  SessionGroups split(int group_size) const;
+
   struct Impl;
 
  private:
   explicit DistributedSession(std::unique_ptr<Impl> impl);
+  /// A session over this one's store, for group `group` of the kind `kind`, as its rank `rank`
+  /// of `size`.
+  std::unique_ptr<DistributedSession> group_session(const std::string& kind, int group, int rank, int size) const;
   std::unique_ptr<Impl> impl_;
+};
+
+/// DistributedSession::split's two sessions.
+struct SessionGroups {
+  std::unique_ptr<DistributedSession> within;  ///< this rank's group of contiguous ranks
+  std::unique_ptr<DistributedSession> across;  ///< the ranks at this rank's place in every group
 };
 
 }  // namespace wanfw

@@ -81,6 +81,7 @@ c10::intrusive_ptr<c10d::Store> DistributedSession::Impl::make_store() const {
 }
 
 std::string DistributedSession::Impl::lost_ranks() const {
+  if (parent != nullptr) return parent->lost_ranks();  // a group's ranks are the job's
   if (env.world_size == 1 || !heartbeat) return "";
   try {
     auto probe = make_store();
@@ -118,11 +119,9 @@ std::unique_ptr<DistributedSession> DistributedSession::join(const ProcessGroupO
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->env = launch;
-  if (!(options.timeout.count() > 0))
-    fail_option(options, "timeout_s", "the process group's timeout must be positive");
+  if (!(options.timeout.count() > 0)) fail_option(options, "timeout_s", "the process group's timeout must be positive");
   impl->device = impl->choose_device();
-  const std::string backend =
-      options.backend == "auto" ? (impl->device.is_cuda() ? "nccl" : "gloo") : options.backend;
+  const std::string backend = options.backend == "auto" ? (impl->device.is_cuda() ? "nccl" : "gloo") : options.backend;
   if (backend != "gloo" && backend != "nccl")
     fail_option(options, "backend", fmt::format("unknown backend '{}'", backend), "use auto, gloo or nccl");
   if (backend == "nccl" && !impl->device.is_cuda())
@@ -130,31 +129,35 @@ std::unique_ptr<DistributedSession> DistributedSession::join(const ProcessGroupO
                 "use backend: gloo (or auto) on CPUs");
   impl->backend = backend;
   impl->store = impl->make_store();
-  const int rank = launch.rank, world = launch.world_size;
-  impl->pg = c10::make_intrusive<c10d::ProcessGroup>(impl->store, rank, world);
+  impl->build_backend();
+  if (launch.world_size > 1) impl->heartbeat = std::make_unique<Heartbeat>(impl->make_store(), launch.rank);
+  std::unique_ptr<DistributedSession> session(new DistributedSession(std::move(impl)));
+  session->guarded("joining the process group", [&] { session->impl_->pg->barrier()->wait(); });
+  return session;
+}
+
+void DistributedSession::Impl::build_backend() {
+  const int rank = env.rank, world = env.world_size;
+  pg = c10::make_intrusive<c10d::ProcessGroup>(store, rank, world);
   if (backend == "gloo") {
     auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
     gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-    auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(impl->store, rank, world, gloo_options);
-    impl->pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
-    impl->pg->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
+    auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, gloo_options);
+    pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
+    pg->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
   } else {
 #ifdef USE_C10D_NCCL
-    c10::cuda::set_device(impl->device.index());
+    c10::cuda::set_device(device.index());
     auto nccl_options = c10::make_intrusive<c10d::ProcessGroupNCCL::Options>();
     nccl_options->timeout = options.timeout;
-    auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(impl->store, rank, world, nccl_options);
-    impl->pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, nccl);
-    impl->pg->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
-    impl->pg->setBoundDeviceId(impl->device);
+    auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world, nccl_options);
+    pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, nccl);
+    pg->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
+    pg->setBoundDeviceId(device);
 #else
     fail_option(options, "backend", "this build of wanfw has no NCCL backend", "use backend: gloo");
 #endif
   }
-  if (world > 1) impl->heartbeat = std::make_unique<Heartbeat>(impl->make_store(), rank);
-  std::unique_ptr<DistributedSession> session(new DistributedSession(std::move(impl)));
-  session->guarded("joining the process group", [&] { session->impl_->pg->barrier()->wait(); });
-  return session;
 }
 
 DistributedSession::DistributedSession(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -175,9 +178,9 @@ const c10::intrusive_ptr<c10d::ProcessGroup>& DistributedSession::process_group(
 
 std::string DistributedSession::describe() const {
   const auto& env = impl_->env;
-  return fmt::format("rank {} of {} (local rank {}), backend {}, device {}{}", env.rank, env.world_size, env.local_rank,
-                     impl_->backend, impl_->device.str(),
-                     env.launcher.empty() ? ", started alone" : ", launched by " + env.launcher);
+  return fmt::format("rank {} of {}{} (local rank {}), backend {}, device {}{}", env.rank, env.world_size,
+                     impl_->group.empty() ? "" : " in " + impl_->group, env.local_rank, impl_->backend,
+                     impl_->device.str(), env.launcher.empty() ? ", started alone" : ", launched by " + env.launcher);
 }
 
 void DistributedSession::guarded(const std::string& what, const std::function<void()>& body) const {
@@ -187,7 +190,8 @@ void DistributedSession::guarded(const std::string& what, const std::function<vo
     throw;  // wanfw's own errors (the model's, say) pass through
   } catch (const std::exception& e) {
     // c10d's errors (c10::DistBackendError), also when the autograd engine rethrows them.
-    throw Error(fmt::format("rank {}: {} failed: {}{}", impl_->env.rank, what, first_line(e.what()),
+    throw Error(fmt::format("rank {}{}: {} failed: {}{}", impl_->env.rank,
+                            impl_->group.empty() ? "" : " of " + impl_->group, what, first_line(e.what()),
                             impl_->lost_ranks()),
                 "the other ranks' logs say why they stopped; resume with --resume auto once the job is restarted "
                 "(torchrun --max-restarts restarts it for you)");
