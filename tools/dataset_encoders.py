@@ -1,0 +1,55 @@
+"""encode_dataset.py's encoders: the Wan VAE (normalised latents, image conditions) and the UMT5 text
+encoder with its tokenizer."""
+from pathlib import Path
+
+import torch
+
+from dataset_media import clean_caption
+
+
+class Encoders:
+    def __init__(self, args, device, dtype):
+        from diffusers import AutoencoderKLWan
+        from transformers import AutoTokenizer, UMT5EncoderModel
+
+        def sub(path, folder):
+            """A model folder itself, or a pipeline folder (local or on the Hub) holding it in `folder`."""
+            p = Path(path)
+            local_model = p.exists() and not (p / folder).is_dir()
+            return {} if local_model else {"subfolder": folder}
+        self.vae = AutoencoderKLWan.from_pretrained(args.vae, **sub(args.vae, "vae")).to(device).eval() \
+            if args.vae else None
+        self.text = UMT5EncoderModel.from_pretrained(args.text_encoder, **sub(args.text_encoder, "text_encoder"))
+        self.text = self.text.to(device).eval()
+        tokenizer = args.tokenizer or args.text_encoder
+        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer, **sub(tokenizer, "tokenizer"))
+        self.device, self.dtype, self.text_len = device, dtype, args.text_len
+        if self.vae is None:  # prompts alone
+            return
+        c = self.vae.config
+        self.spatial = c.scale_factor_spatial or 8
+        self.temporal = c.scale_factor_temporal or 4
+        self.mean = torch.tensor(c.latents_mean).view(1, -1, 1, 1, 1).to(device)
+        self.inv_std = 1.0 / torch.tensor(c.latents_std).view(1, -1, 1, 1, 1).to(device)
+
+    @torch.no_grad()
+    def latents(self, video):
+        """[3, F, H, W] in [-1, 1] -> [C, F', H', W'] normalised latents."""
+        x = video.unsqueeze(0).to(self.device, self.vae.dtype)
+        z = self.vae.encode(x).latent_dist.mode()
+        return ((z.float() - self.mean) * self.inv_std)[0].to(self.dtype).cpu()
+
+    def image_condition(self, video):
+        """The first frame of [3, F, H, W] followed by F - 1 zero frames, encoded: [C, F', H', W']."""
+        condition = torch.zeros_like(video)
+        condition[:, 0] = video[:, 0]
+        return self.latents(condition)
+
+    @torch.no_grad()
+    def caption(self, text):
+        """[L, text_dim] at the caption's real length."""
+        tokens = self.tokenizer([clean_caption(text)], padding="max_length", max_length=self.text_len, truncation=True,
+                                add_special_tokens=True, return_attention_mask=True, return_tensors="pt")
+        length = int(tokens.attention_mask.gt(0).sum())
+        hidden = self.text(tokens.input_ids.to(self.device), tokens.attention_mask.to(self.device)).last_hidden_state
+        return hidden[0, :max(length, 1)].to(self.dtype).cpu()

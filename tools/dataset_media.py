@@ -1,0 +1,108 @@
+"""encode_dataset.py's sources: the items of a folder, a JSONL file or a prompt file, their captions and
+fingerprints, and the frames of a video or image fitted to a bucket."""
+import json
+import re
+import sys
+from pathlib import Path
+
+import torch
+
+VIDEO = {".mp4", ".mov", ".webm", ".mkv", ".avi", ".gif", ".m4v"}
+IMAGE = {".png", ".jpg", ".jpeg", ".webp", ".bmp"}
+
+
+def caption_hash(caption: str) -> str:
+    """FNV-1a (64 bits) of the UTF-8 caption, as wanfw writes it."""
+    h = 0xCBF29CE484222325
+    for byte in caption.encode("utf-8"):
+        h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return f"{h:016x}"
+
+
+def clean_caption(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def list_items(source: Path, prompts=False):
+    """(id, media path, caption) for every item, in a stable order; --prompts: (id, None, prompt)
+    for every non-empty line of a text file."""
+    items = []
+    if prompts:
+        if not source.is_file():
+            sys.exit(f"{source}: --prompts needs a text file, one prompt per line")
+        lines = [line for line in source.read_text().splitlines() if line.strip()]
+        items = [(f"prompt_{n:06d}", None, line) for n, line in enumerate(lines)]
+    elif source.is_file() and source.suffix == ".jsonl":
+        for number, line in enumerate(source.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            entry = json.loads(line)
+            if "path" not in entry or "caption" not in entry:
+                sys.exit(f"{source}:{number}: each line needs 'path' and 'caption'")
+            path = (source.parent / entry["path"]).resolve()
+            items.append((entry.get("id", str(Path(entry["path"]).with_suffix(""))), path, entry["caption"]))
+    elif source.is_dir():
+        for path in sorted(p for p in source.rglob("*") if p.suffix.lower() in VIDEO | IMAGE):
+            sidecar = path.with_suffix(".txt")
+            if not sidecar.exists():
+                sys.exit(f"{path}: no caption ({sidecar.name} is missing)")
+            items.append((str(path.relative_to(source).with_suffix("")), path, sidecar.read_text()))
+    else:
+        sys.exit(f"{source}: not a folder of media files nor a .jsonl file")
+    ids = [i for i, _, _ in items]
+    if len(set(ids)) != len(ids):
+        sys.exit("two items share an id: " + ", ".join(sorted({i for i in ids if ids.count(i) > 1})[:5]))
+    return items
+
+
+def source_fingerprint(path: Path) -> str:
+    stat = path.stat()
+    return f"size={stat.st_size} mtime={stat.st_mtime_ns}"
+
+
+def read_frames(path: Path, fps: float):
+    """[F, 3, H, W] uint8 frames at `fps` (images: one frame)."""
+    if path.suffix.lower() in IMAGE:
+        from PIL import Image
+        import numpy as np
+        image = np.asarray(Image.open(path).convert("RGB"))
+        return torch.from_numpy(image).permute(2, 0, 1).unsqueeze(0)
+    import av
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        frames, times = [], []
+        for frame in container.decode(stream):
+            frames.append(torch.from_numpy(frame.to_ndarray(format="rgb24")).permute(2, 0, 1))
+            times.append(float(frame.pts * frame.time_base) if frame.pts is not None else len(times) / float(stream.average_rate or fps))
+    if not frames:
+        raise ValueError("no frames")
+    # Resample by time: the frame shown at k / fps, for as long as the clip lasts.
+    duration = times[-1] + (times[-1] - times[-2] if len(times) > 1 else 1 / fps)
+    picked, j = [], 0
+    for k in range(int(duration * fps + 1e-6)):
+        t = k / fps
+        while j + 1 < len(times) and times[j + 1] <= t + 1e-6:
+            j += 1
+        picked.append(frames[j])
+    return torch.stack(picked)
+
+
+def choose_bucket(frames, buckets):
+    """The bucket for a clip of `frames` [F, 3, H, W]: closest aspect ratio among those it fills."""
+    f, _, h, w = frames.shape
+    fits = [b for b in buckets if (b[0] == 1) == (f == 1) and b[0] <= f]
+    if not fits:
+        return None
+    aspect = w / h
+    return min(fits, key=lambda b: (abs(b[2] / b[1] - aspect), -b[0]))
+
+
+def fit(frames, bucket):
+    """Cover-resize and centre-crop to the bucket: [3, F, H, W] in [-1, 1]."""
+    f, h, w = bucket
+    x = frames[:f].float() / 127.5 - 1.0
+    scale = max(h / x.shape[2], w / x.shape[3])
+    size = (max(h, round(x.shape[2] * scale)), max(w, round(x.shape[3] * scale)))
+    x = torch.nn.functional.interpolate(x, size=size, mode="bilinear", antialias=True, align_corners=False)
+    top, left = (size[0] - h) // 2, (size[1] - w) // 2
+    return x[:, :, top:top + h, left:left + w].permute(1, 0, 2, 3).clamp(-1, 1)
