@@ -4,7 +4,9 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -54,6 +56,17 @@ def wanfw(*args, timeout=300, check=None, **kwargs) -> subprocess.CompletedProce
             f"--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}"
         )
     return result
+
+
+def torchrun_tool(tool: str, world: int, *args, timeout=120) -> subprocess.CompletedProcess:
+    """Runs build/bin/<tool> on `world` processes of the real torchrun (Gloo on loopback, a free port)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return subprocess.run([str(Path(sys.executable).parent / "torchrun"), "--no-python", f"--nproc-per-node={world}",
+                           "--master-addr=127.0.0.1", f"--master-port={port}", str(BUILD / "bin" / tool),
+                           *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout, env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
 def plugin_abi() -> int:

@@ -3,29 +3,16 @@ flat shard of the parameters, gathers them whole for its part of the batch, and 
 gradient of its own piece — the piece of the gradient one process computes on the whole batch."""
 
 import math
-import os
-import socket
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import BUILD
+from conftest import torchrun_tool
 from safetensors.torch import load_file
-
-TORCHRUN = Path(sys.executable).parent / "torchrun"
-TOOL = BUILD / "bin" / "wanfw_fsdp_unit_tool"
 
 
 def run_ranks(tmp_path, world, *args):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    result = subprocess.run([str(TORCHRUN), "--no-python", f"--nproc-per-node={world}", "--master-addr=127.0.0.1",
-                             f"--master-port={port}", str(TOOL), str(tmp_path), *args],
-                            capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    result = torchrun_tool("wanfw_fsdp_unit_tool", world, tmp_path, *args)
     assert result.returncode == 0, result.stderr[-3000:]
     return load_file(tmp_path / "full.safetensors"), [load_file(tmp_path / f"rank_{r}.safetensors")
                                                        for r in range(world)]

@@ -2,29 +2,15 @@
 torchrun over Gloo: self-attention with the tokens split over the ranks gives each rank exactly
 its tokens of attention over the whole sequence, and the gradients of its tokens."""
 
-import os
-import socket
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import BUILD
+from conftest import torchrun_tool
 from safetensors.torch import load_file
-
-TORCHRUN = Path(sys.executable).parent / "torchrun"
-TOOL = BUILD / "bin" / "wanfw_ulysses_tool"
 
 
 def run_group(tmp_path, world, *args):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return subprocess.run([str(TORCHRUN), "--no-python", f"--nproc-per-node={world}", "--master-addr=127.0.0.1",
-                           f"--master-port={port}", str(TOOL), str(tmp_path), *args],
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return torchrun_tool("wanfw_ulysses_tool", world, tmp_path, *args)
 
 
 @pytest.mark.parametrize("world", [2, 3])

@@ -1,28 +1,14 @@
 """The collectives sharded training builds on (all-gather, reduce-scatter, all-to-all), run by the
 real torchrun over Gloo on loopback, checked against torch's arithmetic on every rank's inputs."""
 
-import os
-import socket
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
-from conftest import BUILD
+from conftest import torchrun_tool
 from safetensors.torch import load_file
-
-TORCHRUN = Path(sys.executable).parent / "torchrun"
-TOOL = BUILD / "bin" / "wanfw_collectives_tool"
 
 
 def run_ranks(tmp_path, world):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    result = subprocess.run([str(TORCHRUN), "--no-python", f"--nproc-per-node={world}", "--master-addr=127.0.0.1",
-                             f"--master-port={port}", str(TOOL), str(tmp_path)],
-                            capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    result = torchrun_tool("wanfw_collectives_tool", world, tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     return [load_file(tmp_path / f"rank_{r}.safetensors") for r in range(world)]
 
