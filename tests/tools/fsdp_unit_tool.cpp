@@ -11,7 +11,6 @@
 // and writes the shard it ends with ("trained") and the norms ("norms").
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -56,10 +55,7 @@ int main(int argc, char** argv) {
           const auto q = wanfw::gather_unit(shard, layout, *session, at::kFloat, at::kFloat);
           at::linear(at::relu(at::linear(mine, q[0], q[1])), q[2]).pow(2).mean().backward();
         }
-        // The norm of the whole gradient: every rank's sum of squares (padding adds zero), summed.
-        const at::Tensor squares = shard.grad().pow(2).sum().reshape({1});
-        session->all_reduce({squares}, wanfw::Reduce::Sum);
-        const double norm = std::sqrt(squares.item<double>());
+        const double norm = wanfw::sharded_gradient_norm({shard.grad()}, *session);
         norms.push_back(norm);
         shard.mutable_grad().mul_(std::min(1.0, 0.5 / (norm + 1e-6)));  // clip to 0.5
         adamw.step();

@@ -2,6 +2,7 @@
 
 #include "wanfw/distributed.hpp"
 #include "wanfw/error.hpp"
+#include "wanfw/fully_sharded.hpp"
 // doctest last: c10/util/Logging.h defines a CHECK macro of its own.
 #include <doctest/doctest.h>
 
@@ -55,4 +56,11 @@ TEST_CASE("a session splits only into groups whose size divides the job, and a g
   const at::Tensor value = at::full({2}, 3.0);
   groups.within->all_reduce({value});
   CHECK(at::equal(value, at::full({2}, 3.0)));
+}
+
+TEST_CASE("the sharded gradient norm of one rank is the norm of its gradients, undefined ones counting as zero") {
+  const auto session = alone();
+  const at::Tensor a = at::tensor({3.0f, 0.0f}), b = at::tensor({4.0f});
+  CHECK(sharded_gradient_norm({a, at::Tensor(), b}, *session) == 5.0);
+  CHECK(sharded_gradient_norm({}, *session) == 0.0);
 }

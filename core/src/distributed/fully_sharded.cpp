@@ -2,6 +2,8 @@
 
 #include "wanfw/fully_sharded.hpp"
 
+#include <cmath>
+
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <torch/autograd.h>
@@ -47,6 +49,14 @@ std::vector<at::Tensor> gather_unit(const at::Tensor& shard, const UnitLayout& l
     throw Error(fmt::format("a unit's shard holds {} values in {}; its layout says {} in one dimension", shard.numel(),
                             c10::str(shard.sizes()), layout.shard_numel()));
   return layout.unpack(GatherFlat::apply(shard, &session, compute, reduce));
+}
+
+double sharded_gradient_norm(const std::vector<at::Tensor>& gradients, const DistributedSession& session) {
+  at::Tensor squares = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(session.device()));
+  for (const at::Tensor& gradient : gradients)
+    if (gradient.defined()) squares += gradient.detach().to(at::kDouble).pow(2).sum();
+  session.all_reduce({squares}, Reduce::Sum);
+  return std::sqrt(squares.item<double>());
 }
 
 }  // namespace wanfw
