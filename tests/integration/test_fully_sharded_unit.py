@@ -35,6 +35,7 @@ def whole_batch_gradients(full):
     return [w1.grad, b1.grad, w2.grad]
 
 
+@pytest.mark.every_vector_unit
 @pytest.mark.parametrize("world", [2, 3])
 def test_each_rank_receives_its_piece_of_the_whole_batch_gradient(tmp_path, world):
     full, ranks = run_ranks(tmp_path, world)
@@ -45,6 +46,7 @@ def test_each_rank_receives_its_piece_of_the_whole_batch_gradient(tmp_path, worl
         torch.testing.assert_close(ranks[r]["grad"], piece(grads, world, r), msg=f"rank {r}")
 
 
+@pytest.mark.every_vector_unit
 def test_a_bf16_gather_computes_in_bf16_and_returns_fp32_gradients_near_the_fp32_ones(tmp_path):
     full, ranks = run_ranks(tmp_path, 2, "bf16")
     grads = whole_batch_gradients(full)
@@ -56,6 +58,7 @@ def test_a_bf16_gather_computes_in_bf16_and_returns_fp32_gradients_near_the_fp32
         assert not torch.equal(ranks[r]["grad"], expected)
 
 
+@pytest.mark.every_vector_unit
 @pytest.mark.parametrize("world", [2, 3])
 def test_adamw_on_shards_with_the_global_norm_clipped_trains_the_weights_of_one_process(tmp_path, world):
     """Three steps: the gradient norm from every rank's shard, clipping to 0.5, AdamW on each shard

@@ -13,6 +13,7 @@ def run_group(tmp_path, world, *args):
     return torchrun_tool("wanfw_ulysses_tool", world, tmp_path, *args)
 
 
+@pytest.mark.every_vector_unit
 @pytest.mark.parametrize("world", [2, 3])
 def test_split_attention_gives_each_rank_its_tokens_of_whole_sequence_attention_and_their_gradients(tmp_path, world):
     result = run_group(tmp_path, world)

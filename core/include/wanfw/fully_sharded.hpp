@@ -26,9 +26,9 @@ std::vector<at::Tensor> gather_unit(const at::Tensor& shard, const UnitLayout& l
                                     const DistributedSession& session, at::ScalarType compute, at::ScalarType reduce);
 
 /// The L2 norm of the whole gradient when every rank holds a piece of it (`gradients`: this
-/// rank's shards' gradients; undefined ones count as zero): each rank's sum of squares, summed
-/// over the ranks in double precision, then the square root — so every rank gets the same norm,
-/// and padding (zero) adds nothing. Gradient clipping scales by min(1, max / (norm + 1e-6)).
+/// rank's shards' gradients; undefined ones count as zero): each tensor's norm in its own dtype,
+/// their squares summed in double, summed over the ranks, then the square root — so every rank
+/// gets the same norm, and padding (zero) adds nothing. Clipping scales by min(1, max / (norm + 1e-6)).
 double sharded_gradient_norm(const std::vector<at::Tensor>& gradients, const DistributedSession& session);
 
 }  // namespace wanfw

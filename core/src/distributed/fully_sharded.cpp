@@ -52,11 +52,11 @@ std::vector<at::Tensor> gather_unit(const at::Tensor& shard, const UnitLayout& l
 }
 
 double sharded_gradient_norm(const std::vector<at::Tensor>& gradients, const DistributedSession& session) {
-  at::Tensor squares = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(session.device()));
+  std::vector<at::Tensor> norms;  // one per tensor, in its dtype, on its device: one transfer for all
   for (const at::Tensor& gradient : gradients)
-    if (gradient.defined()) squares += gradient.detach().to(at::kDouble).pow(2).sum();
-  session.all_reduce({squares}, Reduce::Sum);
-  return std::sqrt(squares.item<double>());
+    if (gradient.defined()) norms.push_back(at::linalg_vector_norm(gradient.detach(), 2).to(at::kDouble));
+  const double squares = norms.empty() ? 0.0 : at::stack(norms).pow(2).sum().item<double>();
+  return std::sqrt(session.all_reduce(std::vector<double>{squares}, Reduce::Sum).at(0));
 }
 
 }  // namespace wanfw

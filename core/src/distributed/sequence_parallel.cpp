@@ -47,42 +47,30 @@ at::Tensor to_sequence(const at::Tensor& x, const DistributedSession& session) {
   return received.permute({1, 2, 0, 3, 4}).reshape({b, l / p, p * hl, d});
 }
 
-const DistributedSession& session_of(torch::autograd::AutogradContext* ctx) {
-  return *reinterpret_cast<const DistributedSession*>(ctx->saved_data["session"].toInt());
-}
-
-struct SequenceToHeads : torch::autograd::Function<SequenceToHeads> {
+/// One exchange as an autograd function: to heads when `ToHeads`, to the sequence otherwise; the
+/// gradient goes the other way.
+template <bool ToHeads>
+struct Exchange : torch::autograd::Function<Exchange<ToHeads>> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
                             const DistributedSession* session) {
     ctx->saved_data["session"] = reinterpret_cast<std::int64_t>(session);
-    return to_heads(x, *session);
+    return ToHeads ? to_heads(x, *session) : to_sequence(x, *session);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
-    return {to_sequence(grads[0], session_of(ctx)), at::Tensor()};
-  }
-};
-
-struct HeadsToSequence : torch::autograd::Function<HeadsToSequence> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
-                            const DistributedSession* session) {
-    ctx->saved_data["session"] = reinterpret_cast<std::int64_t>(session);
-    return to_sequence(x, *session);
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    return {to_heads(grads[0], session_of(ctx)), at::Tensor()};
+    const auto& session = *reinterpret_cast<const DistributedSession*>(ctx->saved_data["session"].toInt());
+    return {ToHeads ? to_sequence(grads[0], session) : to_heads(grads[0], session), at::Tensor()};
   }
 };
 
 }  // namespace
 
 at::Tensor sequence_to_heads(const at::Tensor& x, const DistributedSession& session) {
-  return SequenceToHeads::apply(x, &session);
+  return Exchange<true>::apply(x, &session);
 }
 
 at::Tensor heads_to_sequence(const at::Tensor& x, const DistributedSession& session) {
-  return HeadsToSequence::apply(x, &session);
+  return Exchange<false>::apply(x, &session);
 }
 
 }  // namespace wanfw

@@ -29,17 +29,23 @@ void require_flat(const at::Tensor& tensor, const c10::Device& device, const cha
           fmt::format("the {} is on {}, the process group on {}", role, tensor.device().str(), device.str()));
 }
 
+/// `whole` (world x piece.numel() values, one dtype) and `piece`, both flat on `device`.
+void require_pieces(const at::Tensor& whole, const at::Tensor& piece, std::int64_t world, const c10::Device& device,
+                    const char* collective, const char* whole_role, const char* piece_role) {
+  require_flat(whole, device, collective, whole_role);
+  require_flat(piece, device, collective, piece_role);
+  require(whole.numel() == world * piece.numel() && whole.scalar_type() == piece.scalar_type(), collective,
+          fmt::format("the {} holds {} {} values; {} ranks x {} {} values of {} need {}", whole_role, whole.numel(),
+                      c10::toString(whole.scalar_type()), world, piece.numel(), piece_role,
+                      c10::toString(piece.scalar_type()), world * piece.numel()));
+}
+
 }  // namespace
 
 void DistributedSession::all_gather(const at::Tensor& output, const at::Tensor& input) const {
   const char* what = "an all-gather";
-  require_flat(output, impl_->device, what, "output");
-  require_flat(input, impl_->device, what, "input");
   const std::int64_t world = impl_->env.world_size;
-  require(output.numel() == world * input.numel() && output.scalar_type() == input.scalar_type(), what,
-          fmt::format("the output holds {} {} values; {} ranks x {} input values of {} need {}", output.numel(),
-                      c10::toString(output.scalar_type()), world, input.numel(), c10::toString(input.scalar_type()),
-                      world * input.numel()));
+  require_pieces(output, input, world, impl_->device, what, "output", "input");
   at::NoGradGuard no_grad;
   if (world == 1) {
     output.view(-1).copy_(input.view(-1));
@@ -53,13 +59,8 @@ void DistributedSession::all_gather(const at::Tensor& output, const at::Tensor& 
 
 void DistributedSession::reduce_scatter(const at::Tensor& output, const at::Tensor& input, Reduce op) const {
   const char* what = "a reduce-scatter";
-  require_flat(output, impl_->device, what, "output");
-  require_flat(input, impl_->device, what, "input");
   const std::int64_t world = impl_->env.world_size;
-  require(input.numel() == world * output.numel() && output.scalar_type() == input.scalar_type(), what,
-          fmt::format("the input holds {} {} values; {} ranks x {} output values of {} need {}", input.numel(),
-                      c10::toString(input.scalar_type()), world, output.numel(), c10::toString(output.scalar_type()),
-                      world * output.numel()));
+  require_pieces(input, output, world, impl_->device, what, "input", "output");
   at::NoGradGuard no_grad;
   if (world == 1) {
     output.view(-1).copy_(input.view(-1));
