@@ -59,12 +59,32 @@ class Trained:
     step: int
 
 
+def checkpoint_file(checkpoint: Path, kind: str) -> dict:
+    """A checkpoint's `kind` ("model", "optimizer") as whole tensors: its `<kind>.safetensors`, or
+    the pieces its `<kind>.pieces.json` lists (a strategy that shards the state wrote them, a file a
+    rank), joined along dim 0."""
+    whole = checkpoint / f"{kind}.safetensors"
+    if whole.exists():
+        return load_file(whole)
+    index = json.loads((checkpoint / f"{kind}.pieces.json").read_text())
+    files, tensors = {}, {}
+    for name, entry in index["tensors"].items():
+        parts = []
+        for piece in entry["pieces"]:
+            if piece["file"] not in files:
+                files[piece["file"]] = load_file(checkpoint / piece["file"])
+            parts.append(files[piece["file"]][name])
+        tensors[name] = parts[0] if not entry["shape"] else torch.cat(parts)
+        assert list(tensors[name].shape) == entry["shape"], (name, tensors[name].shape, entry["shape"])
+    return tensors
+
+
 def trained(checkpoint: Path) -> Trained:
-    """Reads a checkpoint folder (`.../checkpoints/step-N`)."""
-    optimizer = load_file(checkpoint / "optimizer.safetensors")
+    """Reads a checkpoint folder (`.../checkpoints/step-N`), written whole or in pieces."""
+    optimizer = checkpoint_file(checkpoint, "optimizer")
     moments = lambda suffix: {k[: -len(suffix)]: v for k, v in optimizer.items() if k.endswith(suffix)}
     step = json.loads((checkpoint / "trainer_state.json").read_text())["step"]
-    return Trained(load_file(checkpoint / "model.safetensors"), moments(".exp_avg"), moments(".exp_avg_sq"), step)
+    return Trained(checkpoint_file(checkpoint, "model"), moments(".exp_avg"), moments(".exp_avg_sq"), step)
 
 
 def rounding(terms: int, depth: int) -> float:

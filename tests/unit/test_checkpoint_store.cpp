@@ -6,6 +6,7 @@
 #include "wanfw/error.hpp"
 #include "wanfw/file_io.hpp"
 #include "wanfw/safetensors.hpp"
+#include "wanfw/strategy.hpp"
 // doctest last: c10/util/Logging.h defines a CHECK macro of its own.
 #include <doctest/doctest.h>
 
@@ -41,11 +42,19 @@ TrainerState state_at(std::int64_t step, std::int64_t batch_in_epoch = 0, std::s
   return state;
 }
 
+/// The strategy of one process (the whole state here): what a checkpoint restores through.
+struct OneProcess final : wanfw::Strategy {
+  std::string describe() const override { return "one process"; }
+  void setup(wanfw::Model&) override {}
+  c10::Device device() const override { return c10::kCPU; }
+};
+
 /// What a resume does: open, weights, then optimizer and generators.
 TrainerState restore(const fs::path& folder, TinyModel& model, torch::optim::AdamW& optimizer) {
   const auto checkpoint = Checkpoint::open(folder);
   checkpoint->load_weights(model);
-  checkpoint->load_training_state(model, optimizer);
+  OneProcess one_process;
+  checkpoint->load_training_state(model, optimizer, one_process);
   return checkpoint->state();
 }
 
@@ -152,7 +161,8 @@ TEST_CASE("an opened checkpoint reads its trainer state once: a file changed aft
   CHECK(checkpoint->files_read() == 1);
   write_file_atomically(saved / CheckpointStore::kStateFile, "not json");
   checkpoint->load_weights(model);
-  checkpoint->load_training_state(model, optimizer);
+  OneProcess one_process;
+  checkpoint->load_training_state(model, optimizer, one_process);
   CHECK(checkpoint->state().step == 5);
   CHECK(checkpoint->state().batch_in_epoch == 2);
   CHECK(checkpoint->files_read() == 4);

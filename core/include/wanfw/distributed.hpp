@@ -128,6 +128,11 @@ class DistributedSession {
   /// Every rank's `input` side by side in `output` (world_size x input.numel() elements): rank
   /// r's input at offset r x input.numel().
   void all_gather(const at::Tensor& output, const at::Tensor& input) const;
+  /// all_gather, started: the transfer runs while the caller goes on, and `wait()` on the result
+  /// finishes it (every rank waits for its collectives in the order it started them). `output`
+  /// and `input` must live until then. What fully sharded training prefetches with.
+  class PendingGather;
+  PendingGather start_all_gather(const at::Tensor& output, const at::Tensor& input) const;
   /// `input` (world_size x output.numel() elements) reduced across the ranks; rank r receives
   /// the reduced chunk r. Reduce::Mean divides the sum by the world size on every backend, so
   /// Gloo and NCCL give the same numbers.
@@ -152,6 +157,25 @@ class DistributedSession {
   /// of `size`.
   std::unique_ptr<DistributedSession> group_session(const std::string& kind, int group, int rank, int size) const;
   std::unique_ptr<Impl> impl_;
+};
+
+/// An all-gather in flight (DistributedSession::start_all_gather).
+class DistributedSession::PendingGather {
+ public:
+  struct Work;  ///< the backend's work object (distributed/sharded_collectives.cpp)
+  PendingGather();
+  PendingGather(const DistributedSession* session, std::unique_ptr<Work> work);
+  ~PendingGather();
+  PendingGather(PendingGather&&) noexcept;
+  PendingGather& operator=(PendingGather&&) noexcept;
+  /// Blocks until the gathered values are in the output; throws as DistributedSession::guarded
+  /// does when the collective failed. Does nothing when nothing is pending.
+  void wait();
+  bool pending() const { return session_ != nullptr; }
+
+ private:
+  const DistributedSession* session_ = nullptr;
+  std::unique_ptr<Work> work_;
 };
 
 /// DistributedSession::split's two sessions.

@@ -65,6 +65,13 @@ class UnitLayout {
   /// rank r's part, each tensor's rows of rank r (zero at padding), which is what a reduce-scatter
   /// of it hands back to rank r.
   std::vector<at::Tensor> unpack(const at::Tensor& gathered) const;
+  /// Every rank's flat shard of the full `tensors`, rank after rank (world x shard_numel values
+  /// in `dtype`): what an all-gather of each rank's pack() gives, and what a reduce-scatter of
+  /// full gradients takes. An undefined tensor counts as zeros. Not differentiable.
+  at::Tensor pack_all(const std::vector<at::Tensor>& tensors, at::ScalarType dtype) const;
+  /// unpack() into existing tensors: copies each tensor's rows from `gathered` into `full[i]`
+  /// (layout shapes, any dtype). Not differentiable.
+  void unpack_into(const at::Tensor& gathered, const std::vector<at::Tensor>& full) const;
   /// Tensor i's real rows in `flat_shard` (rank `rank`'s flat shard): a view of
   /// [end - begin, shape[1:]...] (a scalar: shape [] on the rank that holds it, [0] elsewhere).
   at::Tensor rows(const at::Tensor& flat_shard, std::size_t i, int rank) const;

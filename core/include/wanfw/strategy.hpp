@@ -12,9 +12,11 @@
 #include "wanfw/model.hpp"
 #include "wanfw/precision.hpp"
 #include "wanfw/reduce.hpp"
+#include "wanfw/state_pieces.hpp"
 
 namespace torch::optim {
 class Optimizer;
+class AdamW;
 }
 
 namespace wanfw {
@@ -81,6 +83,32 @@ class Strategy {
   virtual void barrier() {}
   /// Named scalars averaged over every process (each passes the same names), via all_reduce.
   std::map<std::string, double> reduce_metrics(std::map<std::string, double> metrics);
+
+  // Strategies that shard the training state (fsdp) override the calls below; the defaults suit
+  // every strategy that keeps the whole model on each process.
+
+  /// What the optimizer updates, in the model's groups. Called once, after setup. Default: the
+  /// model's parameter groups. A sharding strategy returns its shards, grouped as the model's
+  /// parameters are.
+  virtual std::vector<ParameterGroup> parameter_groups(Model& model) { return model.parameter_groups(); }
+  /// The L2 norm of the whole gradient of `parameters` (the optimizer's; those without a gradient
+  /// count as zero); when it exceeds `max_norm`, the gradients are scaled to it. Every rank gets
+  /// the same norm. Default: torch::nn::utils::clip_grad_norm_ on this process's gradients.
+  virtual double clip_gradients(const std::vector<at::Tensor>& parameters, double max_norm);
+  /// Validation, previews and histograms read the model's weights outside a training step: a
+  /// strategy that keeps them sharded gathers them here (a collective: every rank calls it) and
+  /// frees them in end_evaluation.
+  virtual void begin_evaluation(Model& model) {}
+  virtual void end_evaluation(Model& model) {}
+  /// True when the training state (parameters, gradients, optimizer state) is split across the
+  /// ranks: every rank then writes its own pieces of a checkpoint (state_pieces) instead of the
+  /// main process writing the whole state, and decisions on gradients (fp16 overflow) are agreed.
+  virtual bool shards_state() const { return false; }
+  /// This rank's pieces of the model's checkpoint tensors and of the optimizer's state.
+  virtual StatePieces state_pieces(Model& model, torch::optim::AdamW& optimizer);
+  /// Restores the optimizer's state from a checkpoint written by any layout (`optimizer`'s
+  /// parameters are the ones parameter_groups returned). Called only when shards_state().
+  virtual void load_optimizer_state(Model& model, torch::optim::AdamW& optimizer, const TensorRowSource& source);
 
  protected:
   /// Moves the batch to `device` and runs `model`'s training step there under the precision's

@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/state_piece_files.hpp"
 #include "numerics/generators.hpp"
 #include "wanfw/bounded_input.hpp"
 #include "wanfw/error.hpp"
@@ -27,14 +28,15 @@ constexpr std::uintmax_t kMaxStateBytes = 64 << 20;  // a state with its config 
 constexpr const char* kEdited = "the trainer state was edited or damaged; resume from an earlier checkpoint";
 enum FileBit : unsigned { kStateBit = 1, kModelBit = 2, kOptimizerBit = 4, kGeneratorBit = 8 };
 
-/// Copies `source` into `destination` once it passed the gate for `role`.
-void copy_into(const at::Tensor& destination, const at::Tensor& source, const fs::path& file, const std::string& name,
-               const TensorRole& role) {
-  if (destination.sizes() != source.sizes())
-    throw FileError(fmt::format("{}: tensor '{}' has shape {} but the model expects {}", file.string(), name,
-                                c10::str(source.sizes()), c10::str(destination.sizes())),
+/// Copies the whole of `name` from `source` into `destination` once it passed the gate for `role`.
+void copy_rows_into(const at::Tensor& destination, const CheckpointRows& source, const std::string& name,
+                    const TensorRole& role) {
+  const std::vector<std::int64_t> shape = source.shape(name);
+  if (destination.sizes() != at::IntArrayRef(shape))
+    throw FileError(fmt::format("{}: tensor '{}' has shape {} but the model expects {}", source.path().string(), name,
+                                c10::str(at::IntArrayRef(shape)), c10::str(destination.sizes())),
                     "the checkpoint belongs to a model of another configuration");
-  copy_checked(destination, source, role, file, name);
+  source.copy_rows(destination, name, 0, shape.empty() ? 1 : shape[0], role);
 }
 
 /// A model's tensor: a weight where it is floating point, a count (buffers such as step counters) otherwise.
@@ -105,56 +107,56 @@ fs::path Checkpoint::take(const char* file, unsigned bit) const {
 
 void Checkpoint::load_weights(Model& model) const {
   // Every parameter and buffer must be present with the right shape.
-  const fs::path model_file = take(CheckpointStore::kModelFile, kModelBit);
-  const SafetensorsFile weights = SafetensorsFile::open(model_file);
+  take(CheckpointStore::kModelFile, kModelBit);
+  const auto weights = open_checkpoint_rows(folder_, "model");
   std::set<std::string> expected;
   for (const auto& [name, tensor] : model.checkpoint_tensors()) {
     expected.insert(name);
-    if (!weights.contains(name))
-      throw FileError(fmt::format("{}: tensor '{}' is missing", model_file.string(), name),
+    if (!weights->contains(name))
+      throw FileError(fmt::format("{}: tensor '{}' is missing", weights->path().string(), name),
                       "the checkpoint belongs to another model");
-    copy_into(tensor, weights.tensor(name), model_file, name, model_tensor_role(tensor));
+    copy_rows_into(tensor, *weights, name, model_tensor_role(tensor));
   }
-  for (const auto& record : weights.records())
-    if (!expected.count(record.name))
+  for (const auto& name : weights->names())
+    if (!expected.count(name))
       throw FileError(
-          fmt::format("{}: unexpected tensor '{}' (the model has no such parameter)", model_file.string(), record.name),
+          fmt::format("{}: unexpected tensor '{}' (the model has no such parameter)", weights->path().string(), name),
           "the checkpoint belongs to another model");
 }
 
-void Checkpoint::load_training_state(Model& model, torch::optim::AdamW& optimizer) const {
-  load_optimizer(model, optimizer);
+void Checkpoint::load_training_state(Model& model, torch::optim::AdamW& optimizer, Strategy& strategy) const {
+  load_optimizer(model, optimizer, strategy);
   load_generators();  // last, so that nothing above consumes random numbers after the restore
 }
 
-void Checkpoint::load_optimizer(Model& model, torch::optim::AdamW& optimizer) const {
-  const fs::path optimizer_file = take(CheckpointStore::kOptimizerFile, kOptimizerBit);
-  const SafetensorsFile moments = SafetensorsFile::open(optimizer_file);
+void Checkpoint::load_optimizer(Model& model, torch::optim::AdamW& optimizer, Strategy& strategy) const {
+  take(CheckpointStore::kOptimizerFile, kOptimizerBit);
+  const auto moments = open_checkpoint_rows(folder_, "optimizer");
+  if (strategy.shards_state()) {
+    strategy.load_optimizer_state(model, optimizer, *moments);
+    return;
+  }
   auto& optimizer_state = optimizer.state();
   for (const auto& [name, param] : model.trainable_parameters()) {
-    if (!moments.contains(name + ".step")) continue;
+    if (!moments->contains(name + ".step")) continue;
     auto s = std::make_unique<torch::optim::AdamWParamState>();
-    const at::Tensor step = moments.load(name + ".step");
-    check_tensor(step, TensorRole::step_count(), optimizer_file, name + ".step");
+    const at::Tensor step = moments->rows(name + ".step", 0, 1, TensorRole::step_count());
     if (step.numel() != 1)
-      throw FileError(fmt::format("{}: tensor '{}.step' is {} of {} elements, not one integer", optimizer_file.string(),
-                                  name, c10::toString(step.scalar_type()), step.numel()),
+      throw FileError(fmt::format("{}: tensor '{}.step' is {} of {} elements, not one integer",
+                                  moments->path().string(), name, c10::toString(step.scalar_type()), step.numel()),
                       "the checkpoint is damaged; resume from an earlier one");
     s->step(step.item<std::int64_t>());
     for (const char* field : {".exp_avg", ".exp_avg_sq"})
-      if (!moments.contains(name + field))
-        throw FileError(fmt::format("{}: tensor '{}{}' is missing", optimizer_file.string(), name, field));
+      if (!moments->contains(name + field))
+        throw FileError(fmt::format("{}: tensor '{}{}' is missing", moments->path().string(), name, field));
     at::Tensor exp_avg = at::empty_like(param), exp_avg_sq = at::empty_like(param);
-    copy_into(exp_avg, moments.tensor(name + ".exp_avg"), optimizer_file, name + ".exp_avg",
-              TensorRole::first_moment());
-    copy_into(exp_avg_sq, moments.tensor(name + ".exp_avg_sq"), optimizer_file, name + ".exp_avg_sq",
-              TensorRole::second_moment());
+    copy_rows_into(exp_avg, *moments, name + ".exp_avg", TensorRole::first_moment());
+    copy_rows_into(exp_avg_sq, *moments, name + ".exp_avg_sq", TensorRole::second_moment());
     s->exp_avg(exp_avg);
     s->exp_avg_sq(exp_avg_sq);
-    if (moments.contains(name + ".max_exp_avg_sq")) {
+    if (moments->contains(name + ".max_exp_avg_sq")) {
       at::Tensor m = at::empty_like(param);
-      copy_into(m, moments.tensor(name + ".max_exp_avg_sq"), optimizer_file, name + ".max_exp_avg_sq",
-                TensorRole::second_moment());
+      copy_rows_into(m, *moments, name + ".max_exp_avg_sq", TensorRole::second_moment());
       s->max_exp_avg_sq(m);
     }
     optimizer_state[param.unsafeGetTensorImpl()] = std::move(s);

@@ -13,6 +13,7 @@
 
 #include "checkpoint/checkpoint_store.hpp"
 #include "wanfw/model.hpp"
+#include "wanfw/strategy.hpp"
 
 namespace wanfw {
 
@@ -27,11 +28,13 @@ class Checkpoint {
   const TrainerState& state() const { return state_; }
 
   /// Restores the model's checkpoint tensors (Model::checkpoint_tensors): every one present
-  /// with its shape, each passed through the tensor gate, none left over.
+  /// with its shape, each passed through the tensor gate, none left over. Reads a checkpoint
+  /// written whole or in pieces (state_piece_files.hpp) alike.
   void load_weights(Model& model) const;
-  /// Restores the optimizer's state (keyed by `model`'s trainable parameter names) and then
-  /// every generator's state, so that nothing consumes random numbers after the restore.
-  void load_training_state(Model& model, torch::optim::AdamW& optimizer) const;
+  /// Restores the optimizer's state (keyed by `model`'s trainable parameter names; through
+  /// `strategy` when it shards the state) and then every generator's state, so that nothing
+  /// consumes random numbers after the restore.
+  void load_training_state(Model& model, torch::optim::AdamW& optimizer, Strategy& strategy) const;
 
   /// How many of the folder's files this handle has read, the trainer state included. Each is
   /// read at most once: restoring a part a second time throws std::logic_error.
@@ -41,7 +44,7 @@ class Checkpoint {
   explicit Checkpoint(std::filesystem::path folder) : folder_(std::move(folder)) {}
   /// `file` of the folder, recorded as read; throws std::logic_error if it was.
   std::filesystem::path take(const char* file, unsigned bit) const;
-  void load_optimizer(Model& model, torch::optim::AdamW& optimizer) const;
+  void load_optimizer(Model& model, torch::optim::AdamW& optimizer, Strategy& strategy) const;
   void load_generators() const;
 
   std::filesystem::path folder_;

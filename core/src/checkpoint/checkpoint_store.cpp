@@ -1,6 +1,8 @@
 #include "checkpoint/checkpoint_store.hpp"
 
 #include <algorithm>
+#include <exception>
+#include <functional>
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -9,6 +11,7 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/state_piece_files.hpp"
 #include "numerics/generators.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/file_io.hpp"
@@ -76,45 +79,92 @@ std::optional<fs::path> CheckpointStore::latest() const {
   return all.back();
 }
 
-fs::path CheckpointStore::save(const TrainerState& state, Model& model, torch::optim::AdamW& optimizer,
-                               std::int64_t keep_last) {
-  const std::string name = fmt::format("step-{:08d}", state.step);
-  const fs::path final_path = folder_ / name;
-  const fs::path temp = folder_ / fmt::format(".{}.partial", name);
+void CheckpointStore::prepare(const fs::path& temp) const {
   std::error_code ec;
   fs::create_directories(folder_, ec);
   if (ec)
     throw FileError(fmt::format("{}: cannot create the checkpoint folder: {}", folder_.string(), ec.message()));
   fs::remove_all(temp, ec);
   fs::create_directories(temp, ec);
-  try {
-    write_safetensors(temp / kModelFile, model.checkpoint_tensors(), {{"format", "pt"}});
-    write_safetensors(temp / kOptimizerFile, optimizer_tensors(model, optimizer),
-                      {{"optimizer", "adamw"}});
-    write_safetensors(temp / kGeneratorFile, generator_states());
-    json trainer_state = {{"step", state.step},
-                                {"epoch", state.epoch},
-                                {"batch_in_epoch", state.batch_in_epoch},
-                                {"samples_in_epoch", state.samples_in_epoch},
-                                {"world_size", state.world_size},
-                                {"wanfw_version", version()},
-                                {"torch_version", host_torch_version()},
-                                {"config", state.config_yaml}};
-    if (state.loss_scaler)
-      trainer_state["loss_scaler"] = {{"scale", state.loss_scaler->scale},
-                                      {"growth_tracker", state.loss_scaler->growth_tracker}};
-    write_file_atomically(temp / kStateFile, trainer_state.dump(2) + "\n");
-    fs::remove_all(final_path, ec);
-    fs::rename(temp, final_path);
-    sync_directory(folder_);
-  } catch (...) {
-    fs::remove_all(temp, ec);
-    throw;
-  }
+  if (ec) throw FileError(fmt::format("{}: cannot create the folder: {}", temp.string(), ec.message()));
+}
+
+void CheckpointStore::complete(const TrainerState& state, const fs::path& temp, const fs::path& final_path,
+                               std::int64_t keep_last) const {
+  write_safetensors(temp / kGeneratorFile, generator_states());
+  json trainer_state = {{"step", state.step},
+                        {"epoch", state.epoch},
+                        {"batch_in_epoch", state.batch_in_epoch},
+                        {"samples_in_epoch", state.samples_in_epoch},
+                        {"world_size", state.world_size},
+                        {"wanfw_version", version()},
+                        {"torch_version", host_torch_version()},
+                        {"config", state.config_yaml}};
+  if (state.loss_scaler)
+    trainer_state["loss_scaler"] = {{"scale", state.loss_scaler->scale},
+                                    {"growth_tracker", state.loss_scaler->growth_tracker}};
+  write_file_atomically(temp / kStateFile, trainer_state.dump(2) + "\n");
+  std::error_code ec;
+  fs::remove_all(final_path, ec);
+  fs::rename(temp, final_path);
+  sync_directory(folder_);
   if (keep_last > 0) {
     auto all = list();
     for (std::size_t i = 0; i + static_cast<std::size_t>(keep_last) < all.size(); ++i) fs::remove_all(all[i], ec);
   }
+}
+
+fs::path CheckpointStore::save(const TrainerState& state, Model& model, torch::optim::AdamW& optimizer,
+                               std::int64_t keep_last) {
+  const std::string name = fmt::format("step-{:08d}", state.step);
+  const fs::path final_path = folder_ / name, temp = folder_ / fmt::format(".{}.partial", name);
+  prepare(temp);
+  try {
+    write_safetensors(temp / kModelFile, model.checkpoint_tensors(), {{"format", "pt"}});
+    write_safetensors(temp / kOptimizerFile, optimizer_tensors(model, optimizer), {{"optimizer", "adamw"}});
+    complete(state, temp, final_path, keep_last);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(temp, ec);
+    throw;
+  }
+  return final_path;
+}
+
+fs::path CheckpointStore::save_pieces(const TrainerState& state, const StatePieces& pieces, Strategy& strategy,
+                                      std::int64_t keep_last) {
+  const std::string name = fmt::format("step-{:08d}", state.step);
+  const fs::path final_path = folder_ / name, temp = folder_ / fmt::format(".{}.partial", name);
+  const int rank = strategy.rank(), world = strategy.world_size();
+  // Each phase ends with every rank learning whether any failed, so none waits on a rank that gave up.
+  const auto phase = [&](const char* what, const std::function<void()>& body) {
+    std::exception_ptr failure;
+    try {
+      body();
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    const double failed = strategy.all_reduce({failure ? static_cast<double>(world - rank) : 0.0}, Reduce::Max).at(0);
+    if (failed == 0) return;
+    std::error_code ec;
+    if (strategy.is_main()) fs::remove_all(temp, ec);
+    if (failure) std::rethrow_exception(failure);
+    throw FileError(fmt::format("checkpoint {}: rank {} failed {}", name, world - static_cast<int>(failed), what),
+                    "that rank's error says why; the previous checkpoint is intact");
+  };
+  phase("preparing the folder", [&] {
+    if (strategy.is_main()) prepare(temp);
+  });
+  phase("writing its pieces", [&] {
+    write_piece_file(temp, "model", rank, world, pieces.model);
+    write_piece_file(temp, "optimizer", rank, world, pieces.optimizer);
+  });
+  phase("completing the checkpoint", [&] {
+    if (!strategy.is_main()) return;
+    write_piece_index(temp, "model", world);
+    write_piece_index(temp, "optimizer", world);
+    complete(state, temp, final_path, keep_last);
+  });
   return final_path;
 }
 

@@ -8,6 +8,10 @@
 //     rng.safetensors         every generator state (CPU, each CUDA device)
 //     trainer_state.json      step, epoch, data position, versions, the resolved config
 //
+// A strategy that shards the training state (fsdp) writes model.safetensors and
+// optimizer.safetensors in pieces instead, a file a rank, with an index each
+// (state_piece_files.hpp has the layout).
+//
 // A checkpoint is written into a temporary folder and renamed into place, so a folder named
 // step-* is always complete.
 
@@ -21,6 +25,7 @@
 
 #include "wanfw/model.hpp"
 #include "wanfw/precision.hpp"
+#include "wanfw/strategy.hpp"
 
 namespace wanfw {
 
@@ -53,6 +58,11 @@ class CheckpointStore {
   /// all). Returns its folder.
   std::filesystem::path save(const TrainerState& state, Model& model, torch::optim::AdamW& optimizer,
                              std::int64_t keep_last);
+  /// The same, written by every rank together: each its `pieces`, the main process the indexes,
+  /// the generators and the trainer state. A collective (every rank calls it); a failure on any
+  /// rank (a full disk) fails every rank, that one with its error and the others naming it.
+  std::filesystem::path save_pieces(const TrainerState& state, const StatePieces& pieces, Strategy& strategy,
+                                    std::int64_t keep_last);
   /// Complete checkpoints, oldest first.
   std::vector<std::filesystem::path> list() const;
   std::optional<std::filesystem::path> latest() const;
@@ -61,6 +71,13 @@ class CheckpointStore {
   static bool is_checkpoint(const std::filesystem::path& folder);
 
  private:
+  /// Creates `temp` afresh.
+  void prepare(const std::filesystem::path& temp) const;
+  /// The generators and the trainer state into `temp`, then `temp` renamed to `final_path` and
+  /// all but the newest `keep_last` checkpoints pruned.
+  void complete(const TrainerState& state, const std::filesystem::path& temp, const std::filesystem::path& final_path,
+                std::int64_t keep_last) const;
+
   std::filesystem::path folder_;
 };
 

@@ -73,6 +73,45 @@ std::vector<at::Tensor> UnitLayout::unpack(const at::Tensor& gathered) const {
   return full;
 }
 
+at::Tensor UnitLayout::pack_all(const std::vector<at::Tensor>& tensors, at::ScalarType dtype) const {
+  if (tensors.size() != shards_.size())
+    throw Error(fmt::format("a unit of {} tensors was given {}", shards_.size(), tensors.size()));
+  c10::Device device(c10::kCPU);
+  for (const at::Tensor& t : tensors)
+    if (t.defined()) device = t.device();
+  at::Tensor by_rank = at::zeros({world_, shard_numel_}, at::TensorOptions().dtype(dtype).device(device));
+  for (std::size_t i = 0; i < shards_.size(); ++i) {
+    const RowShard& s = shards_[i];
+    if (!tensors[i].defined() || s.rows * s.row_numel == 0) continue;
+    if (tensors[i].sizes() != at::IntArrayRef(s.shape))
+      throw Error(fmt::format("tensor '{}' is {}, its layout says [{}]", names_[i], c10::str(tensors[i].sizes()),
+                              fmt::join(s.shape, ", ")));
+    // Rows padded to world x c, so rank r's c rows are row block r.
+    const at::Tensor padded =
+        at::constant_pad_nd(tensors[i].reshape({s.rows, s.row_numel}), {0, 0, 0, world_ * s.rows_per_rank - s.rows});
+    by_rank.narrow(1, offsets_[i], s.piece_numel()).copy_(padded.view({world_, s.piece_numel()}));
+  }
+  return by_rank.view(-1);
+}
+
+void UnitLayout::unpack_into(const at::Tensor& gathered, const std::vector<at::Tensor>& full) const {
+  if (full.size() != shards_.size())
+    throw Error(fmt::format("a unit of {} tensors was given {}", shards_.size(), full.size()));
+  if (gathered.numel() != world_ * shard_numel_)
+    throw Error(fmt::format("a gathered unit holds {} values; {} ranks x {} were expected", gathered.numel(), world_,
+                            shard_numel_));
+  const at::Tensor by_rank = gathered.view({world_, shard_numel_});
+  for (std::size_t i = 0; i < shards_.size(); ++i) {
+    const RowShard& s = shards_[i];
+    const at::Tensor target = full[i].view({s.rows, s.row_numel});
+    for (int r = 0; r < world_; ++r) {
+      const std::int64_t real = s.end(r) - s.begin(r);
+      if (real <= 0) break;
+      target.narrow(0, s.begin(r), real).copy_(by_rank[r].narrow(0, offsets_[i], real * s.row_numel).view({real, s.row_numel}));
+    }
+  }
+}
+
 at::Tensor UnitLayout::rows(const at::Tensor& flat_shard, std::size_t i, int rank) const {
   const RowShard& s = shards_.at(i);
   const std::int64_t real = std::max<std::int64_t>(s.end(rank) - s.begin(rank), 0);

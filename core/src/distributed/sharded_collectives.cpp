@@ -2,6 +2,8 @@
 // and all-to-all of equal chunks. Each checks its sizes on the calling rank first, so a mismatch
 // is named there instead of hanging the others in the backend.
 
+#include <utility>
+
 #include <fmt/format.h>
 
 #include <ATen/ATen.h>
@@ -55,6 +57,60 @@ void DistributedSession::all_gather(const at::Tensor& output, const at::Tensor& 
     at::Tensor out = output.view(-1), in = input.view(-1);
     impl_->pg->_allgather_base(out, in)->wait();
   });
+}
+
+struct DistributedSession::PendingGather::Work {
+  c10::intrusive_ptr<c10d::Work> work;
+};
+
+DistributedSession::PendingGather DistributedSession::start_all_gather(const at::Tensor& output,
+                                                                       const at::Tensor& input) const {
+  const char* what = "an all-gather";
+  const std::int64_t world = impl_->env.world_size;
+  require_pieces(output, input, world, impl_->device, what, "output", "input");
+  at::NoGradGuard no_grad;
+  if (world == 1) {
+    output.view(-1).copy_(input.view(-1));
+    return {};
+  }
+  auto work = std::make_unique<PendingGather::Work>();
+  guarded(what, [&] {
+    at::Tensor out = output.view(-1), in = input.view(-1);
+    work->work = impl_->pg->_allgather_base(out, in);
+  });
+  return {this, std::move(work)};
+}
+
+DistributedSession::PendingGather::PendingGather() = default;
+
+DistributedSession::PendingGather::PendingGather(const DistributedSession* session, std::unique_ptr<Work> work)
+    : session_(session), work_(std::move(work)) {}
+
+DistributedSession::PendingGather::~PendingGather() {
+  if (session_ == nullptr) return;
+  try {  // dropped unfinished (an exception unwinding): finish it, so its buffers outlive the transfer
+    work_->work->wait();
+  } catch (...) {
+  }
+}
+
+DistributedSession::PendingGather::PendingGather(PendingGather&& other) noexcept
+    : session_(std::exchange(other.session_, nullptr)), work_(std::move(other.work_)) {}
+
+DistributedSession::PendingGather& DistributedSession::PendingGather::operator=(PendingGather&& other) noexcept {
+  if (this != &other) {
+    PendingGather finished = std::move(*this);  // waits for what this held
+    session_ = std::exchange(other.session_, nullptr);
+    work_ = std::move(other.work_);
+  }
+  return *this;
+}
+
+void DistributedSession::PendingGather::wait() {
+  if (session_ == nullptr) return;
+  const DistributedSession* session = std::exchange(session_, nullptr);
+  session->guarded("an all-gather", [&] { work_->work->wait(); });
+  work_.reset();
 }
 
 void DistributedSession::reduce_scatter(const at::Tensor& output, const at::Tensor& input, Reduce op) const {

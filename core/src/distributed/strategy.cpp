@@ -1,6 +1,9 @@
 #include "wanfw/strategy.hpp"
 
 #include <optional>
+#include <stdexcept>
+
+#include <torch/nn/utils/clip_grad.h>
 
 namespace wanfw {
 
@@ -32,6 +35,18 @@ std::map<std::string, double> Strategy::reduce_metrics(std::map<std::string, dou
   std::size_t i = 0;
   for (auto& [name, value] : metrics) value = values.at(i++);
   return metrics;
+}
+
+double Strategy::clip_gradients(const std::vector<at::Tensor>& parameters, double max_norm) {
+  return torch::nn::utils::clip_grad_norm_(parameters, max_norm);
+}
+
+StatePieces Strategy::state_pieces(Model&, torch::optim::AdamW&) {
+  throw std::logic_error(describe() + ": state_pieces called on a strategy that does not write pieces");
+}
+
+void Strategy::load_optimizer_state(Model&, torch::optim::AdamW&, const TensorRowSource&) {
+  throw std::logic_error(describe() + ": load_optimizer_state called on a strategy that does not write pieces");
 }
 
 }  // namespace wanfw

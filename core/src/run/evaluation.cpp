@@ -28,6 +28,7 @@ Experiment evaluation_model(const EvaluateRequest& request) {
     spdlog::info("weights from {}", checkpoint.string());
   }
   e.strategy->setup(*e.model);
+  e.strategy->begin_evaluation(*e.model);  // a strategy that shards the weights gathers them
   return e;
 }
 

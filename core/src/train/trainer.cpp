@@ -39,7 +39,7 @@ Trainer::Trainer(const CoreSettings& settings, std::string resolved_yaml, std::s
       loggers_(loggers),
       checkpoints_(run_dir),
       run_dir_(std::move(run_dir)),
-      optimizer_(std::make_unique<TrainingOptimizer>(*model_, settings_.optimizer)),
+      optimizer_(std::make_unique<TrainingOptimizer>(strategy_->parameter_groups(*model_), settings_.optimizer)),
       precision_(settings_.precision) {
   if (const std::string groups = optimizer_->describe_groups(); !groups.empty() && strategy_->is_main())
     spdlog::info("parameter groups: {}", groups);
@@ -105,8 +105,14 @@ void Trainer::apply_update(bool overflow, double lr) {
 fs::path Trainer::save_checkpoint() {
   state_.samples_in_epoch = loader_->samples_before(state_.epoch, state_.batch_in_epoch);
   if (sample_log_) sample_log_->flush();
-  strategy_->barrier();
   fs::path path;
+  if (strategy_->shards_state()) {  // every rank writes its pieces
+    path = checkpoints_.save_pieces(state_, strategy_->state_pieces(*model_, optimizer_->adamw()), *strategy_,
+                                    settings_.checkpoint.keep_last);
+    last_checkpoint_ = path;
+    return path;
+  }
+  strategy_->barrier();
   if (strategy_->is_main()) {
     path = checkpoints_.save(state_, *model_, optimizer_->adamw(), settings_.checkpoint.keep_last);
     spdlog::debug("checkpoint written: {}", path.string());
@@ -124,9 +130,12 @@ Trainer::Gradients Trainer::settle_gradients(const MicroBatchTotals& totals) {
   // the NaN guard's).
   out.loss_scale = precision_.scaler().scale;
   out.overflow = precision_.unscale_and_check(optimizer_->parameters());
+  // Ranks holding shards of the gradients (fsdp) see overflow in theirs only: all skip together.
+  if (precision_.scales_loss() && strategy_->shards_state())
+    out.overflow = strategy_->all_reduce({out.overflow ? 1.0 : 0.0}, Reduce::Max).at(0) > 0;
   const double clip =
       settings_.trainer.grad_clip > 0 ? settings_.trainer.grad_clip : std::numeric_limits<double>::infinity();
-  out.grad_norm = out.overflow ? INFINITY : torch::nn::utils::clip_grad_norm_(optimizer_->parameters(), clip);
+  out.grad_norm = out.overflow ? INFINITY : strategy_->clip_gradients(optimizer_->parameters(), clip);
   out.decision = agree(totals.loss, out.grad_norm, out.overflow);
   if (out.decision.nonfinite_rank >= 0) stop_on_nonfinite(out.decision, totals.loss, out.grad_norm);
   return out;

@@ -25,11 +25,13 @@ void Trainer::report_step(const MicroBatchTotals& totals, const Gradients& gradi
   if (strategy_->is_main()) progress_->update(state_.step, logged);
   // Validation results go into the step's row when it is a logging step, else into one of their own.
   const bool validating = validation_->due(state_.step, total);
+  const bool histograms = settings_.trainer.histogram_every > 0 && state_.step % settings_.trainer.histogram_every == 0;
+  if (validating || histograms) strategy_->begin_evaluation(*model_);  // sharded weights gathered
   if (validating) logged.merge(validation_->run(state_.step));
   loggers_.scalars(state_.step, logged);
   if (validating && settings_.validation.preview) validation_->previews(state_.step, loggers_);
-  if (settings_.trainer.histogram_every > 0 && state_.step % settings_.trainer.histogram_every == 0)
-    loggers_.parameter_histograms(state_.step, *model_);
+  if (histograms) loggers_.parameter_histograms(state_.step, *model_);
+  if (validating || histograms) strategy_->end_evaluation(*model_);
 }
 
 std::map<std::string, double> Trainer::report(const MicroBatchTotals& totals, double lr, double grad_norm,

@@ -12,10 +12,10 @@
 
 namespace wanfw {
 
-TrainingOptimizer::TrainingOptimizer(Model& model, const OptimizerSettings& o) {
+TrainingOptimizer::TrainingOptimizer(std::vector<ParameterGroup> model_groups, const OptimizerSettings& o) {
   std::vector<torch::optim::OptimizerParamGroup> groups;
   std::map<const void*, std::string> owner;  // parameter -> its group, to refuse duplicates
-  for (auto& group : model.parameter_groups()) {
+  for (auto& group : model_groups) {
     if (group.parameters.empty()) continue;
     if (!(group.lr_scale >= 0) || !std::isfinite(group.lr_scale))
       throw Error(fmt::format("parameter group '{}' has lr_scale {}", group.name, group.lr_scale),

@@ -18,13 +18,14 @@ class AdamW;
 
 namespace wanfw {
 
-class Model;
+struct ParameterGroup;
 
 class TrainingOptimizer {
  public:
-  /// AdamW over `model`'s parameter groups. Throws wanfw::Error for a parameter listed in two
-  /// groups, a negative or non-finite lr_scale, or a model with nothing to train.
-  TrainingOptimizer(Model& model, const OptimizerSettings& settings);
+  /// AdamW over parameter `groups` (the model's, as the strategy places them: Strategy::
+  /// parameter_groups). Throws wanfw::Error for a parameter listed in two groups, a negative or
+  /// non-finite lr_scale, or nothing to train.
+  TrainingOptimizer(std::vector<ParameterGroup> groups, const OptimizerSettings& settings);
   ~TrainingOptimizer();
 
   /// The trainable parameters, in optimizer order.

@@ -110,6 +110,29 @@ std::shared_ptr<torch::nn::Module> WanDenoiser::module() const {
   return single_.ptr();
 }
 
+std::vector<wanfw::ShardUnit> WanDenoiser::shard_units() const {
+  std::vector<wanfw::ShardUnit> units;
+  auto all = dits();
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const std::string expert = pair_ ? expert_name(i) + "_model." : "";
+    for (auto& unit : all[i]->shard_units(expert)) units.push_back(std::move(unit));
+  }
+  return units;
+}
+
+void WanDenoiser::set_unit_runner(wanfw::UnitRunner* runner) {
+  if (runner != nullptr && pair_)
+    throw wanfw::Error("fsdp cannot train both experts in one run: each rank's samples pick which expert's blocks run, "
+                       "so the ranks would gather different units",
+                       "train one expert a run (model.expert: high_noise or low_noise), as the A14B examples do, or "
+                       "use ddp with find_unused_parameters");
+  std::size_t first = 0;
+  for (auto& dit : dits()) {
+    dit->set_unit_runner(runner, first);
+    first += dit->blocks->size();
+  }
+}
+
 std::vector<WanDiT> WanDenoiser::dits() const {
   if (pair_) return {pair_->high_noise_model, pair_->low_noise_model};
   return {single_};

@@ -101,6 +101,17 @@ void WanDiTImpl::reset() {
   place(*head);
 }
 
+std::vector<wanfw::ShardUnit> WanDiTImpl::shard_units(const std::string& prefix) {
+  std::vector<wanfw::ShardUnit> units;
+  for (std::size_t i = 0; i < blocks->size(); ++i) {
+    wanfw::ShardUnit unit{fmt::format("{}blocks.{}", prefix, i), {}};
+    for (const auto& item : blocks[i]->named_parameters(/*recurse=*/true))
+      unit.parameters.push_back(unit.name + "." + item.key());
+    units.push_back(std::move(unit));
+  }
+  return units;
+}
+
 std::array<std::int64_t, 3> WanDiTImpl::token_grid(std::int64_t frames, std::int64_t height, std::int64_t width) const {
   const auto& p = config_.patch;
   return {frames / p[0], height / p[1], width / p[2]};
@@ -167,9 +178,13 @@ torch::Tensor WanDiTImpl::forward(const torch::Tensor& x_in, const torch::Tensor
 
   const RopeTables& rope = rope_for(grid, x.device());
   const bool checkpoint = gradient_checkpointing_ && is_training() && torch::GradMode::is_enabled();
-  for (const auto& block : *blocks) {
-    auto* b = block->as<WanBlock>();
-    x = checkpoint ? checkpointed_block(*b, x, e0, context, rope, lora_dropout.get()) : b->forward(x, e0, context, rope);
+  for (std::size_t i = 0; i < blocks->size(); ++i) {
+    auto* b = blocks[i]->as<WanBlock>();
+    const auto block = [&](const std::vector<torch::Tensor>& in) {
+      return std::vector<torch::Tensor>{checkpoint ? checkpointed_block(*b, in[0], in[1], in[2], rope, lora_dropout.get())
+                                                   : b->forward(in[0], in[1], in[2], rope)};
+    };
+    x = wanfw::run_unit(unit_runner_, first_unit_ + i, {x, e0, context}, block).at(0);
   }
   x = head(x, e);  // [B, L, patch_volume * out_dim]
 

@@ -58,6 +58,9 @@ class WanFlowMatchingModel final : public wanfw::Model {
   /// adapter files there (wan::write_adapter_files), or merged full weights.
   void export_weights(const std::filesystem::path& folder, const wanfw::ExportSettings& settings) override;
   std::unique_ptr<wanfw::Model> replicate(const c10::Device& device) override;
+  /// Each DiT block a unit (fsdp).
+  std::vector<wanfw::ShardUnit> shard_units() override { return denoiser_.shard_units(); }
+  void set_unit_runner(wanfw::UnitRunner* runner) override { denoiser_.set_unit_runner(runner); }
   /// "latents": the first sample's latent video drawn with `preview_steps` guided Euler steps, as
   /// a strip of frames in false colour (latent channels 0-2 as RGB, each scaled to its range).
   std::map<std::string, at::Tensor> preview(const wanfw::Batch& batch, std::uint64_t seed) override;

@@ -12,6 +12,7 @@
 #include "wanfw/distributed.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/plugin.hpp"
+#include "wanfw/process_group_options.hpp"
 
 namespace {
 
@@ -136,43 +137,27 @@ class DdpStrategy final : public wanfw::Strategy {
 
 std::unique_ptr<wanfw::Strategy> make_strategy(const wanfw::Options& o, const wanfw::PluginContext& ctx) {
   DdpSettings s;
-  const double timeout = o.number("timeout_s");
-  if (!(timeout > 0)) o.fail("timeout_s", "must be positive");
   const double bucket = o.number("bucket_mb"), first = o.number("first_bucket_mb");
   if (!(bucket > 0) || !(first > 0)) o.fail("bucket_mb", "bucket sizes must be positive");
   s.bucket_bytes = static_cast<std::size_t>(bucket * (1 << 20));
   s.first_bucket_bytes = static_cast<std::size_t>(first * (1 << 20));
   s.find_unused_parameters = o.boolean("find_unused_parameters");
   s.broadcast_buffers = o.boolean("broadcast_buffers");
-  wanfw::ProcessGroupOptions group;
-  group.backend = o.string("backend");
-  group.device = o.string("device");
-  group.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(timeout * 1000));
-  group.default_port = static_cast<int>(o.integer("master_port"));
-  group.section = ctx.section;
-  group.config = &o;
-  return std::make_unique<DdpStrategy>(s, wanfw::DistributedSession::join(group));
+  return std::make_unique<DdpStrategy>(s, wanfw::DistributedSession::join(wanfw::process_group_options(o, ctx)));
 }
 
 wanfw::PluginDescriptor describe() {
   auto d = wanfw::PluginDescriptor::for_strategy(
       "ddp", "0.1.0", "Distributed data parallel: one process per device (torchrun or srun), gradients averaged in "
                       "buckets during backward; Gloo on CPUs, NCCL on GPUs.");
-  d.options = {
-      option("backend", T::Choice).value("auto").choices({"auto", "gloo", "nccl"}).doc(
-          "Collective backend: nccl on CUDA devices and gloo on CPUs (auto), or forced."),
-      option("device", T::Choice).value("auto").choices({"auto", "cpu", "cuda"}).doc(
-          "cuda:<LOCAL_RANK> when CUDA is available (auto), or forced."),
-      option("timeout_s", T::Number).value("1800").doc(
-          "Seconds a collective (or the rendezvous) may wait for the other ranks before the run fails."),
-      option("bucket_mb", T::Number).value("25").doc("Gradient bucket size in MiB (reduced while backward runs)."),
-      option("first_bucket_mb", T::Number).value("1").doc("Size of the first bucket, so the last layers start early."),
-      option("find_unused_parameters", T::Boolean).value("false").doc(
-          "Allow parameters that get no gradient in a step (e.g. expert: both with every sample on one expert)."),
-      option("broadcast_buffers", T::Boolean).value("true").doc("Copy rank 0's buffers to every rank before each step."),
-      option("master_port", T::Integer).value("29500").doc(
-          "Rendezvous port when the launcher sets no MASTER_PORT (SLURM without it)."),
-  };
+  d.options = wanfw::process_group_schema();
+  d.options.insert(
+      d.options.end(),
+      {option("bucket_mb", T::Number).value("25").doc("Gradient bucket size in MiB (reduced while backward runs)."),
+       option("first_bucket_mb", T::Number).value("1").doc("Size of the first bucket, so the last layers start early."),
+       option("find_unused_parameters", T::Boolean).value("false").doc(
+           "Allow parameters that get no gradient in a step (e.g. expert: both with every sample on one expert)."),
+       option("broadcast_buffers", T::Boolean).value("true").doc("Copy rank 0's buffers to every rank before each step.")});
   d.make_strategy = make_strategy;
   return d;
 }

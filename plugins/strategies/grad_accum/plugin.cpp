@@ -36,6 +36,22 @@ class GradAccumStrategy final : public wanfw::Strategy {
   }
   std::vector<double> broadcast(std::vector<double> values) override { return inner_->broadcast(std::move(values)); }
   void barrier() override { inner_->barrier(); }
+  std::vector<wanfw::ParameterGroup> parameter_groups(wanfw::Model& model) override {
+    return inner_->parameter_groups(model);
+  }
+  double clip_gradients(const std::vector<at::Tensor>& parameters, double max_norm) override {
+    return inner_->clip_gradients(parameters, max_norm);
+  }
+  void begin_evaluation(wanfw::Model& model) override { inner_->begin_evaluation(model); }
+  void end_evaluation(wanfw::Model& model) override { inner_->end_evaluation(model); }
+  bool shards_state() const override { return inner_->shards_state(); }
+  wanfw::StatePieces state_pieces(wanfw::Model& model, torch::optim::AdamW& optimizer) override {
+    return inner_->state_pieces(model, optimizer);
+  }
+  void load_optimizer_state(wanfw::Model& model, torch::optim::AdamW& optimizer,
+                            const wanfw::TensorRowSource& source) override {
+    inner_->load_optimizer_state(model, optimizer, source);
+  }
 
  private:
   int steps_;

@@ -77,6 +77,11 @@ class WanDenoiser {
   bool has_lora() const { return lora_; }
   /// "high_noise" / "low_noise" for the expert at `index` of dits(); "" without experts.
   std::string expert_name(std::size_t index) const;
+  /// Every DiT's blocks as units of fully sharded training, named as module() names them.
+  std::vector<wanfw::ShardUnit> shard_units() const;
+  /// Runs the blocks through `runner` (null: directly). Throws wanfw::Error for both experts,
+  /// whose blocks run or not by the samples' timesteps, unlike on other ranks.
+  void set_unit_runner(wanfw::UnitRunner* runner);
   /// The sigma range this network is trained on: [0, 1], or one expert's side of the boundary.
   std::pair<double, double> sigma_range() const;
   Expert expert() const { return expert_; }

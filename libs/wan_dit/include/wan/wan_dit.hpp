@@ -17,6 +17,7 @@
 
 #include "wan/wan_config.hpp"
 #include "wan/wan_linear.hpp"
+#include "wanfw/sharded_units.hpp"
 
 namespace wan {
 
@@ -124,6 +125,14 @@ class WanDiTImpl : public torch::nn::Cloneable<WanDiTImpl> {
   /// for activations drops to one block's, at the price of a second forward per block.
   void set_gradient_checkpointing(bool enabled) { gradient_checkpointing_ = enabled; }
   bool gradient_checkpointing() const { return gradient_checkpointing_; }
+  /// Fully sharded training: each block is a unit (wanfw/sharded_units.hpp), its forward run
+  /// through `runner` as unit `first_unit` + its index; null runs the blocks directly.
+  void set_unit_runner(wanfw::UnitRunner* runner, std::size_t first_unit) {
+    unit_runner_ = runner;
+    first_unit_ = first_unit;
+  }
+  /// The blocks as units, their parameters named with `prefix` (the DiT's name in the trained module).
+  std::vector<wanfw::ShardUnit> shard_units(const std::string& prefix);
   const WanConfig& config() const { return config_; }
   /// Tokens of a latent of F x H x W after patching.
   std::array<std::int64_t, 3> token_grid(std::int64_t frames, std::int64_t height, std::int64_t width) const;
@@ -144,6 +153,8 @@ class WanDiTImpl : public torch::nn::Cloneable<WanDiTImpl> {
   WanConfig config_;
   WanPlacement placement_;
   bool gradient_checkpointing_ = false;
+  wanfw::UnitRunner* unit_runner_ = nullptr;
+  std::size_t first_unit_ = 0;
   std::array<torch::Tensor, 3> rope_angles_;  ///< [max_positions, part / 2] float64, per axis
   std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::string>, RopeTables> rope_cache_;
 };

@@ -1,0 +1,51 @@
+// Strategy `fsdp`: fully sharded data parallel (ZeRO-3) on c10d — Gloo on CPUs, NCCL on GPUs;
+// started by torchrun or srun like ddp. src/fsdp_strategy.hpp says how it works.
+
+#include "src/fsdp_strategy.hpp"
+#include "wanfw/plugin.hpp"
+#include "wanfw/process_group_options.hpp"
+
+namespace {
+
+using wanfw::option;
+using T = wanfw::OptionType;
+
+std::optional<at::ScalarType> dtype_named(const std::string& name, at::ScalarType run_dtype) {
+  if (name == "float32") return at::kFloat;
+  if (name == "bfloat16") return at::kBFloat16;
+  if (name == "float16") return at::kHalf;
+  // auto: what the run computes in under autocast; in fp32, each parameter's own dtype.
+  return run_dtype == at::kFloat ? std::nullopt : std::optional<at::ScalarType>(run_dtype);
+}
+
+std::unique_ptr<wanfw::Strategy> make_strategy(const wanfw::Options& o, const wanfw::PluginContext& ctx) {
+  wanfw_fsdp::FsdpSettings s;
+  s.runner.compute = dtype_named(o.string("param_dtype"), ctx.dtype);
+  s.runner.reduce = o.string("reduce_dtype") == "bfloat16" ? at::kBFloat16 : at::kFloat;
+  s.runner.prefetch = o.boolean("prefetch");
+  return std::make_unique<wanfw_fsdp::FsdpStrategy>(
+      s, wanfw::DistributedSession::join(wanfw::process_group_options(o, ctx)));
+}
+
+wanfw::PluginDescriptor describe() {
+  auto d = wanfw::PluginDescriptor::for_strategy(
+      "fsdp", "0.1.0",
+      "Fully sharded data parallel (ZeRO-3): parameters, gradients and AdamW state split across the ranks, each "
+      "unit's parameters gathered just before use; one process per device (torchrun or srun).");
+  d.options = wanfw::process_group_schema();
+  d.options.insert(
+      d.options.end(),
+      {option("param_dtype", T::Choice).value("auto").choices({"auto", "float32", "bfloat16", "float16"}).doc(
+           "dtype parameters are gathered and computed in: auto follows precision (bf16 autocast gathers bfloat16; "
+           "fp32 gathers each parameter in its own dtype). Master weights stay in the parameters' dtype."),
+       option("reduce_dtype", T::Choice).value("float32").choices({"float32", "bfloat16"}).doc(
+           "dtype gradients are reduce-scattered in (the mean over ranks)."),
+       option("prefetch", T::Boolean).value("true").doc(
+           "Start gathering the next unit's parameters while the current one computes (forward and backward).")});
+  d.make_strategy = make_strategy;
+  return d;
+}
+
+}  // namespace
+
+WANFW_PLUGIN(Strategy, describe)

@@ -1,0 +1,66 @@
+#pragma once
+// One flat shard of fully sharded training: the parameters of one unit that share an optimizer
+// group (or are frozen) and a dtype, laid out by wanfw::UnitLayout. This rank keeps only its
+// shard (the optimizer's leaf, in the parameters' own dtype: the master weights); the module's
+// parameter tensors hold their whole values only while gathered, as views of one buffer whose
+// memory is released between uses and refilled in place (so tensors that autograd saved from a
+// gathered parameter read the right values again when the parameters are gathered for backward).
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "wanfw/distributed.hpp"
+#include "wanfw/shard_layout.hpp"
+
+namespace wanfw_fsdp {
+
+class FlatShard {
+ public:
+  /// `members`: (name, the module's parameter tensor holding its full value now), all of one
+  /// dtype. Takes this rank's shard of them; the parameters keep their values until release().
+  FlatShard(std::string name, std::vector<std::pair<std::string, at::Tensor>> members, bool trainable,
+            const wanfw::DistributedSession& session);
+
+  const std::string& name() const { return name_; }
+  bool trainable() const { return trainable_; }
+  const wanfw::UnitLayout& layout() const { return layout_; }
+  /// This rank's shard: the optimizer's parameter (requires grad when trainable).
+  const at::Tensor& shard() const { return shard_; }
+  const std::vector<at::Tensor>& parameters() const { return parameters_; }
+  const std::vector<std::string>& names() const { return names_; }
+  bool gathered() const { return gathered_; }
+
+  /// Starts gathering the full parameters in `compute` dtype (none: the shard's own; the transfer
+  /// may run while the caller computes); finish_gather completes it. Both do nothing when the
+  /// parameters are gathered.
+  void start_gather(std::optional<at::ScalarType> compute);
+  /// Completes the gather: the module's parameters hold their full values.
+  void finish_gather();
+  /// The module's parameters become empty and the gathered memory is returned.
+  void release();
+  /// Reduce-scatters the full gradients of parameters() (undefined: zero) in `reduce` dtype, mean
+  /// over the ranks: this rank's piece of the gradient, in the shard's dtype.
+  at::Tensor reduce_gradient(const std::vector<at::Tensor>& gradients, at::ScalarType reduce) const;
+  /// Bytes this rank keeps between steps: the shard (padding included).
+  std::int64_t shard_bytes() const;
+
+ private:
+  std::string name_;
+  bool trainable_;
+  const wanfw::DistributedSession& session_;
+  std::vector<std::string> names_;
+  std::vector<at::Tensor> parameters_;  ///< the module's tensors, whose data this class points
+  wanfw::UnitLayout layout_;
+  at::Tensor shard_;
+  at::Tensor full_;     ///< every parameter's full value, back to back (its storage freed between uses)
+  std::vector<at::Tensor> views_;  ///< the parameters' views of full_
+  at::Tensor gathered_buffer_, sent_;  ///< the all-gather's output and input while one is in flight
+  wanfw::DistributedSession::PendingGather pending_;
+  bool gathered_ = false, in_flight_ = false;
+};
+
+}  // namespace wanfw_fsdp

@@ -1,0 +1,99 @@
+// The fsdp strategy's checkpoints: each rank writes the rows it holds of every parameter and of
+// its AdamW moments (wanfw/state_pieces.hpp), and reads back the rows its layout needs, whatever
+// world size (or strategy) wrote them.
+
+#include <algorithm>
+#include <optional>
+#include <tuple>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/optim/adamw.h>
+#include <torch/torch.h>
+
+#include "fsdp_strategy.hpp"
+#include "wanfw/error.hpp"
+
+namespace wanfw_fsdp {
+
+namespace {
+
+wanfw::TensorRows whole(const std::string& name, const at::Tensor& tensor) {
+  const std::vector<std::int64_t> shape = tensor.sizes().vec();
+  return {name, shape, 0, shape.empty() ? 1 : shape[0], tensor.detach()};
+}
+
+}  // namespace
+
+wanfw::StatePieces FsdpStrategy::state_pieces(wanfw::Model& model, torch::optim::AdamW& optimizer) {
+  const int r = rank();
+  wanfw::StatePieces pieces;
+  auto rows_of = [&](const Place& place, const at::Tensor& flat_tensor, const std::string& name) {
+    const wanfw::RowShard& s = place.flat->layout().shard(place.index);
+    if (s.end(r) > s.begin(r))
+      return std::optional<wanfw::TensorRows>(wanfw::TensorRows{
+            name, s.shape, s.begin(r), s.end(r), place.flat->layout().rows(flat_tensor.detach(), place.index, r)});
+    return std::optional<wanfw::TensorRows>();
+  };
+  for (const auto& [name, tensor] : model.checkpoint_tensors()) {
+    auto it = place_of_.find(tensor.unsafeGetTensorImpl());
+    if (it == place_of_.end()) {  // a buffer, the same on every rank: rank 0 writes it
+      if (r == 0) pieces.model.push_back(whole(name, tensor));
+      continue;
+    }
+    if (auto rows = rows_of(it->second, it->second.flat->shard(), name)) pieces.model.push_back(std::move(*rows));
+  }
+  auto& state = optimizer.state();
+  for (const auto& [name, tensor] : model.trainable_parameters()) {
+    const Place& place = place_of_.at(tensor.unsafeGetTensorImpl());
+    auto found = state.find(place.flat->shard().unsafeGetTensorImpl());
+    if (found == state.end()) continue;
+    const auto& s = static_cast<const torch::optim::AdamWParamState&>(*found->second);
+    if (r == 0) pieces.optimizer.push_back(whole(name + ".step", at::scalar_tensor(s.step(), at::kLong)));
+    if (auto rows = rows_of(place, s.exp_avg(), name + ".exp_avg")) pieces.optimizer.push_back(std::move(*rows));
+    if (auto rows = rows_of(place, s.exp_avg_sq(), name + ".exp_avg_sq")) pieces.optimizer.push_back(std::move(*rows));
+  }
+  return pieces;
+}
+
+void FsdpStrategy::load_optimizer_state(wanfw::Model& model, torch::optim::AdamW& optimizer,
+                                        const wanfw::TensorRowSource& source) {
+  const int r = rank();
+  std::map<const void*, std::string> checkpoint_name;
+  for (const auto& [name, tensor] : model.trainable_parameters()) checkpoint_name[tensor.unsafeGetTensorImpl()] = name;
+  torch::NoGradGuard no_grad;
+  for (FlatShard* flat : flats()) {
+    if (!flat->trainable()) continue;
+    const wanfw::UnitLayout& layout = flat->layout();
+    at::Tensor exp_avg = at::zeros_like(flat->shard()), exp_avg_sq = at::zeros_like(flat->shard());
+    std::int64_t step = -1;
+    for (std::size_t i = 0; i < layout.size(); ++i) {
+      const std::string& name = checkpoint_name.at(flat->parameters()[i].unsafeGetTensorImpl());
+      if (!source.contains(name + ".step")) continue;
+      const at::Tensor saved_step = source.rows(name + ".step", 0, 1, wanfw::TensorRole::step_count());
+      step = std::max(step, saved_step.item<std::int64_t>());
+      const wanfw::RowShard& s = layout.shard(i);
+      for (const auto& [moment, role, target] :
+           {std::tuple{".exp_avg", wanfw::TensorRole::first_moment(), exp_avg},
+            std::tuple{".exp_avg_sq", wanfw::TensorRole::second_moment(), exp_avg_sq}}) {
+        if (source.shape(name + moment) != s.shape)
+          throw wanfw::FileError(fmt::format("optimizer state '{}{}' has shape [{}] in the checkpoint; the model's "
+                                             "parameter is [{}]",
+                                             name, moment, fmt::join(source.shape(name + moment), ", "),
+                                             fmt::join(s.shape, ", ")),
+                                 "the checkpoint belongs to a model of another configuration");
+        if (s.end(r) > s.begin(r))
+          layout.rows(target, i, r).copy_(source.rows(name + moment, s.begin(r), s.end(r), role).view(
+              layout.rows(target, i, r).sizes()));
+      }
+    }
+    if (step < 0) continue;
+    auto restored = std::make_unique<torch::optim::AdamWParamState>();
+    restored->step(step);
+    restored->exp_avg(exp_avg);
+    restored->exp_avg_sq(exp_avg_sq);
+    optimizer.state()[flat->shard().unsafeGetTensorImpl()] = std::move(restored);
+  }
+}
+
+}  // namespace wanfw_fsdp

@@ -1,0 +1,186 @@
+#include "fsdp_strategy.hpp"
+
+#include <set>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "wanfw/error.hpp"
+#include "wanfw/fully_sharded.hpp"
+#include "wanfw/log.hpp"
+
+namespace wanfw_fsdp {
+
+FsdpStrategy::FsdpStrategy(FsdpSettings settings, std::unique_ptr<wanfw::DistributedSession> session)
+    : settings_(settings), session_(std::move(session)) {
+  rest_.name = "the rest";
+}
+
+// The model may be gone first (an experiment destroys it before its strategy), and it runs no
+// unit after training: its runner pointer is left as it is.
+FsdpStrategy::~FsdpStrategy() = default;
+
+std::string FsdpStrategy::describe() const { return "fsdp: " + session_->describe(); }
+
+void FsdpStrategy::setup(wanfw::Model& model) {
+  model.module()->to(device());
+  session_->guarded("giving every rank rank 0's initial weights", [&] {
+    std::vector<at::Tensor> state;
+    for (const auto& p : model.module()->parameters()) state.push_back(p);
+    for (const auto& b : model.module()->buffers()) state.push_back(b);
+    session_->broadcast(state, 0);
+  });
+  build_units(model);
+  runner_ = std::make_unique<UnitRunner>(units_, settings_.runner);
+  if (!units_.empty()) model.set_unit_runner(runner_.get());
+
+  std::int64_t kept = 0, whole = 0;
+  for (FlatShard* flat : flats()) {
+    kept += flat->shard_bytes();
+    for (std::size_t i = 0; i < flat->layout().size(); ++i) {
+      const auto& s = flat->layout().shard(i);
+      whole += s.rows * s.row_numel * static_cast<std::int64_t>(flat->shard().element_size());
+    }
+  }
+  if (is_main())
+    wanfw::log::info("fsdp: ", units_.size(), " unit(s) and the rest in ", flats().size(), " flat shard(s) over ",
+                     world_size(), " ranks; each rank keeps ", fmt::format("{:.1f}", kept / 1048576.0), " of ",
+                     fmt::format("{:.1f}", whole / 1048576.0), " MiB of parameters",
+                     units_.empty() ? " (the model declares no units: all are gathered for each step)" : "");
+}
+
+void FsdpStrategy::build_units(wanfw::Model& model) {
+  model_groups_ = model.parameter_groups();
+  for (std::size_t g = 0; g < model_groups_.size(); ++g)
+    for (const auto& [name, tensor] : model_groups_[g].parameters)
+      group_of_[tensor.unsafeGetTensorImpl()] = static_cast<int>(g);
+  std::map<std::string, at::Tensor> by_name;
+  std::vector<std::string> order;
+  for (const auto& item : model.module()->named_parameters(true)) {
+    by_name.emplace(item.key(), item.value());
+    order.push_back(item.key());
+  }
+  std::set<std::string> taken;
+  for (const wanfw::ShardUnit& declared : model.shard_units()) {
+    std::vector<std::pair<std::string, at::Tensor>> parameters;
+    for (const std::string& name : declared.parameters) {
+      auto it = by_name.find(name);
+      if (it == by_name.end())
+        throw wanfw::Error(fmt::format("fsdp: unit '{}' names parameter '{}', which the model does not have",
+                                       declared.name, name),
+                           "the model plugin's shard_units() must name module() parameters");
+      if (!taken.insert(name).second)
+        throw wanfw::Error(fmt::format("fsdp: parameter '{}' is in two units ('{}' is the second)", name, declared.name),
+                           "the model plugin's shard_units() must list each parameter once");
+      parameters.emplace_back(name, it->second);
+    }
+    ShardedUnit& unit = units_.emplace_back();
+    unit.name = declared.name;
+    cut_unit(unit, parameters);
+  }
+  std::vector<std::pair<std::string, at::Tensor>> rest;
+  for (const std::string& name : order)
+    if (!taken.count(name)) rest.emplace_back(name, by_name.at(name));
+  cut_unit(rest_, rest);
+  for (FlatShard* flat : flats()) flat->release();
+}
+
+void FsdpStrategy::cut_unit(ShardedUnit& unit, const std::vector<std::pair<std::string, at::Tensor>>& parameters) {
+  // Flats in a fixed order: each group's parameters, then the frozen ones; one flat a dtype.
+  std::map<std::pair<int, int>, std::vector<std::pair<std::string, at::Tensor>>> buckets;
+  for (const auto& [name, tensor] : parameters) {
+    auto it = group_of_.find(tensor.unsafeGetTensorImpl());
+    const int group = it == group_of_.end() ? static_cast<int>(model_groups_.size()) : it->second;
+    buckets[{group, static_cast<int>(tensor.scalar_type())}].emplace_back(name, tensor);
+  }
+  for (auto& [key, members] : buckets) {
+    const auto [group, dtype] = key;
+    const bool trainable = group < static_cast<int>(model_groups_.size());
+    const std::string name = fmt::format("{}/{}/{}", unit.name, trainable ? model_groups_[group].name : "frozen",
+                                         c10::toString(static_cast<at::ScalarType>(dtype)));
+    auto& flat = unit.flats.emplace_back(std::make_unique<FlatShard>(name, members, trainable, *session_));
+    if (trainable) flat_group_[flat.get()] = group;
+    for (std::size_t i = 0; i < members.size(); ++i)
+      place_of_[members[i].second.unsafeGetTensorImpl()] = Place{flat.get(), i};
+  }
+}
+
+std::vector<FlatShard*> FsdpStrategy::flats() {
+  std::vector<FlatShard*> all;
+  for (auto& unit : units_)
+    for (auto& flat : unit.flats) all.push_back(flat.get());
+  for (auto& flat : rest_.flats) all.push_back(flat.get());
+  return all;
+}
+
+wanfw::StepOutput FsdpStrategy::micro_step(wanfw::Model& model, const wanfw::Batch& batch,
+                                           const wanfw::MicroStep& micro) {
+  wanfw::StepOutput out;
+  // Every micro-batch reduce-scatters: accumulated gradients add up sharded.
+  session_->guarded("the forward and backward pass", [&] {
+    runner_->begin_micro_step();
+    rest_.gather(settings_.runner.compute);
+    out = forward(model, batch, micro);
+    backward(out, micro);
+    reduce_rest_gradients();
+    runner_->end_micro_step();
+    rest_.release();
+  });
+  return out;
+}
+
+void FsdpStrategy::reduce_rest_gradients() {
+  torch::NoGradGuard no_grad;
+  for (auto& flat : rest_.flats) {
+    if (!flat->trainable()) continue;
+    std::vector<at::Tensor> grads;
+    for (const at::Tensor& p : flat->parameters()) grads.push_back(p.grad());
+    const at::Tensor piece = flat->reduce_gradient(grads, settings_.runner.reduce);
+    at::Tensor shard = flat->shard();
+    if (shard.grad().defined()) shard.mutable_grad().add_(piece);
+    else shard.mutable_grad() = piece;
+    for (const at::Tensor& p : flat->parameters()) const_cast<at::Tensor&>(p).mutable_grad().reset();
+  }
+}
+
+std::vector<wanfw::ParameterGroup> FsdpStrategy::parameter_groups(wanfw::Model&) {
+  std::vector<wanfw::ParameterGroup> groups;
+  for (std::size_t g = 0; g < model_groups_.size(); ++g) {
+    wanfw::ParameterGroup group = model_groups_[g];
+    group.parameters.clear();
+    for (FlatShard* flat : flats())
+      if (auto it = flat_group_.find(flat); it != flat_group_.end() && it->second == static_cast<int>(g))
+        group.parameters.emplace_back(flat->name(), flat->shard());
+    groups.push_back(std::move(group));
+  }
+  return groups;
+}
+
+double FsdpStrategy::clip_gradients(const std::vector<at::Tensor>& parameters, double max_norm) {
+  std::vector<at::Tensor> grads;
+  for (const at::Tensor& p : parameters) grads.push_back(p.grad());
+  const double norm = wanfw::sharded_gradient_norm(grads, *session_);
+  const double coefficient = max_norm / (norm + 1e-6);  // as torch::nn::utils::clip_grad_norm_
+  if (coefficient < 1.0) {
+    torch::NoGradGuard no_grad;
+    for (at::Tensor& g : grads)
+      if (g.defined()) g.mul_(coefficient);
+  }
+  return norm;
+}
+
+void FsdpStrategy::begin_evaluation(wanfw::Model&) {
+  session_->guarded("gathering the weights for evaluation", [&] {
+    for (auto& unit : units_) unit.gather(settings_.runner.compute);
+    rest_.gather(settings_.runner.compute);
+  });
+  runner_->hold(true);
+}
+
+void FsdpStrategy::end_evaluation(wanfw::Model&) {
+  runner_->hold(false);
+  for (auto& unit : units_) unit.release();
+  rest_.release();
+}
+
+}  // namespace wanfw_fsdp

@@ -1,0 +1,78 @@
+#pragma once
+// Strategy `fsdp` (ZeRO-3): every parameter, gradient and AdamW moment is sharded across the
+// ranks; each rank keeps 1/N of them between uses. A model's units (wanfw::ShardUnit) are gathered
+// just before their forward and again before their backward (the next one's gather started
+// ahead), and their gradients reduce-scattered as backward leaves them; the parameters in no unit
+// are gathered for the whole step. The optimizer steps this rank's shards; clipping uses the norm
+// of the whole gradient; checkpoints are written in pieces, a piece a rank (wanfw/state_pieces.hpp).
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sharded_unit.hpp"
+#include "unit_runner.hpp"
+#include "wanfw/distributed.hpp"
+#include "wanfw/strategy.hpp"
+
+namespace wanfw_fsdp {
+
+struct FsdpSettings {
+  RunnerSettings runner;
+};
+
+class FsdpStrategy final : public wanfw::Strategy {
+ public:
+  FsdpStrategy(FsdpSettings settings, std::unique_ptr<wanfw::DistributedSession> session);
+  ~FsdpStrategy() override;
+
+  std::string describe() const override;
+  void setup(wanfw::Model& model) override;
+  c10::Device device() const override { return session_->device(); }
+  int rank() const override { return session_->rank(); }
+  int world_size() const override { return session_->world_size(); }
+  wanfw::StepOutput micro_step(wanfw::Model& model, const wanfw::Batch& batch, const wanfw::MicroStep& micro) override;
+  std::vector<double> all_reduce(std::vector<double> values, wanfw::Reduce op) override {
+    return session_->all_reduce(std::move(values), op);
+  }
+  std::vector<double> broadcast(std::vector<double> values) override { return session_->broadcast(std::move(values)); }
+  void barrier() override { session_->barrier(); }
+
+  std::vector<wanfw::ParameterGroup> parameter_groups(wanfw::Model& model) override;
+  double clip_gradients(const std::vector<at::Tensor>& parameters, double max_norm) override;
+  void begin_evaluation(wanfw::Model& model) override;
+  void end_evaluation(wanfw::Model& model) override;
+  bool shards_state() const override { return true; }
+  wanfw::StatePieces state_pieces(wanfw::Model& model, torch::optim::AdamW& optimizer) override;
+  void load_optimizer_state(wanfw::Model& model, torch::optim::AdamW& optimizer,
+                            const wanfw::TensorRowSource& source) override;
+
+ private:
+  /// Where a module parameter lives: its flat shard and its place in the flat's layout.
+  struct Place {
+    FlatShard* flat = nullptr;
+    std::size_t index = 0;
+  };
+  /// The model's units and the rest, each cut into flat shards by optimizer group and dtype.
+  void build_units(wanfw::Model& model);
+  /// The flat shards of `unit`'s parameters (module order), keyed by group (or frozen) and dtype.
+  void cut_unit(ShardedUnit& unit, const std::vector<std::pair<std::string, at::Tensor>>& parameters);
+  /// After backward: the parameters in no unit have full gradients; each rank keeps its piece.
+  void reduce_rest_gradients();
+  /// Every flat shard, units first, the rest last.
+  std::vector<FlatShard*> flats();
+
+  FsdpSettings settings_;
+  std::unique_ptr<wanfw::DistributedSession> session_;
+  std::vector<ShardedUnit> units_;
+  ShardedUnit rest_;
+  std::unique_ptr<UnitRunner> runner_;
+  std::vector<wanfw::ParameterGroup> model_groups_;
+  std::map<const void*, int> group_of_;      ///< parameter -> its group's index (trainable ones)
+  std::map<const void*, Place> place_of_;    ///< parameter -> where it lives
+  std::map<const FlatShard*, int> flat_group_;  ///< trainable flat -> its group's index
+};
+
+}  // namespace wanfw_fsdp

@@ -1,0 +1,44 @@
+#pragma once
+// A unit of fully sharded training (a model's wanfw::ShardUnit, or the parameters in no unit):
+// its flat shards, gathered and released together.
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "flat_shard.hpp"
+
+namespace wanfw_fsdp {
+
+struct ShardedUnit {
+  std::string name;
+  std::vector<std::unique_ptr<FlatShard>> flats;
+
+  void start_gather(std::optional<at::ScalarType> compute) {
+    for (auto& flat : flats) flat->start_gather(compute);
+  }
+  void gather(std::optional<at::ScalarType> compute) {
+    start_gather(compute);
+    for (auto& flat : flats) flat->finish_gather();
+  }
+  void release() {
+    for (auto& flat : flats) flat->release();
+  }
+  /// The optimizer's leaves of this unit: the trainable flats' shards.
+  std::vector<at::Tensor> trainable_shards() const {
+    std::vector<at::Tensor> shards;
+    for (const auto& flat : flats)
+      if (flat->trainable()) shards.push_back(flat->shard());
+    return shards;
+  }
+  /// The module's parameters of the trainable flats, flat after flat.
+  std::vector<at::Tensor> trainable_parameters() const {
+    std::vector<at::Tensor> parameters;
+    for (const auto& flat : flats)
+      if (flat->trainable()) parameters.insert(parameters.end(), flat->parameters().begin(), flat->parameters().end());
+    return parameters;
+  }
+};
+
+}  // namespace wanfw_fsdp
