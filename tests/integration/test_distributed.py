@@ -40,10 +40,10 @@ def config(tmp_path, name, strategy, batch, data=None, **sections):
     return write_config(tmp_path / f"{name}.json", c)
 
 
-def torchrun(*args, nproc=2, timeout=240, extra=()):
+def torchrun(*args, nproc=2, timeout=240, extra=(), env=None):
     command = [str(TORCHRUN), "--no-python", f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1",
                f"--master-port={free_port()}", *extra, str(WANFW), *map(str, args)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
 
 

@@ -13,8 +13,7 @@ import time
 import pytest
 import torch
 from conftest import WANFW, base_config, checkpoints, wait_for, wanfw, write_config
-from safetensors.torch import load_file
-from equivalence import assert_same_training, rounding, tiny_wan_rounding, trained
+from equivalence import assert_same_training, checkpoint_file, rounding, tiny_wan_rounding, trained
 from test_distributed import free_port, metrics, torchrun
 
 STEPS = 5
@@ -23,6 +22,10 @@ GLOBAL_BATCH, TOKENS = 4, 12  # every layout's global batch; tokens of a 3x4x4 l
 TINY_WAN = tiny_wan_rounding(GLOBAL_BATCH, TOKENS)  # equivalence.py derives it
 CPU = {"name": "single", "device": "cpu"}
 DDP = {"name": "ddp", "timeout_s": 60}
+FSDP = {"name": "fsdp", "timeout_s": 60}
+# The strategies whose ranks must agree on every stop (fsdp: the test model, without units, is
+# gathered whole for each step; its state and checkpoints are sharded all the same).
+AGREEING = pytest.mark.parametrize("distributed", [DDP, FSDP], ids=["ddp", "fsdp"])
 
 
 def tiny_wan(task):
@@ -50,7 +53,7 @@ def checkpoint(tmp_path, name, step=None):
 
 
 def weights(tmp_path, name, step=None):
-    return load_file(checkpoint(tmp_path, name, step) / "model.safetensors")
+    return checkpoint_file(checkpoint(tmp_path, name, step), "model")
 
 
 def state(tmp_path, name, step=None):
@@ -138,9 +141,10 @@ def finish(processes, timeout=240):
     return [p.returncode for p in processes], outputs
 
 
-def test_a_stop_signal_to_one_rank_stops_both_at_the_same_step_with_one_checkpoint(tmp_path):
+@AGREEING
+def test_a_stop_signal_to_one_rank_stops_both_at_the_same_step_with_one_checkpoint(tmp_path, distributed):
     long_run = {"trainer": {"max_steps": 200}}
-    path = experiment(tmp_path, "signalled", DDP, 4, linear(), **long_run)
+    path = experiment(tmp_path, "signalled", distributed, 4, linear(), **long_run)
     processes = two_ranks(path)
     run_dir = tmp_path / "runs" / "signalled" / "version_0"
     wait_for(lambda: (run_dir / "metrics.csv").exists() and len((run_dir / "metrics.csv").read_text().splitlines()) > 4,
@@ -159,14 +163,15 @@ def test_a_stop_signal_to_one_rank_stops_both_at_the_same_step_with_one_checkpoi
     codes, outputs = finish(two_ranks(path, "--resume", "auto"))
     assert codes == [0, 0], outputs
     assert f"step-{step:08d}" in outputs[0][0]
-    codes, outputs = finish(two_ranks(experiment(tmp_path, "reference", DDP, 4, linear(), **long_run)))
+    codes, outputs = finish(two_ranks(experiment(tmp_path, "reference", distributed, 4, linear(), **long_run)))
     assert codes == [0, 0], outputs
     a, b = weights(tmp_path, "signalled"), weights(tmp_path, "reference")
     assert all(torch.equal(a[k], b[k]) for k in b)
 
 
-def test_a_nan_on_one_rank_stops_every_rank_naming_that_rank_and_the_step(tmp_path):
-    path = experiment(tmp_path, "nan", DDP, 4, linear(nan_at_call=5, nan_rank=1),
+@AGREEING
+def test_a_nan_on_one_rank_stops_every_rank_naming_that_rank_and_the_step(tmp_path, distributed):
+    path = experiment(tmp_path, "nan", distributed, 4, linear(nan_at_call=5, nan_rank=1),
                       checkpoint={"every": 2})
     codes, outputs = finish(two_ranks(path), timeout=120)
     assert codes == [1, 1], outputs

@@ -243,6 +243,7 @@ void write_piece_index(const fs::path& folder, const std::string& kind, int worl
 
 void CheckpointRows::copy_rows(const at::Tensor& destination, const std::string& name, std::int64_t begin,
                                std::int64_t end, const TensorRole& role) const {
+  at::NoGradGuard no_grad;  // a parameter's value, not an operation on it
   destination.copy_(rows(name, begin, end, role).view(destination.sizes()));
 }
 

@@ -3,6 +3,7 @@
 #include <set>
 
 #include <fmt/format.h>
+#include <torch/optim/adamw.h>
 #include <torch/torch.h>
 
 #include "wanfw/error.hpp"
@@ -167,6 +168,29 @@ double FsdpStrategy::clip_gradients(const std::vector<at::Tensor>& parameters, d
       if (g.defined()) g.mul_(coefficient);
   }
   return norm;
+}
+
+void FsdpStrategy::after_optimizer_step(wanfw::Model& model, const wanfw::OptimizerStep& step) {
+  if (step.step != 1 || step.optimizer == nullptr) return;
+  // Bytes held between steps, counted from the tensors themselves: the module's parameters (empty
+  // while released), the shards, their gradients and the optimizer's state.
+  std::int64_t module = 0, shards = 0, gradients = 0, state = 0, whole = 0;
+  for (const at::Tensor& p : model.module()->parameters()) {
+    module += static_cast<std::int64_t>(p.storage().nbytes());
+    const FlatShard* flat = place_of_.at(p.unsafeGetTensorImpl()).flat;
+    const wanfw::RowShard& s = flat->layout().shard(place_of_.at(p.unsafeGetTensorImpl()).index);
+    whole += s.rows * s.row_numel * static_cast<std::int64_t>(flat->shard().element_size());
+  }
+  for (FlatShard* flat : flats()) {
+    shards += flat->shard_bytes();
+    if (flat->shard().grad().defined()) gradients += flat->shard_bytes();
+  }
+  for (const auto& [key, slot] : step.optimizer->state()) {
+    const auto& s = static_cast<const torch::optim::AdamWParamState&>(*slot);
+    state += s.exp_avg().nbytes() + s.exp_avg_sq().nbytes();
+  }
+  wanfw::log::info("fsdp: rank ", rank(), " holds ", shards + module, " bytes of parameters (the model has ", whole,
+                   "), ", gradients, " bytes of gradients and ", state, " bytes of optimizer state");
 }
 
 void FsdpStrategy::begin_evaluation(wanfw::Model&) {

@@ -39,6 +39,8 @@ class FsdpStrategy final : public wanfw::Strategy {
   }
   std::vector<double> broadcast(std::vector<double> values) override { return session_->broadcast(std::move(values)); }
   void barrier() override { session_->barrier(); }
+  /// After the first step: what this rank holds (its log line; WANFW_LOG_ALL_RANKS=1 shows every rank's).
+  void after_optimizer_step(wanfw::Model& model, const wanfw::OptimizerStep& step) override;
 
   std::vector<wanfw::ParameterGroup> parameter_groups(wanfw::Model& model) override;
   double clip_gradients(const std::vector<at::Tensor>& parameters, double max_norm) override;

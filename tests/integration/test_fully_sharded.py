@@ -1,0 +1,134 @@
+"""Fully sharded training (strategy fsdp) computes what one device computes: the tiny Wan DiT, with
+its random noise and timesteps keyed by sample, ends with the weights of one device with the whole
+batch — on 2 and on 4 ranks, with accumulated micro-batches, gradient checkpointing and LoRA
+adapters on a sharded frozen base; each rank holds a world's share of the parameters and optimizer
+state; its checkpoints, written in pieces, resume on other world sizes and export to the official
+layout. Real torchrun, Gloo on loopback, CPU."""
+
+import re
+
+import diffusers
+import pytest
+import torch
+from conftest import checkpoints, wanfw
+from safetensors.torch import load_file
+from equivalence import assert_same_training, checkpoint_file, trained
+from test_distributed import torchrun
+from test_layout_invariance import CPU, DDP, LR, TINY_WAN, experiment, largest_relative_difference, run_on, \
+    state, tiny_wan, weights
+from test_lora import lora_model
+from test_wan_parity import reference_model
+
+FSDP = {"name": "fsdp", "timeout_s": 60}
+
+LAYOUTS = {  # name: (strategy, batch per micro-batch, ranks, model options); every one a global batch of 4
+    "fsdp_2x2": (FSDP, 2, 2, {}),
+    "fsdp_4x1": (FSDP, 1, 4, {}),
+    "fsdp_2x1_accum_2": ({"name": "grad_accum", "steps": 2, "inner": FSDP}, 1, 2, {}),
+    "fsdp_2x2_checkpointed": (FSDP, 2, 2, {"gradient_checkpointing": True}),
+}
+
+
+@pytest.mark.every_vector_unit
+def test_fsdp_ends_with_the_weights_of_one_device_and_of_ddp_on_every_layout(tmp_path):
+    model = tiny_wan("t2v")
+    reference = run_on(tmp_path, "single_1x4", CPU, 4, model, checkpoint={"every": 1})
+    ddp = run_on(tmp_path, "ddp_2x2", DDP, 2, model, ranks=2)
+    comparisons = {}
+    for name, (strategy, batch, ranks, options) in LAYOUTS.items():
+        sharded = run_on(tmp_path, name, strategy, batch, {**model, **options}, ranks)
+        comparisons[name] = assert_same_training(sharded, reference, lr=LR, tolerance=TINY_WAN)
+        assert_same_training(sharded, ddp, lr=LR, tolerance=TINY_WAN)
+    print("; ".join(f"{name}: {c}" for name, c in comparisons.items()))
+    # The layouts differ by rounding; steps 2 to 5 moved the weights by orders of magnitude more.
+    trained_since_step_1 = largest_relative_difference(reference.weights, weights(tmp_path, "single_1x4", step=1))
+    assert trained_since_step_1 > 100 * max(c.relative for c in comparisons.values())
+
+
+@pytest.mark.every_vector_unit
+def test_fsdp_trains_lora_adapters_on_a_sharded_frozen_base_as_one_device_does(tmp_path):
+    reference_model(tmp_path / "base", seed=5)
+    model = {**lora_model(tmp_path / "base", dropout=0.3), "timestep_sampling": "logit_normal",
+             "gradient_checkpointing": True}
+    one = run_on(tmp_path, "one_x4", CPU, 4, model)
+    sharded = run_on(tmp_path, "fsdp_2x2", FSDP, 2, model, ranks=2)
+    assert set(sharded.weights) == set(one.weights) and all(".lora_" in k for k in one.weights)
+    print(f"adapters, fsdp 2x2 vs 1x4: {assert_same_training(sharded, one, lr=LR, tolerance=TINY_WAN)}")
+
+
+HOLDS = re.compile(r"fsdp: rank (\d) holds (\d+) bytes of parameters \(the model has (\d+)\), (\d+) bytes of gradients "
+                   r"and (\d+) bytes of optimizer state")
+
+
+def test_each_rank_holds_a_worlds_share_of_the_parameters_gradients_and_optimizer_state(tmp_path):
+    path = experiment(tmp_path, "shares", FSDP, 1, tiny_wan("t2v"), trainer={"max_steps": 1})
+    result = torchrun("run", path, nproc=4, env={"WANFW_LOG_ALL_RANKS": "1"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    held = {int(m[0]): tuple(map(int, m[1:])) for m in HOLDS.findall(result.stdout + result.stderr)}
+    assert sorted(held) == [0, 1, 2, 3], result.stdout + result.stderr
+    # What a rank must hold: ceil(rows / 4) rows of every tensor (the last ranks' padded with zeros).
+    shapes = [t.shape for t in checkpoint_file(checkpoints(tmp_path / "runs" / "shares" / "version_0")[-1],
+                                               "model").values()]
+    whole = sum(s.numel() for s in shapes) * 4
+    share = sum(-(-(s[0] if len(s) else 1) // 4) * (s.numel() // (s[0] if len(s) else 1) if s.numel() else 0)
+                for s in shapes) * 4
+    for rank, (parameters, model_bytes, gradients, optimizer) in held.items():
+        assert model_bytes == whole
+        assert parameters == gradients == share and optimizer == 2 * share  # the module's own tensors are empty
+    assert whole / 4 <= share < whole / 4 * 1.05  # the padding slack, for this model's small tensors
+
+
+def remove(checkpoint):
+    for f in checkpoint.iterdir():
+        f.unlink()
+    checkpoint.rmdir()
+
+
+def test_a_run_stopped_on_four_ranks_resumes_on_two_and_on_one_as_the_uninterrupted_run(tmp_path):
+    model = tiny_wan("t2v")
+    six = {"trainer": {"max_steps": 6}, "checkpoint": {"every": 3}}
+    result = torchrun("run", experiment(tmp_path, "resized", FSDP, 1, model, **six), nproc=4)
+    assert result.returncode == 0, result.stdout + result.stderr
+    run_dir = tmp_path / "runs" / "resized" / "version_0"
+    uninterrupted = trained(checkpoints(run_dir)[-1])
+    stopped = checkpoints(run_dir)[0]
+    assert stopped.name == "step-00000003" and (stopped / "model.pieces.json").exists()
+
+    def resume_from_step_3(strategy, batch, ranks):
+        for late in [p for p in checkpoints(run_dir) if p.name != "step-00000003"]:
+            remove(late)
+        path = experiment(tmp_path, "resized", strategy, batch, model, **six)
+        result = torchrun("run", path, "--resume", "auto", nproc=ranks) if ranks > 1 else \
+            wanfw("run", path, "--resume", "auto", check=0)
+        assert result.returncode == 0 and "written by 4 processes" in result.stdout + result.stderr, \
+            result.stdout + result.stderr
+        return trained(checkpoints(run_dir)[-1])
+
+    for strategy, batch, ranks in ((FSDP, 2, 2), (CPU, 4, 1)):
+        c = assert_same_training(resume_from_step_3(strategy, batch, ranks), uninterrupted, lr=LR, tolerance=TINY_WAN)
+        print(f"resumed on {ranks} rank(s) vs 4: {c}")
+
+
+def test_a_ddp_checkpoint_resumes_under_fsdp_and_a_sharded_one_exports_the_official_layout(tmp_path):
+    model = tiny_wan("t2v")
+    six = {"trainer": {"max_steps": 6}, "checkpoint": {"every": 3}}
+    uninterrupted = run_on(tmp_path, "switched", DDP, 2, model, ranks=2, **six)
+    run_dir = tmp_path / "runs" / "switched" / "version_0"
+    remove(checkpoints(run_dir)[-1])  # stopped after step 3 under ddp, continued under fsdp
+    result = torchrun("run", experiment(tmp_path, "switched", FSDP, 2, model, **six), "--resume", "auto")
+    assert result.returncode == 0 and "resumed from" in result.stdout, result.stdout + result.stderr
+    assert (checkpoints(run_dir)[-1] / "model.pieces.json").exists()
+    assert_same_training(state(tmp_path, "switched"), uninterrupted, lr=LR, tolerance=TINY_WAN)
+
+    path = experiment(tmp_path, "switched", FSDP, 2, model, **six)
+    wanfw("export", path, "--checkpoint", run_dir, "--out", tmp_path / "export", check=0)
+    exported_file = tmp_path / "export" / "diffusion_pytorch_model.safetensors"
+    exported = load_file(exported_file)
+    saved = checkpoint_file(checkpoints(run_dir)[-1], "model")
+    assert exported.keys() == saved.keys() and all(torch.equal(exported[k], saved[k]) for k in saved)
+    # diffusers reads the official layout as it reads the released checkpoints (its own config: the tiny preset's).
+    reference_model(tmp_path / "diffusers_config")
+    loaded = diffusers.WanTransformer3DModel.from_single_file(str(exported_file), config=str(tmp_path / "diffusers_config"))
+    assert sum(p.numel() for p in loaded.parameters()) == sum(t.numel() for t in saved.values())
+    assert torch.equal(loaded.blocks[1].attn1.to_q.weight, saved["blocks.1.self_attn.q.weight"])
+    assert torch.equal(loaded.proj_out.weight, saved["head.head.weight"])
