@@ -28,7 +28,7 @@ commands:
   predict CONFIG --inputs IN --out OUT [--set k=v]...    run the model once on saved tensors
   sample CONFIG --out OUT [--inputs IN] [--seed N]...    draw samples (latents) with the model's sampler
   export CONFIG --out FOLDER [--checkpoint PATH]...      weights in the model's release layout
-  model-info CONFIG [--set key=value]...                 parameters and memory, without allocating
+  model-info CONFIG [--gpus N] [--set key=value]...      parameters and memory per GPU, without allocating
   plugins [CONFIG] [--plugin-path DIR]...                list the plugins found (and refused)
   plugins show NAME [CONFIG] [--plugin-path DIR]...      a plugin's options, defaults and docs
   config-reference [--plugin-path DIR]...                every config option, as Markdown

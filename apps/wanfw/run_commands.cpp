@@ -1,5 +1,7 @@
 // `wanfw run`, `validate` and `model-info`: an experiment from its config.
 #include <cstdio>
+#include <map>
+#include <string>
 
 #include "command_line.hpp"
 #include "commands.hpp"
@@ -27,10 +29,12 @@ Loads the config and every plugin it names, checks every option, builds the mode
 set, and prints the resolved config. Trains nothing. Exits 2 on any problem.
 )";
 
-const char* const kModelInfoHelp = R"(usage: wanfw model-info CONFIG [--set key=value]...
+const char* const kModelInfoHelp = R"(usage: wanfw model-info CONFIG [--gpus N] [--set key=value]...
 
 Prints the config's model as its plugin describes it without building it: dimensions, parameter
-count and a memory estimate. Allocates no weights, so it works for models larger than memory.
+count and a memory estimate: per GPU for the config's strategy on N GPUs (default 1), its
+sequence-parallel size, batch and largest bucket. Allocates no weights, so it works for models
+larger than memory.
 )";
 
 int run_command(const std::vector<std::string>& args) {
@@ -44,7 +48,13 @@ int validate_command(const std::vector<std::string>& args) {
 }
 
 int model_info_command(const std::vector<std::string>& args) {
-  std::fputs(inspect_model(parse_run_request(args, false, kModelInfoHelp)).c_str(), stdout);
+  std::map<std::string, std::string> named{{"--gpus", "1"}};
+  const RunRequest request = parse_run_request(args, false, kModelInfoHelp, &named);
+  const std::string& gpus = named["--gpus"];
+  if (gpus.empty() || gpus.find_first_not_of("0123456789") != std::string::npos || gpus.size() > 6 ||
+      std::stoi(gpus) < 1)
+    usage_error("--gpus needs a positive number", kModelInfoHelp);
+  std::fputs(inspect_model(request, std::stoi(gpus)).c_str(), stdout);
   return kSuccess;
 }
 

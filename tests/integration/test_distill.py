@@ -10,7 +10,7 @@ import torch
 from conftest import SOURCE, base_config, checkpoints, wanfw, write_config
 from safetensors.torch import load_file, save_file
 from equivalence import assert_same_training, tiny_wan_rounding
-from test_layout_invariance import CPU, DDP, GLOBAL_BATCH, LR, TOKENS, run_on
+from test_layout_invariance import CPU, DDP, FSDP, GLOBAL_BATCH, LR, TOKENS, run_on
 from test_wan_parity import reference_model
 
 TEACHER_LAYERS = 2  # the tiny preset's
@@ -131,7 +131,8 @@ def test_every_layout_distils_the_same_student_as_one_rank_with_the_whole_batch(
     model = distill(teacher, student_num_layers=1, timestep_sampling="logit_normal", guidance_scale=2.0)
     reference = run_on(tmp_path, "single_1x4", CPU, 4, model)
     layouts = {"ddp_2x2": (DDP, 2, 2), "grad_accum_2x2": ({"name": "grad_accum", "steps": 2, "inner": CPU}, 2, 1),
-               "data_parallel_2_replicas_x4": ({"name": "data_parallel", "devices": ["cpu", "cpu"]}, 4, 1)}
+               "data_parallel_2_replicas_x4": ({"name": "data_parallel", "devices": ["cpu", "cpu"]}, 4, 1),
+               "fsdp_2x2": (FSDP, 2, 2)}  # the student sharded, block by block; the teacher whole on each rank
     tolerance = tiny_wan_rounding(GLOBAL_BATCH, TOKENS, layers=1)  # the student's depth: gradients stop there
     for name, (strategy, batch, ranks) in layouts.items():
         c = assert_same_training(run_on(tmp_path, name, strategy, batch, model, ranks), reference, lr=LR,

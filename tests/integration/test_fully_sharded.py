@@ -10,16 +10,14 @@ import re
 import diffusers
 import pytest
 import torch
-from conftest import checkpoints, wanfw
+from conftest import SOURCE, checkpoints, wanfw
 from safetensors.torch import load_file
 from equivalence import assert_same_training, checkpoint_file, trained
 from test_distributed import torchrun
-from test_layout_invariance import CPU, DDP, LR, TINY_WAN, experiment, largest_relative_difference, run_on, \
+from test_layout_invariance import CPU, DDP, FSDP, LR, TINY_WAN, experiment, largest_relative_difference, run_on, \
     state, tiny_wan, weights
 from test_lora import lora_model
 from test_wan_parity import reference_model
-
-FSDP = {"name": "fsdp", "timeout_s": 60}
 
 LAYOUTS = {  # name: (strategy, batch per micro-batch, ranks, model options); every one a global batch of 4
     "fsdp_2x2": (FSDP, 2, 2, {}),
@@ -132,3 +130,21 @@ def test_a_ddp_checkpoint_resumes_under_fsdp_and_a_sharded_one_exports_the_offic
     assert sum(p.numel() for p in loaded.parameters()) == sum(t.numel() for t in saved.values())
     assert torch.equal(loaded.blocks[1].attn1.to_q.weight, saved["blocks.1.self_attn.q.weight"])
     assert torch.equal(loaded.proj_out.weight, saved["head.head.weight"])
+
+
+PER_GPU = re.compile(r"per GPU, (\w+) on (\d+) GPUs?: training state ([\d.]+) GiB \(1/(\d+) of ([\d.]+)\).* = "
+                     r"([\d.]+) GiB: .*; (fits|does not fit) an 80 GB GPU")
+
+
+def test_the_full_fine_tuning_examples_shard_over_the_gpus_they_name_and_fit_them():
+    for example in ("wan22-ti2v-5b-finetune.yaml", "wan22-t2v-a14b-low-noise-finetune.yaml"):
+        path = SOURCE / "examples" / example
+        assert "name: fsdp" in path.read_text() and "GPUs: 8 x 80 GB" in path.read_text()
+        fits = {}
+        for gpus in (1, 8):
+            info = wanfw("model-info", path, "--gpus", gpus, check=0).stdout
+            strategy, on, per_gpu, share, whole, total, verdict = PER_GPU.search(info).groups()
+            assert (strategy, int(on), int(share)) == ("fsdp", gpus, gpus), info
+            assert abs(float(per_gpu) * gpus - float(whole)) < 0.01 * gpus, info  # the state, 1/N a GPU
+            fits[gpus] = verdict
+        assert fits == {1: "does not fit", 8: "fits"}, example

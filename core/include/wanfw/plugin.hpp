@@ -71,6 +71,18 @@ struct PluginContext {
   std::vector<FieldSpec> fields;
 };
 
+/// The run `wanfw model-info` estimates memory for, from the config and the command line.
+struct TrainingLayout {
+  std::string strategy = "single";   ///< the strategy plugin (a wrapper's inner one: grad_accum's)
+  int gpus = 1;                      ///< ranks the run is started on (model-info --gpus)
+  int sequence_parallel = 1;         ///< ranks sharing each sample (strategy.sequence_parallel)
+  std::int64_t batch_size = 1;       ///< samples a rank takes per micro-batch (data.batch_size)
+  std::vector<std::int64_t> latent;  ///< the largest bucket's frames, height, width; empty when the config names none
+  at::ScalarType dtype = at::kFloat; ///< what precision.mode computes in
+  /// True when the strategy shards parameters, gradients and optimizer state across the GPUs.
+  bool sharded() const { return strategy == "fsdp"; }
+};
+
 struct PluginDescriptor {
   PluginKind kind = PluginKind::Model;
   std::string name;
@@ -90,9 +102,9 @@ struct PluginDescriptor {
   std::unique_ptr<Logger> (*make_logger)(const Options&, const PluginContext&) = nullptr;
   std::unique_ptr<Dataset> (*make_dataset)(const Options&, const PluginContext&) = nullptr;
 
-  /// Optional, for models: a summary (size, parameter count, memory estimate) worked out from
-  /// the options alone, without allocating weights (`wanfw model-info`).
-  std::string (*inspect_model)(const Options&) = nullptr;
+  /// Optional, for models: a summary (size, parameter count, memory estimate per GPU for `layout`)
+  /// worked out from the options alone, without allocating weights (`wanfw model-info`).
+  std::string (*inspect_model)(const Options&, const TrainingLayout& layout) = nullptr;
 
   static PluginDescriptor for_model(std::string name, std::string version, std::string summary);
   static PluginDescriptor for_strategy(std::string name, std::string version, std::string summary);

@@ -122,15 +122,30 @@ void DistributedSession::reduce_scatter(const at::Tensor& output, const at::Tens
     output.view(-1).copy_(input.view(-1));
     return;
   }
-  c10d::ReduceScatterOptions options;
-  options.reduceOp = op == Reduce::Max   ? c10d::ReduceOp::MAX
-                     : op == Reduce::Min ? c10d::ReduceOp::MIN
-                                         : c10d::ReduceOp::SUM;
-  guarded(what, [&] {
-    at::Tensor out = output.view(-1), in = input.view(-1);
-    impl_->pg->_reduce_scatter_base(out, in, options)->wait();
-  });
-  if (op == Reduce::Mean) output.div_(world);  // Gloo has no AVG: one rule for both backends
+  if (impl_->backend == "gloo") {
+    // Gloo reduce-scatters by all-reducing the whole input (twice the bytes). An all-to-all hands
+    // each rank every rank's chunk for it, (N - 1) / N of the input as NCCL's ring does, and the
+    // rank reduces them itself, in rank order.
+    const at::Tensor received = at::empty_like(input);
+    guarded(what, [&] {
+      at::Tensor out = received.view({world, -1}), in = input.view({world, -1});
+      std::vector<std::int64_t> equal;
+      impl_->pg->alltoall_base(out, in, equal, equal)->wait();
+    });
+    const at::Tensor chunks = received.view({world, -1});
+    const at::Tensor reduced = op == Reduce::Max ? chunks.amax(0) : op == Reduce::Min ? chunks.amin(0) : chunks.sum(0);
+    output.view(-1).copy_(reduced);
+  } else {
+    c10d::ReduceScatterOptions options;
+    options.reduceOp = op == Reduce::Max   ? c10d::ReduceOp::MAX
+                       : op == Reduce::Min ? c10d::ReduceOp::MIN
+                                           : c10d::ReduceOp::SUM;
+    guarded(what, [&] {
+      at::Tensor out = output.view(-1), in = input.view(-1);
+      impl_->pg->_reduce_scatter_base(out, in, options)->wait();
+    });
+  }
+  if (op == Reduce::Mean) output.div_(world);  // no AVG on Gloo: one rule for both backends
 }
 
 void DistributedSession::all_to_all(const at::Tensor& output, const at::Tensor& input) const {

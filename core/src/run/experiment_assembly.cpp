@@ -1,5 +1,9 @@
 #include "run/experiment_assembly.hpp"
 
+#include <algorithm>
+#include <cstdlib>
+
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
@@ -26,14 +30,41 @@ at::ScalarType compute_dtype(PrecisionMode mode) {
 
 }  // namespace
 
-std::optional<std::string> describe_model(Config& config, const PluginHost& host, const PluginInfo** plugin) {
+TrainingLayout training_layout(const Config& config, const CoreSettings& settings, int gpus) {
+  TrainingLayout layout;
+  layout.gpus = gpus;
+  std::string section = "strategy";
+  while (config.has(section + ".inner.name")) section += ".inner";  // grad_accum around another
+  if (config.has(section + ".name")) layout.strategy = config.string_at(section + ".name");
+  if (config.has(section + ".sequence_parallel"))
+    layout.sequence_parallel = std::max(1, std::atoi(config.string_at(section + ".sequence_parallel").c_str()));
+  layout.batch_size = settings.data.batch_size;
+  layout.dtype = compute_dtype(settings.precision.mode);
+  if (config.has("data.buckets"))
+    for (std::size_t i = 0; i < config.sequence_size("data.buckets"); ++i) {
+      std::string text = config.string_at(fmt::format("data.buckets.{}", i));
+      text = text.substr(0, text.find('='));  // "FxHxW=batch"
+      std::vector<std::int64_t> sizes;
+      for (std::size_t start = 0; start <= text.size();) {
+        const std::size_t x = std::min(text.find('x', start), text.size());
+        sizes.push_back(std::atoll(text.substr(start, x - start).c_str()));
+        start = x + 1;
+      }
+      const auto volume = [](const std::vector<std::int64_t>& v) { return v.size() == 3 ? v[0] * v[1] * v[2] : 0; };
+      if (sizes.size() == 3 && volume(sizes) > volume(layout.latent)) layout.latent = sizes;
+    }
+  return layout;
+}
+
+std::optional<std::string> describe_model(Config& config, const PluginHost& host, const TrainingLayout& layout,
+                                          const PluginInfo** plugin) {
   const PluginInfo& info = host.find(PluginKind::Model, config.string_at("model.name"), config.where("model.name"));
   if (plugin != nullptr) *plugin = &info;
   if (info.descriptor->inspect_model == nullptr) return std::nullopt;
   refuse_removed_options(config, "model", info);
   const Options options = config.section("model", info.descriptor->options, {"name"});
   config.record_resolved(options, info.descriptor->name);
-  return info.descriptor->inspect_model(options);
+  return info.descriptor->inspect_model(options, layout);
 }
 
 Experiment assemble(const RunRequest& request, ModelAssembly assembly) {
@@ -61,7 +92,8 @@ Experiment assemble(const RunRequest& request, ModelAssembly assembly) {
   if (!e.config.has("model"))
     throw ConfigError(e.config.where("model"), "the config has no 'model' section",
                       "add 'model: {name: <model plugin>}'; `wanfw plugins` lists them");
-  if (assembly == ModelAssembly::DescribeIfPossible) e.model_summary = describe_model(e.config, *e.host);
+  if (assembly == ModelAssembly::DescribeIfPossible)
+    e.model_summary = describe_model(e.config, *e.host, training_layout(e.config, e.settings, e.strategy->world_size()));
   if (!e.model_summary) {
     torch::manual_seed(e.settings.run.seed);  // the model's initial weights follow the run's seed
     e.model = e.host->make_model(e.config, "model", context);

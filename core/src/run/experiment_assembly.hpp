@@ -43,7 +43,11 @@ Experiment assemble(const RunRequest& request, ModelAssembly assembly = ModelAss
 /// The model plugin's own summary of the config's model section, worked out without building it;
 /// nothing if the plugin cannot describe itself. Records the resolved model options in `config`.
 /// `plugin`, when given, receives the plugin that was asked.
-std::optional<std::string> describe_model(Config& config, const PluginHost& host,
+std::optional<std::string> describe_model(Config& config, const PluginHost& host, const TrainingLayout& layout,
                                           const PluginInfo** plugin = nullptr);
+
+/// The run `config` describes, on `gpus` ranks: the strategy (a wrapper's inner one), the
+/// sequence-parallel size, the batch, the largest latent bucket (data.buckets) and the precision.
+TrainingLayout training_layout(const Config& config, const CoreSettings& settings, int gpus);
 
 }  // namespace wanfw

@@ -19,12 +19,14 @@ std::vector<fs::path> config_plugin_path(const fs::path& config_file) {
   return CoreSettings::from(config).plugin_path;
 }
 
-std::string inspect_model(const RunRequest& request) {
+std::string inspect_model(const RunRequest& request, int gpus) {
   Config config = Config::load(request.config, request.overrides);
   const CoreSettings settings = CoreSettings::from(config);
   const PluginHost host(PluginHost::search_path(settings.plugin_path));
   const PluginInfo* info = nullptr;
-  if (std::optional<std::string> summary = describe_model(config, host, &info)) return *summary;
+  if (std::optional<std::string> summary =
+          describe_model(config, host, training_layout(config, settings, gpus), &info))
+    return *summary;
   throw PluginError(fmt::format("the model plugin '{}' ({}) cannot describe itself without being built",
                                 info->descriptor->name, info->path.string()),
                     "`wanfw validate` builds the model and reports its trainable parameters");

@@ -13,6 +13,7 @@
 #include "frozen_teacher.hpp"
 #include "negative_context.hpp"
 #include "student_init.hpp"
+#include "wan/gpu_memory.hpp"
 #include "wan/lora_files.hpp"
 #include "wan/wan_options.hpp"
 #include "wan/wan_weights.hpp"
@@ -163,7 +164,7 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
   return model;
 }
 
-std::string inspect(const wanfw::Options& o) {
+std::string inspect(const wanfw::Options& o, const wanfw::TrainingLayout& layout) {
   const Networks n = networks_from(o);
   const wan_distill::DistillSettings s = settings_from(o, n, false);
   const auto blocks = wan_distill::block_mapping(n.student.num_layers, n.teacher.num_layers);
@@ -182,14 +183,15 @@ std::string inspect(const wanfw::Options& o) {
       "state){}\n"
       "student: dim {}, {} layers, {} parameters, trained in {} ({})\n"
       "student blocks from the teacher's (student<-teacher): {}\n"
-      "student {}"
+      "student {}student {}"
       "task {}, inputs {}; target: the teacher's {}; loss = {} x velocity{}\n{}",
       n.teacher.preset, n.teacher.dim, n.teacher.num_layers, wan::with_thousands(n.teacher.parameter_count()), teacher_bytes / kGiB,
       o.string("teacher_dtype"),
       n.expert == wan::Expert::None ? "" : fmt::format(", the {} expert", o.string("teacher_expert")), n.student.dim,
       n.student.num_layers, wan::with_thousands(n.student.parameter_count()), o.string("dtype"), o.string("student_init"),
       fmt::join(pairs, " "),
-      wan::training_memory(n.student, s.lora, o.string("dtype"), 1, o.boolean("gradient_checkpointing")), s.task,
+      wan::training_memory(n.student, s.lora, o.string("dtype"), 1, o.boolean("gradient_checkpointing")),
+      wan::gpu_memory(n.student, s.lora, o.string("dtype"), 1, o.boolean("gradient_checkpointing"), layout), s.task,
       s.inputs,
       s.guidance == 1.0 ? std::string("conditional velocity")
                         : fmt::format("guided velocity v_u + {} (v_c - v_u)", s.guidance),

@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include "flow_matching_model.hpp"
+#include "wan/gpu_memory.hpp"
 #include "wan/wan_options.hpp"
 #include "wan/wan_weights.hpp"
 #include "wanfw/error.hpp"
@@ -82,7 +83,7 @@ std::string weights_summary(const wanfw::Options& o, const wan::WanConfig& c, Ex
   return wan::describe_weights("weights", c, weights, o.string("weights_subfolder"), expert);
 }
 
-std::string inspect(const wanfw::Options& o) {
+std::string inspect(const wanfw::Options& o, const wanfw::TrainingLayout& layout) {
   const wan::WanConfig c = config_from(o);
   const FlowMatchingSettings s = settings_from(o, c);
   const int models = s.expert == Expert::Both ? 2 : 1;
@@ -99,11 +100,12 @@ std::string inspect(const wanfw::Options& o) {
       "text_dim {} (contexts padded to {} tokens)\n"
       "{}parameters: {}\n"
       "size of the weights: {:.2f} GiB in float32, {:.2f} GiB in bfloat16\n"
-      "{}"
+      "{}{}"
       "task {}; batches: latents [{}, frames, height, width], text [tokens <= {}, {}]\n{}",
       c.preset, c.dim, c.ffn_dim, c.num_heads, c.head_dim(), split[0], split[1], split[2], c.num_layers, c.in_dim,
       c.out_dim, c.text_dim, c.text_len, experts, wan::with_thousands(c.parameter_count() * models), n * 4 / kGiB,
       n * 2 / kGiB, wan::training_memory(c, s.lora, o.string("dtype"), models, o.boolean("gradient_checkpointing")),
+      wan::gpu_memory(c, s.lora, o.string("dtype"), models, o.boolean("gradient_checkpointing"), layout),
       s.task, c.out_dim, c.text_len, c.text_dim, weights_summary(o, c, s.expert));
 }
 

@@ -1,0 +1,73 @@
+#include "wan/gpu_memory.hpp"
+
+#include <fmt/format.h>
+
+namespace wan {
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+double bytes_of(at::ScalarType dtype) { return dtype == at::kFloat ? 4.0 : 2.0; }
+
+}  // namespace
+
+std::string gpu_memory(const WanConfig& config, const LoraSettings& settings, const std::string& dtype, int models,
+                       bool gradient_checkpointing, const wanfw::TrainingLayout& layout) {
+  // Parameters of one block, and of the rest (embeddings, head).
+  double block = 0, all = 0;
+  for (const auto& [name, shape] : config.parameter_shapes()) {
+    double numel = 1;
+    for (const std::int64_t d : shape) numel *= static_cast<double>(d);
+    all += numel;
+    if (name.rfind("blocks.0.", 0) == 0) block += numel;
+  }
+  const double rest = all - block * static_cast<double>(config.num_layers);
+  const double weight_bytes = dtype == "bfloat16" ? 2 : 4;
+  const double adapters = static_cast<double>(adapter_parameter_count(config, settings));
+  // Training state of every DiT: weights, and for what trains its gradient and two AdamW moments.
+  const double state = models * (settings.enabled() ? all * weight_bytes + adapters * 4 * 4 : all * weight_bytes * 4);
+  const double share = layout.sharded() ? 1.0 / layout.gpus : 1.0;
+  const double compute = layout.dtype == at::kFloat ? weight_bytes : bytes_of(layout.dtype);
+  // fsdp holds two blocks gathered (the current one and the prefetched next), the rest of the
+  // model for the whole step, and a block's full gradient until it is reduce-scattered.
+  const double gathered =
+      layout.sharded() ? (2 * block + rest) * compute + (settings.enabled() ? 0.0 : (block + rest) * compute) : 0.0;
+
+  std::string out = fmt::format("per GPU, {} on {} GPU{}", layout.strategy, layout.gpus, layout.gpus == 1 ? "" : "s");
+  if (layout.sequence_parallel > 1) out += fmt::format(" (sequence parallel {})", layout.sequence_parallel);
+  out += fmt::format(": training state {:.2f} GiB{}", state * share / kGiB,
+                     layout.sharded() ? fmt::format(" (1/{} of {:.2f})", layout.gpus, state / kGiB) : std::string());
+  if (gathered > 0) out += fmt::format(" + gathered parameters {:.2f} GiB", gathered / kGiB);
+  double activations = 0;
+  if (layout.latent.size() == 3) {
+    const auto& p = config.patch;
+    const double tokens = static_cast<double>((layout.latent[0] / p[0]) * (layout.latent[1] / p[1]) *
+                                              (layout.latent[2] / p[2]));
+    const double per_gpu = tokens * static_cast<double>(layout.batch_size) / layout.sequence_parallel;
+    const double a = bytes_of(layout.dtype);
+    const double inputs = per_gpu * static_cast<double>(config.dim) * a * config.num_layers;
+    const double one_block = per_gpu * static_cast<double>(24 * config.dim + 2 * config.ffn_dim) * a;
+    activations = gradient_checkpointing ? inputs + one_block : one_block * config.num_layers;
+    out += fmt::format(" + activations {:.2f} GiB (latents {}x{}x{}: {} tokens x batch {}{}; {})", activations / kGiB,
+                       layout.latent[0], layout.latent[1], layout.latent[2],
+                       with_thousands(static_cast<std::int64_t>(tokens)), layout.batch_size,
+                       layout.sequence_parallel > 1 ? fmt::format(", 1/{} a GPU", layout.sequence_parallel) : "",
+                       gradient_checkpointing ? fmt::format("checkpointed: {} block inputs {:.2f} GiB, one block "
+                                                            "recomputed {:.2f} GiB",
+                                                            config.num_layers, inputs / kGiB, one_block / kGiB)
+                                              : "every block's kept for backward");
+  } else {
+    out += " + activations (data.buckets names none to estimate them for)";
+  }
+  const double total = state * share + gathered + activations;
+  const auto room = [&](double gb) {
+    const double left = (gb * 1e9 - total) / kGiB;
+    return left > 0 ? fmt::format("fits a{} {:g} GB GPU ({:.1f} GiB left)", gb == 80 ? "n" : "", gb, left)
+                    : fmt::format("does not fit a{} {:g} GB GPU", gb == 80 ? "n" : "", gb);
+  };
+  out += fmt::format(" = {:.2f} GiB: {}; {}\n", total / kGiB, room(24), room(80));
+  return out;
+}
+
+}  // namespace wan
