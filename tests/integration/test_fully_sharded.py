@@ -132,7 +132,7 @@ def test_a_ddp_checkpoint_resumes_under_fsdp_and_a_sharded_one_exports_the_offic
     assert torch.equal(loaded.proj_out.weight, saved["head.head.weight"])
 
 
-PER_GPU = re.compile(r"per GPU, (\w+) on (\d+) GPUs?: training state ([\d.]+) GiB \(1/(\d+) of ([\d.]+)\).* = "
+PER_GPU = re.compile(r"per GPU, (\w+) on (\d+) GPUs?(?: \(sequence parallel \d+\))?: training state ([\d.]+) GiB \(1/(\d+) of ([\d.]+)\).* = "
                      r"([\d.]+) GiB: .*; (fits|does not fit) an 80 GB GPU")
 
 
@@ -148,3 +148,8 @@ def test_the_full_fine_tuning_examples_shard_over_the_gpus_they_name_and_fit_the
             assert abs(float(per_gpu) * gpus - float(whole)) < 0.01 * gpus, info  # the state, 1/N a GPU
             fits[gpus] = verdict
         assert fits == {1: "does not fit", 8: "fits"}, example
+    # The A14B expert at 720p fits only with each sample's tokens split over two GPUs.
+    a14b = SOURCE / "examples" / "wan22-t2v-a14b-low-noise-finetune.yaml"
+    assert "sequence_parallel: 2" in a14b.read_text() and "720x1280" in a14b.read_text()
+    whole = wanfw("model-info", a14b, "--gpus", 8, "--set", "strategy.sequence_parallel=1", check=0).stdout
+    assert PER_GPU.search(whole).group(7) == "does not fit", whole

@@ -17,6 +17,8 @@
 
 namespace wanfw {
 
+class DistributedSession;
+
 /// What one training step of a model yields on one micro-batch.
 struct StepOutput {
   at::Tensor loss;                            ///< scalar, differentiable
@@ -97,6 +99,11 @@ class Model {
   /// The runner the model passes each unit's forward through (wanfw::run_unit), from the strategy
   /// that shards it; null takes it away. Models that declare units keep it; the default ignores it.
   virtual void set_unit_runner(UnitRunner* runner) {}
+  /// Sequence parallelism: split each sample's tokens over `group` (a session of the ranks that
+  /// share each sample; wanfw/sequence_parallel.hpp) from now on; null: whole sequences. Returns
+  /// false when the model cannot (the default): the strategy then refuses the run. Throws
+  /// wanfw::Error when the group does not fit the model (a head count it does not divide).
+  virtual bool set_sequence_group(const DistributedSession* group) { return group == nullptr; }
 };
 
 }  // namespace wanfw

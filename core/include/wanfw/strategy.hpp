@@ -61,6 +61,11 @@ class Strategy {
 
   virtual int rank() const { return 0; }
   virtual int world_size() const { return 1; }
+  /// Where this process's samples come from: with sequence parallelism the ranks of a group share
+  /// each sample, so the data set is split over the groups (data_world_size = world / group
+  /// size), not the ranks. Default: rank() and world_size().
+  virtual int data_rank() const { return rank(); }
+  virtual int data_world_size() const { return world_size(); }
   /// Only the main process logs, shows progress and writes checkpoints.
   bool is_main() const { return rank() == 0; }
   /// Micro-batches per optimizer step (gradient accumulation).

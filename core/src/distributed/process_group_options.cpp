@@ -13,6 +13,10 @@ OptionSchema process_group_schema() {
           "Seconds a collective (or the rendezvous) may wait for the other ranks before the run fails."),
       option("master_port", T::Integer).value("29500").doc(
           "Rendezvous port when the launcher sets no MASTER_PORT (SLURM without it)."),
+      option("sequence_parallel", T::Integer).value("1").doc(
+          "Ranks that share each sample (Ulysses sequence parallelism): groups of this many contiguous ranks split "
+          "every sample's tokens, and the data is split over the groups. Must divide the ranks and the model's "
+          "attention heads; 1: every rank its own samples."),
   };
 }
 

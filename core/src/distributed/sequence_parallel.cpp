@@ -74,3 +74,77 @@ at::Tensor heads_to_sequence(const at::Tensor& x, const DistributedSession& sess
 }
 
 }  // namespace wanfw
+
+namespace wanfw {
+
+namespace {
+
+/// All-gather along dim 1 as an autograd function: the backward reduce-scatters (sums) the
+/// gradient, each rank keeping its own tokens'.
+struct GatherTokens : torch::autograd::Function<GatherTokens> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            const DistributedSession* group) {
+    ctx->saved_data["group"] = reinterpret_cast<std::int64_t>(group);
+    const std::int64_t p = group->world_size();
+    const at::Tensor input = x.contiguous();
+    at::Tensor gathered = at::empty({p * input.numel()}, input.options());
+    group->all_gather(gathered, input);
+    // [p, B, Ll, ...] -> [B, p·Ll, ...]
+    std::vector<std::int64_t> shape{p};
+    for (const auto size : input.sizes()) shape.push_back(size);
+    at::Tensor by_rank = gathered.view(shape).transpose(0, 1);
+    std::vector<std::int64_t> out = input.sizes().vec();
+    out[1] *= p;
+    return by_rank.reshape(out);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto& group = *reinterpret_cast<const DistributedSession*>(ctx->saved_data["group"].toInt());
+    const std::int64_t p = group.world_size();
+    const at::Tensor grad = grads[0];
+    std::vector<std::int64_t> split = grad.sizes().vec();
+    split[1] /= p;
+    split.insert(split.begin() + 1, p);  // [B, p, Ll, ...]
+    const at::Tensor by_rank = grad.reshape(split).transpose(0, 1).contiguous();  // [p, B, Ll, ...]
+    std::vector<std::int64_t> piece = grad.sizes().vec();
+    piece[1] /= p;
+    at::Tensor mine = at::empty(piece, grad.options());
+    group.reduce_scatter(mine, by_rank, Reduce::Sum);
+    return {mine, at::Tensor()};
+  }
+};
+
+}  // namespace
+
+SequenceSplit::SequenceSplit(const DistributedSession& group, std::int64_t tokens)
+    : group_(&group), tokens_(tokens), rank_(group.rank()), size_(group.world_size()) {
+  if (tokens < 1) throw Error(fmt::format("a sequence of {} tokens cannot be split", tokens));
+  padded_ = (tokens + size_ - 1) / size_ * size_;
+}
+
+at::Tensor SequenceSplit::split(const at::Tensor& x) const {
+  if (x.dim() < 2 || x.size(1) != tokens_)
+    throw Error(fmt::format("a sequence split holds {} tokens along dim 1, given {}", tokens_, c10::str(x.sizes())));
+  at::Tensor padded = x;
+  if (padded_ != tokens_) {
+    std::vector<std::int64_t> pad(2 * static_cast<std::size_t>(x.dim()), 0);
+    pad[pad.size() - 3] = padded_ - tokens_;  // dim 1's end: pairs run from the last dim backwards
+    padded = at::constant_pad_nd(x, pad);
+  }
+  return padded.narrow(1, begin(), local());
+}
+
+at::Tensor SequenceSplit::gather(const at::Tensor& x) const {
+  if (x.dim() < 2 || x.size(1) != local())
+    throw Error(fmt::format("a sequence split gathers {} tokens a rank along dim 1, given {}", local(),
+                            c10::str(x.sizes())));
+  const at::Tensor whole = size_ == 1 ? x : GatherTokens::apply(x, group_);
+  return padded_ == tokens_ ? whole : whole.narrow(1, 0, tokens_);
+}
+
+at::Tensor SequenceSplit::key_mask(const c10::Device& device) const {
+  if (padded_ == tokens_) return {};
+  return (at::arange(padded_, at::TensorOptions().device(device)) < tokens_);
+}
+
+}  // namespace wanfw

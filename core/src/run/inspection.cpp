@@ -48,7 +48,7 @@ std::string validate_experiment(const RunRequest& request) {
     model += "\n";
   }
   std::string data = fmt::format("{} ({})", e.settings.data.name, e.data->training_set()->summary());
-  for (const auto& line : e.data->sampler(e.strategy->world_size(), e.strategy->accumulation_steps())->describe())
+  for (const auto& line : e.data->sampler(e.strategy->data_world_size(), e.strategy->accumulation_steps())->describe())
     data += "\n    " + line;
   return fmt::format("{}: valid\n  strategy: {}\n  model: {} {}  loggers: {}\n  data: {}\n--- resolved config ---\n{}",
                      request.config.string(), e.strategy->describe(), e.config.string_at("model.name"), model,

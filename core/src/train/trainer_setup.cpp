@@ -16,7 +16,8 @@ namespace wanfw {
 void Trainer::set_up(const Checkpoint* checkpoint) {
   if (checkpoint) restore(*checkpoint);
   loader_ =
-      data_.loader(strategy_->rank(), strategy_->world_size(), strategy_->accumulation_steps(), strategy_->device());
+      data_.loader(strategy_->data_rank(), strategy_->data_world_size(), strategy_->accumulation_steps(),
+                   strategy_->device());
   if (checkpoint) resume_position();
   agree_on_epoch_length();
   const bool main = strategy_->is_main();
@@ -58,7 +59,8 @@ void Trainer::resume_position() {
     state_.batch_in_epoch = *batch;
     return;
   }
-  const std::int64_t per_batch = settings_.data.batch_size * strategy_->world_size() * strategy_->accumulation_steps();
+  const std::int64_t per_batch =
+      settings_.data.batch_size * strategy_->data_world_size() * strategy_->accumulation_steps();
   state_.batch_in_epoch = state_.samples_in_epoch / per_batch * strategy_->accumulation_steps();
   spdlog::warn(
       "the checkpoint is {} samples into epoch {}, where no optimizer step of this layout ends (the step "

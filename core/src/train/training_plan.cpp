@@ -33,7 +33,7 @@ TrainingPlan::TrainingPlan(const CoreSettings& settings, const Strategy& strateg
     : accumulation_(strategy.accumulation_steps()),
       batches_per_epoch_(batches_per_epoch),
       total_steps_(total_steps_of(settings, steps_per_epoch())),  // the members it reads come first
-      global_batch_(strategy.world_size() * settings.data.batch_size * accumulation_),
+      global_batch_(strategy.data_world_size() * settings.data.batch_size * accumulation_),
       reference_batch_(reference_batch_of(settings)),
       lr_factor_(lr_factor_of(settings, global_batch_)),
       schedule_(settings.optimizer.lr * lr_factor_, settings.scheduler.warmup_steps, total_steps_,
@@ -45,10 +45,17 @@ TrainingPlan::TrainingPlan(const CoreSettings& settings, const Strategy& strateg
 
 void TrainingPlan::announce(const CoreSettings& settings, const Strategy& strategy, std::int64_t first_step) const {
   const auto& opt = settings.optimizer;
-  spdlog::info("world size {} | batch {} per device x {} accumulation = global batch {} | {} steps per epoch | "
-               "precision {}",
-               strategy.world_size(), settings.data.batch_size, accumulation_, global_batch_, steps_per_epoch(),
-               precision_name(settings.precision.mode));
+  const int group = strategy.world_size() / strategy.data_world_size();
+  if (group > 1)  // sequence parallelism: a group of ranks per sample
+    spdlog::info("world size {} in {} sequence-parallel groups of {} | batch {} per group x {} accumulation = global "
+                 "batch {} | {} steps per epoch | precision {}",
+                 strategy.world_size(), strategy.data_world_size(), group, settings.data.batch_size, accumulation_,
+                 global_batch_, steps_per_epoch(), precision_name(settings.precision.mode));
+  else
+    spdlog::info("world size {} | batch {} per device x {} accumulation = global batch {} | {} steps per epoch | "
+                 "precision {}",
+                 strategy.world_size(), settings.data.batch_size, accumulation_, global_batch_, steps_per_epoch(),
+                 precision_name(settings.precision.mode));
   if (opt.lr_scaling != "none")
     spdlog::info("lr scaled {} with the global batch: {:.6g} x {:.4g} = {:.6g} (reference batch {})", opt.lr_scaling,
                  opt.lr, lr_factor_, opt.lr * lr_factor_, reference_batch_);

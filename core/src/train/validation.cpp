@@ -43,7 +43,7 @@ std::map<std::string, double> Validation::run(std::int64_t step) {
   std::int64_t samples = 0;
   {
     EvaluationScope scope(model_);
-    for (const auto& indices : data_.validation_batches(strategy_.rank(), strategy_.world_size())) {
+    for (const auto& indices : data_.validation_batches(strategy_.data_rank(), strategy_.data_world_size())) {
       const Batch batch = data_.validation_batch(indices).to(strategy_.device());
       // Models draw from the batch's sample streams; the default generators get a fixed seed too,
       // for plugins that still use them.

@@ -22,6 +22,7 @@ struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
     }
     ctx->saved_data["block"] = reinterpret_cast<std::int64_t>(block);
     ctx->saved_data["rope"] = rope->rotations;
+    ctx->saved_data["sequence"] = reinterpret_cast<std::int64_t>(rope->sequence);
     ctx->saved_data["parameters"] = static_cast<std::int64_t>(parameters.size());
     const auto device_type = x.device().type();
     ctx->saved_data["autocast"] = at::autocast::is_autocast_enabled(device_type);
@@ -32,7 +33,8 @@ struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
     auto* block = reinterpret_cast<WanBlockImpl*>(ctx->saved_data["block"].toInt());
-    const RopeTables rope{ctx->saved_data["rope"].toTensor()};
+    const RopeTables rope{ctx->saved_data["rope"].toTensor(),
+                          reinterpret_cast<const wanfw::SequenceSplit*>(ctx->saved_data["sequence"].toInt())};
     const auto saved = ctx->get_saved_variables();
     std::vector<torch::Tensor> inputs;
     for (const auto& t : saved) inputs.push_back(t.detach().requires_grad_(t.requires_grad()));

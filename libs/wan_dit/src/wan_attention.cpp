@@ -43,7 +43,20 @@ torch::Tensor WanAttentionImpl::forward(const torch::Tensor& x, const torch::Ten
   auto heads = [&](const torch::Tensor& t) { return t.view({batch, t.size(1), num_heads_, -1}); };
   torch::Tensor query = heads(norm_q(q(x)));
   torch::Tensor key = heads(norm_k(k(source)));
-  const torch::Tensor value = heads(v(source));
+  torch::Tensor value = heads(v(source));
+  if (rope != nullptr && rope->sequence != nullptr) {
+    // Sequence parallel: every token of this rank's heads, attention over the whole (padded)
+    // sequence with the padding masked, then this rank's tokens of every head again.
+    const wanfw::SequenceSplit& split = *rope->sequence;
+    query = apply_rope(wanfw::sequence_to_heads(query, split.group()), *rope);
+    key = apply_rope(wanfw::sequence_to_heads(key, split.group()), *rope);
+    value = wanfw::sequence_to_heads(value, split.group());
+    torch::Tensor mask = split.key_mask(x.device());
+    if (mask.defined()) mask = mask.view({1, 1, 1, -1});
+    const torch::Tensor out = at::scaled_dot_product_attention(query.transpose(1, 2), key.transpose(1, 2),
+                                                               value.transpose(1, 2), mask);
+    return o(wanfw::heads_to_sequence(out.transpose(1, 2), split.group()).flatten(2).to(x.scalar_type()));
+  }
   if (rope != nullptr) {
     query = apply_rope(query, *rope);
     key = apply_rope(key, *rope);

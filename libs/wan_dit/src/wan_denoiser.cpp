@@ -133,6 +133,10 @@ void WanDenoiser::set_unit_runner(wanfw::UnitRunner* runner) {
   }
 }
 
+void WanDenoiser::set_sequence_group(const wanfw::DistributedSession* group) {
+  for (auto& dit : dits()) dit->set_sequence_group(group);
+}
+
 std::vector<WanDiT> WanDenoiser::dits() const {
   if (pair_) return {pair_->high_noise_model, pair_->low_noise_model};
   return {single_};

@@ -5,7 +5,9 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "wanfw/distributed.hpp"
 #include "wanfw/error.hpp"
+#include "wanfw/log.hpp"
 
 namespace wan {
 
@@ -112,6 +114,14 @@ std::vector<wanfw::ShardUnit> WanDiTImpl::shard_units(const std::string& prefix)
   return units;
 }
 
+void WanDiTImpl::set_sequence_group(const wanfw::DistributedSession* group) {
+  if (group != nullptr && config_.num_heads % group->world_size() != 0)
+    throw wanfw::Error(fmt::format("the model's {} attention heads do not split over a sequence-parallel group of {}",
+                                   config_.num_heads, group->world_size()),
+                       fmt::format("choose strategy.sequence_parallel among the divisors of {}", config_.num_heads));
+  sequence_group_ = group != nullptr && group->world_size() > 1 ? group : nullptr;
+}
+
 std::array<std::int64_t, 3> WanDiTImpl::token_grid(std::int64_t frames, std::int64_t height, std::int64_t width) const {
   const auto& p = config_.patch;
   return {frames / p[0], height / p[1], width / p[2]};
@@ -176,7 +186,23 @@ torch::Tensor WanDiTImpl::forward(const torch::Tensor& x_in, const torch::Tensor
   e0 = e0.unflatten(-1, {6, c.dim});  // [B, 6, dim] or [B, L, 6, dim]
   const torch::Tensor context = text_embedding->forward(padded_context(context_in, batch).to(dtype));
 
-  const RopeTables& rope = rope_for(grid, x.device());
+  RopeTables rope = rope_for(grid, x.device());
+  torch::Tensor e_local = e;  // the head's time embedding, for this rank's tokens
+  if (sequence_group_ != nullptr) {
+    split_.emplace(*sequence_group_, tokens);
+    if (split_logged_.insert(tokens).second)
+      wanfw::log::info("sequence parallel: ", tokens, " tokens a sample over ", sequence_group_->world_size(),
+                       " ranks, ", split_->local(), " a rank",
+                       split_->padded() == tokens ? std::string()
+                                                  : fmt::format(" ({} padding, masked)", split_->padded() - tokens));
+    x = split_->split(x);
+    if (e0.dim() == 4) e0 = split_->split(e0);  // per-token timesteps (ti2v)
+    if (e.dim() == 3) e_local = split_->split(e);
+    if (split_->padded() != tokens)  // padded tokens rotate by nothing; attention masks them
+      rope.rotations = torch::cat({rope.rotations, torch::ones({split_->padded() - tokens, rope.rotations.size(1)},
+                                                               rope.rotations.options())});
+    rope.sequence = &*split_;
+  }
   const bool checkpoint = gradient_checkpointing_ && is_training() && torch::GradMode::is_enabled();
   for (std::size_t i = 0; i < blocks->size(); ++i) {
     auto* b = blocks[i]->as<WanBlock>();
@@ -186,7 +212,8 @@ torch::Tensor WanDiTImpl::forward(const torch::Tensor& x_in, const torch::Tensor
     };
     x = wanfw::run_unit(unit_runner_, first_unit_ + i, {x, e0, context}, block).at(0);
   }
-  x = head(x, e);  // [B, L, patch_volume * out_dim]
+  x = head(x, e_local);  // [B, L, patch_volume * out_dim]
+  if (sequence_group_ != nullptr) x = split_->gather(x);
 
   // Unpatchify: (F, H, W, pt, ph, pw, C) -> (C, F*pt, H*ph, W*pw).
   const auto& p = c.patch;

@@ -40,6 +40,15 @@ std::vector<wanfw::ParameterGroup> WanFlowMatchingModel::parameter_groups() {
   return {wan::adapter_group(*module(), settings_.lora)};
 }
 
+bool WanFlowMatchingModel::set_sequence_group(const wanfw::DistributedSession* group) {
+  if (group != nullptr && denoiser_.has_lora() && settings_.lora.dropout > 0)
+    throw wanfw::Error("LoRA dropout draws its masks over each sample's whole token sequence, which sequence "
+                       "parallelism splits across ranks",
+                       "set model.lora.dropout: 0, or strategy.sequence_parallel: 1");
+  denoiser_.set_sequence_group(group);
+  return true;
+}
+
 std::vector<std::pair<std::string, at::Tensor>> WanFlowMatchingModel::checkpoint_tensors() {
   if (!denoiser_.has_lora()) return wanfw::Model::checkpoint_tensors();
   return wan::adapter_parameters(*module());

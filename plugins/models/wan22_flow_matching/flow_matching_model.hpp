@@ -61,6 +61,9 @@ class WanFlowMatchingModel final : public wanfw::Model {
   /// Each DiT block a unit (fsdp).
   std::vector<wanfw::ShardUnit> shard_units() override { return denoiser_.shard_units(); }
   void set_unit_runner(wanfw::UnitRunner* runner) override { denoiser_.set_unit_runner(runner); }
+  /// Each sample's tokens split over `group` (Ulysses); refused with LoRA dropout, whose masks
+  /// are drawn over whole sequences.
+  bool set_sequence_group(const wanfw::DistributedSession* group) override;
   /// "latents": the first sample's latent video drawn with `preview_steps` guided Euler steps, as
   /// a strip of frames in false colour (latent channels 0-2 as RGB, each scaled to its range).
   std::map<std::string, at::Tensor> preview(const wanfw::Batch& batch, std::uint64_t seed) override;

@@ -13,6 +13,7 @@
 #include "wanfw/error.hpp"
 #include "wanfw/plugin.hpp"
 #include "wanfw/process_group_options.hpp"
+#include "wanfw/sequence_parallel.hpp"
 
 namespace {
 
@@ -24,26 +25,33 @@ struct DdpSettings {
   std::size_t first_bucket_bytes = 0;
   bool find_unused_parameters = false;
   bool broadcast_buffers = true;
+  int sequence_parallel = 1;
 };
 
 class DdpStrategy final : public wanfw::Strategy {
  public:
   DdpStrategy(const DdpSettings& settings, std::unique_ptr<wanfw::DistributedSession> session)
-      : settings_(settings), session_(std::move(session)), pg_(session_->process_group()) {}
+      : settings_(settings),
+        session_(std::move(session)),
+        pg_(session_->process_group()),
+        sequence_(*session_, settings.sequence_parallel) {}
 
   ~DdpStrategy() override {
     logger_.reset();  // before the reducer, which it reports on
     reducer_.reset();
   }
 
-  std::string describe() const override { return "ddp: " + session_->describe(); }
+  std::string describe() const override { return "ddp: " + session_->describe() + sequence_.describe(); }
 
   c10::Device device() const override { return session_->device(); }
   int rank() const override { return session_->rank(); }
   int world_size() const override { return session_->world_size(); }
+  int data_rank() const override { return sequence_.data_rank(); }
+  int data_world_size() const override { return sequence_.data_world_size(); }
 
   void setup(wanfw::Model& model) override {
     model.module()->to(device());
+    sequence_.attach(model);
     for (auto& [name, tensor] : model.trainable_parameters()) {
       names_.push_back(name);
       parameters_.push_back(tensor);
@@ -108,6 +116,9 @@ class DdpStrategy final : public wanfw::Strategy {
   std::vector<double> broadcast(std::vector<double> values) override { return session_->broadcast(std::move(values)); }
 
   void barrier() override { session_->barrier(); }
+  // Evaluation (validation, the main process's previews) runs whole sequences.
+  void begin_evaluation(wanfw::Model& model) override { sequence_.detach(model); }
+  void end_evaluation(wanfw::Model& model) override { sequence_.attach(model); }
 
  private:
   // A parameter without a gradient leaves its bucket unreduced on this rank while the others
@@ -133,6 +144,7 @@ class DdpStrategy final : public wanfw::Strategy {
   std::shared_ptr<c10d::Logger> logger_;
   std::vector<std::string> names_;
   std::vector<at::Tensor> parameters_, buffers_;
+  wanfw::SequenceGroups sequence_;  ///< sequence parallelism: the ranks sharing each sample
 };
 
 std::unique_ptr<wanfw::Strategy> make_strategy(const wanfw::Options& o, const wanfw::PluginContext& ctx) {
@@ -143,6 +155,8 @@ std::unique_ptr<wanfw::Strategy> make_strategy(const wanfw::Options& o, const wa
   s.first_bucket_bytes = static_cast<std::size_t>(first * (1 << 20));
   s.find_unused_parameters = o.boolean("find_unused_parameters");
   s.broadcast_buffers = o.boolean("broadcast_buffers");
+  s.sequence_parallel = static_cast<int>(o.integer("sequence_parallel"));
+  if (s.sequence_parallel < 1) o.fail("sequence_parallel", "must be at least 1");
   return std::make_unique<DdpStrategy>(s, wanfw::DistributedSession::join(wanfw::process_group_options(o, ctx)));
 }
 

@@ -23,6 +23,8 @@ std::unique_ptr<wanfw::Strategy> make_strategy(const wanfw::Options& o, const wa
   s.runner.compute = dtype_named(o.string("param_dtype"), ctx.dtype);
   s.runner.reduce = o.string("reduce_dtype") == "bfloat16" ? at::kBFloat16 : at::kFloat;
   s.runner.prefetch = o.boolean("prefetch");
+  s.sequence_parallel = static_cast<int>(o.integer("sequence_parallel"));
+  if (s.sequence_parallel < 1) o.fail("sequence_parallel", "must be at least 1");
   return std::make_unique<wanfw_fsdp::FsdpStrategy>(
       s, wanfw::DistributedSession::join(wanfw::process_group_options(o, ctx)));
 }

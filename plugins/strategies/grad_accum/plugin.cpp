@@ -22,6 +22,8 @@ class GradAccumStrategy final : public wanfw::Strategy {
   c10::Device device() const override { return inner_->device(); }
   int rank() const override { return inner_->rank(); }
   int world_size() const override { return inner_->world_size(); }
+  int data_rank() const override { return inner_->data_rank(); }
+  int data_world_size() const override { return inner_->data_world_size(); }
   int accumulation_steps() const override { return steps_ * inner_->accumulation_steps(); }
   wanfw::StepOutput micro_step(wanfw::Model& model, const wanfw::Batch& batch,
                                const wanfw::MicroStep& micro) override {

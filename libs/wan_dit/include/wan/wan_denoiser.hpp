@@ -82,6 +82,8 @@ class WanDenoiser {
   /// Runs the blocks through `runner` (null: directly). Throws wanfw::Error for both experts,
   /// whose blocks run or not by the samples' timesteps, unlike on other ranks.
   void set_unit_runner(wanfw::UnitRunner* runner);
+  /// Every DiT splits each sample's tokens over `group` (WanDiTImpl::set_sequence_group).
+  void set_sequence_group(const wanfw::DistributedSession* group);
   /// The sigma range this network is trained on: [0, 1], or one expert's side of the boundary.
   std::pair<double, double> sigma_range() const;
   Expert expert() const { return expert_; }

@@ -6,6 +6,7 @@
 #include <array>
 #include <map>
 #include <optional>
+#include <set>
 #include <tuple>
 
 #include <torch/nn/cloneable.h>
@@ -17,6 +18,7 @@
 
 #include "wan/wan_config.hpp"
 #include "wan/wan_linear.hpp"
+#include "wanfw/sequence_parallel.hpp"
 #include "wanfw/sharded_units.hpp"
 
 namespace wan {
@@ -39,6 +41,9 @@ TORCH_MODULE(WanRMSNorm);
 /// out in float64, the rotation applied in float32).
 struct RopeTables {
   torch::Tensor rotations;
+  /// Sequence parallelism: the split of the tokens over the group (self-attention exchanges them
+  /// for heads and back; `rotations` then covers the padded sequence). Null: whole sequences.
+  const wanfw::SequenceSplit* sequence = nullptr;
 };
 
 /// Multi-head attention with q/k RMSNorm; self-attention applies RoPE, cross-attention does not.
@@ -133,6 +138,12 @@ class WanDiTImpl : public torch::nn::Cloneable<WanDiTImpl> {
   }
   /// The blocks as units, their parameters named with `prefix` (the DiT's name in the trained module).
   std::vector<wanfw::ShardUnit> shard_units(const std::string& prefix);
+  /// Sequence parallelism (wanfw/sequence_parallel.hpp): each sample's tokens split over `group`
+  /// after the patch embedding, the blocks and head run on this rank's share, self-attention over
+  /// every token through two all-to-alls (the padding masked), the outputs gathered before
+  /// unpatchifying. Null: whole sequences. Throws wanfw::Error when the heads do not divide
+  /// over the group.
+  void set_sequence_group(const wanfw::DistributedSession* group);
   const WanConfig& config() const { return config_; }
   /// Tokens of a latent of F x H x W after patching.
   std::array<std::int64_t, 3> token_grid(std::int64_t frames, std::int64_t height, std::int64_t width) const;
@@ -154,6 +165,9 @@ class WanDiTImpl : public torch::nn::Cloneable<WanDiTImpl> {
   WanPlacement placement_;
   bool gradient_checkpointing_ = false;
   wanfw::UnitRunner* unit_runner_ = nullptr;
+  const wanfw::DistributedSession* sequence_group_ = nullptr;
+  std::optional<wanfw::SequenceSplit> split_;  ///< the last forward's (its backward reads it)
+  std::set<std::int64_t> split_logged_;         ///< token counts whose split was logged
   std::size_t first_unit_ = 0;
   std::array<torch::Tensor, 3> rope_angles_;  ///< [max_positions, part / 2] float64, per axis
   std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::string>, RopeTables> rope_cache_;

@@ -13,7 +13,7 @@
 namespace wanfw_fsdp {
 
 FsdpStrategy::FsdpStrategy(FsdpSettings settings, std::unique_ptr<wanfw::DistributedSession> session)
-    : settings_(settings), session_(std::move(session)) {
+    : settings_(settings), session_(std::move(session)), sequence_(*session_, settings.sequence_parallel) {
   rest_.name = "the rest";
 }
 
@@ -21,10 +21,11 @@ FsdpStrategy::FsdpStrategy(FsdpSettings settings, std::unique_ptr<wanfw::Distrib
 // unit after training: its runner pointer is left as it is.
 FsdpStrategy::~FsdpStrategy() = default;
 
-std::string FsdpStrategy::describe() const { return "fsdp: " + session_->describe(); }
+std::string FsdpStrategy::describe() const { return "fsdp: " + session_->describe() + sequence_.describe(); }
 
 void FsdpStrategy::setup(wanfw::Model& model) {
   model.module()->to(device());
+  sequence_.attach(model);
   session_->guarded("giving every rank rank 0's initial weights", [&] {
     std::vector<at::Tensor> state;
     for (const auto& p : model.module()->parameters()) state.push_back(p);
@@ -193,15 +194,17 @@ void FsdpStrategy::after_optimizer_step(wanfw::Model& model, const wanfw::Optimi
                    "), ", gradients, " bytes of gradients and ", state, " bytes of optimizer state");
 }
 
-void FsdpStrategy::begin_evaluation(wanfw::Model&) {
+void FsdpStrategy::begin_evaluation(wanfw::Model& model) {
   session_->guarded("gathering the weights for evaluation", [&] {
     for (auto& unit : units_) unit.gather(settings_.runner.compute);
     rest_.gather(settings_.runner.compute);
   });
   runner_->hold(true);
+  sequence_.detach(model);  // whole sequences: the main process alone draws previews
 }
 
-void FsdpStrategy::end_evaluation(wanfw::Model&) {
+void FsdpStrategy::end_evaluation(wanfw::Model& model) {
+  sequence_.attach(model);
   runner_->hold(false);
   for (auto& unit : units_) unit.release();
   rest_.release();

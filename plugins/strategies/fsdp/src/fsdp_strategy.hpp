@@ -15,12 +15,14 @@
 #include "sharded_unit.hpp"
 #include "unit_runner.hpp"
 #include "wanfw/distributed.hpp"
+#include "wanfw/sequence_parallel.hpp"
 #include "wanfw/strategy.hpp"
 
 namespace wanfw_fsdp {
 
 struct FsdpSettings {
   RunnerSettings runner;
+  int sequence_parallel = 1;
 };
 
 class FsdpStrategy final : public wanfw::Strategy {
@@ -33,6 +35,8 @@ class FsdpStrategy final : public wanfw::Strategy {
   c10::Device device() const override { return session_->device(); }
   int rank() const override { return session_->rank(); }
   int world_size() const override { return session_->world_size(); }
+  int data_rank() const override { return sequence_.data_rank(); }
+  int data_world_size() const override { return sequence_.data_world_size(); }
   wanfw::StepOutput micro_step(wanfw::Model& model, const wanfw::Batch& batch, const wanfw::MicroStep& micro) override;
   std::vector<double> all_reduce(std::vector<double> values, wanfw::Reduce op) override {
     return session_->all_reduce(std::move(values), op);
@@ -68,6 +72,7 @@ class FsdpStrategy final : public wanfw::Strategy {
 
   FsdpSettings settings_;
   std::unique_ptr<wanfw::DistributedSession> session_;
+  wanfw::SequenceGroups sequence_;  ///< sequence parallelism: the ranks sharing each sample
   std::vector<ShardedUnit> units_;
   ShardedUnit rest_;
   std::unique_ptr<UnitRunner> runner_;
