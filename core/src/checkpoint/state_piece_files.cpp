@@ -4,6 +4,7 @@
 #include <map>
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
@@ -117,8 +118,8 @@ class PieceRows final : public CheckpointRows {
       const SafetensorsFile& file = open(p.file);
       if (!file.contains(name) || file.record(name).shape != piece_shape(e.shape, p.begin, p.end) ||
           file.record(name).dtype_name != e.dtype)
-        throw FileError(fmt::format("{}: tensor '{}' is not the piece of rows [{}, {}) of {} {} that {} lists",
-                                    p.file.string(), name, p.begin, p.end, e.dtype, c10::str(e.shape),
+        throw FileError(fmt::format("{}: tensor '{}' is not the piece of rows [{}, {}) of {} [{}] that {} lists",
+                                    p.file.string(), name, p.begin, p.end, e.dtype, fmt::join(e.shape, ", "),
                                     index_.filename().string()),
                         kDamaged);
       const at::Tensor piece = file.tensor(name);

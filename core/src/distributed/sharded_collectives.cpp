@@ -44,21 +44,6 @@ void require_pieces(const at::Tensor& whole, const at::Tensor& piece, std::int64
 
 }  // namespace
 
-void DistributedSession::all_gather(const at::Tensor& output, const at::Tensor& input) const {
-  const char* what = "an all-gather";
-  const std::int64_t world = impl_->env.world_size;
-  require_pieces(output, input, world, impl_->device, what, "output", "input");
-  at::NoGradGuard no_grad;
-  if (world == 1) {
-    output.view(-1).copy_(input.view(-1));
-    return;
-  }
-  guarded(what, [&] {
-    at::Tensor out = output.view(-1), in = input.view(-1);
-    impl_->pg->_allgather_base(out, in)->wait();
-  });
-}
-
 struct DistributedSession::PendingGather::Work {
   c10::intrusive_ptr<c10d::Work> work;
 };
@@ -104,6 +89,10 @@ DistributedSession::PendingGather& DistributedSession::PendingGather::operator=(
     work_ = std::move(other.work_);
   }
   return *this;
+}
+
+void DistributedSession::all_gather(const at::Tensor& output, const at::Tensor& input) const {
+  start_all_gather(output, input).wait();
 }
 
 void DistributedSession::PendingGather::wait() {

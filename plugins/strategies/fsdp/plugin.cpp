@@ -1,7 +1,7 @@
 // Strategy `fsdp`: fully sharded data parallel (ZeRO-3) on c10d — Gloo on CPUs, NCCL on GPUs;
 // started by torchrun or srun like ddp. src/fsdp_strategy.hpp says how it works.
 
-#include "src/fsdp_strategy.hpp"
+#include "fsdp_strategy.hpp"
 #include "wanfw/plugin.hpp"
 #include "wanfw/process_group_options.hpp"
 
