@@ -82,6 +82,7 @@ def remove(checkpoint):
     checkpoint.rmdir()
 
 
+@pytest.mark.every_vector_unit
 def test_a_run_stopped_on_four_ranks_resumes_on_two_and_on_one_as_the_uninterrupted_run(tmp_path):
     model = tiny_wan("t2v")
     six = {"trainer": {"max_steps": 6}, "checkpoint": {"every": 3}}
@@ -107,6 +108,7 @@ def test_a_run_stopped_on_four_ranks_resumes_on_two_and_on_one_as_the_uninterrup
         print(f"resumed on {ranks} rank(s) vs 4: {c}")
 
 
+@pytest.mark.every_vector_unit
 def test_a_ddp_checkpoint_resumes_under_fsdp_and_a_sharded_one_exports_the_official_layout(tmp_path):
     model = tiny_wan("t2v")
     six = {"trainer": {"max_steps": 6}, "checkpoint": {"every": 3}}

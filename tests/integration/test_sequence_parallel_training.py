@@ -29,10 +29,11 @@ def test_sequence_parallel_groups_train_to_the_losses_and_weights_of_whole_seque
     for name, (strategy, batch, ranks, options) in LAYOUTS.items():
         split = run_on(tmp_path, name, strategy, batch, {**model, **options}, ranks, data=ODD)
         print(f"{task} {name}: {assert_same_training(split, reference, lr=LR, tolerance=tolerance)}")
-        # Each sample counts once: the logged loss is the whole sequences' (a step's loss is a mean of
-        # squared errors, computed in float32 from the same predictions up to rounding).
+        # Each sample counts once: the logged loss is the whole sequences'. A loss is a forward pass's
+        # output, so the two agree to the forward rounding equivalence.py derives (relative, the same
+        # bound as the gradients'); the weights' own differences add far less (1e-7 relative, above).
         split_losses = [float(r["loss"]) for r in metrics(tmp_path, name)]
-        assert split_losses == pytest.approx(losses, rel=1e-5), (name, split_losses, losses)
+        assert split_losses == pytest.approx(losses, rel=tolerance), (name, split_losses, losses)
 
 
 def test_a_group_size_that_does_not_divide_the_heads_is_refused_on_every_rank(tmp_path):

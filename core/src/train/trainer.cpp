@@ -106,20 +106,16 @@ fs::path Trainer::save_checkpoint() {
   state_.samples_in_epoch = loader_->samples_before(state_.epoch, state_.batch_in_epoch);
   if (sample_log_) sample_log_->flush();
   fs::path path;
-  if (strategy_->shards_state()) {  // every rank writes its pieces
+  if (strategy_->shards_state()) {  // every rank writes its pieces, in collective phases
     path = checkpoints_.save_pieces(state_, strategy_->state_pieces(*model_, optimizer_->adamw()), *strategy_,
                                     settings_.checkpoint.keep_last);
-    last_checkpoint_ = path;
-    return path;
-  }
-  strategy_->barrier();
-  if (strategy_->is_main()) {
-    path = checkpoints_.save(state_, *model_, optimizer_->adamw(), settings_.checkpoint.keep_last);
-    spdlog::debug("checkpoint written: {}", path.string());
   } else {
-    path = checkpoints_.folder() / fmt::format("step-{:08d}", state_.step);
+    strategy_->barrier();
+    path = strategy_->is_main() ? checkpoints_.save(state_, *model_, optimizer_->adamw(), settings_.checkpoint.keep_last)
+                                : checkpoints_.folder() / fmt::format("step-{:08d}", state_.step);
+    strategy_->barrier();
   }
-  strategy_->barrier();
+  spdlog::debug("checkpoint written: {}", path.string());
   last_checkpoint_ = path;
   return path;
 }

@@ -36,18 +36,18 @@ void FsdpStrategy::setup(wanfw::Model& model) {
   runner_ = std::make_unique<UnitRunner>(units_, settings_.runner);
   if (!units_.empty()) model.set_unit_runner(runner_.get());
 
-  std::int64_t kept = 0, whole = 0;
+  std::int64_t kept = 0;
   for (FlatShard* flat : flats()) {
     kept += flat->shard_bytes();
     for (std::size_t i = 0; i < flat->layout().size(); ++i) {
       const auto& s = flat->layout().shard(i);
-      whole += s.rows * s.row_numel * static_cast<std::int64_t>(flat->shard().element_size());
+      model_bytes_ += s.rows * s.row_numel * static_cast<std::int64_t>(flat->shard().element_size());
     }
   }
   if (is_main())
     wanfw::log::info("fsdp: ", units_.size(), " unit(s) and the rest in ", flats().size(), " flat shard(s) over ",
                      world_size(), " ranks; each rank keeps ", fmt::format("{:.1f}", kept / 1048576.0), " of ",
-                     fmt::format("{:.1f}", whole / 1048576.0), " MiB of parameters",
+                     fmt::format("{:.1f}", model_bytes_ / 1048576.0), " MiB of parameters",
                      units_.empty() ? " (the model declares no units: all are gathered for each step)" : "");
 }
 
@@ -175,13 +175,8 @@ void FsdpStrategy::after_optimizer_step(wanfw::Model& model, const wanfw::Optimi
   if (step.step != 1 || step.optimizer == nullptr) return;
   // Bytes held between steps, counted from the tensors themselves: the module's parameters (empty
   // while released), the shards, their gradients and the optimizer's state.
-  std::int64_t module = 0, shards = 0, gradients = 0, state = 0, whole = 0;
-  for (const at::Tensor& p : model.module()->parameters()) {
-    module += static_cast<std::int64_t>(p.storage().nbytes());
-    const FlatShard* flat = place_of_.at(p.unsafeGetTensorImpl()).flat;
-    const wanfw::RowShard& s = flat->layout().shard(place_of_.at(p.unsafeGetTensorImpl()).index);
-    whole += s.rows * s.row_numel * static_cast<std::int64_t>(flat->shard().element_size());
-  }
+  std::int64_t module = 0, shards = 0, gradients = 0, state = 0;
+  for (const at::Tensor& p : model.module()->parameters()) module += static_cast<std::int64_t>(p.storage().nbytes());
   for (FlatShard* flat : flats()) {
     shards += flat->shard_bytes();
     if (flat->shard().grad().defined()) gradients += flat->shard_bytes();
@@ -190,7 +185,7 @@ void FsdpStrategy::after_optimizer_step(wanfw::Model& model, const wanfw::Optimi
     const auto& s = static_cast<const torch::optim::AdamWParamState&>(*slot);
     state += s.exp_avg().nbytes() + s.exp_avg_sq().nbytes();
   }
-  wanfw::log::info("fsdp: rank ", rank(), " holds ", shards + module, " bytes of parameters (the model has ", whole,
+  wanfw::log::info("fsdp: rank ", rank(), " holds ", shards + module, " bytes of parameters (the model has ", model_bytes_,
                    "), ", gradients, " bytes of gradients and ", state, " bytes of optimizer state");
 }
 

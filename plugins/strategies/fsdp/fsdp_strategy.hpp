@@ -80,6 +80,7 @@ class FsdpStrategy final : public wanfw::Strategy {
   std::map<const void*, int> group_of_;      ///< parameter -> its group's index (trainable ones)
   std::map<const void*, Place> place_of_;    ///< parameter -> where it lives
   std::map<const FlatShard*, int> flat_group_;  ///< trainable flat -> its group's index
+  std::int64_t model_bytes_ = 0;  ///< every parameter's bytes, whole (padding excluded)
 };
 
 }  // namespace wanfw_fsdp
