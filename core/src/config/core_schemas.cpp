@@ -63,7 +63,14 @@ const std::vector<std::pair<std::string, OptionSchema>>& core_schemas() {
             .doc("The global batch `lr` was tuned for; 0 means data.batch_size (one device, no accumulation)."),
         option("betas", T::NumberList).value("[0.9, 0.999]").doc("AdamW beta1 and beta2."),
         option("eps", T::Number).value("1e-8").doc("AdamW epsilon."),
-        option("weight_decay", T::Number).value("0.01").doc("Decoupled weight decay.")}},
+        option("weight_decay", T::Number).value("0.01").doc("Decoupled weight decay."),
+        option("implementation", T::Choice)
+            .value("auto")
+            .choices({"auto", "fused", "per_tensor"})
+            .doc("fused: ATen's fused multi-tensor AdamW kernel (one pass over each parameter, its gradient and moments); "
+                 "per_tensor: torch::optim::AdamW's loop over tensors (the reference); auto: fused where the device "
+                 "has the kernel (CPU, CUDA), else per_tensor. Both keep the same state: checkpoints resume under "
+                 "either.")}},
       {"scheduler",
        {option("warmup_steps", T::Integer).value("0").doc("Linear warm-up from 0 to lr over this many steps."),
         option("decay", T::Choice)
@@ -119,8 +126,10 @@ const std::vector<std::pair<std::string, OptionSchema>>& core_schemas() {
       {"precision",
        {option("mode", T::Choice)
             .value("fp32")
-            .choices({"fp32", "bf16", "fp16"})
-            .doc("fp32; bf16 autocast over float32 weights; fp16 autocast with dynamic loss scaling (steps whose "
+            .choices({"fp32", "bf16", "bf16_weights", "fp16"})
+            .doc("fp32; bf16 autocast over float32 weights; bf16_weights: autocast over bf16 trainable weights (no "
+                 "cast per use, bf16 gradients reduced in bf16) with fp32 master weights and AdamW state in the "
+                 "optimizer, which checkpoints keep; fp16 autocast with dynamic loss scaling (steps whose "
                  "gradients overflow are skipped and the scale backs off; its state is checkpointed)."),
         option("init_scale", T::Number).value("65536").doc("fp16: the first loss scale."),
         option("growth_factor", T::Number).value("2.0").doc("fp16: scale multiplier after growth_interval clean steps."),

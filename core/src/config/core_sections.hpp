@@ -42,6 +42,7 @@ struct OptimizerSettings {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.01;
+  std::string implementation;  ///< auto | fused | per_tensor
 };
 
 struct SchedulerSettings {

@@ -86,6 +86,7 @@ CoreSettings CoreSettings::from(Config& config) {
   s.optimizer.beta2 = betas[1];
   s.optimizer.eps = optimizer.number("eps");
   s.optimizer.weight_decay = optimizer.number("weight_decay");
+  s.optimizer.implementation = optimizer.string("implementation");
   if (!(s.optimizer.lr > 0)) optimizer.fail("lr", "must be positive");
   s.optimizer.lr_scaling = optimizer.string("lr_scaling");
   s.optimizer.lr_reference_batch = optimizer.integer("lr_reference_batch");

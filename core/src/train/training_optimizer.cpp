@@ -1,6 +1,9 @@
 #include "train/training_optimizer.hpp"
 
 #include <cmath>
+#include <set>
+
+#include <ATen/core/dispatch/Dispatcher.h>
 
 #include <ATen/ops/_fused_adamw.h>
 #include <fmt/format.h>
@@ -39,11 +42,33 @@ TrainingOptimizer::TrainingOptimizer(std::vector<ParameterGroup> model_groups, c
   }
   if (parameters_.empty())
     throw Error("the model has no trainable parameters", "check the model plugin's parameter_groups()");
+  std::set<c10::DeviceType> types;
+  for (const at::Tensor& p : parameters_) types.insert(p.device().type());
+  std::string without;  // device types ATen has no fused kernel for
+  for (const c10::DeviceType type : types) {
+    devices_ += (devices_.empty() ? "" : ", ") + c10::DeviceTypeName(type, /*lower_case=*/true);
+    if (!fused_kernel_available(type)) without += (without.empty() ? "" : ", ") + c10::DeviceTypeName(type, true);
+  }
+  if (o.implementation == "fused" && !without.empty())
+    throw Error(fmt::format("optimizer.implementation is fused, but ATen has no fused AdamW kernel for {} tensors", without),
+                "set optimizer.implementation to auto or per_tensor");
+  fused_ = o.implementation != "per_tensor" && without.empty();
   adamw_ = std::make_unique<torch::optim::AdamW>(
       std::move(groups), torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weight_decay));
 }
 
 TrainingOptimizer::~TrainingOptimizer() = default;
+
+bool TrainingOptimizer::fused_kernel_available(c10::DeviceType device) {
+  const auto op = c10::Dispatcher::singleton().findSchema({"aten::_fused_adamw_", ""});
+  return op.has_value() &&
+         op->hasKernelForDispatchKey(c10::computeDispatchKey(at::kFloat, at::kStrided, c10::Device(device)));
+}
+
+std::string TrainingOptimizer::describe() const {
+  return fused_ ? fmt::format("AdamW: ATen's fused multi-tensor kernel ({})", devices_)
+                : fmt::format("AdamW: torch::optim::AdamW's per-tensor loop ({})", devices_);
+}
 
 std::string TrainingOptimizer::describe_groups() const {
   if (group_names_.size() < 2) return {};
@@ -73,6 +98,11 @@ std::map<std::string, double> TrainingOptimizer::group_learning_rates(double lr)
 void TrainingOptimizer::zero_grad() { adamw_->zero_grad(/*set_to_none=*/true); }
 
 void TrainingOptimizer::step() {
+  if (fused_) fused_step();
+  else adamw_->step();
+}
+
+void TrainingOptimizer::fused_step() {
   // AdamW as ATen's fused multi-tensor kernel (one pass over each parameter, its gradient and its
   // two moments), on the state torch::optim::AdamW keeps, so checkpoints read and restore it as
   // before. Tensors go to the kernel in runs of one device and dtype within a parameter group.
@@ -93,6 +123,7 @@ void TrainingOptimizer::step() {
       }
       auto& s = static_cast<torch::optim::AdamWParamState&>(*slot);
       s.step(s.step() + 1);
+      if (p.numel() == 0) continue;  // nothing to update (the kernel's fast path refuses an empty last tensor)
       FusedRun& run = runs[{p.device().str(), p.scalar_type()}];
       run.params.push_back(p);
       run.grads.push_back(p.grad());
