@@ -1,5 +1,6 @@
 #include <torch/torch.h>
 
+#include "wan/attention_backend.hpp"
 #include "wan/block_ops.hpp"
 #include "wan/wan_dit.hpp"
 
@@ -53,6 +54,7 @@ torch::Tensor WanAttentionImpl::forward(const torch::Tensor& x, const torch::Ten
     value = wanfw::sequence_to_heads(value, split.group());
     torch::Tensor mask = split.key_mask(x.device());
     if (mask.defined()) mask = mask.view({1, 1, 1, -1});
+    check_attention_kernel(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), mask);
     const torch::Tensor out = at::scaled_dot_product_attention(query.transpose(1, 2), key.transpose(1, 2),
                                                                value.transpose(1, 2), mask);
     return o(wanfw::heads_to_sequence(out.transpose(1, 2), split.group()).flatten(2).to(x.scalar_type()));
@@ -62,6 +64,7 @@ torch::Tensor WanAttentionImpl::forward(const torch::Tensor& x, const torch::Ten
     key = apply_rope(key, *rope);
   }
   // [B, L, H, D] -> [B, H, L, D] for the fused attention kernels.
+  check_attention_kernel(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), {});
   const torch::Tensor out = at::scaled_dot_product_attention(query.transpose(1, 2), key.transpose(1, 2),
                                                              value.transpose(1, 2));
   return o(out.transpose(1, 2).flatten(2).to(x.scalar_type()));

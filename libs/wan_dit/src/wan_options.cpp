@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "wan/attention_backend.hpp"
 #include "wanfw/error.hpp"
 
 namespace wan {
@@ -137,6 +138,15 @@ std::vector<double> validation_timesteps_from(const wanfw::Options& o, const Tim
     o.fail("validation_timesteps", fmt::format("none of [{}] lies in the trained range [{}, {}]", fmt::join(given, ", "),
                                                s.min_sigma * 1000, s.max_sigma * 1000));
   return kept;
+}
+
+wanfw::OptionSpec attention_option() {
+  return wanfw::option("attention", T::Choice)
+      .value("auto")
+      .choices(attention_backend_names())
+      .doc("Scaled-dot-product attention kernel: auto lets ATen choose per call (flash or cuDNN for bf16/fp16 on a "
+           "GPU, memory-efficient where they do not apply, math last); flash, efficient, cudnn or math runs only "
+           "that one, and a call it cannot take stops the run naming it. The kernel used is logged.");
 }
 
 std::vector<wanfw::OptionSpec> sampler_options(double guidance, const std::string& guidance_doc,

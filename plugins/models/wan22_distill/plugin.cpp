@@ -13,6 +13,7 @@
 #include "frozen_teacher.hpp"
 #include "negative_context.hpp"
 #include "student_init.hpp"
+#include "wan/attention_backend.hpp"
 #include "wan/gpu_memory.hpp"
 #include "wan/lora_files.hpp"
 #include "wan/wan_options.hpp"
@@ -128,6 +129,7 @@ torch::Dtype dtype_of(const wanfw::Options& o, const char* name) {
 
 std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::PluginContext& ctx) {
   const Networks n = networks_from(o);
+  wan::use_attention_backend(wan::parse_attention_backend(o.string("attention")));
   wan_distill::DistillSettings settings = settings_from(o, n, true);
   const std::string teacher_weights = o.string("teacher_weights");
   if (teacher_weights.empty())
@@ -239,6 +241,7 @@ wanfw::PluginDescriptor describe() {
           .choices({"float32", "bfloat16"})
           .doc("Dtype of the student's weights and activations."),
       option("gradient_checkpointing", T::Boolean).value("false").doc("Recompute the student's blocks in backward."),
+      wan::attention_option(),
       option("task", T::Choice)
           .value("t2v")
           .choices({"t2v", "ti2v", "i2v"})

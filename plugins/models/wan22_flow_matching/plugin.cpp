@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include "flow_matching_model.hpp"
+#include "wan/attention_backend.hpp"
 #include "wan/gpu_memory.hpp"
 #include "wan/wan_options.hpp"
 #include "wan/wan_weights.hpp"
@@ -65,6 +66,7 @@ FlowMatchingSettings settings_from(const wanfw::Options& o, const wan::WanConfig
 
 std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::PluginContext& ctx) {
   const wan::WanConfig config = config_from(o);
+  wan::use_attention_backend(wan::parse_attention_backend(o.string("attention")));
   // Built where it will train, in the weights' dtype, part by part: the checkpoint is then copied
   // straight into the final parameters, never held whole in fp32 on the CPU.
   const wan::WanPlacement placement{ctx.device, o.string("dtype") == "bfloat16" ? torch::kBFloat16 : torch::kFloat32};
@@ -142,6 +144,7 @@ wanfw::PluginDescriptor describe() {
       option("gradient_checkpointing", T::Boolean)
           .value("false")
           .doc("Recompute each block in backward instead of storing its activations."),
+      wan::attention_option(),
   };
   d.options.insert(d.options.end(), rest.begin(), rest.end());
   const auto lora = wan::lora_options("the DiT (each expert its own)");

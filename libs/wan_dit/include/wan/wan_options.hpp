@@ -52,6 +52,9 @@ std::vector<wanfw::OptionSpec> lora_options(const std::string& trained);
 /// adapter file that is missing, an expert the model does not have: errors pointing at them).
 LoraSettings lora_settings_from(const wanfw::Options& options, const WanConfig& config, Expert expert);
 
+/// `attention`: the scaled-dot-product attention kernel the DiT runs (wan/attention_backend.hpp).
+wanfw::OptionSpec attention_option();
+
 /// Option `name` ("FxHxW") as a bucket; nothing when empty; an error pointing at it otherwise.
 std::optional<wanfw::Bucket> bucket_option(const wanfw::Options& options, const char* name);
 
