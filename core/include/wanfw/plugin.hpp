@@ -61,7 +61,7 @@ struct PluginContext {
   /// build its weights where they will live. Strategies are built first and choose it: for them
   /// it is the CPU.
   c10::Device device{c10::kCPU};
-  /// The precision the run computes in: kFloat (fp32), kBFloat16 (bf16 autocast), kHalf (fp16).
+  /// The precision the run computes in: kFloat (fp32), kBFloat16 (bf16 and bf16_weights), kHalf (fp16).
   at::ScalarType dtype = at::kFloat;
   /// Builds the strategy described by the subsection `key` of this plugin's section (a strategy
   /// that wraps another, like grad_accum's `inner`). The key must be listed in
@@ -79,6 +79,8 @@ struct TrainingLayout {
   std::int64_t batch_size = 1;       ///< samples a rank takes per micro-batch (data.batch_size)
   std::vector<std::int64_t> latent;  ///< the largest bucket's frames, height, width; empty when the config names none
   at::ScalarType dtype = at::kFloat; ///< what precision.mode computes in
+  /// precision.mode bf16_weights: trained weights and gradients in bf16, fp32 masters and AdamW state.
+  bool master_weights = false;
   /// True when the strategy shards parameters, gradients and optimizer state across the GPUs.
   bool sharded() const { return strategy == "fsdp"; }
 };

@@ -1,6 +1,7 @@
 #pragma once
-// Numeric precision of training, shared by every strategy: fp32; bf16 (autocast); fp16
-// (autocast plus a dynamic loss scaler that skips steps whose gradients overflow).
+// Numeric precision of training, shared by every strategy: fp32; bf16 (autocast); bf16_weights
+// (autocast over bf16 trainable weights, fp32 master weights in the optimizer); fp16 (autocast plus
+// a dynamic loss scaler that skips steps whose gradients overflow).
 
 #include <cstdint>
 #include <optional>
@@ -12,7 +13,7 @@
 
 namespace wanfw {
 
-enum class PrecisionMode { FP32, BF16, FP16 };
+enum class PrecisionMode { FP32, BF16, FP16, BF16Weights };
 PrecisionMode parse_precision(const std::string& name);
 const char* precision_name(PrecisionMode mode);
 
@@ -36,6 +37,8 @@ class Precision {
 
   PrecisionMode mode() const { return options_.mode; }
   bool scales_loss() const { return options_.mode == PrecisionMode::FP16; }
+  /// Whether the model's trainable weights are bf16, with fp32 masters in the optimizer.
+  bool keeps_master_weights() const { return options_.mode == PrecisionMode::BF16Weights; }
 
   /// Enables autocast (bf16 or fp16) on `device`'s type for its lifetime; does nothing in fp32.
   class AutocastScope {

@@ -15,13 +15,15 @@ PrecisionMode parse_precision(const std::string& name) {
   if (name == "fp32") return PrecisionMode::FP32;
   if (name == "bf16") return PrecisionMode::BF16;
   if (name == "fp16") return PrecisionMode::FP16;
-  throw Error(fmt::format("unknown precision '{}'", name), "use fp32, bf16 or fp16");
+  if (name == "bf16_weights") return PrecisionMode::BF16Weights;
+  throw Error(fmt::format("unknown precision '{}'", name), "use fp32, bf16, bf16_weights or fp16");
 }
 
 const char* precision_name(PrecisionMode mode) {
   switch (mode) {
     case PrecisionMode::BF16: return "bf16";
     case PrecisionMode::FP16: return "fp16";
+    case PrecisionMode::BF16Weights: return "bf16_weights";
     default: return "fp32";
   }
 }
@@ -34,7 +36,7 @@ Precision::AutocastScope::AutocastScope(const Precision& precision, c10::Device 
   was_enabled_ = at::autocast::is_autocast_enabled(*device_type_);
   previous_dtype_ = at::autocast::get_autocast_dtype(*device_type_);
   at::autocast::set_autocast_dtype(*device_type_,
-                                   precision.mode() == PrecisionMode::BF16 ? at::kBFloat16 : at::kHalf);
+                                   precision.mode() == PrecisionMode::FP16 ? at::kHalf : at::kBFloat16);
   at::autocast::set_autocast_enabled(*device_type_, true);
   at::autocast::increment_nesting();
 }

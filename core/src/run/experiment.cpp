@@ -10,6 +10,7 @@
 #include "reporting/logger_set.hpp"
 #include "reporting/progress.hpp"
 #include "run/experiment_assembly.hpp"
+#include "train/master_weights.hpp"
 #include "train/trainer.hpp"
 #include "wanfw/version.hpp"
 
@@ -65,14 +66,28 @@ RunOutcome run_experiment(const RunRequest& request) {
     spdlog::info("run folder: {}", run_dir.path().string());
   }
 
-  // 3. The weights to resume from before the strategy places the model, so that every replica
-  //    and rank starts from them; the optimizer and loop state follow in Trainer::fit.
-  if (run_dir.checkpoint()) run_dir.checkpoint()->load_weights(*e.model);
+  // 3. bf16_weights: the trainable weights in bf16, fp32 masters beside them, before the strategy
+  //    hooks the parameters. Then the weights to resume from (into the masters when there are
+  //    any) before the strategy places the model, so that every replica and rank starts from
+  //    them; the optimizer and loop state follow in Trainer::fit.
+  std::unique_ptr<MasterWeights> masters;
+  if (e.settings.precision.mode == PrecisionMode::BF16Weights) {
+    if (strategy.shards_state())
+      throw ConfigError(e.config.where("precision.mode"),
+                        "precision.mode bf16_weights does not combine with a strategy that shards the weights",
+                        "use precision.mode bf16: fsdp then gathers and computes in bf16 (param_dtype) while each "
+                        "rank's fp32 shards stay the master weights");
+    masters = std::make_unique<MasterWeights>(*e.model, at::kBFloat16);
+  }
+  if (run_dir.checkpoint()) {
+    run_dir.checkpoint()->load_weights(masters ? masters->view() : *e.model);
+    if (masters) masters->publish();
+  }
   strategy.setup(*e.model);
 
   // 4. Train, logging on the main process.
   LoggerSet loggers(e.loggers, main, run_dir.path(), run_dir.resume_step(), e.resolved_yaml);
-  Trainer trainer(e.settings, e.resolved_yaml, e.model, e.strategy, *e.data, loggers, run_dir.path());
+  Trainer trainer(e.settings, e.resolved_yaml, e.model, e.strategy, *e.data, loggers, run_dir.path(), masters.get());
   const TrainingResult result = trainer.fit(run_dir.checkpoint().get());
   loggers.close();
   if (main) log_summary(result, run_dir);

@@ -21,7 +21,8 @@ bool usable(const c10::Device& device) {
 
 at::ScalarType compute_dtype(PrecisionMode mode) {
   switch (mode) {
-    case PrecisionMode::BF16: return at::kBFloat16;
+    case PrecisionMode::BF16:
+    case PrecisionMode::BF16Weights: return at::kBFloat16;
     case PrecisionMode::FP16: return at::kHalf;
     case PrecisionMode::FP32: break;
   }
@@ -40,6 +41,7 @@ TrainingLayout training_layout(const Config& config, const CoreSettings& setting
     layout.sequence_parallel = std::max(1, std::atoi(config.string_at(section + ".sequence_parallel").c_str()));
   layout.batch_size = settings.data.batch_size;
   layout.dtype = compute_dtype(settings.precision.mode);
+  layout.master_weights = settings.precision.mode == PrecisionMode::BF16Weights;
   if (config.has("data.buckets"))
     for (std::size_t i = 0; i < config.sequence_size("data.buckets"); ++i) {
       std::string text = config.string_at(fmt::format("data.buckets.{}", i));

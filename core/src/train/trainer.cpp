@@ -13,6 +13,7 @@
 #include "host/stop_signal.hpp"
 #include "numerics/generators.hpp"
 #include "reporting/progress.hpp"
+#include "train/master_weights.hpp"
 #include "train/training_optimizer.hpp"
 #include "train/validation.hpp"
 #include "wanfw/error.hpp"
@@ -30,17 +31,22 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }  // namespace
 
 Trainer::Trainer(const CoreSettings& settings, std::string resolved_yaml, std::shared_ptr<Model> model,
-                 std::shared_ptr<Strategy> strategy, const TrainingData& data, LoggerSet& loggers, fs::path run_dir)
+                 std::shared_ptr<Strategy> strategy, const TrainingData& data, LoggerSet& loggers, fs::path run_dir,
+                 MasterWeights* masters)
     : settings_(settings),
       resolved_yaml_(std::move(resolved_yaml)),
       model_(std::move(model)),
       strategy_(std::move(strategy)),
+      masters_(masters),
+      trained_(masters != nullptr ? masters->view() : *model_),
       data_(data),
       loggers_(loggers),
       checkpoints_(run_dir),
       run_dir_(std::move(run_dir)),
-      optimizer_(std::make_unique<TrainingOptimizer>(strategy_->parameter_groups(*model_), settings_.optimizer)),
+      optimizer_(std::make_unique<TrainingOptimizer>(strategy_->parameter_groups(trained_), settings_.optimizer)),
       precision_(settings_.precision) {
+  if (strategy_->is_main()) spdlog::info("optimizer: {}", optimizer_->describe());
+  if (masters_ != nullptr) check_master_weights();
   if (const std::string groups = optimizer_->describe_groups(); !groups.empty() && strategy_->is_main())
     spdlog::info("parameter groups: {}", groups);
   state_.world_size = strategy_->world_size();
@@ -97,6 +103,7 @@ void Trainer::apply_update(bool overflow, double lr) {
                    precision_.scaler().scale * settings_.precision.backoff_factor);
   } else {
     optimizer_->step();
+    if (masters_ != nullptr) masters_->publish();
   }
   precision_.update(overflow);
   if (precision_.scales_loss()) state_.loss_scaler = precision_.scaler();
@@ -107,11 +114,11 @@ fs::path Trainer::save_checkpoint() {
   if (sample_log_) sample_log_->flush();
   fs::path path;
   if (strategy_->shards_state()) {  // every rank writes its pieces, in collective phases
-    path = checkpoints_.save_pieces(state_, strategy_->state_pieces(*model_, optimizer_->adamw()), *strategy_,
+    path = checkpoints_.save_pieces(state_, strategy_->state_pieces(trained_, optimizer_->adamw()), *strategy_,
                                     settings_.checkpoint.keep_last);
   } else {
     strategy_->barrier();
-    path = strategy_->is_main() ? checkpoints_.save(state_, *model_, optimizer_->adamw(), settings_.checkpoint.keep_last)
+    path = strategy_->is_main() ? checkpoints_.save(state_, trained_, optimizer_->adamw(), settings_.checkpoint.keep_last)
                                 : checkpoints_.folder() / fmt::format("step-{:08d}", state_.step);
     strategy_->barrier();
   }
@@ -124,6 +131,7 @@ Trainer::Gradients Trainer::settle_gradients(const MicroBatchTotals& totals) {
   Gradients out;
   // fp16: gradients back to their true scale; an overflow skips the step (the scaler's job, not
   // the NaN guard's).
+  if (masters_ != nullptr) masters_->take_gradients();  // bf16 gradients -> the fp32 masters'
   out.loss_scale = precision_.scaler().scale;
   out.overflow = precision_.unscale_and_check(optimizer_->parameters());
   // Ranks holding shards of the gradients (fsdp) see overflow in theirs only: all skip together.

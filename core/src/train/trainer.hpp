@@ -30,6 +30,7 @@
 
 namespace wanfw {
 
+class MasterWeights;
 class ProgressReporter;
 class SampleLog;
 class TrainingOptimizer;
@@ -58,10 +59,12 @@ struct TrainingResult {
 class Trainer {
  public:
   /// `model` is placed by `strategy` already (its weights loaded, when resuming); the trainer
-  /// builds the optimizer over the model's parameter groups.
+  /// builds the optimizer over the model's parameter groups. `masters` (precision.mode
+  /// bf16_weights; outlives the trainer): the fp32 master weights the optimizer steps and
+  /// checkpoints keep instead of the model's bf16 parameters.
   Trainer(const CoreSettings& settings, std::string resolved_yaml, std::shared_ptr<Model> model,
           std::shared_ptr<Strategy> strategy, const TrainingData& data, LoggerSet& loggers,
-          std::filesystem::path run_dir);
+          std::filesystem::path run_dir, MasterWeights* masters = nullptr);
   ~Trainer();
 
   /// Trains to the end (or to an agreed stop signal), continuing from `checkpoint`'s optimizer and
@@ -103,6 +106,9 @@ class Trainer {
   Gradients settle_gradients(const MicroBatchTotals& totals);
   Decision agree(double loss, double grad_norm, bool overflow);
   [[noreturn]] void stop_on_nonfinite(const Decision& decision, double loss, double grad_norm) const;
+  /// bf16_weights: every rank's fp32 masters are equal (a collective; a strategy's broadcast of the
+  /// starting weights reaches the module's bf16 parameters, not the masters), else an error.
+  void check_master_weights();
   void apply_update(bool overflow, double lr);
   /// Adds the step to the logging window; at a logging step (`log_now`) returns the window's
   /// scalars averaged over ranks (a collective), else nothing.
@@ -121,6 +127,9 @@ class Trainer {
   std::string resolved_yaml_;
   std::shared_ptr<Model> model_;
   std::shared_ptr<Strategy> strategy_;
+  MasterWeights* masters_;
+  /// What the optimizer and checkpoints see: the model, or its masters' view (bf16_weights).
+  Model& trained_;
   const TrainingData& data_;
   LoggerSet& loggers_;
   CheckpointStore checkpoints_;

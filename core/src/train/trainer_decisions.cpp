@@ -1,11 +1,14 @@
 // The trainer's collective decisions: what every rank agrees on after a step (a stop signal, a
-// loss or gradient norm that is not finite), and the stop that follows a non-finite value.
+// loss or gradient norm that is not finite), the stop that follows a non-finite value, and the
+// ranks' agreement on their master weights at the start.
 
 #include <cmath>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "host/stop_signal.hpp"
+#include "train/master_weights.hpp"
 #include "train/trainer.hpp"
 #include "wanfw/error.hpp"
 
@@ -49,6 +52,19 @@ void Trainer::stop_on_nonfinite(const Decision& decision, double loss, double gr
                   state_.step + 1, decision.metric, what, strategy_->world_size() == 1 ? "training" : "every rank",
                   checkpoint),
       "lower optimizer.lr, enable trainer.grad_clip, or check the data; then resume with --resume auto");
+}
+
+void Trainer::check_master_weights() {
+  if (strategy_->is_main()) spdlog::info("precision bf16_weights: {} in bf16 for compute, fp32 masters in the optimizer",
+                                         masters_->describe());
+  if (strategy_->world_size() == 1) return;
+  const double mine = masters_->fingerprint();
+  const std::vector<double> extremes = strategy_->all_reduce({mine, -mine}, Reduce::Max);
+  if (extremes[0] != -extremes[1])
+    throw Error(fmt::format("rank {}: the ranks built different fp32 master weights (precision.mode bf16_weights)",
+                            strategy_->rank()),
+                "every rank must build the model alike: the same run.seed and weights files, and an initialisation "
+                "that draws only from the seeded generators");
 }
 
 }  // namespace wanfw

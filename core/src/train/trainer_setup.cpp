@@ -36,7 +36,7 @@ void Trainer::set_up(const Checkpoint* checkpoint) {
 }
 
 void Trainer::restore(const Checkpoint& checkpoint) {
-  checkpoint.load_training_state(*model_, optimizer_->adamw(), *strategy_);
+  checkpoint.load_training_state(trained_, optimizer_->adamw(), *strategy_);
   state_ = checkpoint.state();
   state_.config_yaml = resolved_yaml_;
   if (precision_.scales_loss() && state_.loss_scaler) precision_.restore(*state_.loss_scaler);

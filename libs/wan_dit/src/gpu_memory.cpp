@@ -10,6 +10,22 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 double bytes_of(at::ScalarType dtype) { return dtype == at::kFloat ? 4.0 : 2.0; }
 
+struct PerParameter {
+  double total;
+  std::string parts;
+};
+
+/// What one trained parameter costs between steps: its weight, gradient and AdamW moments (in the
+/// weight's dtype), or under bf16_weights a bf16 weight and gradient beside an fp32 master and moments.
+PerParameter per_trained_parameter(double weight_bytes, bool master_weights) {
+  if (master_weights)
+    return {16, "bf16 weight 2 + bf16 gradient 2 + fp32 master weight 4 + fp32 AdamW moments 8"};
+  const char* type = weight_bytes == 4 ? "fp32" : "bf16";
+  return {4 * weight_bytes,
+          fmt::format("{} weight {:g} + gradient {:g} + AdamW moments {:g}", type, weight_bytes, weight_bytes,
+                      2 * weight_bytes)};
+}
+
 }  // namespace
 
 std::string gpu_memory(const WanConfig& config, const LoraSettings& settings, const std::string& dtype, int models,
@@ -25,8 +41,11 @@ std::string gpu_memory(const WanConfig& config, const LoraSettings& settings, co
   const double rest = all - block * static_cast<double>(config.num_layers);
   const double weight_bytes = dtype == "bfloat16" ? 2 : 4;
   const double adapters = static_cast<double>(adapter_parameter_count(config, settings));
-  // Training state of every DiT: weights, and for what trains its gradient and two AdamW moments.
-  const double state = models * (settings.enabled() ? all * weight_bytes + adapters * 4 * 4 : all * weight_bytes * 4);
+  // Training state of every DiT: weights, and for what trains its gradient and two AdamW moments
+  // (bf16_weights: bf16 weight and gradient, fp32 master and moments, whatever the weights' dtype).
+  const PerParameter trained = per_trained_parameter(settings.enabled() ? 4 : weight_bytes, layout.master_weights);
+  const double state = models * (settings.enabled() ? all * weight_bytes + adapters * trained.total
+                                                    : all * trained.total);
   const double share = layout.sharded() ? 1.0 / layout.gpus : 1.0;
   const double compute = layout.dtype == at::kFloat ? weight_bytes : bytes_of(layout.dtype);
   // fsdp holds two blocks gathered (the current one and the prefetched next), the rest of the
@@ -67,6 +86,7 @@ std::string gpu_memory(const WanConfig& config, const LoraSettings& settings, co
                     : fmt::format("does not fit a{} {:g} GB GPU", gb == 80 ? "n" : "", gb);
   };
   out += fmt::format(" = {:.2f} GiB: {}; {}\n", total / kGiB, room(24), room(80));
+  out += fmt::format("training state per trained parameter: {:g} bytes ({})\n", trained.total, trained.parts);
   return out;
 }
 
