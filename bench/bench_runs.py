@@ -26,9 +26,9 @@ def experiment(tmp: Path, name: str, model: dict, steps: int, device: str, bucke
     return path
 
 
-def run(path: Path):
-    """(median ms per step after the first two, peak memory MiB, run folder, console output). The peak is the
-    process's resident memory on the CPU and the CUDA caching allocator's peak on a GPU."""
+def run(path: Path, skip: int = 2):
+    """(median ms per step after the first `skip`, peak memory MiB, run folder, console output). The peak is
+    the process's resident memory on the CPU and the CUDA caching allocator's peak on a GPU."""
     result = subprocess.run([str(WANFW), "run", str(path)], capture_output=True, text=True)
     if result.returncode != 0:
         sys.exit(f"{path.name} failed:\n{result.stdout}\n{result.stderr}")
@@ -36,7 +36,7 @@ def run(path: Path):
     folder = Path(c["run"]["output_dir"]) / c["run"]["name"] / "version_0"
     rows = (folder / "metrics.csv").read_text().splitlines()
     header = rows[0].split(",")
-    times = [float(r.split(",")[header.index("step_time")]) for r in rows[3:]]
+    times = [float(r.split(",")[header.index("step_time")]) for r in rows[1 + skip:]]
     memory = re.search(r"peak memory ([\d.]+) MiB(?: \(GPU ([\d.]+) MiB\))?", result.stdout + result.stderr)
     peak = float(memory.group(2) or memory.group(1))
     return statistics.median(times) * 1000, peak, folder, result.stdout + result.stderr

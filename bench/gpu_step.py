@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""Benchmark: one Wan DiT training step (forward, backward, AdamW) in wanfw and in Python with
+diffusers' WanTransformer3DModel, eager and torch.compile'd, on the same device and torch.
+
+    .venv/bin/python bench/gpu_step.py --shape 1.3b          # on a GPU: Wan 1.3B, 480p x 81 frames
+    .venv/bin/python bench/gpu_step.py --shape 5b-lora       # TI2V-5B, LoRA rank 32, 704x1280x121
+    .venv/bin/python bench/gpu_step.py --shape tiny --device cpu --steps 4   # the script itself, on a CPU
+
+Shapes (batch 1, patches 1x2x2):
+  1.3b     Wan2.1 T2V-1.3B (dim 1536, 30 blocks), latents 21x60x104 = 32,760 tokens, text 512 tokens;
+           full fine-tune: wanfw precision bf16_weights (bf16 weights, fp32 masters), Python bf16
+           autocast over fp32 weights (what diffusers' and accelerate's mixed precision do) with
+           AdamW(fused=True)
+  5b-lora  Wan2.2 TI2V-5B (dim 3072, 30 blocks, 48 channels), latents 31x44x80 = 27,280 tokens;
+           LoRA rank 32 on the attention projections and feed-forward layers over a bf16 base,
+           gradient checkpointing on both sides, bf16 autocast
+  tiny     dim 256, 4 blocks, 5x16x16: checks the script end to end where there is no GPU
+
+Model FLOPs per step (the MFU numerator; recomputation under checkpointing not counted):
+  matmuls    (2 forward + 2 input gradient + 2 x trained share weight gradient) x params x tokens
+  attention  3 x (self: 4 x tokens^2 x dim + cross: 4 x tokens x text x dim) x blocks
+MFU = model FLOPs / step time / the device's dense bf16 peak (--peak-tflops; H100/H200 SXM: 989).
+
+Each side runs in a fresh process after --warmup steps; the figure is the median of --steps steps.
+Peak memory: the CUDA caching allocator's peak on a GPU (wanfw's summary line, Python's
+torch.cuda.max_memory_allocated), resident memory on a CPU. Ratios are wanfw / Python.
+"""
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from bench_runs import WANFW, run
+
+SHAPES = {
+    "1.3b": dict(preset="wan2.1-t2v-1.3b", dims=dict(dim=1536, num_heads=12, ffn_dim=8960, num_layers=30, in_dim=16,
+                                                      out_dim=16, text_dim=4096, text_len=512),
+                 latent=(21, 60, 104), lora=0, checkpointing=False),
+    "5b-lora": dict(preset="wan2.2-ti2v-5b", dims=dict(dim=3072, num_heads=24, ffn_dim=14336, num_layers=30, in_dim=48,
+                                                        out_dim=48, text_dim=4096, text_len=512),
+                    latent=(31, 44, 80), lora=32, checkpointing=True),
+    "tiny": dict(preset="tiny", dims=dict(dim=256, num_heads=4, ffn_dim=1024, num_layers=4, in_dim=16, out_dim=16,
+                                          text_dim=256, text_len=32),
+                 latent=(5, 16, 16), lora=0, checkpointing=False),
+}
+
+PYTHON_STEP = r"""
+import json, resource, sys, time, torch, diffusers
+shape, device, steps, warmup, compiled = json.loads(sys.argv[1])
+d, (F, H, W) = shape["dims"], shape["latent"]
+torch.manual_seed(0)
+lora = shape["lora"] > 0
+with torch.device(device):
+    model = diffusers.WanTransformer3DModel(
+        patch_size=(1, 2, 2), num_attention_heads=d["num_heads"], attention_head_dim=d["dim"] // d["num_heads"],
+        in_channels=d["in_dim"], out_channels=d["out_dim"], text_dim=d["text_dim"], freq_dim=256, ffn_dim=d["ffn_dim"],
+        num_layers=d["num_layers"], cross_attn_norm=True, qk_norm="rms_norm_across_heads", eps=1e-6)
+if lora:
+    import peft
+    model = model.to(torch.bfloat16)
+    model.requires_grad_(False)
+    model.add_adapter(peft.LoraConfig(r=shape["lora"], lora_alpha=shape["lora"], init_lora_weights=True,
+                                      target_modules=["to_q", "to_k", "to_v", "to_out.0", "ffn.net.0.proj", "ffn.net.2"]))
+    for p in model.parameters():
+        if p.requires_grad:
+            p.data = p.data.float()
+if shape["checkpointing"]:
+    model.enable_gradient_checkpointing()
+model.train()
+trained = [p for p in model.parameters() if p.requires_grad]
+optimizer = torch.optim.AdamW(trained, lr=1e-4, weight_decay=0.01, fused=device.startswith("cuda"))
+forward = torch.compile(model) if compiled else model
+cuda = device.startswith("cuda")
+times = []
+for step in range(warmup + steps):
+    x0 = torch.randn(1, d["out_dim"], F, H, W, device=device)
+    context = torch.randn(1, d["text_len"], d["text_dim"], device=device)
+    if cuda:
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    noise = torch.randn_like(x0)
+    sigma = torch.rand(1, device=device)
+    s = sigma.view(-1, 1, 1, 1, 1)
+    with torch.autocast(device.split(":")[0], dtype=torch.bfloat16):
+        prediction = forward((1 - s) * x0 + s * noise, sigma * 1000, context).sample
+    loss = torch.nn.functional.mse_loss(prediction.float(), (noise - x0).float())
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(trained, 1.0)
+    optimizer.step()
+    loss.item()
+    if step >= warmup:
+        times.append(time.perf_counter() - start)
+peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"ms": sorted(times)[len(times) // 2] * 1000, "peak_mib": peak,
+                  "params": sum(p.numel() for n, p in model.named_parameters() if "lora_" not in n),
+                  "trained": sum(p.numel() for p in trained)}))
+"""
+
+
+def model_flops(shape, params, trained):
+    """Model FLOPs of one training step (docstring)."""
+    d, (f, h, w) = shape["dims"], shape["latent"]
+    tokens = f * (h // 2) * (w // 2)
+    matmuls = (4 + 2 * trained / params) * params * tokens
+    attention = 3 * (4 * tokens ** 2 * d["dim"] + 4 * tokens * d["text_len"] * d["dim"]) * d["num_layers"]
+    return matmuls + attention, tokens
+
+
+def wanfw_step(shape, args, tmp: Path):
+    f, h, w = shape["latent"]
+    model = {"name": "wan22_flow_matching", "preset": shape["preset"], "text_len": shape["dims"]["text_len"],
+             "gradient_checkpointing": shape["checkpointing"]}
+    if shape["preset"] == "tiny":
+        model.update(shape["dims"])
+    if shape["lora"]:
+        model.update({"lora": {"rank": shape["lora"]}, "dtype": "bfloat16"})
+    precision = "bf16" if shape["lora"] else "bf16_weights"
+    config = {"run": {"name": "wanfw", "output_dir": str(tmp / "runs"), "seed": 0}, "model": model,
+              "strategy": {"name": "single", "device": args.device},
+              "data": {"num_samples": 2 * (args.steps + args.warmup), "batch_size": 1, "workers": 1,
+                       "buckets": [f"{f}x{h}x{w}"]},
+              "precision": {"mode": precision}, "optimizer": {"lr": 1e-4, "weight_decay": 0.01},
+              "scheduler": {"decay": "constant"},
+              "trainer": {"max_steps": args.steps + args.warmup, "log_every": 1, "grad_clip": 1.0, "progress": "off"},
+              "checkpoint": {"every": 0, "keep_last": 1}, "loggers": [{"name": "csv"}]}
+    path = tmp / "wanfw.json"
+    path.write_text(json.dumps(config))
+    ms, peak, folder, output = run(path, skip=args.warmup)
+    kernel = [line.split("attention: ")[1] for line in output.splitlines() if "attention: SDPA runs" in line]
+    return ms, peak, kernel
+
+
+def python_step(shape, args, compiled: bool):
+    command = [sys.executable, "-c", PYTHON_STEP, json.dumps([shape, args.device, args.steps, args.warmup, compiled])]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.exit(f"python ({'compiled' if compiled else 'eager'}) failed:\n{result.stderr[-4000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="1.3b")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--peak-tflops", type=float, default=989.0, help="the device's dense bf16 peak")
+    args = parser.parse_args()
+    if not WANFW.exists():
+        sys.exit(f"{WANFW} is missing: build wanfw first (scripts/setup.sh)")
+    shape = SHAPES[args.shape]
+    with tempfile.TemporaryDirectory() as t:
+        ours = wanfw_step(shape, args, Path(t))
+    eager = python_step(shape, args, compiled=False)
+    compiled = python_step(shape, args, compiled=True)
+    flops, tokens = model_flops(shape, eager["params"], eager["trained"])
+    peak = args.peak_tflops * 1e12
+    print(f"Wan DiT step, shape {args.shape} ({tokens:,} tokens, {eager['params'] / 1e6:,.1f}M parameters, "
+          f"{eager['trained'] / 1e6:,.1f}M trained), {args.device}, median of {args.steps} steps after {args.warmup}; "
+          f"{flops / 1e12:.3g} TFLOP a step")
+    print(f"  wanfw attention kernels: {'; '.join(ours[2]) or 'not logged'}")
+    rows = (("wanfw", ours[0], ours[1]), ("diffusers eager", eager["ms"], eager["peak_mib"]),
+            ("diffusers torch.compile", compiled["ms"], compiled["peak_mib"]))
+    for name, ms, mib in rows:
+        print(f"  {name:24s} {ms:9.1f} ms/step  {flops / (ms / 1000) / 1e12:8.3g} TFLOP/s  "
+              f"MFU {flops / (ms / 1000) / peak * 100:6.3g}%  peak {mib:8.0f} MiB")
+    print(f"  wanfw / eager: time {ours[0] / eager['ms']:.3f}x, memory {ours[1] / eager['peak_mib']:.3f}x; "
+          f"wanfw / compiled: time {ours[0] / compiled['ms']:.3f}x, memory {ours[1] / compiled['peak_mib']:.3f}x")
+
+
+if __name__ == "__main__":
+    main()
