@@ -129,9 +129,9 @@ fs::path Trainer::save_checkpoint() {
 
 Trainer::Gradients Trainer::settle_gradients(const MicroBatchTotals& totals) {
   Gradients out;
+  if (masters_ != nullptr) masters_->take_gradients();  // bf16 gradients -> the fp32 masters'
   // fp16: gradients back to their true scale; an overflow skips the step (the scaler's job, not
   // the NaN guard's).
-  if (masters_ != nullptr) masters_->take_gradients();  // bf16 gradients -> the fp32 masters'
   out.loss_scale = precision_.scaler().scale;
   out.overflow = precision_.unscale_and_check(optimizer_->parameters());
   // Ranks holding shards of the gradients (fsdp) see overflow in theirs only: all skip together.

@@ -4,7 +4,6 @@
 #include <set>
 
 #include <ATen/core/dispatch/Dispatcher.h>
-
 #include <ATen/ops/_fused_adamw.h>
 #include <fmt/format.h>
 #include <torch/optim/adamw.h>

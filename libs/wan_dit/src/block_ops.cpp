@@ -6,6 +6,9 @@
 
 #include "kernels/block_kernels_cpu.hpp"
 #include "wanfw/error.hpp"
+#ifdef WANFW_CUDA_KERNELS
+#include "block_ops_cuda.hpp"
+#endif
 
 namespace wan {
 
@@ -165,11 +168,80 @@ std::vector<torch::Tensor> modulation_chunks(const torch::Tensor& table, const t
 
 bool fused_block_ops(const torch::Tensor& x) { return x.device().is_cpu() && x.scalar_type() == torch::kFloat32; }
 
+bool built_with_cuda_kernels() {
+#ifdef WANFW_CUDA_KERNELS
+  return true;
+#else
+  return false;
+#endif
+}
+
+BlockOpsPath block_ops_path(const torch::Tensor& x) {
+  if (fused_block_ops(x)) return BlockOpsPath::FusedCpu;
+  const bool cuda_dtype = x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kBFloat16;
+  if (built_with_cuda_kernels() && x.is_cuda() && cuda_dtype) return BlockOpsPath::FusedCuda;
+  return BlockOpsPath::Composite;
+}
+
+bool cuda_kernel_serves([[maybe_unused]] const char* op, const torch::Tensor& x) {
+#ifdef WANFW_CUDA_KERNELS
+  return block_ops_path(x) == BlockOpsPath::FusedCuda && cuda_ops::serves(op, x);
+#else
+  (void)x;
+  return false;
+#endif
+}
+
+namespace {
+
+/// Whether the fused CUDA kernel `op` takes `x` (and checked out on its device), with every
+/// other tensor on x's device and of a dtype it reads.
+bool cuda_serves([[maybe_unused]] const char* op, const torch::Tensor& x,
+                 std::initializer_list<std::pair<const torch::Tensor*, bool>> others) {
+#ifdef WANFW_CUDA_KERNELS
+  if (block_ops_path(x) != BlockOpsPath::FusedCuda) return false;
+  for (const auto& [t, float32_only] : others)
+    if (t->device() != x.device() ||
+        !(t->scalar_type() == torch::kFloat32 || (!float32_only && t->scalar_type() == torch::kBFloat16)))
+      return false;
+  return cuda_kernel_serves(op, x);
+#else
+  (void)x;
+  (void)others;
+  return false;
+#endif
+}
+
+}  // namespace
+
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
-  if (fused_block_ops(x) && weight.scalar_type() == torch::kFloat32 && weight.device().is_cpu() && weight.dim() == 1 &&
-      weight.size(0) == x.size(-1))
+  const bool weight_fits = weight.dim() == 1 && weight.size(0) == x.size(-1);
+  if (fused_block_ops(x) && weight.scalar_type() == torch::kFloat32 && weight.device().is_cpu() && weight_fits)
     return RmsNormFunction::apply(x, weight, eps);
+#ifdef WANFW_CUDA_KERNELS
+  if (weight_fits && cuda_serves("rms_norm", x, {{&weight, false}})) return cuda_ops::rms_norm(x, weight, eps);
+#endif
   return reference::rms_norm(x, weight, eps);
+}
+
+torch::Tensor gated_residual(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& gate) {
+#ifdef WANFW_CUDA_KERNELS
+  const bool shapes = x.dim() == 3 && y.sizes() == x.sizes() && gate.dim() == 3 && gate.size(0) == x.size(0) &&
+                      gate.size(2) == x.size(2) && (gate.size(1) == 1 || gate.size(1) == x.size(1));
+  if (shapes && cuda_serves("gated_residual", x, {{&y, false}, {&gate, true}}))
+    return cuda_ops::gated_residual(x, y, gate);
+#endif
+  return reference::gated_residual(x, y, gate);
+}
+
+torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& rotations) {
+#ifdef WANFW_CUDA_KERNELS
+  const bool shapes = x.dim() == 4 && x.size(3) % 2 == 0 && rotations.dim() == 2 && rotations.size(0) == x.size(1) &&
+                      rotations.size(1) == x.size(3) / 2 && rotations.scalar_type() == torch::kComplexFloat &&
+                      rotations.device() == x.device();
+  if (shapes && cuda_serves("rope", x, {})) return cuda_ops::rope(x, rotations);
+#endif
+  return reference::rope(x, rotations);
 }
 
 torch::Tensor gelu_tanh(const torch::Tensor& x) {
@@ -186,6 +258,10 @@ torch::Tensor modulated_layer_norm(const torch::Tensor& x, const torch::Tensor& 
                     c10::str(x.sizes()), c10::str(scale.sizes()), c10::str(shift.sizes())));
   if (fused_block_ops(x) && fused_block_ops(scale) && fused_block_ops(shift))
     return ModulatedLayerNormFunction::apply(x, scale, shift, eps);
+#ifdef WANFW_CUDA_KERNELS
+  if (cuda_serves("modulated_layer_norm", x, {{&scale, true}, {&shift, true}}))
+    return cuda_ops::modulated_layer_norm(x, scale, shift, eps);
+#endif
   return reference::modulated_layer_norm(x, scale, shift, eps);
 }
 
@@ -202,6 +278,17 @@ torch::Tensor modulated_layer_norm(const torch::Tensor& x, const torch::Tensor& 
                                    double eps) {
   const torch::Tensor normed = torch::layer_norm(x.to(torch::kFloat32), {x.size(-1)}, {}, {}, eps);
   return (normed * (1 + scale) + shift).to(x.scalar_type());
+}
+
+torch::Tensor gated_residual(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& gate) {
+  return (x.to(torch::kFloat32) + y * gate).to(x.scalar_type());
+}
+
+torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& rotations) {
+  const auto sizes = x.sizes();
+  const torch::Tensor pairs = torch::view_as_complex(
+      x.to(torch::kFloat32).reshape({sizes[0], sizes[1], sizes[2], sizes[3] / 2, 2}).contiguous());
+  return torch::view_as_real(pairs * rotations.unsqueeze(1)).reshape(sizes).to(x.scalar_type());
 }
 
 }  // namespace reference

@@ -6,18 +6,6 @@
 
 namespace wan {
 
-namespace {
-
-/// Rotates consecutive channel pairs of `x` [B, L, H, D] by the rotations [L, D/2], in float32.
-torch::Tensor apply_rope(const torch::Tensor& x, const RopeTables& rope) {
-  const auto sizes = x.sizes();
-  const torch::Tensor pairs = torch::view_as_complex(
-      x.to(torch::kFloat32).reshape({sizes[0], sizes[1], sizes[2], sizes[3] / 2, 2}).contiguous());
-  return torch::view_as_real(pairs * rope.rotations.unsqueeze(1)).reshape(sizes).to(x.scalar_type());
-}
-
-}  // namespace
-
 WanRMSNormImpl::WanRMSNormImpl(std::int64_t dim, double eps) : dim_(dim), eps_(eps) { reset(); }
 
 void WanRMSNormImpl::reset() { weight = register_parameter("weight", torch::ones({dim_})); }
@@ -49,8 +37,8 @@ torch::Tensor WanAttentionImpl::forward(const torch::Tensor& x, const torch::Ten
     // Sequence parallel: every token of this rank's heads, attention over the whole (padded)
     // sequence with the padding masked, then this rank's tokens of every head again.
     const wanfw::SequenceSplit& split = *rope->sequence;
-    query = apply_rope(wanfw::sequence_to_heads(query, split.group()), *rope);
-    key = apply_rope(wanfw::sequence_to_heads(key, split.group()), *rope);
+    query = wan::rope(wanfw::sequence_to_heads(query, split.group()), rope->rotations);
+    key = wan::rope(wanfw::sequence_to_heads(key, split.group()), rope->rotations);
     value = wanfw::sequence_to_heads(value, split.group());
     torch::Tensor mask = split.key_mask(x.device());
     if (mask.defined()) mask = mask.view({1, 1, 1, -1});
@@ -60,8 +48,8 @@ torch::Tensor WanAttentionImpl::forward(const torch::Tensor& x, const torch::Ten
     return o(wanfw::heads_to_sequence(out.transpose(1, 2), split.group()).flatten(2).to(x.scalar_type()));
   }
   if (rope != nullptr) {
-    query = apply_rope(query, *rope);
-    key = apply_rope(key, *rope);
+    query = wan::rope(query, rope->rotations);
+    key = wan::rope(key, rope->rotations);
   }
   // [B, L, H, D] -> [B, H, L, D] for the fused attention kernels.
   check_attention_kernel(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), {});

@@ -28,13 +28,13 @@ torch::Tensor WanBlockImpl::forward(const torch::Tensor& x_in, const torch::Tens
   const auto dtype = x_in.scalar_type();
   torch::Tensor x = x_in;
   const torch::Tensor attn_in = modulated_layer_norm(x, e[1], e[0], eps);
-  x = (x.to(torch::kFloat32) + self_attn(attn_in, torch::Tensor(), &rope) * e[2]).to(dtype);
+  x = gated_residual(x, self_attn(attn_in, torch::Tensor(), &rope), e[2]);
   // norm3 (affine) in fp32 whatever the weights' dtype.
   const auto f32 = [](const torch::Tensor& t) { return t.to(torch::kFloat32); };
   const torch::Tensor normed = torch::layer_norm(f32(x), {dim}, f32(norm3->weight), f32(norm3->bias), eps);
   x = x + cross_attn(normed.to(dtype), context, nullptr);
   const torch::Tensor ffn_in = modulated_layer_norm(x, e[4], e[3], eps);
-  return (x.to(torch::kFloat32) + ffn->forward(ffn_in).to(torch::kFloat32) * e[5]).to(dtype);
+  return gated_residual(x, ffn->forward(ffn_in), e[5]);
 }
 
 }  // namespace wan
