@@ -1,9 +1,9 @@
 #pragma once
-// The Wan block's elementwise chains as CUDA kernels (block_kernels_cuda.cu): q/k RMSNorm, the
-// modulated LayerNorm, the gated residual and RoPE, forward and backward. Each reads its inputs in
-// their own dtype (float32 or bfloat16), computes in float32 and writes its output's dtype. Plain
-// pointers and sizes, so that the .cu file needs no LibTorch headers; block_ops_cuda.cpp wraps
-// them as autograd functions. Every launcher returns the CUDA error code of its launch (0: none).
+// The Wan block's elementwise chains as CUDA kernels (norm_kernels_cuda.cu,
+// residual_rope_kernels_cuda.cu): q/k RMSNorm, the modulated LayerNorm, the gated residual and
+// RoPE, forward and backward. Each reads its inputs in their own dtype (float32 or bfloat16),
+// computes in float32 and writes its output's dtype. Plain pointers and sizes, so that the .cu
+// files need no LibTorch headers; block_ops_cuda.cpp wraps them as autograd functions. Every launcher returns the CUDA error code of its launch (0: none).
 
 #include <cstdint>
 
