@@ -264,7 +264,12 @@ bool serves(const char* op, const torch::Tensor& x) {
   const torch::AutoGradMode grad(true);
   const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
   std::string worst;
-  const bool good = check(op, x.scalar_type(), x.device(), worst);
+  bool good = false;
+  try {  // a kernel that cannot run here (no code for this GPU) falls back like one that disagrees
+    good = check(op, x.scalar_type(), x.device(), worst);
+  } catch (const std::exception& e) {
+    worst = e.what();
+  }
   if (good)
     wanfw::log::debug("fused CUDA kernel ", op, " agrees with its reference for ", c10::toString(x.scalar_type()),
                       " on ", x.device().str());

@@ -1,9 +1,10 @@
 #pragma once
 // Internal: the block ops' fused CUDA path (the kernels of kernels/block_kernels_cuda.hpp as
-// autograd functions), built when the CUDA toolkit is present (WANFW_CUDA_KERNELS). Before a kernel serves a dtype on a
-// device for the first time, it is checked against the composite reference (forward and every
-// input's gradient, on small inputs of odd sizes); one that disagrees is logged and left unused,
-// so the block then computes through the reference.
+// autograd functions), built when the CUDA toolkit is present (WANFW_CUDA_KERNELS). Before a
+// kernel serves a dtype on a device for the first time, it is checked against the composite
+// reference (forward and every input's gradient, on small inputs of odd sizes); one that
+// disagrees, or cannot run on that GPU, is logged and left unused, so the block then computes
+// through the reference.
 
 #include <torch/types.h>
 
