@@ -64,6 +64,24 @@ __device__ __forceinline__ std::int64_t modulation_row(std::int64_t row, std::in
   return per_token ? row : row / tokens;
 }
 
+/// What one thread of a per-sample partial-sum kernel covers: column `column` of the rows
+/// [first, last) of token block `block` of sample `sample` (grid: x = samples x blocks token
+/// blocks, y = column blocks). Its partial goes to (sample * blocks + block) * dim + column.
+struct TokenBlock {
+  std::int64_t column, sample, block, blocks, first, last;
+};
+
+__device__ __forceinline__ TokenBlock token_block(std::int64_t tokens) {
+  TokenBlock t;
+  t.column = blockIdx.y * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  t.blocks = (tokens + kThreads - 1) / kThreads;
+  t.sample = blockIdx.x / t.blocks;
+  t.block = blockIdx.x % t.blocks;
+  t.first = t.sample * tokens + t.block * kThreads;
+  t.last = min(t.sample * tokens + tokens, t.first + kThreads);
+  return t;
+}
+
 }  // namespace
 
 }  // namespace wan::kernels::cuda

@@ -106,21 +106,18 @@ __global__ void modulated_layer_norm_backward_kernel(Dtype gt, const void* g, Dt
 __global__ void modulation_partials_kernel(Dtype gt, const void* g, Dtype xt, const void* x, const float* mean,
                                            const float* rstd, float* partials, std::int64_t samples,
                                            std::int64_t tokens, std::int64_t dim) {
-  const std::int64_t c = blockIdx.y * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  const TokenBlock t = token_block(tokens);
+  const std::int64_t c = t.column;
   if (c >= dim) return;
-  const std::int64_t blocks = (tokens + kThreads - 1) / kThreads;
-  const std::int64_t sample = blockIdx.x / blocks, block = blockIdx.x % blocks;
-  const std::int64_t first = sample * tokens + block * kThreads;
-  const std::int64_t last = min(sample * tokens + tokens, first + kThreads);
   float scale_acc = 0.0f, shift_acc = 0.0f;
-  for (std::int64_t r = first; r < last; ++r) {
+  for (std::int64_t r = t.first; r < t.last; ++r) {
     const float gi = load(g, gt, r * dim + c);
     scale_acc += gi * ((load(x, xt, r * dim + c) - mean[r]) * rstd[r]);
     shift_acc += gi;
   }
-  const std::int64_t out = (sample * blocks + block) * dim + c;
+  const std::int64_t out = (t.sample * t.blocks + t.block) * dim + c;
   partials[out] = scale_acc;
-  partials[samples * blocks * dim + out] = shift_acc;
+  partials[samples * t.blocks * dim + out] = shift_acc;
 }
 
 }  // namespace

@@ -31,15 +31,12 @@ __global__ void gated_residual_backward_kernel(Dtype gt, const void* g, Dtype yt
 
 __global__ void gate_partials_kernel(Dtype gt, const void* g, Dtype yt, const void* y, float* partials,
                                      std::int64_t tokens, std::int64_t dim) {
-  const std::int64_t c = blockIdx.y * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
-  if (c >= dim) return;
-  const std::int64_t blocks = (tokens + kThreads - 1) / kThreads;
-  const std::int64_t sample = blockIdx.x / blocks, block = blockIdx.x % blocks;
-  const std::int64_t first = sample * tokens + block * kThreads;
-  const std::int64_t last = min(sample * tokens + tokens, first + kThreads);
+  const TokenBlock t = token_block(tokens);
+  if (t.column >= dim) return;
   float acc = 0.0f;
-  for (std::int64_t r = first; r < last; ++r) acc += load(g, gt, r * dim + c) * load(y, yt, r * dim + c);
-  partials[(sample * blocks + block) * dim + c] = acc;
+  for (std::int64_t r = t.first; r < t.last; ++r)
+    acc += load(g, gt, r * dim + t.column) * load(y, yt, r * dim + t.column);
+  partials[(t.sample * t.blocks + t.block) * dim + t.column] = acc;
 }
 
 __global__ void rope_kernel(Dtype xt, const void* x, const float* rotations, Dtype ot, void* out, std::int64_t n,
