@@ -192,27 +192,23 @@ bool cuda_kernel_serves([[maybe_unused]] const char* op, const torch::Tensor& x)
 #endif
 }
 
+#ifdef WANFW_CUDA_KERNELS
 namespace {
 
 /// Whether the fused CUDA kernel `op` takes `x` (and checked out on its device), with every
-/// other tensor on x's device and of a dtype it reads.
-bool cuda_serves([[maybe_unused]] const char* op, const torch::Tensor& x,
+/// other tensor on x's device and of a dtype it reads (float32 only, where the flag says so).
+bool cuda_serves(const char* op, const torch::Tensor& x,
                  std::initializer_list<std::pair<const torch::Tensor*, bool>> others) {
-#ifdef WANFW_CUDA_KERNELS
   if (block_ops_path(x) != BlockOpsPath::FusedCuda) return false;
   for (const auto& [t, float32_only] : others)
     if (t->device() != x.device() ||
         !(t->scalar_type() == torch::kFloat32 || (!float32_only && t->scalar_type() == torch::kBFloat16)))
       return false;
   return cuda_kernel_serves(op, x);
-#else
-  (void)x;
-  (void)others;
-  return false;
-#endif
 }
 
 }  // namespace
+#endif
 
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
   const bool weight_fits = weight.dim() == 1 && weight.size(0) == x.size(-1);
