@@ -49,3 +49,19 @@ TEST_CASE("max_steps overrides epochs, and the global batch counts every process
   CHECK(plan.global_batch() == 2 * 2 * 4);
   CHECK(plan.steps_per_epoch() == 6);
 }
+
+TEST_CASE("each training phase warms up and decays over its own updates") {
+  CoreSettings s = settings(12, 0);
+  s.scheduler.warmup_steps = 2;
+  std::vector<ParameterGroup> groups(2);
+  groups[0].name = "generator";
+  groups[1].name = "critic";
+  const TrainingPlan plan(s, Layout(1, 1), 12,
+                          PhaseSchedule({{"generator", {"generator"}, 1}, {"critic", {"critic"}, 2}}, groups));
+  // Steps 0, 3, 6, 9 are the generator's: its warm-up spans steps 0 and 3.
+  CHECK(plan.learning_rate(0) == doctest::Approx(0.5));
+  CHECK(plan.learning_rate(3) == doctest::Approx(1.0));
+  CHECK(plan.learning_rate(1) == doctest::Approx(0.5));  // the critic's first update
+  CHECK(plan.learning_rate(2) == doctest::Approx(1.0));
+  CHECK(plan.learning_rate(4) == doctest::Approx(1.0));
+}

@@ -36,6 +36,16 @@ struct ParameterGroup {
   std::optional<double> beta1, beta2;   ///< default: optimizer.betas
 };
 
+/// One phase of a model that trains its parameter groups in turns (a distillation's generator and
+/// its critic): an optimizer step of a phase updates its groups only, on its own learning-rate
+/// schedule (counted in the phase's own steps), while the other phases' parameters keep their
+/// values and their optimizer state.
+struct TrainingPhase {
+  std::string name;                 ///< "generator", "critic": its logged loss is "<name>/loss"
+  std::vector<std::string> groups;  ///< the names of the parameter groups it trains
+  int steps = 1;                    ///< its consecutive optimizer steps in each cycle of the phases
+};
+
 /// How `wanfw export` writes a model's weights.
 struct ExportSettings {
   std::int64_t max_shard_bytes = 5'000'000'000;  ///< files larger than this are split into shards
@@ -63,6 +73,19 @@ class Model {
   /// Every parameter of every group, in group order: what the optimizer updates, strategies
   /// synchronise and checkpoints keep optimizer state for.
   std::vector<std::pair<std::string, at::Tensor>> trainable_parameters();
+  /// The phases the model trains in, in cycle order: optimizer steps take the phases in turn, each
+  /// for its `steps` consecutive steps, round and round from step 1 (so the phase of a step
+  /// follows from the step alone, and a resumed run goes on where it stopped). Every group with
+  /// parameters belongs to exactly one phase. A phase's step must give gradients to its own
+  /// groups' parameters only (run the other parts without autograd); the trainer stops the run
+  /// with an error naming the parameter otherwise. Default: none, every step trains every group.
+  virtual std::vector<TrainingPhase> phases() { return {}; }
+  /// The phase (an index into phases()) the training_step calls that follow compute. Strategies
+  /// call it before every training_step (Strategy::forward), on every replica. Default: ignored.
+  virtual void set_phase(int phase) {}
+  /// The trainable parameters of `phase`'s groups, in group order: what a strategy synchronises
+  /// in that phase's steps. A model without phases: every trainable parameter (phase 0).
+  std::vector<std::pair<std::string, at::Tensor>> phase_parameters(int phase);
   /// The tensors a checkpoint keeps and a resume restores, under their checkpoint names. Default:
   /// every parameter and buffer of module(). A model whose frozen part is rebuilt from its
   /// configuration (a LoRA base, loaded from the config's weights) returns only what training

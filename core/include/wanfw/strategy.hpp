@@ -39,6 +39,9 @@ struct MicroStep {
   bool sync_gradients = true;
   /// Autocast and loss scaling; null means fp32.
   const Precision* precision = nullptr;
+  /// The model's training phase of this step (Model::phases(); 0 for a model without phases):
+  /// only Model::phase_parameters(phase) get gradients, so only they are synchronised.
+  int phase = 0;
 };
 
 /// A strategy decides where the model lives, how a batch is processed, when gradients are

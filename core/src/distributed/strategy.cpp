@@ -11,6 +11,7 @@ StepOutput Strategy::forward(Model& model, const Batch& batch, const MicroStep& 
   const Batch on_device = batch.to(device, /*non_blocking=*/device.is_cuda());
   std::optional<Precision::AutocastScope> autocast;
   if (micro.precision != nullptr) autocast.emplace(*micro.precision, device);
+  model.set_phase(micro.phase);
   return model.training_step(on_device);
 }
 

@@ -1,5 +1,7 @@
 #include "wanfw/model.hpp"
 
+#include <algorithm>
+
 #include "wanfw/error.hpp"
 
 namespace wanfw {
@@ -16,6 +18,17 @@ std::vector<std::pair<std::string, at::Tensor>> Model::trainable_parameters() {
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (auto& group : parameter_groups())
     for (auto& item : group.parameters) out.push_back(std::move(item));
+  return out;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> Model::phase_parameters(int phase) {
+  const std::vector<TrainingPhase> declared = phases();
+  if (declared.empty()) return trainable_parameters();
+  const TrainingPhase& wanted = declared.at(static_cast<std::size_t>(phase));
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (auto& group : parameter_groups())
+    if (std::find(wanted.groups.begin(), wanted.groups.end(), group.name) != wanted.groups.end())
+      for (auto& item : group.parameters) out.push_back(std::move(item));
   return out;
 }
 

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <set>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -37,6 +38,7 @@ Trainer::Trainer(const CoreSettings& settings, std::string resolved_yaml, std::s
       resolved_yaml_(std::move(resolved_yaml)),
       model_(std::move(model)),
       strategy_(std::move(strategy)),
+      phases_(model_->phases(), model_->parameter_groups()),
       masters_(masters),
       trained_(masters != nullptr ? masters->view() : *model_),
       data_(data),
@@ -51,6 +53,14 @@ Trainer::Trainer(const CoreSettings& settings, std::string resolved_yaml, std::s
     spdlog::info("parameter groups: {}", groups);
   state_.world_size = strategy_->world_size();
   state_.config_yaml = resolved_yaml_;
+  if (phases_.count() > 1)
+    for (int p = 0; p < phases_.count(); ++p) {
+      std::set<const void*> inside;
+      for (const auto& [name, tensor] : model_->phase_parameters(p)) inside.insert(tensor.unsafeGetTensorImpl());
+      auto& outside = outside_phase_.emplace_back();
+      for (auto& item : model_->trainable_parameters())
+        if (!inside.count(item.second.unsafeGetTensorImpl())) outside.push_back(std::move(item));
+    }
 }
 
 Trainer::~Trainer() = default;
@@ -62,6 +72,7 @@ Trainer::MicroBatchTotals Trainer::run_micro_batches() {
     loader_->start_epoch(state_.epoch, 0);
   }
   const int count = plan_->accumulation();
+  const int phase = phases_.phase_at(state_.step);
   // Models draw from their samples' streams (wanfw/sample_random.hpp). The default generators
   // are seeded too, for plugins that still draw from them: (seed, rank, step) reproduces a run on
   // the same layout, not across layouts.
@@ -70,6 +81,7 @@ Trainer::MicroBatchTotals Trainer::run_micro_batches() {
   at::Tensor loss_sum;
   std::map<std::string, at::Tensor> metric_sums;
   MicroBatchTotals totals;
+  totals.phase = phase;
   for (int m = 0; m < count; ++m) {
     std::optional<Batch> batch = loader_->next();
     if (!batch)
@@ -78,7 +90,7 @@ Trainer::MicroBatchTotals Trainer::run_micro_batches() {
     if (sample_log_) sample_log_->record(state_.step + 1, m, state_.epoch, loader_->last_bucket(), *batch);
     ++state_.batch_in_epoch;
     totals.samples += batch->size;
-    const StepOutput out = strategy_->micro_step(*model_, *batch, {m, count, m + 1 == count, &precision_});
+    const StepOutput out = strategy_->micro_step(*model_, *batch, {m, count, m + 1 == count, &precision_, phase});
     const at::Tensor loss = out.loss.detach().to(at::kDouble);
     loss_sum = loss_sum.defined() ? loss_sum + loss : loss;
     for (const auto& [name, value] : out.metrics) {
@@ -129,6 +141,7 @@ fs::path Trainer::save_checkpoint() {
 
 Trainer::Gradients Trainer::settle_gradients(const MicroBatchTotals& totals) {
   Gradients out;
+  const std::string stray = stray_gradient(totals.phase);  // before the masters take the gradients
   if (masters_ != nullptr) masters_->take_gradients();  // bf16 gradients -> the fp32 masters'
   // fp16: gradients back to their true scale; an overflow skips the step (the scaler's job, not
   // the NaN guard's).
@@ -140,7 +153,8 @@ Trainer::Gradients Trainer::settle_gradients(const MicroBatchTotals& totals) {
   const double clip =
       settings_.trainer.grad_clip > 0 ? settings_.trainer.grad_clip : std::numeric_limits<double>::infinity();
   out.grad_norm = out.overflow ? INFINITY : strategy_->clip_gradients(optimizer_->parameters(), clip);
-  out.decision = agree(totals.loss, out.grad_norm, out.overflow);
+  out.decision = agree(totals.loss, out.grad_norm, out.overflow, !stray.empty());
+  if (out.decision.stray_rank >= 0) stop_on_stray_gradient(out.decision, stray, totals.phase);
   if (out.decision.nonfinite_rank >= 0) stop_on_nonfinite(out.decision, totals.loss, out.grad_norm);
   return out;
 }

@@ -25,6 +25,7 @@
 #include "data/training_data.hpp"
 #include "reporting/logger_set.hpp"
 #include "reporting/metric_window.hpp"
+#include "train/phase_schedule.hpp"
 #include "train/training_plan.hpp"
 #include "wanfw/strategy.hpp"
 
@@ -77,12 +78,14 @@ class Trainer {
     double loss = 0;                        ///< mean over the step's micro-batches
     std::map<std::string, double> metrics;  ///< means over the step's micro-batches
     std::int64_t samples = 0;
+    int phase = 0;                          ///< the model's training phase of the step
   };
   /// What every rank agreed on after a step's backward.
   struct Decision {
     int signal = 0;           ///< a stop signal some rank received (0: none)
     int nonfinite_rank = -1;  ///< the lowest rank with a non-finite value (-1: none)
     std::string metric;       ///< "loss" or "grad_norm"
+    int stray_rank = -1;      ///< the lowest rank where a parameter outside the step's phase got a gradient
   };
 
   /// After the micro-batches: the fp16 gradients unscaled, the gradients clipped, and what the
@@ -104,7 +107,11 @@ class Trainer {
   void agree_on_epoch_length();
   MicroBatchTotals run_micro_batches();
   Gradients settle_gradients(const MicroBatchTotals& totals);
-  Decision agree(double loss, double grad_norm, bool overflow);
+  /// `stray`: a parameter outside the step's phase got a gradient on this rank.
+  Decision agree(double loss, double grad_norm, bool overflow, bool stray);
+  /// The first parameter outside training phase `phase` that holds a gradient ("" when none).
+  std::string stray_gradient(int phase) const;
+  [[noreturn]] void stop_on_stray_gradient(const Decision& decision, const std::string& name, int phase) const;
   [[noreturn]] void stop_on_nonfinite(const Decision& decision, double loss, double grad_norm) const;
   /// bf16_weights: every rank's fp32 masters are equal (a collective; a strategy's broadcast of the
   /// starting weights reaches the module's bf16 parameters, not the masters), else an error.
@@ -127,6 +134,9 @@ class Trainer {
   std::string resolved_yaml_;
   std::shared_ptr<Model> model_;
   std::shared_ptr<Strategy> strategy_;
+  PhaseSchedule phases_;  ///< the model's training phases
+  /// Per phase, the trainable parameters of the other phases (which its steps must leave alone).
+  std::vector<std::vector<std::pair<std::string, at::Tensor>>> outside_phase_;
   MasterWeights* masters_;
   /// What the optimizer and checkpoints see: the model, or its masters' view (bf16_weights).
   Model& trained_;

@@ -14,17 +14,18 @@
 
 namespace wanfw {
 
-Trainer::Decision Trainer::agree(double loss, double grad_norm, bool overflow) {
+Trainer::Decision Trainer::agree(double loss, double grad_norm, bool overflow, bool stray) {
   const int world = strategy_->world_size(), rank = strategy_->rank();
   const bool guard = settings_.trainer.nan_guard;
   // Max over ranks of (world - rank) for each fault names the lowest rank that has it.
   auto fault = [&](bool bad) { return bad ? static_cast<double>(world - rank) : 0.0; };
   const std::vector<double> agreed = strategy_->all_reduce(
       {static_cast<double>(StopSignal::received()), fault(guard && !std::isfinite(loss)),
-       fault(guard && !overflow && !std::isfinite(grad_norm))},
+       fault(guard && !overflow && !std::isfinite(grad_norm)), fault(stray)},
       Reduce::Max);
   Decision decision;
   decision.signal = static_cast<int>(agreed[0]);
+  if (agreed[3] > 0) decision.stray_rank = world - static_cast<int>(agreed[3]);
   if (agreed[1] > 0) {
     decision.nonfinite_rank = world - static_cast<int>(agreed[1]);
     decision.metric = "loss";
@@ -52,6 +53,26 @@ void Trainer::stop_on_nonfinite(const Decision& decision, double loss, double gr
                   state_.step + 1, decision.metric, what, strategy_->world_size() == 1 ? "training" : "every rank",
                   checkpoint),
       "lower optimizer.lr, enable trainer.grad_clip, or check the data; then resume with --resume auto");
+}
+
+std::string Trainer::stray_gradient(int phase) const {
+  if (outside_phase_.empty()) return {};
+  for (const auto& [name, tensor] : outside_phase_.at(static_cast<std::size_t>(phase)))
+    if (tensor.grad().defined()) return name;
+  return {};
+}
+
+void Trainer::stop_on_stray_gradient(const Decision& decision, const std::string& name, int phase) const {
+  const std::string& phase_name = phases_.phase(phase).name;
+  const std::string what = decision.stray_rank == strategy_->rank()
+                               ? fmt::format("parameter '{}' got a gradient", name)
+                               : fmt::format("a parameter got a gradient on rank {}", decision.stray_rank);
+  throw Error(fmt::format("step {}: {} in a step of training phase '{}', which does not train it; every rank stopped "
+                          "before the optimizer applied it",
+                          state_.step + 1, what, phase_name),
+              fmt::format("the model plugin's training_step must run what phase '{}' does not train without autograd "
+                          "(torch::NoGradGuard, or detach its outputs)",
+                          phase_name));
 }
 
 void Trainer::check_master_weights() {

@@ -1,5 +1,7 @@
 // The trainer's reporting after each step: the logging window, the progress line, the loggers,
 // validation and its previews, parameter histograms.
+#include <cmath>
+
 #include "host/peak_memory.hpp"
 #include "reporting/progress.hpp"
 #include "train/trainer.hpp"
@@ -38,6 +40,11 @@ std::map<std::string, double> Trainer::report(const MicroBatchTotals& totals, do
                                               bool overflow, double loss_scale, double step_seconds, bool log_now) {
   skipped_steps_ += overflow ? 1 : 0;
   StepScalars step{totals.loss, grad_norm, step_seconds, totals.samples, totals.metrics, {}};
+  if (phases_.declared()) {  // each phase's own curves, besides the mixed ones
+    const std::string& phase = phases_.phase(totals.phase).name;
+    step.metrics[phase + "/loss"] = totals.loss;
+    if (std::isfinite(grad_norm)) step.metrics[phase + "/grad_norm"] = grad_norm;
+  }
   if (!log_now) {
     window_.add(step);
     return {};

@@ -26,7 +26,7 @@ void Trainer::set_up(const Checkpoint* checkpoint) {
     for (const auto& line : loader_->sampler().describe()) spdlog::info("  {}", line);
   }
   if (settings_.data.sample_log) sample_log_ = std::make_unique<SampleLog>(run_dir_, strategy_->rank());
-  plan_.emplace(settings_, *strategy_, loader_->batches_per_epoch());
+  plan_.emplace(settings_, *strategy_, loader_->batches_per_epoch(), phases_);
   if (main) plan_->announce(settings_, *strategy_, state_.step);
   progress_ = std::make_unique<ProgressReporter>(
       main ? ProgressReporter::mode_from(settings_.trainer.progress) : ProgressReporter::Mode::Off, state_.step,

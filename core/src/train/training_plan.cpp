@@ -29,18 +29,27 @@ std::int64_t total_steps_of(const CoreSettings& s, std::int64_t steps_per_epoch)
 
 }  // namespace
 
-TrainingPlan::TrainingPlan(const CoreSettings& settings, const Strategy& strategy, std::int64_t batches_per_epoch)
+TrainingPlan::TrainingPlan(const CoreSettings& settings, const Strategy& strategy, std::int64_t batches_per_epoch,
+                           PhaseSchedule phases)
     : accumulation_(strategy.accumulation_steps()),
       batches_per_epoch_(batches_per_epoch),
       total_steps_(total_steps_of(settings, steps_per_epoch())),  // the members it reads come first
       global_batch_(strategy.data_world_size() * settings.data.batch_size * accumulation_),
       reference_batch_(reference_batch_of(settings)),
       lr_factor_(lr_factor_of(settings, global_batch_)),
-      schedule_(settings.optimizer.lr * lr_factor_, settings.scheduler.warmup_steps, total_steps_,
-                settings.scheduler.decay == "cosine", settings.scheduler.min_lr_ratio) {
+      phases_(std::move(phases)) {
+  for (int p = 0; p < phases_.count(); ++p)
+    schedules_.emplace_back(settings.optimizer.lr * lr_factor_, settings.scheduler.warmup_steps,
+                            phases_.updates_before(p, total_steps_), settings.scheduler.decay == "cosine",
+                            settings.scheduler.min_lr_ratio);
   if (batches_per_epoch_ % accumulation_ != 0)
     throw Error(fmt::format("internal: an epoch of {} micro-batches is not whole steps of {}", batches_per_epoch_,
                             accumulation_));
+}
+
+double TrainingPlan::learning_rate(std::int64_t step) const {
+  const int phase = phases_.phase_at(step);
+  return schedules_.at(static_cast<std::size_t>(phase)).at(phases_.updates_before(phase, step));
 }
 
 void TrainingPlan::announce(const CoreSettings& settings, const Strategy& strategy, std::int64_t first_step) const {
@@ -60,6 +69,7 @@ void TrainingPlan::announce(const CoreSettings& settings, const Strategy& strate
     spdlog::info("lr scaled {} with the global batch: {:.6g} x {:.4g} = {:.6g} (reference batch {})", opt.lr_scaling,
                  opt.lr, lr_factor_, opt.lr * lr_factor_, reference_batch_);
   spdlog::info("training {} steps from step {}", total_steps_, first_step);
+  if (phases_.declared()) spdlog::info("training phases: {}", phases_.describe(total_steps_));
 }
 
 }  // namespace wanfw

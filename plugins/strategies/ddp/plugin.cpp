@@ -1,5 +1,6 @@
 // Strategy `ddp`: one process per device, gradients averaged across processes by c10d's Reducer
 // in buckets while backward still runs; Gloo on CPUs, NCCL on GPUs. Started by torchrun or srun.
+// A model that trains in phases gets one reducer per phase: a step reduces its phase's gradients.
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -37,8 +38,8 @@ class DdpStrategy final : public wanfw::Strategy {
         sequence_(*session_, settings.sequence_parallel) {}
 
   ~DdpStrategy() override {
-    logger_.reset();  // before the reducer, which it reports on
-    reducer_.reset();
+    for (auto& phase : reducers_) phase.logger.reset();  // before the reducers, which they report on
+    reducers_.clear();
   }
 
   std::string describe() const override { return "ddp: " + session_->describe() + sequence_.describe(); }
@@ -52,48 +53,38 @@ class DdpStrategy final : public wanfw::Strategy {
   void setup(wanfw::Model& model) override {
     model.module()->to(device());
     sequence_.attach(model);
-    for (auto& [name, tensor] : model.trainable_parameters()) {
-      names_.push_back(name);
-      parameters_.push_back(tensor);
-    }
+    std::vector<at::Tensor> parameters;
+    for (auto& [name, tensor] : model.trainable_parameters()) parameters.push_back(tensor);
     for (const auto& buffer : model.module()->buffers()) buffers_.push_back(buffer);
     session_->guarded("checking that every rank built the same model", [&] {
-      c10d::verify_params_across_processes(pg_, parameters_, std::nullopt);
+      c10d::verify_params_across_processes(pg_, parameters, std::nullopt);
     });
     // Rank 0's initial weights everywhere.
-    std::vector<at::Tensor> state = parameters_;
+    std::vector<at::Tensor> state = parameters;
     state.insert(state.end(), buffers_.begin(), buffers_.end());
     session_->broadcast(state, 0);
-    // Buckets in reverse parameter order: gradients become ready from the last layer back.
-    const std::vector<bool> sparse(parameters_.size(), false);
-    auto [buckets, limits] = c10d::compute_bucket_assignment_by_size(
-        parameters_, {settings_.first_bucket_bytes, settings_.bucket_bytes}, sparse);
-    std::reverse(buckets.begin(), buckets.end());
-    std::unordered_map<std::size_t, std::string> names;
-    for (std::size_t i = 0; i < names_.size(); ++i) names[i] = names_[i];
-    reducer_ = std::make_shared<c10d::Reducer>(
-        parameters_, buckets, pg_, sparse, static_cast<std::int64_t>(settings_.bucket_bytes),
-        settings_.find_unused_parameters, /*gradient_as_bucket_view=*/false, names,
-        static_cast<std::int64_t>(settings_.first_bucket_bytes), /*skip_all_reduce_unused_params=*/false,
-        /*use_python_reducer=*/false,
-        std::vector<std::int64_t>{static_cast<std::int64_t>(settings_.first_bucket_bytes),
-                                  static_cast<std::int64_t>(settings_.bucket_bytes)});
-    // The reducer reports to a logger it holds weakly, and without one it dereferences nothing:
-    // with find_unused_parameters, from the second step on.
-    logger_ = std::make_shared<c10d::Logger>(reducer_);
-    reducer_->set_logger(logger_);
-    if (is_main())
-      spdlog::info("ddp: {} parameters in {} gradient bucket(s) of up to {} MiB, averaged over {} processes",
-                   parameters_.size(), buckets.size(), settings_.bucket_bytes >> 20, world_size());
+    // A model that trains in phases gets a reducer per phase: a step reduces the gradients of its
+    // phase's parameters only, and the other phases' parameters, which get none, are not waited for.
+    const std::vector<wanfw::TrainingPhase> phases = model.phases();
+    for (int p = 0; p < std::max<int>(1, static_cast<int>(phases.size())); ++p) {
+      reducers_.push_back(make_reducer(model.phase_parameters(p)));
+      if (is_main() && reducers_.back().reducer)
+        spdlog::info("ddp: {}{} parameters in {} gradient bucket(s) of up to {} MiB, averaged over {} processes",
+                     phases.empty() ? "" : "phase " + phases[static_cast<std::size_t>(p)].name + ": ",
+                     reducers_.back().parameters, reducers_.back().buckets, settings_.bucket_bytes >> 20,
+                     world_size());
+    }
   }
 
   wanfw::StepOutput micro_step(wanfw::Model& model, const wanfw::Batch& batch,
                                const wanfw::MicroStep& micro) override {
     wanfw::StepOutput out;
+    const std::shared_ptr<c10d::Reducer>& reducer = reducers_.at(static_cast<std::size_t>(micro.phase)).reducer;
+    if (!reducer) return Strategy::micro_step(model, batch, micro);  // a phase without parameters
     session_->guarded("the forward and backward pass", [&] {
-      if (reducer_->rebuild_buckets()) spdlog::debug("ddp: gradient buckets rebuilt in backward order");
+      if (reducer->rebuild_buckets()) spdlog::debug("ddp: gradient buckets rebuilt in backward order");
       if (micro.sync_gradients) {
-        reducer_->prepare_for_forward();
+        reducer->prepare_for_forward();
         if (settings_.broadcast_buffers && !buffers_.empty()) {
           torch::NoGradGuard no_grad;
           c10d::broadcast_coalesced(pg_, buffers_, 256u << 20, 0);  // inside the guard above
@@ -102,10 +93,10 @@ class DdpStrategy final : public wanfw::Strategy {
       out = forward(model, batch, micro);
       // Only the last micro-batch of a step reduces; the others accumulate locally.
       if (micro.sync_gradients)
-        reducer_->prepare_for_backward(settings_.find_unused_parameters ? std::vector<at::Tensor>{out.loss}
+        reducer->prepare_for_backward(settings_.find_unused_parameters ? std::vector<at::Tensor>{out.loss}
                                                                         : std::vector<at::Tensor>{});
       backward(out, micro);
-      if (micro.sync_gradients && !settings_.find_unused_parameters) ensure_every_gradient_reduced();
+      if (micro.sync_gradients && !settings_.find_unused_parameters) ensure_every_gradient_reduced(*reducer);
     });
     return out;
   }
@@ -124,9 +115,9 @@ class DdpStrategy final : public wanfw::Strategy {
   // A parameter without a gradient leaves its bucket unreduced on this rank while the others
   // reduce theirs; the next collective would then meet the wrong one (a crash in the transport).
   // Stopped here, before any: this rank names the cause, the others see it stop.
-  void ensure_every_gradient_reduced() {
+  void ensure_every_gradient_reduced(c10d::Reducer& reducer) {
     try {
-      reducer_->check_finalized();
+      reducer.check_finalized();
     } catch (const c10::Error&) {
       throw wanfw::Error(
           fmt::format("rank {}: some trainable parameters got no gradient in this step, so ddp could not average "
@@ -140,10 +131,45 @@ class DdpStrategy final : public wanfw::Strategy {
   DdpSettings settings_;
   std::unique_ptr<wanfw::DistributedSession> session_;
   c10::intrusive_ptr<c10d::ProcessGroup> pg_;
-  std::shared_ptr<c10d::Reducer> reducer_;
-  std::shared_ptr<c10d::Logger> logger_;
-  std::vector<std::string> names_;
-  std::vector<at::Tensor> parameters_, buffers_;
+  /// One training phase's gradient reduction (null reducer: the phase has no parameters).
+  struct PhaseReducer {
+    std::shared_ptr<c10d::Reducer> reducer;
+    std::shared_ptr<c10d::Logger> logger;
+    std::size_t parameters = 0, buckets = 0;
+  };
+
+  PhaseReducer make_reducer(const std::vector<std::pair<std::string, at::Tensor>>& named) {
+    PhaseReducer out;
+    if (named.empty()) return out;
+    std::vector<at::Tensor> parameters;
+    std::unordered_map<std::size_t, std::string> names;
+    for (const auto& [name, tensor] : named) {
+      names[parameters.size()] = name;
+      parameters.push_back(tensor);
+    }
+    // Buckets in reverse parameter order: gradients become ready from the last layer back.
+    const std::vector<bool> sparse(parameters.size(), false);
+    auto [buckets, limits] = c10d::compute_bucket_assignment_by_size(
+        parameters, {settings_.first_bucket_bytes, settings_.bucket_bytes}, sparse);
+    std::reverse(buckets.begin(), buckets.end());
+    out.parameters = parameters.size();
+    out.buckets = buckets.size();
+    out.reducer = std::make_shared<c10d::Reducer>(
+        parameters, buckets, pg_, sparse, static_cast<std::int64_t>(settings_.bucket_bytes),
+        settings_.find_unused_parameters, /*gradient_as_bucket_view=*/false, names,
+        static_cast<std::int64_t>(settings_.first_bucket_bytes), /*skip_all_reduce_unused_params=*/false,
+        /*use_python_reducer=*/false,
+        std::vector<std::int64_t>{static_cast<std::int64_t>(settings_.first_bucket_bytes),
+                                  static_cast<std::int64_t>(settings_.bucket_bytes)});
+    // The reducer reports to a logger it holds weakly, and without one it dereferences nothing:
+    // with find_unused_parameters, from the second step on.
+    out.logger = std::make_shared<c10d::Logger>(out.reducer);
+    out.reducer->set_logger(out.logger);
+    return out;
+  }
+
+  std::vector<PhaseReducer> reducers_;  ///< one per training phase
+  std::vector<at::Tensor> buffers_;
   wanfw::SequenceGroups sequence_;  ///< sequence parallelism: the ranks sharing each sample
 };
 

@@ -33,6 +33,10 @@ class FlatShard {
   const std::vector<at::Tensor>& parameters() const { return parameters_; }
   const std::vector<std::string>& names() const { return names_; }
   bool gathered() const { return gathered_; }
+  /// Whether this step reduces the flat's gradients: false in a step of a training phase that
+  /// does not train it (wanfw::TrainingPhase), whose shard then gets no gradient at all.
+  bool reduced() const { return reduced_; }
+  void set_reduced(bool reduced) { reduced_ = reduced; }
 
   /// Starts gathering the full parameters in `compute` dtype (none: the shard's own; the transfer
   /// may run while the caller computes); finish_gather completes it. Both do nothing when the
@@ -51,6 +55,7 @@ class FlatShard {
  private:
   std::string name_;
   bool trainable_;
+  bool reduced_ = true;
   const wanfw::DistributedSession& session_;
   std::vector<std::string> names_;
   std::vector<at::Tensor> parameters_;  ///< the module's tensors, whose data this class points

@@ -1,5 +1,6 @@
 #include "fsdp_strategy.hpp"
 
+#include <algorithm>
 #include <set>
 
 #include <fmt/format.h>
@@ -53,6 +54,12 @@ void FsdpStrategy::setup(wanfw::Model& model) {
 
 void FsdpStrategy::build_units(wanfw::Model& model) {
   model_groups_ = model.parameter_groups();
+  for (const wanfw::TrainingPhase& phase : model.phases()) {
+    std::set<int>& groups = phase_groups_.emplace_back();
+    for (std::size_t g = 0; g < model_groups_.size(); ++g)
+      if (std::find(phase.groups.begin(), phase.groups.end(), model_groups_[g].name) != phase.groups.end())
+        groups.insert(static_cast<int>(g));
+  }
   for (std::size_t g = 0; g < model_groups_.size(); ++g)
     for (const auto& [name, tensor] : model_groups_[g].parameters)
       group_of_[tensor.unsafeGetTensorImpl()] = static_cast<int>(g);
@@ -119,6 +126,7 @@ wanfw::StepOutput FsdpStrategy::micro_step(wanfw::Model& model, const wanfw::Bat
                                            const wanfw::MicroStep& micro) {
   wanfw::StepOutput out;
   // Every micro-batch reduce-scatters: accumulated gradients add up sharded.
+  if (micro.phase != phase_) select_phase(micro.phase);
   session_->guarded("the forward and backward pass", [&] {
     runner_->begin_micro_step();
     rest_.gather(settings_.runner.compute);
@@ -131,10 +139,17 @@ wanfw::StepOutput FsdpStrategy::micro_step(wanfw::Model& model, const wanfw::Bat
   return out;
 }
 
+void FsdpStrategy::select_phase(int phase) {
+  phase_ = phase;
+  for (FlatShard* flat : flats())
+    if (auto it = flat_group_.find(flat); it != flat_group_.end())
+      flat->set_reduced(phase_groups_.empty() || phase_groups_.at(static_cast<std::size_t>(phase)).count(it->second));
+}
+
 void FsdpStrategy::reduce_rest_gradients() {
   torch::NoGradGuard no_grad;
   for (auto& flat : rest_.flats) {
-    if (!flat->trainable()) continue;
+    if (!flat->trainable() || !flat->reduced()) continue;
     std::vector<at::Tensor> grads;
     for (const at::Tensor& p : flat->parameters()) grads.push_back(p.grad());
     const at::Tensor piece = flat->reduce_gradient(grads, settings_.runner.reduce);

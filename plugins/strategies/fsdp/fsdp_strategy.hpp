@@ -5,10 +5,12 @@
 // ahead), and their gradients reduce-scattered as backward leaves them; the parameters in no unit
 // are gathered for the whole step. The optimizer steps this rank's shards; clipping uses the norm
 // of the whole gradient; checkpoints are written in pieces, a piece a rank (wanfw/state_pieces.hpp).
+// A model that trains in phases reduces, in each step, the flats of that phase's groups only.
 
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -65,6 +67,8 @@ class FsdpStrategy final : public wanfw::Strategy {
   void build_units(wanfw::Model& model);
   /// The flat shards of `unit`'s parameters (module order), keyed by group (or frozen) and dtype.
   void cut_unit(ShardedUnit& unit, const std::vector<std::pair<std::string, at::Tensor>>& parameters);
+  /// A step of training phase `phase` follows: only the flats of its groups reduce gradients.
+  void select_phase(int phase);
   /// After backward: the parameters in no unit have full gradients; each rank keeps its piece.
   void reduce_rest_gradients();
   /// Every flat shard, units first, the rest last.
@@ -78,6 +82,8 @@ class FsdpStrategy final : public wanfw::Strategy {
   std::unique_ptr<UnitRunner> runner_;
   std::vector<wanfw::ParameterGroup> model_groups_;
   std::map<const void*, int> group_of_;      ///< parameter -> its group's index (trainable ones)
+  std::vector<std::set<int>> phase_groups_;  ///< per training phase, its groups' indices (none: no phases)
+  int phase_ = -1;                           ///< the phase the flats reduce for (-1: none chosen yet)
   std::map<const void*, Place> place_of_;    ///< parameter -> where it lives
   std::map<const FlatShard*, int> flat_group_;  ///< trainable flat -> its group's index
   std::int64_t model_bytes_ = 0;  ///< every parameter's bytes, whole (padding excluded)

@@ -71,7 +71,8 @@ struct UnitCall : torch::autograd::Function<UnitCall> {
       const std::size_t count = flat->parameters().size();
       const std::vector<at::Tensor> flat_grads(grads.begin() + static_cast<std::ptrdiff_t>(next),
                                                grads.begin() + static_cast<std::ptrdiff_t>(next + count));
-      result[inputs.size() + shard++] = flat->reduce_gradient(flat_grads, runner->reduce_dtype());
+      const std::size_t slot = inputs.size() + shard++;
+      if (flat->reduced()) result[slot] = flat->reduce_gradient(flat_grads, runner->reduce_dtype());
       next += count;
     }
     return result;

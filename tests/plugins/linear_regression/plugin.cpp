@@ -33,8 +33,10 @@ struct LinearRegressionImpl : torch::nn::Module {
     offset = register_parameter("offset", torch::randn({out}), /*requires_grad=*/false);
     steps_seen = register_buffer("steps_seen", torch::zeros({}));
   }
-  torch::Tensor forward(const torch::Tensor& x) {
-    torch::Tensor y = linear(x);
+  /// `train_weight`/`train_bias` false: that parameter enters detached (it gets no gradient).
+  torch::Tensor forward(const torch::Tensor& x, bool train_weight = true, bool train_bias = true) {
+    torch::Tensor y = torch::nn::functional::linear(x, train_weight ? linear->weight : linear->weight.detach(),
+                                                    train_bias ? linear->bias : linear->bias.detach());
     if (offset.defined()) y = y + offset * (1 + 0.1 * steps_seen);
     return y;
   }
@@ -46,9 +48,10 @@ TORCH_MODULE(LinearRegression);
 class LinearRegressionModel final : public wanfw::Model {
  public:
   LinearRegressionModel(std::int64_t in, std::int64_t out, std::uint64_t truth_seed, std::int64_t delay_ms,
-                        Faults faults, double bias_lr_scale, bool frozen_state)
+                        Faults faults, double bias_lr_scale, bool frozen_state, std::int64_t bias_phase_steps,
+                        bool stray_gradient)
       : module_(in, out, frozen_state), delay_ms_(delay_ms), faults_(faults), bias_lr_scale_(bias_lr_scale),
-        frozen_state_(frozen_state) {
+        frozen_state_(frozen_state), bias_phase_steps_(bias_phase_steps), stray_gradient_(stray_gradient) {
     auto generator = at::make_generator<at::CPUGeneratorImpl>(truth_seed);
     true_weight_ = at::randn({out, in}, generator);
     true_bias_ = at::randn({out}, generator);
@@ -61,10 +64,10 @@ class LinearRegressionModel final : public wanfw::Model {
 
   std::shared_ptr<torch::nn::Module> module() override { return module_.ptr(); }
 
-  /// With bias_lr_scale != 1: two groups, the weight ("weight") and the bias ("bias", its own
-  /// learning-rate multiplier and no weight decay).
+  /// With bias_lr_scale != 1 or phases: two groups, the weight ("weight") and the bias ("bias", its
+  /// own learning-rate multiplier and no weight decay).
   std::vector<wanfw::ParameterGroup> parameter_groups() override {
-    if (bias_lr_scale_ == 1.0) return Model::parameter_groups();
+    if (bias_lr_scale_ == 1.0 && bias_phase_steps_ == 0) return Model::parameter_groups();
     wanfw::ParameterGroup weight, bias;
     weight.name = "weight";
     weight.parameters = {{"linear.weight", module_->linear->weight}};
@@ -74,6 +77,14 @@ class LinearRegressionModel final : public wanfw::Model {
     bias.weight_decay = 0.0;
     return {weight, bias};
   }
+
+  /// With bias_phase_steps N > 0: phase "weight" (one step) then phase "bias" (N steps), each
+  /// training its own group.
+  std::vector<wanfw::TrainingPhase> phases() override {
+    if (bias_phase_steps_ == 0) return {};
+    return {{"weight", {"weight"}, 1}, {"bias", {"bias"}, static_cast<int>(bias_phase_steps_)}};
+  }
+  void set_phase(int phase) override { phase_ = phase; }
 
   std::unique_ptr<wanfw::Model> replicate(const c10::Device& device) override {
     auto copy = std::make_unique<LinearRegressionModel>(*this);
@@ -96,7 +107,9 @@ class LinearRegressionModel final : public wanfw::Model {
     const torch::Tensor x = batch.at("x");
     const torch::Tensor w = true_weight_.to(x.device()), b = true_bias_.to(x.device());
     const torch::Tensor target = torch::nn::functional::linear(x, w, b);
-    torch::Tensor loss = torch::mse_loss(module_->forward(x), target);
+    // In a phase, the other phase's parameter enters detached (unless a test wants it to stray).
+    const bool phased = bias_phase_steps_ > 0 && !stray_gradient_;
+    torch::Tensor loss = torch::mse_loss(module_->forward(x, !phased || phase_ == 0, !phased || phase_ == 1), target);
     if (frozen_state_) {
       torch::NoGradGuard no_grad;
       module_->steps_seen.add_(1);  // one per micro-batch, on every replica alike
@@ -125,6 +138,9 @@ class LinearRegressionModel final : public wanfw::Model {
   Faults faults_;
   double bias_lr_scale_ = 1.0;
   bool frozen_state_ = false;
+  std::int64_t bias_phase_steps_ = 0;
+  bool stray_gradient_ = false;
+  int phase_ = 0;
   std::int64_t calls_ = 0;
   bool poison_next_gradient_ = false;
 };
@@ -148,17 +164,23 @@ wanfw::PluginDescriptor describe() {
           "Not 1: the bias trains as its own parameter group with this learning-rate multiplier and no weight decay."),
       option("frozen_state", T::Boolean).value("false").doc(
           "Add a frozen parameter `offset` and a buffer `steps_seen` (micro-batches trained) to the output (tests)."),
+      option("bias_phase_steps", T::Integer).value("0").doc(
+          "N > 0: train in two phases, the weight for one step, then the bias for N steps (tests)."),
+      option("stray_gradient", T::Boolean).value("false").doc(
+          "With phases: let each phase's step give the other phase's parameter a gradient too (tests)."),
   };
   d.make_model = [](const wanfw::Options& o, const wanfw::PluginContext&) -> std::unique_ptr<wanfw::Model> {
     for (const char* name : {"in_features", "out_features"})
       if (o.integer(name) < 1) o.fail(name, "must be at least 1");
+    if (o.integer("bias_phase_steps") < 0) o.fail("bias_phase_steps", "must be 0 (no phases) or more");
     return std::make_unique<LinearRegressionModel>(o.integer("in_features"), o.integer("out_features"),
                                                    static_cast<std::uint64_t>(o.integer("truth_seed")),
                                                    o.integer("step_delay_ms"),
                                                    Faults{o.integer("nan_at_call"), o.integer("nan_rank"),
                                                           o.integer("inf_grad_at_call"), o.integer("kill_rank"),
                                                           o.integer("kill_at_call")},
-                                                   o.number("bias_lr_scale"), o.boolean("frozen_state"));
+                                                   o.number("bias_lr_scale"), o.boolean("frozen_state"),
+                                                   o.integer("bias_phase_steps"), o.boolean("stray_gradient"));
   };
   return d;
 }
