@@ -159,8 +159,10 @@ SampleInputs sample_inputs(const std::map<std::string, at::Tensor>& inputs, cons
 
 std::map<std::string, at::Tensor> euler_sample(const Velocity& velocity, const SampleInputs& given,
                                                const WanConfig& config, const std::string& task, std::int64_t steps,
-                                               double shift, double guidance) {
+                                               double shift, double guidance, const std::string& solver,
+                                               std::uint64_t seed) {
   const bool ti2v = task == "ti2v";
+  const bool renoise = solver == "renoise";
   const std::vector<double> sigmas = sampling_schedule(steps, shift);
   const std::int64_t batch = given.noise.size(0);
   torch::Tensor x = given.noise;
@@ -173,10 +175,21 @@ std::map<std::string, at::Tensor> euler_sample(const Velocity& velocity, const S
       const torch::Tensor unconditional = velocity(x, t, given.negative, sigma).to(torch::kFloat32);
       v = unconditional + guidance * (v - unconditional);
     }
-    x = x + (sigmas[static_cast<std::size_t>(i) + 1] - sigmas[static_cast<std::size_t>(i)]) * v;  // dx/ds = v
+    const double from = sigmas[static_cast<std::size_t>(i)], to = sigmas[static_cast<std::size_t>(i) + 1];
+    if (!renoise) {
+      x = x + (to - from) * v;  // dx/ds = v
+    } else {
+      const torch::Tensor x0 = x - from * v;
+      x = i + 1 < steps ? (1 - to) * x0 + to * renoise_noise(seed, i, x.sizes()).to(x.device()) : x0;
+    }
   }
   if (ti2v) x = torch::cat({given.image.unsqueeze(2), x.slice(2, 1)}, 2);
   return {{"latents", x.cpu()}, {"sigmas", torch::tensor(sigmas, torch::kFloat64)}};
+}
+
+torch::Tensor renoise_noise(std::uint64_t seed, std::int64_t step, at::IntArrayRef shape) {
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(wanfw::sample_stream_seed(seed, 0, step, "renoise"));
+  return torch::randn(shape, generator, torch::TensorOptions().dtype(torch::kFloat32));
 }
 
 std::map<std::string, at::Tensor> preview_inputs(const wanfw::Batch& batch, const std::string& task) {

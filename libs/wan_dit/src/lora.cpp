@@ -116,15 +116,55 @@ void attach_adapters(WanDiTImpl& dit, const LoraSettings& settings) {
       layer->attach_lora(shape, torch::kFloat32, name, dit.lora_dropout);
 }
 
+void attach_second_adapters(WanDiTImpl& dit, const LoraSettings& settings) {
+  if (!dit.adapter_selection) dit.adapter_selection = std::make_shared<AdapterSelection>();
+  const std::vector<std::string> selected = target_layers(dit.config(), settings.targets);
+  const LoraShape shape{settings.rank, settings.alpha, 0.0};
+  for (const auto& [name, layer] : linear_layers(dit))
+    if (std::find(selected.begin(), selected.end(), name) != selected.end())
+      layer->attach_second_lora(shape, torch::kFloat32, dit.adapter_selection);
+}
+
 void refresh_adapters(WanDiTImpl& dit) {
   for (auto& p : dit.parameters()) p.set_requires_grad(false);
   dit.lora_dropout = std::make_shared<LoraDropoutStreams>();
+  if (dit.adapter_selection) dit.adapter_selection = std::make_shared<AdapterSelection>(*dit.adapter_selection);
   for (const auto& [name, layer] : linear_layers(dit)) {
+    if (dit.adapter_selection) layer->set_adapter_selection(dit.adapter_selection);
+    if (layer->has_second_lora()) {
+      layer->critic_lora_A->weight.set_requires_grad(true);
+      layer->critic_lora_B->weight.set_requires_grad(true);
+    }
     if (!layer->has_lora()) continue;
     layer->set_dropout_streams(dit.lora_dropout);
     layer->lora_A->weight.set_requires_grad(true);
     layer->lora_B->weight.set_requires_grad(true);
   }
+}
+
+void remove_second_adapters(WanDiTImpl& dit) {
+  for (const auto& [name, layer] : linear_layers(dit))
+    if (layer->has_second_lora()) layer->attach_second_lora({}, torch::kFloat32, dit.adapter_selection);
+}
+
+std::vector<std::pair<std::string, at::Tensor>> second_adapter_parameters(const torch::nn::Module& module) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& [name, layer] : linear_layers(module)) {
+    if (!layer->has_second_lora()) continue;
+    out.emplace_back(name + ".critic_lora_A.weight", layer->critic_lora_A->weight);
+    out.emplace_back(name + ".critic_lora_B.weight", layer->critic_lora_B->weight);
+  }
+  return out;
+}
+
+AdapterScope::AdapterScope(WanDiTImpl& dit, AdapterSelection selection) : dit_(dit) {
+  if (!dit_.adapter_selection) return;
+  before_ = *dit_.adapter_selection;
+  *dit_.adapter_selection = selection;
+}
+
+AdapterScope::~AdapterScope() {
+  if (dit_.adapter_selection) *dit_.adapter_selection = before_;
 }
 
 std::vector<std::pair<std::string, at::Tensor>> adapter_parameters(const torch::nn::Module& module) {

@@ -45,6 +45,7 @@ void WanLinearImpl::reset() {
     torch::nn::init::uniform_(bias, -bound, bound);
   }
   if (lora_.rank > 0) make_adapter();
+  if (second_.rank > 0) make_second_adapter();
 }
 
 void WanLinearImpl::make_adapter() {
@@ -53,6 +54,32 @@ void WanLinearImpl::make_adapter() {
   torch::NoGradGuard no_grad;
   torch::nn::init::kaiming_uniform_(lora_A->weight, std::sqrt(5.0));
   torch::nn::init::zeros_(lora_B->weight);
+}
+
+void WanLinearImpl::make_second_adapter() {
+  critic_lora_A =
+      register_module("critic_lora_A", torch::nn::Linear(torch::nn::LinearOptions(in_, second_.rank).bias(false)));
+  critic_lora_B =
+      register_module("critic_lora_B", torch::nn::Linear(torch::nn::LinearOptions(second_.rank, out_).bias(false)));
+  torch::NoGradGuard no_grad;
+  torch::nn::init::kaiming_uniform_(critic_lora_A->weight, std::sqrt(5.0));
+  torch::nn::init::zeros_(critic_lora_B->weight);
+}
+
+void WanLinearImpl::attach_second_lora(const LoraShape& shape, torch::Dtype dtype,
+                                       std::shared_ptr<const AdapterSelection> selection) {
+  if (critic_lora_A) {
+    unregister_module("critic_lora_A");
+    unregister_module("critic_lora_B");
+    critic_lora_A = nullptr;
+    critic_lora_B = nullptr;
+  }
+  second_ = LoraShape{shape.rank, shape.alpha, 0.0};
+  selection_ = std::move(selection);
+  if (second_.rank == 0) return;
+  make_second_adapter();
+  critic_lora_A->to(weight.device(), dtype);
+  critic_lora_B->to(weight.device(), dtype);
 }
 
 void WanLinearImpl::attach_lora(const LoraShape& shape, torch::Dtype dtype, std::string name,
@@ -74,26 +101,41 @@ void WanLinearImpl::attach_lora(const LoraShape& shape, torch::Dtype dtype, std:
 
 torch::Tensor WanLinearImpl::forward(const torch::Tensor& x) {
   torch::Tensor y = torch::nn::functional::linear(x, weight, bias);
-  if (lora_.rank == 0) return y;
+  const bool first = lora_.rank > 0 && (!selection_ || selection_->first);
+  const bool second = second_.rank > 0 && selection_ && selection_->second;
+  if (!first && !second) return y;
   // Under autocast the adapter's matrix products cast their input themselves; without it the
   // input meets the adapter's dtype (float32 adapters over a bfloat16 base). A copy of the
   // activations for nothing costs more than the adapter's own products on a GPU.
+  const auto adapter_dtype = (first ? lora_A : critic_lora_A)->weight.scalar_type();
   torch::Tensor h = x;
-  const auto adapter_dtype = lora_A->weight.scalar_type();
   if (x.scalar_type() != adapter_dtype && !at::autocast::is_autocast_enabled(x.device().type()))
     h = x.to(adapter_dtype);
-  if (lora_.dropout > 0 && is_training()) {
-    if (!streams_)
-      throw wanfw::Error(fmt::format("adapter dropout in {}: the layer has no dropout streams", name_),
-                         "attach adapters through wan::attach_adapters, which gives them");
-    h = h * streams_->keep_mask(name_, h.sizes().slice(1), lora_.dropout, h.scalar_type());
+  torch::Tensor delta;
+  if (first) {
+    torch::Tensor input = h;
+    if (lora_.dropout > 0 && is_training()) {
+      if (!streams_)
+        throw wanfw::Error(fmt::format("adapter dropout in {}: the layer has no dropout streams", name_),
+                           "attach adapters through wan::attach_adapters, which gives them");
+      input = input * streams_->keep_mask(name_, input.sizes().slice(1), lora_.dropout, input.scalar_type());
+    }
+    delta = adapter_update(input, lora_A, lora_B, lora_);
   }
-  // alpha / rank applied to the rank-wide intermediate (rank numbers a token, not out).
-  const double scale = lora_.alpha / static_cast<double>(lora_.rank);
-  torch::Tensor down = lora_A(h);
-  if (scale != 1.0) down = down * scale;
-  const torch::Tensor delta = lora_B(down);
+  if (second) {
+    const torch::Tensor more = adapter_update(h, critic_lora_A, critic_lora_B, second_);
+    delta = delta.defined() ? delta + more : more;
+  }
   return y + (delta.scalar_type() == y.scalar_type() ? delta : delta.to(y.scalar_type()));
+}
+
+torch::Tensor WanLinearImpl::adapter_update(const torch::Tensor& h, torch::nn::Linear& a, torch::nn::Linear& b,
+                                            const LoraShape& shape) const {
+  // alpha / rank applied to the rank-wide intermediate (rank numbers a token, not out).
+  const double scale = shape.alpha / static_cast<double>(shape.rank);
+  torch::Tensor down = a(h);
+  if (scale != 1.0) down = down * scale;
+  return b(down);
 }
 
 void WanLinearImpl::merge_lora() {

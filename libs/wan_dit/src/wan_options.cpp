@@ -152,7 +152,12 @@ wanfw::OptionSpec attention_option() {
 std::vector<wanfw::OptionSpec> sampler_options(double guidance, const std::string& guidance_doc,
                                                const std::string& size_doc) {
   return {
-      wanfw::option("sample_steps", T::Integer).value("20").doc("Euler steps of `wanfw sample`."),
+      wanfw::option("sample_steps", T::Integer).value("20").doc("Steps of `wanfw sample`."),
+      wanfw::option("sample_solver", T::Choice)
+          .value("euler")
+          .choices({"euler", "renoise"})
+          .doc("euler: x += (s' - s) v, the official sampler; renoise: each step predicts x0 = x - s v and "
+               "noises it afresh to the next level, x = (1 - s') x0 + s' eps (how few-step DMD students sample)."),
       wanfw::option("preview_steps", T::Integer).value("10").doc("Euler steps of the preview image at each validation."),
       wanfw::option("sample_guidance", T::Number).value(fmt::format("{:.1f}", guidance)).doc(guidance_doc),
       wanfw::option("sample_shift", T::Number)
@@ -168,6 +173,7 @@ SamplerSettings sampler_settings_from(const wanfw::Options& o) {
   s.preview_steps = o.integer("preview_steps");
   s.guidance = o.number("sample_guidance");
   s.shift = o.number("sample_shift");
+  s.solver = o.string("sample_solver");
   s.size = bucket_option(o, "sample_size");
   if (s.steps < 1) o.fail("sample_steps", "must be at least 1");
   if (s.preview_steps < 1) o.fail("preview_steps", "must be at least 1");

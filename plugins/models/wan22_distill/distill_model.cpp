@@ -187,7 +187,7 @@ std::map<std::string, at::Tensor> DistillModel::draw(const std::map<std::string,
   const auto velocity = [&](const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& context,
                             const torch::Tensor&) { return student_->forward(x, t, context, given.y); };
   return wan::euler_sample(velocity, given, c, settings_.task, steps, settings_.sampler.shift,
-                           settings_.sampler.guidance);
+                           settings_.sampler.guidance, settings_.sampler.solver, seed);
 }
 
 std::map<std::string, at::Tensor> DistillModel::preview(const wanfw::Batch& batch, std::uint64_t seed) {

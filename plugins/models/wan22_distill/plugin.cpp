@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include "distill_model.hpp"
+#include "dmd_options.hpp"
 #include "frozen_teacher.hpp"
 #include "negative_context.hpp"
 #include "student_init.hpp"
@@ -89,10 +90,13 @@ wan_distill::DistillSettings settings_from(const wanfw::Options& o, const Networ
   s.trajectory_steps = o.integer("trajectory_steps");
   if (s.trajectory_steps < 1) o.fail("trajectory_steps", "must be at least 1");
   s.latent_size = wan::bucket_option(o, "latent_size");
-  if (s.inputs == "teacher_trajectory") {
+  if (s.inputs == "generator" && o.string("objective") != "dmd")
+    o.fail("inputs", "inputs: generator (the generator's own steps) belongs to objective dmd",
+           "set objective: dmd, or inputs: teacher_trajectory for data-free velocity distillation");
+  if (s.inputs != "data") {
     if (s.flow_matching_weight > 0)
-      o.fail("flow_matching_weight", "data-free distillation (inputs: teacher_trajectory) has no data latents for a "
-                                     "flow-matching term",
+      o.fail("flow_matching_weight",
+             fmt::format("data-free distillation (inputs: {}) has no data latents for a flow-matching term", s.inputs),
              "set flow_matching_weight: 0, or inputs: data");
     if (s.task == "ti2v")
       o.fail("inputs", "ti2v keeps the data's first frame clean: it needs inputs: data");
@@ -144,23 +148,17 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
                where.offload ? ", on the CPU between steps" : "");
 
   const wan::WanPlacement placement{ctx.device, dtype_of(o, "dtype")};
+  if (o.string("objective") == "dmd") {
+    wan_distill::DmdSettings dmd = wan_distill::dmd_settings_from(o, n.student, n.teacher, settings, false);
+    wan::WanDiT generator(n.student, placement);
+    wan_distill::initialise_student(o, *generator, *teacher);
+    wan::apply_lora(*generator, settings.lora, "");
+    return wan_distill::make_dmd_model(o, std::move(generator), std::move(teacher), std::move(settings),
+                                       std::move(dmd), placement);
+  }
   auto model = std::make_unique<wan_distill::DistillModel>(n.student, std::move(settings), teacher, placement);
   auto& student = *model->student();
-  const std::string init = o.string("student_init");
-  if (init == "teacher") {
-    const wan_distill::StudentInit done = wan_distill::init_from_teacher(student, *teacher->dits().front());
-    std::vector<std::string> pairs;
-    for (std::size_t i = 0; i < done.blocks.size(); ++i) pairs.push_back(fmt::format("{}<-{}", i, done.blocks[i]));
-    spdlog::info("student initialised from the teacher: {} tensors copied, {} kept their initialisation (other "
-                 "shapes){}; blocks (student<-teacher): {}",
-                 done.copied, done.kept.size(),
-                 done.kept.empty() ? "" : fmt::format(", e.g. {}", done.kept.front()), fmt::join(pairs, " "));
-  } else if (init == "weights") {
-    const std::string weights = o.string("student_weights");
-    if (weights.empty()) o.fail("student_weights", "student_init: weights needs student_weights");
-    torch::NoGradGuard no_grad;
-    wan::load_wan_weights(student, weights, o.string("student_weights_subfolder"));
-  }
+  wan_distill::initialise_student(o, student, *teacher);
   wan::apply_lora(student, model->settings().lora, "");
   student.set_gradient_checkpointing(o.boolean("gradient_checkpointing"));
   return model;
@@ -180,6 +178,15 @@ std::string inspect(const wanfw::Options& o, const wanfw::TrainingLayout& layout
   const std::string negative = o.string("negative_context");
   if (!negative.empty() && !std::filesystem::exists(negative))
     weights_line += fmt::format("negative context: {} is not on this machine; it is read when a run starts\n", negative);
+  std::string dmd_lines;
+  if (o.string("objective") == "dmd") {
+    const wan_distill::DmdSettings dmd =
+        wan_distill::dmd_settings_from(o, n.student, n.teacher, s, n.expert != wan::Expert::None);
+    dmd_lines = fmt::format("objective dmd: generator {} steps, critic {} steps per generator step, real guidance {}\n{}",
+                            dmd.generator_steps, dmd.critic_updates, dmd.real_guidance,
+                            wan_distill::dmd_memory(dmd, n.student, n.teacher, s.lora, o.string("dtype"),
+                                                    o.string("teacher_dtype")));
+  }
   return fmt::format(
       "teacher: preset {}, dim {}, {} layers, {} parameters, frozen: {:.2f} GiB in {} (no gradients, no optimizer "
       "state){}\n"
@@ -198,7 +205,7 @@ std::string inspect(const wanfw::Options& o, const wanfw::TrainingLayout& layout
       s.guidance == 1.0 ? std::string("conditional velocity")
                         : fmt::format("guided velocity v_u + {} (v_c - v_u)", s.guidance),
       s.velocity_weight,
-      s.flow_matching_weight > 0 ? fmt::format(" + {} x flow matching", s.flow_matching_weight) : "", weights_line);
+      s.flow_matching_weight > 0 ? fmt::format(" + {} x flow matching", s.flow_matching_weight) : "", weights_line) + dmd_lines;
 }
 
 wanfw::PluginDescriptor describe() {
@@ -248,9 +255,10 @@ wanfw::PluginDescriptor describe() {
           .doc("As in wan22_flow_matching, for teacher and student alike."),
       option("inputs", T::Choice)
           .value("data")
-          .choices({"data", "teacher_trajectory"})
-          .doc("data: x_t = (1 - s) x0 + s eps from the data's latents; teacher_trajectory (data-free): prompts only, "
-               "x_t where the teacher's own Euler steps from noise reach s."),
+          .choices({"data", "teacher_trajectory", "generator"})
+          .doc("data: x_t = (1 - s) x0 + s eps from the data's latents; teacher_trajectory (data-free, velocity): "
+               "prompts only, x_t where the teacher's own Euler steps from noise reach s; generator (data-free, dmd): "
+               "prompts only, the generator's own steps from noise (backward simulation)."),
       option("trajectory_steps", T::Integer).value("4").doc("Teacher Euler steps from noise to x_t (teacher_trajectory)."),
       option("latent_size", T::String)
           .value("\"\"")
@@ -270,6 +278,8 @@ wanfw::PluginDescriptor describe() {
   d.options.insert(d.options.end(), teacher.begin(), teacher.end());
   d.options.insert(d.options.end(), student.begin(), student.end());
   d.options.insert(d.options.end(), rest.begin(), rest.end());
+  const auto dmd = wan_distill::dmd_options();
+  d.options.insert(d.options.end(), dmd.begin(), dmd.end());
   const auto lora = wan::lora_options("the student");
   d.options.insert(d.options.end(), lora.begin(), lora.end());
   const auto timesteps = wan::timestep_options(/*fixed=*/true);

@@ -3,7 +3,12 @@
 #include <cmath>
 #include <map>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
 #include <torch/torch.h>
+
+#include "wan/wan_weights.hpp"
 
 namespace wan_distill {
 
@@ -51,6 +56,24 @@ StudentInit init_from_teacher(wan::WanDiTImpl& student, const wan::WanDiTImpl& t
   for (auto& item : student.named_parameters()) copy(item.key(), item.value());
   for (auto& item : student.named_buffers()) copy(item.key(), item.value());
   return out;
+}
+
+void initialise_student(const wanfw::Options& o, wan::WanDiTImpl& student, const FrozenTeacher& teacher) {
+  const std::string init = o.string("student_init");
+  if (init == "teacher") {
+    const StudentInit done = init_from_teacher(student, *teacher.dits().front());
+    std::vector<std::string> pairs;
+    for (std::size_t i = 0; i < done.blocks.size(); ++i) pairs.push_back(fmt::format("{}<-{}", i, done.blocks[i]));
+    spdlog::info("student initialised from the teacher: {} tensors copied, {} kept their initialisation (other "
+                 "shapes){}; blocks (student<-teacher): {}",
+                 done.copied, done.kept.size(),
+                 done.kept.empty() ? "" : fmt::format(", e.g. {}", done.kept.front()), fmt::join(pairs, " "));
+  } else if (init == "weights") {
+    const std::string weights = o.string("student_weights");
+    if (weights.empty()) o.fail("student_weights", "student_init: weights needs student_weights");
+    torch::NoGradGuard no_grad;
+    wan::load_wan_weights(student, weights, o.string("student_weights_subfolder"));
+  }
 }
 
 }  // namespace wan_distill

@@ -6,7 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "frozen_teacher.hpp"
 #include "wan/wan_dit.hpp"
+#include "wanfw/options.hpp"
 
 namespace wan_distill {
 
@@ -25,5 +27,9 @@ struct StudentInit {
 /// Copies into `student` every parameter and buffer of `teacher` whose (block-mapped) name and
 /// shape match, converting dtypes; the rest keep the student's own initialisation.
 StudentInit init_from_teacher(wan::WanDiTImpl& student, const wan::WanDiTImpl& teacher);
+
+/// How the config's `student_init` starts `student`: from `teacher` (logged), from
+/// student_weights, or left at its random initialisation.
+void initialise_student(const wanfw::Options& o, wan::WanDiTImpl& student, const FrozenTeacher& teacher);
 
 }  // namespace wan_distill

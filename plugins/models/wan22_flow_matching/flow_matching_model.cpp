@@ -169,7 +169,7 @@ std::map<std::string, at::Tensor> WanFlowMatchingModel::draw(const std::map<std:
   const auto velocity = [&](const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& context,
                             const torch::Tensor& sigma) { return denoiser_.forward(x, t, context, given.y, sigma); };
   return wan::euler_sample(velocity, given, denoiser_.config(), settings_.task, steps, settings_.sampler.shift,
-                           settings_.sampler.guidance);
+                           settings_.sampler.guidance, settings_.sampler.solver, seed);
 }
 
 void WanFlowMatchingModel::export_weights(const std::filesystem::path& folder, const wanfw::ExportSettings& settings) {

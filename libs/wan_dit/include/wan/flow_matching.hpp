@@ -70,6 +70,7 @@ struct SamplerSettings {
   std::int64_t preview_steps = 10;
   double guidance = 5.0;  ///< v_u + guidance (v_c - v_u); 1: the conditional velocity alone
   double shift = 5.0;
+  std::string solver = "euler";       ///< euler | renoise (euler_sample)
   std::optional<wanfw::Bucket> size;  ///< latent F x H x W when the inputs give no shape
 };
 
@@ -91,9 +92,16 @@ using Velocity = std::function<torch::Tensor(const torch::Tensor& x, const torch
 /// The official sampler: Euler steps x += (s_{i+1} - s_i) v along sampling_schedule(steps,
 /// shift), with classifier-free guidance v = v_u + guidance (v_c - v_u) when guidance != 1; ti2v
 /// keeps the image as the first frame. Returns "latents" [B, C, F, H, W] (CPU) and "sigmas".
+/// `solver` "renoise" (few-step students): each step predicts x0 = x - s_i v and, before the last,
+/// noises it afresh to the next level, x = (1 - s_{i+1}) x0 + s_{i+1} eps_i, eps_i drawn on the CPU
+/// from renoise_generator(seed, i).
 std::map<std::string, at::Tensor> euler_sample(const Velocity& velocity, const SampleInputs& given,
                                                const WanConfig& config, const std::string& task, std::int64_t steps,
-                                               double shift, double guidance);
+                                               double shift, double guidance, const std::string& solver = "euler",
+                                               std::uint64_t seed = 0);
+
+/// The noise of step `step` of a renoise sampler started from `seed`.
+torch::Tensor renoise_noise(std::uint64_t seed, std::int64_t step, at::IntArrayRef shape);
 
 /// Validation metrics at fixed timesteps: "<prefix><T>" (T on 0..1000, three digits) for each of
 /// `timesteps` from `metric(sigma)`, and "loss", their mean (float64).

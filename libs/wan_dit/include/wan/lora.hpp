@@ -63,9 +63,34 @@ std::string training_memory(const WanConfig& config, const LoraSettings& setting
 /// layers `settings.targets` select; they alone require grad. Gives the DiT dropout streams.
 void attach_adapters(WanDiTImpl& dit, const LoraSettings& settings);
 
-/// Makes the DiT's adapters draw dropout from streams of its own (a replica's), and freezes its
-/// base again (cloning re-enables gradients).
+/// Attaches a second set of new float32 adapters (no dropout) to the layers `settings.targets`
+/// select, beside the first (a DMD critic's on the generator's frozen base); they require grad.
+/// The DiT's adapter_selection then says which set its forward adds (AdapterScope).
+void attach_second_adapters(WanDiTImpl& dit, const LoraSettings& settings);
+
+/// Makes the DiT's adapters draw dropout from streams of its own (a replica's) and select from a
+/// selection of its own, and freezes its base again (cloning re-enables gradients).
 void refresh_adapters(WanDiTImpl& dit);
+
+/// Removes the second set from every layer of `dit` (before exporting the first: the critic's
+/// adapters are a training artefact).
+void remove_second_adapters(WanDiTImpl& dit);
+
+/// The second set's parameters below `module`, under their module names.
+std::vector<std::pair<std::string, at::Tensor>> second_adapter_parameters(const torch::nn::Module& module);
+
+/// For its life, the adapters `dit`'s forward adds (a DiT with a second set; else a no-op).
+class AdapterScope {
+ public:
+  AdapterScope(WanDiTImpl& dit, AdapterSelection selection);
+  ~AdapterScope();
+  AdapterScope(const AdapterScope&) = delete;
+  AdapterScope& operator=(const AdapterScope&) = delete;
+
+ private:
+  WanDiTImpl& dit_;
+  AdapterSelection before_;
+};
 
 /// The adapters' parameters below `module` (any module holding DiTs), under their module names.
 std::vector<std::pair<std::string, at::Tensor>> adapter_parameters(const torch::nn::Module& module);

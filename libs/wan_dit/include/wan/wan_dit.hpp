@@ -154,6 +154,8 @@ class WanDiTImpl : public torch::nn::Cloneable<WanDiTImpl> {
   WanHead head{nullptr};
   /// The adapters' dropout streams (wan::attach_adapters makes them; null without adapters).
   std::shared_ptr<LoraDropoutStreams> lora_dropout;
+  /// Which adapters the layers add, with a second set attached (wan::attach_second_adapters; null: the first alone).
+  std::shared_ptr<AdapterSelection> adapter_selection;
 
  private:
   /// `context` checked and zero-padded to text_len tokens.

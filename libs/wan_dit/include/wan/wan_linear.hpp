@@ -50,6 +50,14 @@ class LoraDropoutStreams {
   std::optional<Samples> samples_;
 };
 
+/// Which adapters a DiT's layers add in their forward (one selection shared by the layers of a
+/// DiT): the first adapter (`lora_A`/`lora_B`), the second (`critic_lora_A`/`critic_lora_B`, a DMD
+/// critic's on the same frozen base), both, or neither (the frozen base alone: the teacher).
+struct AdapterSelection {
+  bool first = true;
+  bool second = false;
+};
+
 class WanLinearImpl : public torch::nn::Cloneable<WanLinearImpl> {
  public:
   WanLinearImpl(std::int64_t in, std::int64_t out);
@@ -70,16 +78,30 @@ class WanLinearImpl : public torch::nn::Cloneable<WanLinearImpl> {
   void merge_lora();
   bool has_lora() const { return lora_.rank > 0; }
   const LoraShape& lora() const { return lora_; }
+  /// Attaches a second adapter (a DMD critic's, without dropout) beside the first, under
+  /// `critic_lora_A`/`critic_lora_B`; `selection` says which of the two the forward adds.
+  void attach_second_lora(const LoraShape& shape, torch::Dtype dtype,
+                          std::shared_ptr<const AdapterSelection> selection);
+  /// Points the layer at another selection (a replica gets its own).
+  void set_adapter_selection(std::shared_ptr<const AdapterSelection> selection) { selection_ = std::move(selection); }
+  bool has_second_lora() const { return second_.rank > 0; }
   std::int64_t in_features() const { return in_; }
   std::int64_t out_features() const { return out_; }
 
   torch::Tensor weight, bias;
   torch::nn::Linear lora_A{nullptr}, lora_B{nullptr};
+  torch::nn::Linear critic_lora_A{nullptr}, critic_lora_B{nullptr};
 
  private:
   void make_adapter();
+  void make_second_adapter();
+  /// One adapter's update of `x` (the layer's input, already in the adapter's dtype).
+  torch::Tensor adapter_update(const torch::Tensor& h, torch::nn::Linear& a, torch::nn::Linear& b,
+                               const LoraShape& shape) const;
   std::int64_t in_, out_;
   LoraShape lora_;
+  LoraShape second_;
+  std::shared_ptr<const AdapterSelection> selection_;
   std::string name_;
   std::shared_ptr<const LoraDropoutStreams> streams_;
 };

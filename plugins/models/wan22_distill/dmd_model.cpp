@@ -1,0 +1,161 @@
+// The DMD model's plumbing: its modules, groups and phases, checkpoints, replicas, sampling and
+// export. The objective is in dmd_objective.cpp.
+#include "dmd_model.hpp"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "wan/dit_export.hpp"
+#include "wan/lora.hpp"
+#include "wanfw/error.hpp"
+
+namespace wan_distill {
+
+namespace {
+
+std::vector<std::pair<std::string, at::Tensor>> prefixed(std::vector<std::pair<std::string, at::Tensor>> named,
+                                                         const std::string& prefix) {
+  for (auto& item : named) item.first = prefix + item.first;
+  return named;
+}
+
+/// Every parameter of `dit` that requires grad, named below `prefix`.
+std::vector<std::pair<std::string, at::Tensor>> trained_of(const wan::WanDiT& dit, const std::string& prefix) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& item : dit->named_parameters(true))
+    if (item.value().requires_grad()) out.emplace_back(prefix + item.key(), item.value());
+  return out;
+}
+
+wan::WanDiT cloned(const wan::WanDiT& dit, const c10::Device& device) {
+  wan::WanDiT copy(std::dynamic_pointer_cast<wan::WanDiTImpl>(dit->clone(device)));
+  if (!wan::adapter_parameters(*copy).empty() || !wan::second_adapter_parameters(*copy).empty())
+    wan::refresh_adapters(*copy);
+  return copy;
+}
+
+}  // namespace
+
+DmdModulesImpl::DmdModulesImpl(wan::WanDiT generator_dit, wan::WanDiT critic_dit) {
+  generator = register_module("generator", std::move(generator_dit));
+  if (critic_dit) critic = register_module("critic", std::move(critic_dit));
+}
+
+DmdModel::DmdModel(wan::WanDiT generator, wan::WanDiT critic, std::shared_ptr<FrozenTeacher> teacher,
+                   DistillSettings common, DmdSettings dmd)
+    : modules_(std::move(generator), std::move(critic)),
+      teacher_(std::move(teacher)),
+      common_(std::move(common)),
+      dmd_(std::move(dmd)) {}
+
+DmdModel::DmdModel(const DmdModel& other, const c10::Device& device)
+    : modules_(cloned(other.modules_->generator, device),
+               other.modules_->critic ? cloned(other.modules_->critic, device) : wan::WanDiT(nullptr)),
+      // A teacher beside the generator goes along to the replica's device; one placed apart on
+      // purpose serves every replica, one call at a time.
+      teacher_(other.teacher_ && other.teacher_->placement().device == other.device() ? other.teacher_->on(device)
+                                                                                      : other.teacher_),
+      common_(other.common_),
+      dmd_(other.dmd_) {}
+
+std::unique_ptr<wanfw::Model> DmdModel::replicate(const c10::Device& device) {
+  return std::make_unique<DmdModel>(*this, device);
+}
+
+torch::Device DmdModel::device() const { return modules_->generator->parameters().front().device(); }
+
+std::vector<wanfw::ParameterGroup> DmdModel::parameter_groups() {
+  wanfw::ParameterGroup generator, critic;
+  generator.name = "generator";
+  if (common_.lora.enabled()) {
+    generator.parameters = prefixed(wan::adapter_parameters(*modules_->generator), "generator.");
+    generator.lr_scale = common_.lora.lr_scale;
+    generator.weight_decay = common_.lora.weight_decay;
+  } else {
+    generator.parameters = trained_of(modules_->generator, "generator.");
+  }
+  critic.name = "critic";
+  critic.lr_scale = dmd_.critic_lr_scale;
+  if (shared()) critic.parameters = prefixed(wan::second_adapter_parameters(*modules_->generator), "generator.");
+  else if (dmd_.critic_lora.enabled()) critic.parameters = prefixed(wan::adapter_parameters(*modules_->critic), "critic.");
+  else critic.parameters = trained_of(modules_->critic, "critic.");
+  if (dmd_.critic_lora.enabled()) critic.weight_decay = dmd_.critic_lora.weight_decay;
+  return {generator, critic};
+}
+
+std::vector<wanfw::TrainingPhase> DmdModel::phases() {
+  return {{"generator", {"generator"}, 1}, {"critic", {"critic"}, dmd_.critic_updates}};
+}
+
+std::vector<std::pair<std::string, at::Tensor>> DmdModel::checkpoint_tensors() {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  const auto add = [&](const wan::WanDiT& dit, const std::string& prefix, bool adapters) {
+    if (adapters) {
+      for (auto& item : prefixed(wan::adapter_parameters(*dit), prefix)) out.push_back(std::move(item));
+      for (auto& item : prefixed(wan::second_adapter_parameters(*dit), prefix)) out.push_back(std::move(item));
+      return;
+    }
+    for (const auto& item : dit->named_parameters(true)) out.emplace_back(prefix + item.key(), item.value());
+    for (const auto& item : dit->named_buffers(true)) out.emplace_back(prefix + item.key(), item.value());
+  };
+  add(modules_->generator, "generator.", common_.lora.enabled());
+  if (!shared()) add(modules_->critic, "critic.", dmd_.critic_lora.enabled());
+  return out;
+}
+
+std::vector<wanfw::ShardUnit> DmdModel::shard_units() {
+  std::vector<wanfw::ShardUnit> units = modules_->generator->shard_units("generator.");
+  if (!shared())
+    for (auto& unit : modules_->critic->shard_units("critic.")) units.push_back(std::move(unit));
+  return units;
+}
+
+void DmdModel::set_unit_runner(wanfw::UnitRunner* runner) {
+  modules_->generator->set_unit_runner(runner, 0);
+  if (!shared()) modules_->critic->set_unit_runner(runner, static_cast<std::size_t>(modules_->generator->config().num_layers));
+}
+
+std::vector<wanfw::FieldSpec> DmdModel::batch_fields() const {
+  const auto& c = modules_->generator->config();
+  std::vector<wanfw::FieldSpec> fields = wan::task_fields(c, common_.task);
+  for (auto& field : fields)  // a context must fit every network
+    if (field.name == "context" && teacher_) field.max_tokens = std::min(c.text_len, teacher_->config().text_len);
+  if (common_.inputs == "data") return fields;
+  // Data-free: prompts only (and the i2v image); G's own steps make its inputs.
+  std::erase_if(fields, [](const wanfw::FieldSpec& f) { return f.name == "latents"; });
+  return fields;
+}
+
+std::map<std::string, at::Tensor> DmdModel::sample(const std::map<std::string, at::Tensor>& inputs,
+                                                   std::uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  modules_->eval();
+  wan::WanDiT& g = modules_->generator;
+  const wan::SampleInputs given =
+      wan::sample_inputs(inputs, g->config(), common_.task, common_.sampler.size, seed, device());
+  const auto velocity = [&](const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& context,
+                            const torch::Tensor&) {
+    const wan::AdapterScope generator_only(*g, {true, false});
+    return g->forward(x, t, context, given.y);
+  };
+  return wan::euler_sample(velocity, given, g->config(), common_.task, dmd_.generator_steps, dmd_.generator_shift, 1.0,
+                           "renoise", seed);
+}
+
+std::map<std::string, at::Tensor> DmdModel::preview(const wanfw::Batch& batch, std::uint64_t seed) {
+  std::map<std::string, at::Tensor> inputs;
+  if (batch.fields.count("latents")) {
+    inputs = wan::preview_inputs(batch, common_.task);
+  } else {  // data-free: the noise in the shape G trains on
+    inputs = {{"context", batch.at("context").narrow(0, 0, 1)}, {"noise", noise_of(batch).narrow(0, 0, 1)}};
+    if (common_.task == "i2v") inputs["image_condition"] = batch.at("image_condition").narrow(0, 0, 1);
+  }
+  return {{"latents", wan::latent_strip(sample(inputs, seed).at("latents")[0])}};
+}
+
+void DmdModel::export_weights(const std::filesystem::path& folder, const wanfw::ExportSettings& settings) {
+  if (shared()) wan::remove_second_adapters(*modules_->generator);  // the critic stays behind
+  wan::export_dit(*modules_->generator, common_.task, folder, settings);
+}
+
+}  // namespace wan_distill

@@ -1,0 +1,108 @@
+#pragma once
+// The Wan DMD model (`objective: dmd`): a few-step generator G trained by distribution matching
+// (DMD2) against the frozen teacher's guided score and a critic's score of G's own samples. Two
+// training phases (wanfw::TrainingPhase): "generator" one step, then "critic" K steps.
+//
+//   x_k    G's input at its level s_k, k drawn per sample: G's own no-grad steps from noise
+//          (inputs: generator, backward simulation) or (1 - s_k) x0 + s_k eps (inputs: data)
+//   x      = x_k - s_k v_G(x_k)                                    G's sample (its x0 prediction)
+//   x_t    = (1 - s) x + s eps',  s = shift(U[min, max])             re-noised, fresh draws
+//   g      = (x0_critic(x_t) - x0_real(x_t)) / mean |x - x0_real(x_t)|   per sample, x0 = x_t - s v
+//   generator loss = 0.5 mean (x - stopgrad(x - g))^2  [+ w mean (v_G(x_k) - v_real(x_k))^2]
+//   critic loss    = mean (v_critic(x_t) - (eps' - stopgrad(x)))^2  on fresh draws
+//
+// module() holds "generator" and (unless the base is shared) "critic". With a shared base the
+// generator's DiT carries the critic's adapters as its second set, and the base with no adapters
+// is the real score: one copy of the frozen weights serves all three.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "distill_model.hpp"
+#include "dmd_settings.hpp"
+#include "frozen_teacher.hpp"
+
+namespace wan_distill {
+
+/// The trained modules: the generator and, unless it shares the generator's base, the critic.
+struct DmdModulesImpl : torch::nn::Module {
+  DmdModulesImpl(wan::WanDiT generator_dit, wan::WanDiT critic_dit);
+  wan::WanDiT generator{nullptr}, critic{nullptr};
+};
+TORCH_MODULE(DmdModules);
+
+class DmdModel final : public wanfw::Model {
+ public:
+  /// `critic` null: the shared base (the critic's adapters are `generator`'s second set, and
+  /// `teacher` may be null: the base without adapters is the real score).
+  DmdModel(wan::WanDiT generator, wan::WanDiT critic, std::shared_ptr<FrozenTeacher> teacher, DistillSettings common,
+           DmdSettings dmd);
+  /// A replica on `device` (data_parallel).
+  DmdModel(const DmdModel& other, const c10::Device& device);
+
+  std::shared_ptr<torch::nn::Module> module() override { return modules_.ptr(); }
+  wan::WanDiT& generator() { return modules_->generator; }
+  const DmdSettings& dmd() const { return dmd_; }
+  /// "generator" (G's weights or adapters) and "critic" (at critic_lr_scale).
+  std::vector<wanfw::ParameterGroup> parameter_groups() override;
+  /// "generator" one step, then "critic" critic_updates steps.
+  std::vector<wanfw::TrainingPhase> phases() override;
+  void set_phase(int phase) override { phase_ = phase; }
+  /// The trained tensors: a DiT with adapters contributes its adapters alone (its base is rebuilt
+  /// from the teacher), one without every parameter and buffer.
+  std::vector<std::pair<std::string, at::Tensor>> checkpoint_tensors() override;
+  std::vector<wanfw::FieldSpec> batch_fields() const override;
+  wanfw::StepOutput training_step(const wanfw::Batch& batch) override;
+  /// Without gradients: "critic_loss" and "dmd_gradient" (mean |g|) on G's samples; "loss" = critic_loss.
+  std::map<std::string, at::Tensor> validation_step(const wanfw::Batch& batch) override;
+  /// Inputs x, t, context (y for i2v): "v" (G), "critic_v" and "teacher_v" (the guided real score).
+  std::map<std::string, at::Tensor> predict(const std::map<std::string, at::Tensor>& inputs) override;
+  /// G's samples: generator_steps steps of the renoise solver at G's levels.
+  std::map<std::string, at::Tensor> sample(const std::map<std::string, at::Tensor>& inputs,
+                                           std::uint64_t seed) override;
+  /// G alone, in the official layout or (adapters) as an adapter in both layouts; never the critic.
+  void export_weights(const std::filesystem::path& folder, const wanfw::ExportSettings& settings) override;
+  std::map<std::string, at::Tensor> preview(const wanfw::Batch& batch, std::uint64_t seed) override;
+  std::unique_ptr<wanfw::Model> replicate(const c10::Device& device) override;
+  std::vector<wanfw::ShardUnit> shard_units() override;
+  void set_unit_runner(wanfw::UnitRunner* runner) override;
+
+ private:
+  /// G's input for each sample: x_k [B, C, F, H, W] and its level s_k [B].
+  struct GeneratorInput {
+    torch::Tensor x, sigma;
+  };
+  /// What the step conditions on: context, the negative context (guidance), y (i2v), x0 (data).
+  struct Conditions {
+    torch::Tensor context, negative, y, x0;
+  };
+  Conditions conditions(const wanfw::Batch& batch, const torch::Tensor& noise) const;
+  GeneratorInput generator_input(const wanfw::Batch& batch, const Conditions& c, const torch::Tensor& noise);
+  /// Velocities: G's, the critic's, the real score's (guided); float32.
+  torch::Tensor generator_velocity(const torch::Tensor& x, const torch::Tensor& sigma, const Conditions& c);
+  torch::Tensor critic_velocity(const torch::Tensor& x, const torch::Tensor& sigma, const Conditions& c);
+  torch::Tensor real_velocity(const torch::Tensor& x, const torch::Tensor& sigma, const Conditions& c);
+  /// Per-sample levels in the score range, from `stream`.
+  torch::Tensor score_levels(const wanfw::Batch& batch, const char* stream) const;
+  /// x re-noised to `sigma` with `noise` (ti2v keeps the clean first frame).
+  torch::Tensor renoised(const torch::Tensor& x, const torch::Tensor& sigma, const torch::Tensor& noise,
+                         const Conditions& c) const;
+  /// Per-sample means [B] of `error` (ti2v: without the clean first frame).
+  torch::Tensor per_sample(torch::Tensor error) const;
+  wanfw::StepOutput generator_step(const wanfw::Batch& batch);
+  wanfw::StepOutput critic_step(const wanfw::Batch& batch);
+  torch::Tensor noise_of(const wanfw::Batch& batch) const;
+  torch::Tensor timesteps(const torch::Tensor& sigma, const torch::Tensor& x) const;
+  torch::Device device() const;
+  bool shared() const { return !modules_->critic; }
+
+  DmdModules modules_{nullptr};
+  std::shared_ptr<FrozenTeacher> teacher_;
+  DistillSettings common_;
+  DmdSettings dmd_;
+  int phase_ = 0;
+};
+
+}  // namespace wan_distill

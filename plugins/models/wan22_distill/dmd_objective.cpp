@@ -1,0 +1,225 @@
+// The DMD objective (dmd_model.hpp): G's inputs (backward simulation or noised data), the three
+// scores, the generator's distribution-matching step and the critic's flow-matching step. Every
+// draw comes from the sample's own streams, so a sample computes the same wherever it trains.
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "dmd_model.hpp"
+#include "wan/lora.hpp"
+#include "wanfw/error.hpp"
+#include "wanfw/sample_random.hpp"
+
+namespace wan_distill {
+
+namespace {
+
+torch::Tensor at_level(const torch::Tensor& sigma) { return sigma.to(torch::kFloat32).view({-1, 1, 1, 1, 1}); }
+
+}  // namespace
+
+torch::Tensor DmdModel::noise_of(const wanfw::Batch& batch) const {
+  std::vector<std::int64_t> shape;
+  if (batch.fields.count("latents")) {
+    shape = batch.at("latents").sizes().slice(1).vec();
+  } else if (batch.fields.count("image_condition")) {
+    shape = batch.at("image_condition").sizes().slice(1).vec();
+  } else {
+    const wanfw::Bucket& size = *common_.latent_size;
+    shape = {modules_->generator->config().out_dim, size.frames, size.height, size.width};
+  }
+  return wanfw::sample_randn(batch, "noise", shape, torch::kFloat32);
+}
+
+torch::Tensor DmdModel::timesteps(const torch::Tensor& sigma, const torch::Tensor& x) const {
+  return wan::task_timesteps(sigma, x, modules_->generator->config(), common_.task);
+}
+
+DmdModel::Conditions DmdModel::conditions(const wanfw::Batch& batch, const torch::Tensor& noise) const {
+  Conditions c;
+  c.context = batch.at("context");
+  if (dmd_.real_guidance != 1.0)
+    c.negative = common_.negative.defined()
+                     ? common_.negative.to(c.context.device(), c.context.scalar_type())
+                           .unsqueeze(0)
+                           .expand({c.context.size(0), -1, -1})
+                     : torch::zeros_like(c.context);
+  if (common_.task == "i2v")
+    c.y = wan::i2v_condition(wan::checked_condition(batch.at("image_condition"), noise, "distillation"));
+  if (common_.inputs == "data") {
+    c.x0 = batch.at("latents").to(torch::kFloat32);
+    wan::check_latents(modules_->generator->config(), common_.task, c.x0, "distillation");
+  } else {
+    wan::check_latents(modules_->generator->config(), common_.task, noise, "distillation");
+  }
+  return c;
+}
+
+torch::Tensor DmdModel::renoised(const torch::Tensor& x, const torch::Tensor& sigma, const torch::Tensor& noise,
+                                 const Conditions& c) const {
+  torch::Tensor out = (1 - at_level(sigma)) * x + at_level(sigma) * noise;
+  if (common_.task == "ti2v") out = torch::cat({c.x0.slice(2, 0, 1), out.slice(2, 1)}, 2);
+  return out;
+}
+
+torch::Tensor DmdModel::per_sample(torch::Tensor error) const {
+  if (common_.task == "ti2v") error = error.slice(2, 1);  // the clean first frame is not predicted
+  return error.flatten(1).mean(1);
+}
+
+torch::Tensor DmdModel::generator_velocity(const torch::Tensor& x, const torch::Tensor& sigma, const Conditions& c) {
+  const wan::AdapterScope generator_only(*modules_->generator, {true, false});
+  return modules_->generator->forward(x, timesteps(sigma, x), c.context, c.y).to(torch::kFloat32);
+}
+
+torch::Tensor DmdModel::critic_velocity(const torch::Tensor& x, const torch::Tensor& sigma, const Conditions& c) {
+  if (!shared()) return modules_->critic->forward(x, timesteps(sigma, x), c.context, c.y).to(torch::kFloat32);
+  const wan::AdapterScope critic_only(*modules_->generator, {false, true});
+  return modules_->generator->forward(x, timesteps(sigma, x), c.context, c.y).to(torch::kFloat32);
+}
+
+torch::Tensor DmdModel::real_velocity(const torch::Tensor& x, const torch::Tensor& sigma, const Conditions& c) {
+  torch::NoGradGuard no_grad;
+  const torch::Tensor t = timesteps(sigma, x);
+  if (teacher_) return teacher_->velocity(x, t, c.context, c.negative, c.y, sigma, dmd_.real_guidance);
+  // The shared base with both adapter sets off is the teacher.
+  const wan::AdapterScope base_only(*modules_->generator, {false, false});
+  const torch::Tensor conditional = modules_->generator->forward(x, t, c.context, c.y).to(torch::kFloat32);
+  if (dmd_.real_guidance == 1.0) return conditional;
+  const torch::Tensor unconditional = modules_->generator->forward(x, t, c.negative, c.y).to(torch::kFloat32);
+  return unconditional + dmd_.real_guidance * (conditional - unconditional);
+}
+
+torch::Tensor DmdModel::score_levels(const wanfw::Batch& batch, const char* stream) const {
+  const torch::Tensor u = wanfw::sample_rand(batch, stream);
+  const torch::Tensor s = dmd_.min_level + (dmd_.max_level - dmd_.min_level) * u;
+  const double k = dmd_.score_shift;
+  return k * s / (1 + (k - 1) * s);
+}
+
+DmdModel::GeneratorInput DmdModel::generator_input(const wanfw::Batch& batch, const Conditions& c,
+                                                   const torch::Tensor& noise) {
+  const std::vector<double> levels = dmd_.levels();
+  const auto n = static_cast<std::int64_t>(levels.size());
+  // The step each sample trains at, uniform over G's steps.
+  const torch::Tensor k = (wanfw::sample_rand(batch, "generator_step") * static_cast<double>(n))
+                              .floor()
+                              .clamp(0, static_cast<double>(n - 1))
+                              .to(torch::kLong);
+  const torch::Tensor table = torch::tensor(levels, torch::kFloat64).to(noise.device());
+  GeneratorInput in;
+  in.sigma = table.index_select(0, k).to(torch::kFloat32);
+  if (common_.inputs == "data") {  // the data noised to each sample's level
+    in.x = renoised(c.x0, in.sigma, noise, c);
+    return in;
+  }
+  // Backward simulation: G's own steps from noise, without gradients, to each sample's level.
+  // Every step runs for the whole batch whatever its samples' levels, so every rank makes the same
+  // calls (a sharded or sequence-parallel G gathers inside each).
+  torch::NoGradGuard no_grad;
+  torch::Tensor x = noise;
+  for (std::int64_t i = 0; i + 1 < n; ++i) {
+    const torch::Tensor from = torch::full({noise.size(0)}, levels[static_cast<std::size_t>(i)], noise.options());
+    const torch::Tensor to = torch::full_like(from, levels[static_cast<std::size_t>(i + 1)]);
+    const torch::Tensor x0 = x - at_level(from) * generator_velocity(x, from, c);
+    const torch::Tensor next = renoised(x0, to, wanfw::sample_randn(batch, fmt::format("rollout_noise/{}", i),
+                                                                    noise.sizes().slice(1), torch::kFloat32), c);
+    x = torch::where((k > i).view({-1, 1, 1, 1, 1}), next, x);  // samples at their level stay
+  }
+  in.x = x;
+  return in;
+}
+
+wanfw::StepOutput DmdModel::training_step(const wanfw::Batch& batch) {
+  std::optional<FrozenTeacher::Use> use;
+  if (teacher_) use.emplace(*teacher_);
+  const wan::DropoutSamplesScope dropout({modules_->generator}, batch);
+  return phase_ == 0 ? generator_step(batch) : critic_step(batch);
+}
+
+wanfw::StepOutput DmdModel::generator_step(const wanfw::Batch& batch) {
+  const torch::Tensor noise = noise_of(batch);
+  const Conditions c = conditions(batch, noise);
+  const GeneratorInput in = generator_input(batch, c, noise);
+  const torch::Tensor v = generator_velocity(in.x, in.sigma, c);
+  const torch::Tensor x = in.x - at_level(in.sigma) * v;  // G's sample, with its graph
+  torch::Tensor gradient, normalizer, v_real_in;
+  {
+    torch::NoGradGuard no_grad;
+    const torch::Tensor sigma = score_levels(batch, "score_level");
+    const torch::Tensor xt =
+        renoised(x.detach(), sigma, wanfw::sample_randn(batch, "score_noise", noise.sizes().slice(1)), c);
+    const torch::Tensor x0_fake = xt - at_level(sigma) * critic_velocity(xt, sigma, c);
+    const torch::Tensor x0_real = xt - at_level(sigma) * real_velocity(xt, sigma, c);
+    normalizer = per_sample((x.detach() - x0_real).abs());
+    gradient = torch::nan_to_num((x0_fake - x0_real) / at_level(normalizer), 0.0, 0.0, 0.0);
+    if (dmd_.regression_weight > 0) v_real_in = real_velocity(in.x, in.sigma, c);
+  }
+  // d/dx of 0.5 mean (x - stopgrad(x - g))^2 is g / (elements): the DMD gradient.
+  const torch::Tensor dmd = 0.5 * per_sample((x - (x - gradient).detach()).pow(2));
+  torch::Tensor loss = dmd.mean();
+  std::map<std::string, at::Tensor> metrics = {{"dmd_loss", dmd.mean().detach()},
+                                               {"dmd_gradient", per_sample(gradient.abs()).mean()},
+                                               {"dmd_normalizer", normalizer.mean()},
+                                               {"generator_level", in.sigma.mean().detach()}};
+  if (v_real_in.defined()) {
+    const torch::Tensor regression = per_sample((v - v_real_in).pow(2)).mean();
+    loss = loss + dmd_.regression_weight * regression;
+    metrics["regression_loss"] = regression.detach();
+  }
+  return {loss, metrics};
+}
+
+wanfw::StepOutput DmdModel::critic_step(const wanfw::Batch& batch) {
+  const torch::Tensor noise = noise_of(batch);
+  const Conditions c = conditions(batch, noise);
+  torch::Tensor x;
+  {
+    torch::NoGradGuard no_grad;  // G's samples, as the generator step makes them
+    const GeneratorInput in = generator_input(batch, c, noise);
+    x = in.x - at_level(in.sigma) * generator_velocity(in.x, in.sigma, c);
+  }
+  const torch::Tensor sigma = score_levels(batch, "critic_level");
+  const torch::Tensor eps = wanfw::sample_randn(batch, "critic_noise", noise.sizes().slice(1));
+  const torch::Tensor v = critic_velocity(renoised(x, sigma, eps, c), sigma, c);
+  const torch::Tensor loss = per_sample((v - (eps - x)).pow(2)).mean();
+  return {loss, {{"critic_loss", loss.detach()}}};
+}
+
+std::map<std::string, at::Tensor> DmdModel::validation_step(const wanfw::Batch& batch) {
+  torch::NoGradGuard no_grad;
+  std::optional<FrozenTeacher::Use> use;
+  if (teacher_) use.emplace(*teacher_);
+  const wanfw::StepOutput critic = critic_step(batch);
+  const wanfw::StepOutput generator = generator_step(batch);
+  return {{"loss", critic.loss}, {"critic_loss", critic.loss}, {"dmd_gradient", generator.metrics.at("dmd_gradient")}};
+}
+
+std::map<std::string, at::Tensor> DmdModel::predict(const std::map<std::string, at::Tensor>& inputs) {
+  torch::NoGradGuard no_grad;
+  modules_->eval();
+  const torch::Device dev = device();
+  auto input = [&](const char* name, bool required) -> torch::Tensor {
+    auto it = inputs.find(name);
+    if (it != inputs.end()) return it->second.to(dev);
+    if (required)
+      throw wanfw::Error(fmt::format("predict: the inputs have no tensor '{}'", name),
+                         "give x [B,C,F,H,W], t [B] and context [B,L,text_dim] (and y for i2v)");
+    return {};
+  };
+  Conditions c;
+  const torch::Tensor x = input("x", true), t = input("t", true);
+  c.context = input("context", true);
+  c.y = input("y", false);
+  c.negative = common_.negative.defined() ? common_.negative.to(dev).unsqueeze(0).expand({c.context.size(0), -1, -1})
+                                          : torch::zeros_like(c.context);
+  const torch::Tensor sigma = t.to(torch::kFloat32) / 1000.0;
+  std::optional<FrozenTeacher::Use> use;
+  if (teacher_) use.emplace(*teacher_);
+  return {{"v", generator_velocity(x, sigma, c).cpu()},
+          {"critic_v", critic_velocity(x, sigma, c).cpu()},
+          {"teacher_v", real_velocity(x, sigma, c).cpu()}};
+}
+
+}  // namespace wan_distill

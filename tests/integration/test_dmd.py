@@ -1,0 +1,177 @@
+"""wan22_distill with `objective: dmd`: distribution matching distillation (DMD2) of a few-step
+generator against a tiny Wan teacher (diffusers' WanTransformer3DModel with random weights) and a
+critic trained on the generator's samples, in two training phases. The generator and critic train
+the same on every layout, resume bitwise, and a shared frozen base trains exactly what three
+separate copies train."""
+
+import pytest
+import torch
+from conftest import base_config, checkpoints, wanfw, write_config
+from equivalence import assert_same_training_history, tiny_wan_rounding, trained
+from safetensors.torch import load_file, save_file
+from test_distill import predict
+from test_layout_invariance import CPU, DDP, FSDP, GLOBAL_BATCH, LR, TOKENS, run_on
+from test_training import read_csv
+from test_wan_parity import reference_model
+
+CYCLE = 3  # generator 1 step, critic 2
+
+
+@pytest.fixture
+def teacher(tmp_path):
+    reference_model(tmp_path / "teacher", seed=3)
+    return tmp_path / "teacher"
+
+
+def dmd(teacher, **model):
+    return {"name": "wan22_distill", "teacher_preset": "tiny", "teacher_weights": str(teacher), "objective": "dmd",
+            "inputs": "generator", "latent_size": "3x4x4", "generator_steps": 3, "real_guidance": 2.0,
+            "critic_updates_per_generator_update": CYCLE - 1, "critic_lr_scale": 2.0, **model}
+
+
+def config(tmp_path, teacher, name="dmd", steps=6, **model):
+    c = base_config(tmp_path / "runs", model=dmd(teacher, **model),
+                    data={"num_samples": 24, "batch_size": 4, "workers": 0},
+                    optimizer={"lr": 1e-3, "weight_decay": 0.0},
+                    trainer={"max_steps": steps, "log_every": 1, "progress": "lines"},
+                    checkpoint={"every": 1, "keep_last": 0})
+    c["run"]["name"] = name
+    return write_config(tmp_path / f"{name}.json", c)
+
+
+def run_dir(tmp_path, name="dmd"):
+    return tmp_path / "runs" / name / "version_0"
+
+
+def test_the_generator_and_the_critic_train_in_turns_each_with_its_own_loss(tmp_path, teacher):
+    result = wanfw("run", config(tmp_path, teacher), check=0)
+    log = result.stdout + result.stderr
+    assert "training phases: generator 1 step, then critic 2 steps (a cycle of 3 steps)" in log
+    assert "the generator samples in 3 steps at levels 1.0000, " in log
+    rows = read_csv(run_dir(tmp_path) / "metrics.csv")
+    for row in rows:
+        generator_step = (int(row["step"]) - 1) % CYCLE == 0
+        assert (row["generator/loss"] != "") == generator_step and (row["critic/loss"] != "") == (not generator_step)
+        if generator_step:  # the DMD gradient is normalised by G's distance to the teacher's x0: of order 1
+            assert 0.05 < float(row["dmd_gradient"]) < 20, row
+        else:
+            assert float(row["critic_loss"]) > 0
+        assert float(row["lr/critic"]) == pytest.approx(2 * float(row["lr/generator"]))
+    saved = checkpoints(run_dir(tmp_path))
+    for step, (before, after) in enumerate(zip(saved, saved[1:]), start=2):
+        a, b = load_file(before / "model.safetensors"), load_file(after / "model.safetensors")
+        moved = {part: any(not torch.equal(a[k], b[k]) for k in a if k.startswith(part + "."))
+                 for part in ("generator", "critic")}
+        trains = "generator" if (step - 1) % CYCLE == 0 else "critic"
+        assert moved == {"generator": trains == "generator", "critic": trains == "critic"}, step
+    optimizer = load_file(saved[-1] / "optimizer.safetensors")
+    assert int(optimizer["generator.head.head.weight.step"].item()) == 2  # steps 1 and 4
+    assert int(optimizer["critic.head.head.weight.step"].item()) == 4
+
+
+@pytest.mark.every_vector_unit
+def test_every_layout_trains_the_generator_and_the_critic_of_one_rank_with_the_whole_batch(tmp_path, teacher):
+    """Every draw (G's step, its rollout noise, the score levels and noise) comes from the sample's
+    streams, and the DMD normaliser is per sample, so ranks, micro-batches and replicas change only
+    the order of sums. Each step's update is bounded with that step's moments (equivalence.py)."""
+    model = dmd(teacher, latent_size="3x4x4")
+    every_step = {"checkpoint": {"every": 1}}
+    history = lambda name: [trained(p) for p in checkpoints(tmp_path / "runs" / name / "version_0")]
+    run_on(tmp_path, "single_1x4", CPU, 4, model, **every_step)
+    layouts = {"ddp_2x2": (DDP, 2, 2), "grad_accum_2x2": ({"name": "grad_accum", "steps": 2, "inner": CPU}, 2, 1),
+               "data_parallel_2_replicas_x4": ({"name": "data_parallel", "devices": ["cpu", "cpu"]}, 4, 1),
+               "fsdp_2x2": (FSDP, 2, 2)}
+    # A value reaches a gradient through up to 2 of G's no-grad steps, G's own pass, a score's and
+    # the backward: five passes of the 2-block DiT instead of the one of flow matching.
+    tolerance = tiny_wan_rounding(GLOBAL_BATCH, TOKENS, layers=2 * 5)
+    for name, (strategy, batch, ranks) in layouts.items():
+        run_on(tmp_path, name, strategy, batch, model, ranks, **every_step)
+        c = assert_same_training_history(history(name), history("single_1x4"), lr=LR, tolerance=tolerance)
+        print(f"{name} vs single 1x4: {c}")
+
+
+def test_a_dmd_run_killed_mid_cycle_resumes_to_the_same_bits(tmp_path, teacher):
+    path = config(tmp_path, teacher, steps=7, **{"lora": {"rank": 4}, "critic_lora": {"rank": 4}})
+    wanfw("run", path, check=0)
+    saved = checkpoints(run_dir(tmp_path))
+    uninterrupted = {kind: load_file(saved[-1] / f"{kind}.safetensors") for kind in ("model", "optimizer")}
+    for late in saved[5:]:  # as if killed after step 5, a critic step in the middle of cycle 2
+        for f in late.iterdir():
+            f.unlink()
+        late.rmdir()
+    resumed = wanfw("run", path, "--resume", "auto", check=0)
+    assert "step-00000005" in resumed.stdout
+    last = checkpoints(run_dir(tmp_path))[-1]
+    assert last.name == "step-00000007"
+    for kind, tensors in uninterrupted.items():
+        again = load_file(last / f"{kind}.safetensors")
+        assert again.keys() == tensors.keys()
+        assert all(torch.equal(again[k], tensors[k]) for k in tensors), kind
+
+
+def shared_name(name):
+    """A separate critic's adapter name as the shared base holds it (the generator's second set)."""
+    return name.replace("critic.", "generator.", 1).replace(".lora_A.", ".critic_lora_A.").replace(
+        ".lora_B.", ".critic_lora_B.") if name.startswith("critic.") else name
+
+
+def test_one_shared_frozen_base_trains_exactly_what_three_separate_copies_train(tmp_path, teacher):
+    adapters = {"lora": {"rank": 4}, "critic_lora": {"rank": 4}}
+    separate = wanfw("run", config(tmp_path, teacher, name="separate", **adapters), check=0)
+    shared = wanfw("run", config(tmp_path, teacher, name="shared", shared_base=True, **adapters), check=0)
+    assert "one frozen base shared by the real score" in shared.stdout + shared.stderr
+    a = read_csv(run_dir(tmp_path, "separate") / "metrics.csv")
+    b = read_csv(run_dir(tmp_path, "shared") / "metrics.csv")
+    assert [r["loss"] for r in a] == [r["loss"] for r in b]  # the same losses, printed in full
+    assert [r["dmd_gradient"] for r in a] == [r["dmd_gradient"] for r in b]
+    for kind in ("model", "optimizer"):
+        x = load_file(checkpoints(run_dir(tmp_path, "separate"))[-1] / f"{kind}.safetensors")
+        y = load_file(checkpoints(run_dir(tmp_path, "shared"))[-1] / f"{kind}.safetensors")
+        assert {shared_name(k) for k in x} == set(y)
+        assert all(torch.equal(x[k], y[shared_name(k)]) for k in x), kind  # the same updates, bit for bit
+
+
+def test_the_exported_generator_samples_like_the_trained_one_and_leaves_the_critic_behind(tmp_path, teacher):
+    path = config(tmp_path, teacher, steps=4, **{"lora": {"rank": 4}, "critic_lora": {"rank": 4}, "shared_base": True,
+                                                 "sample_size": "3x4x4"})
+    wanfw("run", path, check=0)
+    wanfw("export", path, "--checkpoint", run_dir(tmp_path), "--out", tmp_path / "adapter", check=0)
+    wanfw("export", path, "--checkpoint", run_dir(tmp_path), "--out", tmp_path / "merged", "--merge", check=0)
+    adapter = load_file(tmp_path / "adapter" / "wan_lora.safetensors")
+    assert adapter and not any("critic" in k for k in adapter)
+    merged = load_file(tmp_path / "merged" / "diffusion_pytorch_model.safetensors")
+    assert not any("lora" in k for k in merged)
+    # The merged generator as a plain Wan model, sampled with the generator's solver and levels.
+    student = base_config(tmp_path / "runs", model={
+        "name": "wan22_flow_matching", "preset": "tiny", "weights": str(tmp_path / "merged"), "sample_steps": 3,
+        "sample_solver": "renoise", "sample_guidance": 1.0, "sample_size": "3x4x4"},
+        data={"num_samples": 24, "batch_size": 4, "workers": 0})
+    plain = write_config(tmp_path / "plain.json", student)
+    g = torch.Generator().manual_seed(5)
+    save_file({"context": torch.randn(4, 5, 32, generator=g), "noise": torch.randn(4, 4, 3, 4, 4, generator=g)},
+              tmp_path / "cond.safetensors")
+    for name, where in (("trained", [path, "--checkpoint", run_dir(tmp_path)]), ("exported", [plain])):
+        wanfw("sample", *where, "--inputs", tmp_path / "cond.safetensors", "--seed", "9", "--out",
+              tmp_path / f"{name}.safetensors", check=0)
+    trained, exported = (load_file(tmp_path / f"{n}.safetensors")["latents"] for n in ("trained", "exported"))
+    assert trained.shape == (4, 4, 3, 4, 4)
+    torch.testing.assert_close(exported, trained, rtol=1e-4, atol=1e-5)  # merging rounds W + BA once
+
+
+@pytest.mark.parametrize("model, message", [
+    ({"inputs": "teacher_trajectory"}, "objective dmd makes its own inputs"),
+    ({"shared_base": True}, "a shared base needs adapters on both the generator and the critic"),
+    ({"shared_base": True, "lora": {"rank": 4}, "critic_lora": {"rank": 4}, "student_num_layers": 1},
+     "a shared base needs the student to be the teacher's architecture"),
+    ({"critic_updates_per_generator_update": 0}, "critic_updates_per_generator_update"),
+    ({"score_level_min": 0.5, "score_level_max": 0.4}, "0 < min < max < 1"),
+])
+def test_a_dmd_config_that_cannot_work_is_refused_naming_the_option(tmp_path, teacher, model, message):
+    result = wanfw("validate", config(tmp_path, teacher, **model), check=2)
+    assert message in result.stderr
+
+
+def test_model_info_shows_the_memory_of_separate_networks_and_of_one_shared_base(tmp_path, teacher):
+    result = wanfw("model-info", config(tmp_path, teacher, **{"lora": {"rank": 4}, "critic_lora": {"rank": 4}}), check=0)
+    assert "dmd memory before activations: separate networks: teacher" in result.stdout
+    assert "one shared base" in result.stdout and "(shared_base: true)" in result.stdout
