@@ -36,6 +36,9 @@ std::unique_ptr<wanfw::Dataset> make(const wanfw::Options& options, const wanfw:
       options.fail("text_tokens", fmt::format("{} is more than the model's field '{}' takes ({} tokens)", o.tokens,
                                               field.name, field.max_tokens));
   o.patterns = options.string("content") == "patterns";
+  o.captions = options.integer("captions");
+  if (o.captions < 1 || o.captions > wanfw::SyntheticDataset::kPatterns)
+    options.fail("captions", fmt::format("must lie in [1, {}]", wanfw::SyntheticDataset::kPatterns));
   return std::make_unique<wanfw::SyntheticDataset>(context.fields, o);
 }
 
@@ -56,6 +59,10 @@ wanfw::PluginDescriptor describe() {
           .choices({"noise", "patterns"})
           .doc("noise: every field standard normal; patterns: latents are one of 8 smooth patterns plus noise, "
                "each with its own caption embedding, so a model can learn them (the loss falls further)."),
+      wanfw::option("captions", T::Integer)
+          .value("8")
+          .doc("patterns: distinct captions; pattern p carries caption p mod captions (fewer than 8: a caption "
+               "stands for several patterns, a multimodal distribution few-step samplers blur)."),
   };
   d.make_dataset = make;
   return d;

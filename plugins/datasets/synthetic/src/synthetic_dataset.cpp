@@ -113,9 +113,11 @@ Sample SyntheticDataset::get(std::int64_t index) const {
       continue;
     }
     // Patterns and captions are the training set's (pattern seed), shared with its validation set.
+    const bool latent = has_bucket_dims(field) && field.distribution == FieldDistribution::Normal;
     const auto pattern = static_cast<std::uint64_t>(pattern_of(index));
-    auto fixed = generator_for(pattern_seed_ ^ 0x7a77e7ULL, pattern, std::hash<std::string>{}(field.name));
-    if (has_bucket_dims(field) && field.distribution == FieldDistribution::Normal) {
+    const auto key = latent ? pattern : pattern % static_cast<std::uint64_t>(options_.captions);
+    auto fixed = generator_for(pattern_seed_ ^ 0x7a77e7ULL, key, std::hash<std::string>{}(field.name));
+    if (latent) {
       at::Tensor value = smooth_pattern(shape, fixed) + 0.3 * at::randn(shape, noise, at::TensorOptions().dtype(at::kFloat));
       sample.emplace(field.name, value.to(field.dtype));
     } else {
@@ -148,7 +150,10 @@ std::string SyntheticDataset::summary() const {
   std::vector<std::string> names;
   for (const auto& bucket : options_.buckets) names.push_back(bucket.name());
   return fmt::format("{} synthetic samples ({}) in bucket(s) {}", options_.size,
-                     options_.patterns ? fmt::format("{} learnable patterns", kPatterns) : "random normal",
+                     !options_.patterns                ? std::string("random normal")
+                     : options_.captions == kPatterns ? fmt::format("{} learnable patterns", kPatterns)
+                                                      : fmt::format("{} learnable patterns, {} captions", kPatterns,
+                                                                    options_.captions),
                      fmt::join(names, ", "));
 }
 

@@ -19,12 +19,16 @@ namespace wanfw {
 /// pattern's own caption, so a model can learn to denoise them: a loss that visibly falls.
 class SyntheticDataset final : public Dataset {
  public:
+  static constexpr std::int64_t kPatterns = 8;
   struct Options {
     std::int64_t size = 1;
     std::uint64_t seed = 0;
     std::vector<Bucket> buckets = {Bucket{}};
     std::int64_t tokens = 0;
     bool patterns = false;
+    /// With patterns: distinct captions; pattern p carries caption p mod captions (8: one each;
+    /// fewer: a caption stands for several patterns, a multimodal conditional distribution).
+    std::int64_t captions = kPatterns;
   };
   SyntheticDataset(std::vector<FieldSpec> fields, Options options);
   std::int64_t size() const override { return options_.size; }
@@ -36,7 +40,6 @@ class SyntheticDataset final : public Dataset {
   std::string summary() const override;
   /// The pattern (caption class) of sample `index` when `patterns` is on.
   std::int64_t pattern_of(std::int64_t index) const;
-  static constexpr std::int64_t kPatterns = 8;
 
  private:
   std::vector<std::int64_t> concrete_shape(const FieldSpec& field, const Bucket& bucket, std::int64_t tokens) const;
