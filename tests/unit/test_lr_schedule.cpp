@@ -1,4 +1,4 @@
-#include "train/lr_schedule.hpp"
+#include "plan/lr_schedule.hpp"
 // doctest last: c10/util/Logging.h defines a CHECK macro of its own.
 #include <doctest/doctest.h>
 

@@ -1,7 +1,7 @@
 // The training phases' cycle: which phase each optimizer step trains, how many updates each phase
 // had before a step, and the phase declarations a model may not make.
 
-#include "train/phase_schedule.hpp"
+#include "plan/phase_schedule.hpp"
 #include "wanfw/error.hpp"
 // doctest last: c10/util/Logging.h defines a CHECK macro of its own.
 #include <doctest/doctest.h>

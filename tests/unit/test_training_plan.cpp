@@ -1,6 +1,6 @@
 // The training plan: steps per epoch, the short last step of an epoch, and the total.
 
-#include "train/training_plan.hpp"
+#include "plan/training_plan.hpp"
 #include "wanfw/strategy.hpp"
 // doctest last: c10/util/Logging.h defines a CHECK macro of its own.
 #include <doctest/doctest.h>

@@ -25,8 +25,8 @@
 #include "data/training_data.hpp"
 #include "reporting/logger_set.hpp"
 #include "reporting/metric_window.hpp"
-#include "train/phase_schedule.hpp"
-#include "train/training_plan.hpp"
+#include "plan/phase_schedule.hpp"
+#include "plan/training_plan.hpp"
 #include "wanfw/strategy.hpp"
 
 namespace wanfw {

@@ -179,10 +179,15 @@ std::string inspect(const wanfw::Options& o, const wanfw::TrainingLayout& layout
   if (!negative.empty() && !std::filesystem::exists(negative))
     weights_line += fmt::format("negative context: {} is not on this machine; it is read when a run starts\n", negative);
   std::string dmd_lines;
+  std::string objective = fmt::format(
+      "target: the teacher's {}; loss = {} x velocity{}",
+      s.guidance == 1.0 ? std::string("conditional velocity") : fmt::format("guided velocity v_u + {} (v_c - v_u)", s.guidance),
+      s.velocity_weight, s.flow_matching_weight > 0 ? fmt::format(" + {} x flow matching", s.flow_matching_weight) : "");
   if (o.string("objective") == "dmd") {
+    objective = "objective dmd (the student is the generator)";
     const wan_distill::DmdSettings dmd =
         wan_distill::dmd_settings_from(o, n.student, n.teacher, s, n.expert != wan::Expert::None);
-    dmd_lines = fmt::format("objective dmd: generator {} steps, critic {} steps per generator step, real guidance {}\n{}",
+    dmd_lines = fmt::format("dmd: generator {} steps, critic {} steps per generator step, real guidance {}\n{}",
                             dmd.generator_steps, dmd.critic_updates, dmd.real_guidance,
                             wan_distill::dmd_memory(dmd, n.student, n.teacher, s.lora, o.string("dtype"),
                                                     o.string("teacher_dtype")));
@@ -193,7 +198,7 @@ std::string inspect(const wanfw::Options& o, const wanfw::TrainingLayout& layout
       "student: dim {}, {} layers, {} parameters, trained in {} ({})\n"
       "student blocks from the teacher's (student<-teacher): {}\n"
       "student {}student {}"
-      "task {}, inputs {}; target: the teacher's {}; loss = {} x velocity{}\n{}",
+      "task {}, inputs {}; {}\n{}",
       n.teacher.preset, n.teacher.dim, n.teacher.num_layers, wan::with_thousands(n.teacher.parameter_count()), teacher_bytes / kGiB,
       o.string("teacher_dtype"),
       n.expert == wan::Expert::None ? "" : fmt::format(", the {} expert", o.string("teacher_expert")), n.student.dim,
@@ -201,11 +206,7 @@ std::string inspect(const wanfw::Options& o, const wanfw::TrainingLayout& layout
       fmt::join(pairs, " "),
       wan::training_memory(n.student, s.lora, o.string("dtype"), 1, o.boolean("gradient_checkpointing")),
       wan::gpu_memory(n.student, s.lora, o.string("dtype"), 1, o.boolean("gradient_checkpointing"), layout), s.task,
-      s.inputs,
-      s.guidance == 1.0 ? std::string("conditional velocity")
-                        : fmt::format("guided velocity v_u + {} (v_c - v_u)", s.guidance),
-      s.velocity_weight,
-      s.flow_matching_weight > 0 ? fmt::format(" + {} x flow matching", s.flow_matching_weight) : "", weights_line) + dmd_lines;
+      s.inputs, objective, weights_line) + dmd_lines;
 }
 
 wanfw::PluginDescriptor describe() {

@@ -1,4 +1,4 @@
-#include "train/training_plan.hpp"
+#include "plan/training_plan.hpp"
 
 #include <algorithm>
 #include <cmath>

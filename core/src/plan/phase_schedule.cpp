@@ -1,4 +1,4 @@
-#include "train/phase_schedule.hpp"
+#include "plan/phase_schedule.hpp"
 
 #include <algorithm>
 #include <map>

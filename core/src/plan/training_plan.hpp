@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "config/core_sections.hpp"
-#include "train/lr_schedule.hpp"
-#include "train/phase_schedule.hpp"
+#include "plan/lr_schedule.hpp"
+#include "plan/phase_schedule.hpp"
 
 namespace wanfw {
 

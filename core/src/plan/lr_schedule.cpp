@@ -1,4 +1,4 @@
-#include "train/lr_schedule.hpp"
+#include "plan/lr_schedule.hpp"
 
 #include <algorithm>
 #include <cmath>
