@@ -52,6 +52,7 @@ def main():
         run(teacher_run, skip=0)
         subprocess.run([str(WANFW), "export", str(teacher_run), "--checkpoint", str(tmp / "runs" / "teacher" / "version_0"),
                         "--out", str(tmp / "teacher")], check=True, capture_output=True)
+        base_mib = (tmp / "teacher" / "diffusion_pytorch_model.safetensors").stat().st_size / 2**20
         base = {"name": "wan22_distill", "teacher_preset": "tiny", **{f"teacher_{k}": v for k, v in DIMS.items()},
                 "teacher_weights": str(tmp / "teacher")}
         velocity = {**base, "guidance_scale": 3.0}
@@ -77,6 +78,10 @@ def main():
                                            f"{phases['critic'] / v_ms:.2f}x)")
         print(f"  {label:42s} {ms:7.1f} ms/step median{split}; peak {peak:6.0f} MiB, above idle "
               f"{(peak - idle) / (v_peak - idle):.2f}x velocity matching's")
+    separate = results[f"dmd, separate, rank-{args.rank} adapters"][1]
+    shared = results[f"dmd, one shared base, rank-{args.rank} adapters"][1]
+    print(f"  one shared base holds {separate - shared:.0f} MiB less than separate copies: "
+          f"{(separate - shared) / base_mib:.2f} copies of the {base_mib:.0f} MiB fp32 base (two expected)")
 
 
 if __name__ == "__main__":
