@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "distill_inputs.hpp"
 #include "wan/dit_export.hpp"
 #include "wan/wan_weights.hpp"
 #include "wanfw/error.hpp"
@@ -46,27 +47,12 @@ std::unique_ptr<wanfw::Model> DistillModel::replicate(const c10::Device& device)
 torch::Device DistillModel::device() const { return student_->parameters().front().device(); }
 
 std::vector<wanfw::FieldSpec> DistillModel::batch_fields() const {
-  const auto& c = student_->config();
-  std::vector<wanfw::FieldSpec> fields = wan::task_fields(c, settings_.task);
-  for (auto& field : fields)  // a context must fit both networks
-    if (field.name == "context") field.max_tokens = std::min(c.text_len, teacher_->config().text_len);
-  if (settings_.inputs == "data") return fields;
-  // Data-free: prompts only (and the i2v image); the latents come from the teacher's trajectory.
-  std::erase_if(fields, [](const wanfw::FieldSpec& f) { return f.name == "latents"; });
-  return fields;
+  // Data-free: the latents come from the teacher's trajectory.
+  return distill_fields(student_->config(), settings_.task, teacher_->config().text_len, settings_.inputs == "data");
 }
 
 torch::Tensor DistillModel::noise_of(const wanfw::Batch& batch) const {
-  std::vector<std::int64_t> shape;
-  if (batch.fields.count("latents")) {
-    shape = batch.at("latents").sizes().slice(1).vec();
-  } else if (batch.fields.count("image_condition")) {
-    shape = batch.at("image_condition").sizes().slice(1).vec();
-  } else {
-    const wanfw::Bucket& size = *settings_.latent_size;
-    shape = {student_->config().out_dim, size.frames, size.height, size.width};
-  }
-  return wanfw::sample_randn(batch, "noise", shape, torch::kFloat32);
+  return distill_noise(batch, settings_.latent_size, student_->config().out_dim);
 }
 
 DistillModel::Point DistillModel::point(const wanfw::Batch& batch, const torch::Tensor& sigma,
@@ -191,13 +177,7 @@ std::map<std::string, at::Tensor> DistillModel::draw(const std::map<std::string,
 }
 
 std::map<std::string, at::Tensor> DistillModel::preview(const wanfw::Batch& batch, std::uint64_t seed) {
-  std::map<std::string, at::Tensor> inputs;
-  if (batch.fields.count("latents")) {
-    inputs = wan::preview_inputs(batch, settings_.task);
-  } else {  // data-free: the noise in the shape the student trains on
-    inputs = {{"context", batch.at("context").narrow(0, 0, 1)}, {"noise", noise_of(batch).narrow(0, 0, 1)}};
-    if (settings_.task == "i2v") inputs["image_condition"] = batch.at("image_condition").narrow(0, 0, 1);
-  }
+  const auto inputs = preview_conditioning(batch, settings_.task, noise_of(batch));
   return {{"latents", wan::latent_strip(draw(inputs, seed, settings_.sampler.preview_steps).at("latents")[0])}};
 }
 

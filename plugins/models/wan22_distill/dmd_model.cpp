@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "distill_inputs.hpp"
 #include "wan/dit_export.hpp"
 #include "wan/lora.hpp"
 #include "wanfw/error.hpp"
@@ -116,14 +117,9 @@ void DmdModel::set_unit_runner(wanfw::UnitRunner* runner) {
 }
 
 std::vector<wanfw::FieldSpec> DmdModel::batch_fields() const {
+  // Data-free: G's own steps make its inputs.
   const auto& c = modules_->generator->config();
-  std::vector<wanfw::FieldSpec> fields = wan::task_fields(c, common_.task);
-  for (auto& field : fields)  // a context must fit every network
-    if (field.name == "context" && teacher_) field.max_tokens = std::min(c.text_len, teacher_->config().text_len);
-  if (common_.inputs == "data") return fields;
-  // Data-free: prompts only (and the i2v image); G's own steps make its inputs.
-  std::erase_if(fields, [](const wanfw::FieldSpec& f) { return f.name == "latents"; });
-  return fields;
+  return distill_fields(c, common_.task, teacher_ ? teacher_->config().text_len : c.text_len, common_.inputs == "data");
 }
 
 std::map<std::string, at::Tensor> DmdModel::sample(const std::map<std::string, at::Tensor>& inputs,
@@ -143,13 +139,7 @@ std::map<std::string, at::Tensor> DmdModel::sample(const std::map<std::string, a
 }
 
 std::map<std::string, at::Tensor> DmdModel::preview(const wanfw::Batch& batch, std::uint64_t seed) {
-  std::map<std::string, at::Tensor> inputs;
-  if (batch.fields.count("latents")) {
-    inputs = wan::preview_inputs(batch, common_.task);
-  } else {  // data-free: the noise in the shape G trains on
-    inputs = {{"context", batch.at("context").narrow(0, 0, 1)}, {"noise", noise_of(batch).narrow(0, 0, 1)}};
-    if (common_.task == "i2v") inputs["image_condition"] = batch.at("image_condition").narrow(0, 0, 1);
-  }
+  const auto inputs = preview_conditioning(batch, common_.task, noise_of(batch));
   return {{"latents", wan::latent_strip(sample(inputs, seed).at("latents")[0])}};
 }
 

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "distill_inputs.hpp"
 #include "dmd_model.hpp"
 #include "wan/lora.hpp"
 #include "wanfw/error.hpp"
@@ -20,16 +21,7 @@ torch::Tensor at_level(const torch::Tensor& sigma) { return sigma.to(torch::kFlo
 }  // namespace
 
 torch::Tensor DmdModel::noise_of(const wanfw::Batch& batch) const {
-  std::vector<std::int64_t> shape;
-  if (batch.fields.count("latents")) {
-    shape = batch.at("latents").sizes().slice(1).vec();
-  } else if (batch.fields.count("image_condition")) {
-    shape = batch.at("image_condition").sizes().slice(1).vec();
-  } else {
-    const wanfw::Bucket& size = *common_.latent_size;
-    shape = {modules_->generator->config().out_dim, size.frames, size.height, size.width};
-  }
-  return wanfw::sample_randn(batch, "noise", shape, torch::kFloat32);
+  return distill_noise(batch, common_.latent_size, modules_->generator->config().out_dim);
 }
 
 torch::Tensor DmdModel::timesteps(const torch::Tensor& sigma, const torch::Tensor& x) const {

@@ -1,0 +1,43 @@
+#include "distill_inputs.hpp"
+
+#include <algorithm>
+
+#include <torch/torch.h>
+
+#include "wan/flow_matching.hpp"
+#include "wanfw/sample_random.hpp"
+
+namespace wan_distill {
+
+std::vector<wanfw::FieldSpec> distill_fields(const wan::WanConfig& student, const std::string& task,
+                                             std::int64_t text_len, bool data) {
+  std::vector<wanfw::FieldSpec> fields = wan::task_fields(student, task);
+  for (auto& field : fields)
+    if (field.name == "context") field.max_tokens = std::min(student.text_len, text_len);
+  if (!data) std::erase_if(fields, [](const wanfw::FieldSpec& f) { return f.name == "latents"; });
+  return fields;
+}
+
+torch::Tensor distill_noise(const wanfw::Batch& batch, const std::optional<wanfw::Bucket>& latent_size,
+                            std::int64_t channels) {
+  std::vector<std::int64_t> shape;
+  if (batch.fields.count("latents")) {
+    shape = batch.at("latents").sizes().slice(1).vec();
+  } else if (batch.fields.count("image_condition")) {
+    shape = batch.at("image_condition").sizes().slice(1).vec();
+  } else {
+    shape = {channels, latent_size->frames, latent_size->height, latent_size->width};
+  }
+  return wanfw::sample_randn(batch, "noise", shape, torch::kFloat32);
+}
+
+std::map<std::string, at::Tensor> preview_conditioning(const wanfw::Batch& batch, const std::string& task,
+                                                       const torch::Tensor& noise) {
+  if (batch.fields.count("latents")) return wan::preview_inputs(batch, task);
+  std::map<std::string, at::Tensor> inputs = {{"context", batch.at("context").narrow(0, 0, 1)},
+                                              {"noise", noise.narrow(0, 0, 1)}};
+  if (task == "i2v") inputs["image_condition"] = batch.at("image_condition").narrow(0, 0, 1);
+  return inputs;
+}
+
+}  // namespace wan_distill
