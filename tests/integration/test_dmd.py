@@ -70,6 +70,35 @@ def test_the_generator_and_the_critic_train_in_turns_each_with_its_own_loss(tmp_
 
 
 @pytest.mark.every_vector_unit
+def test_the_dmd_gradient_is_the_python_reference_on_the_diffusers_teacher(tmp_path):
+    """The generator step's gradient at given (x, t, noise), by `wanfw predict`, against the DMD
+    formula written here on diffusers' transformer: the critic starts as the teacher, so
+    g = (x0_critic - x0_real) / mean |x - x0_real| with x0 = x_t - s v, v_real = v_u + 2 (v_c - v_u)."""
+    reference = reference_model(tmp_path / "teacher", seed=3)
+    g = torch.Generator().manual_seed(6)
+    x, noise = torch.randn(2, 4, 2, 4, 4, generator=g), torch.randn(2, 4, 2, 4, 4, generator=g)
+    t, context = torch.tensor([300.0, 800.0]), torch.randn(2, 5, 32, generator=g)
+    out = predict(tmp_path, config(tmp_path, tmp_path / "teacher"), {"x": x, "t": t, "context": context,
+                                                                       "noise": noise})
+    s = (t / 1000).view(-1, 1, 1, 1, 1)
+    xt = (1 - s) * x + s * noise
+    with torch.no_grad():
+        conditional = reference(xt, t, context).sample
+        unconditional = reference(xt, t, torch.zeros_like(context)).sample
+    x0_real = xt - s * (unconditional + 2.0 * (conditional - unconditional))
+    x0_fake = xt - s * conditional
+    normalizer = (x - x0_real).abs().mean(dim=(1, 2, 3, 4))
+    expected = (x0_fake - x0_real) / normalizer.view(-1, 1, 1, 1, 1)
+    # Two forwards of the 2-block DiT (tiny_wan_rounding's depth) on inputs of order 1, then a
+    # difference of two x0 of order 1 divided by the normaliser (~0.5 here): relative to 1/normaliser.
+    tolerance = tiny_wan_rounding(1, TOKENS, layers=2) * 2 / normalizer.min().item()
+    print(f"largest difference {(out['dmd_gradient'] - expected).abs().max():.3g}, tolerance {tolerance:.3g}")
+    torch.testing.assert_close(out["dmd_normalizer"], normalizer, rtol=0, atol=tolerance)
+    torch.testing.assert_close(out["dmd_gradient"], expected, rtol=0, atol=tolerance)
+    assert expected.abs().mean() > 100 * tolerance  # a gradient the check can see
+
+
+@pytest.mark.every_vector_unit
 def test_every_layout_trains_the_generator_and_the_critic_of_one_rank_with_the_whole_batch(tmp_path, teacher):
     """Every draw (G's step, its rollout noise, the score levels and noise) comes from the sample's
     streams, and the DMD normaliser is per sample, so ranks, micro-batches and replicas change only

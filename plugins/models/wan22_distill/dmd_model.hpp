@@ -57,7 +57,9 @@ class DmdModel final : public wanfw::Model {
   wanfw::StepOutput training_step(const wanfw::Batch& batch) override;
   /// Without gradients: "critic_loss" and "dmd_gradient" (mean |g|) on G's samples; "loss" = critic_loss.
   std::map<std::string, at::Tensor> validation_step(const wanfw::Batch& batch) override;
-  /// Inputs x, t, context (y for i2v): "v" (G), "critic_v" and "teacher_v" (the guided real score).
+  /// Inputs x, t [B], context (y for i2v): "v" (G), "critic_v" and "teacher_v" (the guided real
+  /// score) at (x, t). With "noise" too, x is taken as G's sample: "dmd_gradient" g and
+  /// "dmd_normalizer" [B] at x re-noised to t with that noise, as the generator step computes them.
   std::map<std::string, at::Tensor> predict(const std::map<std::string, at::Tensor>& inputs) override;
   /// G's samples: generator_steps steps of the renoise solver at G's levels.
   std::map<std::string, at::Tensor> sample(const std::map<std::string, at::Tensor>& inputs,
@@ -91,6 +93,13 @@ class DmdModel final : public wanfw::Model {
                          const Conditions& c) const;
   /// Per-sample means [B] of `error` (ti2v: without the clean first frame).
   torch::Tensor per_sample(torch::Tensor error) const;
+  /// The normalised DMD gradient at G's sample `x` re-noised to `sigma` with `noise`, and the
+  /// per-sample normaliser mean |x - x0_real| [B]; without autograd.
+  struct DmdGradient {
+    torch::Tensor gradient, normalizer;
+  };
+  DmdGradient dmd_gradient(const torch::Tensor& x, const torch::Tensor& sigma, const torch::Tensor& noise,
+                           const Conditions& c);
   wanfw::StepOutput generator_step(const wanfw::Batch& batch);
   wanfw::StepOutput critic_step(const wanfw::Batch& batch);
   torch::Tensor noise_of(const wanfw::Batch& batch) const;

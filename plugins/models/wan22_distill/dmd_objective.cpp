@@ -130,24 +130,30 @@ wanfw::StepOutput DmdModel::training_step(const wanfw::Batch& batch) {
   return phase_ == 0 ? generator_step(batch) : critic_step(batch);
 }
 
+DmdModel::DmdGradient DmdModel::dmd_gradient(const torch::Tensor& x, const torch::Tensor& sigma,
+                                              const torch::Tensor& noise, const Conditions& c) {
+  torch::NoGradGuard no_grad;
+  const torch::Tensor xt = renoised(x, sigma, noise, c);
+  const torch::Tensor x0_fake = xt - at_level(sigma) * critic_velocity(xt, sigma, c);
+  const torch::Tensor x0_real = xt - at_level(sigma) * real_velocity(xt, sigma, c);
+  DmdGradient out;
+  out.normalizer = per_sample((x - x0_real).abs());
+  out.gradient = torch::nan_to_num((x0_fake - x0_real) / at_level(out.normalizer), 0.0, 0.0, 0.0);
+  return out;
+}
+
 wanfw::StepOutput DmdModel::generator_step(const wanfw::Batch& batch) {
   const torch::Tensor noise = noise_of(batch);
   const Conditions c = conditions(batch, noise);
   const GeneratorInput in = generator_input(batch, c, noise);
   const torch::Tensor v = generator_velocity(in.x, in.sigma, c);
   const torch::Tensor x = in.x - at_level(in.sigma) * v;  // G's sample, with its graph
-  torch::Tensor gradient, normalizer, v_real_in;
-  {
-    torch::NoGradGuard no_grad;
-    const torch::Tensor sigma = score_levels(batch, "score_level");
-    const torch::Tensor xt =
-        renoised(x.detach(), sigma, wanfw::sample_randn(batch, "score_noise", noise.sizes().slice(1)), c);
-    const torch::Tensor x0_fake = xt - at_level(sigma) * critic_velocity(xt, sigma, c);
-    const torch::Tensor x0_real = xt - at_level(sigma) * real_velocity(xt, sigma, c);
-    normalizer = per_sample((x.detach() - x0_real).abs());
-    gradient = torch::nan_to_num((x0_fake - x0_real) / at_level(normalizer), 0.0, 0.0, 0.0);
-    if (dmd_.regression_weight > 0) v_real_in = real_velocity(in.x, in.sigma, c);
-  }
+  const DmdGradient g = dmd_gradient(x.detach(), score_levels(batch, "score_level"),
+                                     wanfw::sample_randn(batch, "score_noise", noise.sizes().slice(1)), c);
+  const torch::Tensor& gradient = g.gradient;
+  const torch::Tensor& normalizer = g.normalizer;
+  torch::Tensor v_real_in;
+  if (dmd_.regression_weight > 0) v_real_in = real_velocity(in.x, in.sigma, c);
   // d/dx of 0.5 mean (x - stopgrad(x - g))^2 is g / (elements): the DMD gradient.
   const torch::Tensor dmd = 0.5 * per_sample((x - (x - gradient).detach()).pow(2));
   torch::Tensor loss = dmd.mean();
@@ -209,9 +215,16 @@ std::map<std::string, at::Tensor> DmdModel::predict(const std::map<std::string, 
   const torch::Tensor sigma = t.to(torch::kFloat32) / 1000.0;
   std::optional<FrozenTeacher::Use> use;
   if (teacher_) use.emplace(*teacher_);
-  return {{"v", generator_velocity(x, sigma, c).cpu()},
-          {"critic_v", critic_velocity(x, sigma, c).cpu()},
-          {"teacher_v", real_velocity(x, sigma, c).cpu()}};
+  std::map<std::string, at::Tensor> out = {{"v", generator_velocity(x, sigma, c).cpu()},
+                                           {"critic_v", critic_velocity(x, sigma, c).cpu()},
+                                           {"teacher_v", real_velocity(x, sigma, c).cpu()}};
+  if (const torch::Tensor noise = input("noise", false); noise.defined()) {  // x as G's sample, re-noised to t
+    if (common_.task == "ti2v") c.x0 = x;  // its first frame stays clean
+    const DmdGradient g = dmd_gradient(x.to(torch::kFloat32), sigma, noise.to(torch::kFloat32), c);
+    out["dmd_gradient"] = g.gradient.cpu();
+    out["dmd_normalizer"] = g.normalizer.cpu();
+  }
+  return out;
 }
 
 }  // namespace wan_distill
