@@ -40,7 +40,8 @@ void log_summary(const TrainingResult& result, const RunDirectory& run_dir) {
   if (result.peak_gpu_memory_mib > 0) memory += fmt::format(" (GPU {:.0f} MiB)", result.peak_gpu_memory_mib);
   spdlog::info("done: {} steps in {} | {:.1f} samples/s | {}", result.final_step, format_duration(result.wall_seconds),
                static_cast<double>(result.samples) / std::max(result.wall_seconds, 1e-9), memory);
-  spdlog::info("{}", loss_movement(result));
+  spdlog::info("{}{}", loss_movement(result),
+               result.phased ? " (the training phases' losses mixed; each phase's is logged as <phase>/loss)" : "");
   if (result.skipped_samples > 0)
     spdlog::warn("{} bad sample(s) were skipped (data.on_bad_sample: skip); `wanfw data verify` lists them",
                  result.skipped_samples);

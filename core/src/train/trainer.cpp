@@ -200,6 +200,7 @@ void Trainer::finish(bool saved, std::chrono::steady_clock::time_point started, 
   progress_->finish();
   loggers_.flush();
   result.final_step = state_.step;
+  result.phased = phases_.declared();
   result.last_checkpoint = last_checkpoint_;
   result.wall_seconds = seconds_since(started);
   result.peak_memory_mib = peak_memory_mib();

@@ -55,6 +55,7 @@ struct TrainingResult {
   double peak_memory_mib = 0;     ///< this process's peak resident memory
   double peak_gpu_memory_mib = 0; ///< peak CUDA memory allocated on this process's device (0 on CPUs)
   std::int64_t skipped_samples = 0;  ///< bad samples skipped (data.on_bad_sample: skip), all processes
+  bool phased = false;  ///< the model trains in phases: the logged loss mixes theirs
 };
 
 class Trainer {
