@@ -166,8 +166,9 @@ def test_the_exported_generator_samples_like_the_trained_one_and_leaves_the_crit
     wanfw("run", path, check=0)
     wanfw("export", path, "--checkpoint", run_dir(tmp_path), "--out", tmp_path / "adapter", check=0)
     wanfw("export", path, "--checkpoint", run_dir(tmp_path), "--out", tmp_path / "merged", "--merge", check=0)
-    adapter = load_file(tmp_path / "adapter" / "wan_lora.safetensors")
-    assert adapter and not any("critic" in k for k in adapter)
+    for layout in ("wan_lora", "pytorch_lora_weights"):  # Wan / ComfyUI keys, diffusers PEFT keys
+        adapter = load_file(tmp_path / "adapter" / f"{layout}.safetensors")
+        assert adapter and not any("critic" in k for k in adapter), layout
     merged = load_file(tmp_path / "merged" / "diffusion_pytorch_model.safetensors")
     assert not any("lora" in k for k in merged)
     # The merged generator as a plain Wan model, sampled with the generator's solver and levels.
