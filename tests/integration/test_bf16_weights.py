@@ -97,6 +97,8 @@ def test_fsdp_refuses_bf16_weights_and_names_the_mode_that_keeps_fp32_shards(tmp
     assert result.returncode != 0
     assert "precision.mode bf16_weights does not combine with a strategy that shards the weights" in output
     assert "use precision.mode bf16" in output
+    checked = wanfw("validate", path, check=2)  # `wanfw validate` refuses it too, before any run
+    assert "precision.mode bf16_weights does not combine with a strategy that shards the weights" in checked.stderr
 
 
 def test_model_info_gives_bf16_weights_memory_per_trained_parameter(tmp_path):

@@ -72,14 +72,8 @@ RunOutcome run_experiment(const RunRequest& request) {
   //    any) before the strategy places the model, so that every replica and rank starts from
   //    them; the optimizer and loop state follow in Trainer::fit.
   std::unique_ptr<MasterWeights> masters;
-  if (e.settings.precision.mode == PrecisionMode::BF16Weights) {
-    if (strategy.shards_state())
-      throw ConfigError(e.config.where("precision.mode"),
-                        "precision.mode bf16_weights does not combine with a strategy that shards the weights",
-                        "use precision.mode bf16: fsdp then gathers and computes in bf16 (param_dtype) while each "
-                        "rank's fp32 shards stay the master weights");
+  if (e.settings.precision.mode == PrecisionMode::BF16Weights)  // a sharding strategy was refused in assemble
     masters = std::make_unique<MasterWeights>(*e.model, at::kBFloat16);
-  }
   if (run_dir.checkpoint()) {
     run_dir.checkpoint()->load_weights(masters ? masters->view() : *e.model);
     if (masters) masters->publish();

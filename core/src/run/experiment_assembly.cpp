@@ -85,6 +85,11 @@ Experiment assemble(const RunRequest& request, ModelAssembly assembly) {
                       "add 'strategy: {name: single}' to train on one device");
   e.strategy = e.host->make_strategy(e.config, "strategy", context);
   configure_console(e.settings.run.log_level, e.strategy->rank());
+  if (e.settings.precision.mode == PrecisionMode::BF16Weights && e.strategy->shards_state())
+    throw ConfigError(e.config.where("precision.mode"),
+                      "precision.mode bf16_weights does not combine with a strategy that shards the weights",
+                      "use precision.mode bf16: fsdp then gathers and computes in bf16 (param_dtype) while each "
+                      "rank's fp32 shards stay the master weights");
   // Models and loggers learn where the model will live, so weights are built there. A device this
   // machine lacks (a config validated away from its GPUs) leaves them on the CPU; the strategy's
   // setup names the missing device when a run starts.
