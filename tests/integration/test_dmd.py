@@ -260,7 +260,7 @@ def test_the_4_step_dmd_student_samples_closer_to_the_teachers_40_steps_than_4_s
     teacher's 40-step samples (seed 1001): MMD^2 over 200 latents each, drawn from held-out seeds
     (training used run.seed 42)."""
     examples, count = SOURCE / "examples", "200"
-    one_caption = ["--set", "data.captions=1"]
+    one_caption = ["--set", "data.captions=1", "--set", 'data.buckets=["3x8x8"]']
     wanfw("run", examples / "quickstart.yaml", *one_caption, "--set", "run.name=teacher-one-caption", cwd=tmp_path,
           check=0)
     wanfw("export", examples / "quickstart.yaml", "--checkpoint", "runs/teacher-one-caption/version_0", "--out",

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include "distill_inputs.hpp"
+#include "negative_context.hpp"
 #include "wan/dit_export.hpp"
 #include "wan/wan_weights.hpp"
 #include "wanfw/error.hpp"
@@ -62,12 +63,7 @@ DistillModel::Point DistillModel::point(const wanfw::Batch& batch, const torch::
   p.sigma = sigma;
   p.noise = noise;
   p.context = batch.at("context");
-  if (settings_.guidance != 1.0)  // the unconditional half of a guided target
-    p.negative = settings_.negative.defined()
-                     ? settings_.negative.to(p.context.device(), p.context.scalar_type())
-                           .unsqueeze(0)
-                           .expand({p.context.size(0), -1, -1})
-                     : torch::zeros_like(p.context);
+  if (settings_.guidance != 1.0) p.negative = batch_negative(settings_.negative, p.context);  // guided target
   if (settings_.task == "i2v")
     p.y = wan::i2v_condition(wan::checked_condition(batch.at("image_condition"), noise, "distillation"));
   const torch::Tensor s = sigma.to(torch::kFloat32).view({-1, 1, 1, 1, 1});
@@ -151,9 +147,7 @@ std::map<std::string, at::Tensor> DistillModel::predict(const std::map<std::stri
   const torch::Tensor x = input("x", true), t = input("t", true), context = input("context", true);
   const torch::Tensor y = input("y", false);
   const torch::Tensor sigma = (t.dim() == 2 ? std::get<0>(t.max(1)) : t).to(torch::kFloat32) / 1000.0;
-  const torch::Tensor negative = settings_.negative.defined()
-                                     ? settings_.negative.to(dev).unsqueeze(0).expand({context.size(0), -1, -1})
-                                     : torch::zeros_like(context);
+  const torch::Tensor negative = batch_negative(settings_.negative, context);
   FrozenTeacher::Use use(*teacher_);
   return {{"v", student_->forward(x, t, context, y).cpu()},
           {"teacher_v", teacher_->velocity(x, t, context, negative, y, sigma, settings_.guidance).cpu()}};

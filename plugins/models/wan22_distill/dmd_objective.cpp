@@ -8,6 +8,7 @@
 
 #include "distill_inputs.hpp"
 #include "dmd_model.hpp"
+#include "negative_context.hpp"
 #include "wan/lora.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/sample_random.hpp"
@@ -31,12 +32,7 @@ torch::Tensor DmdModel::timesteps(const torch::Tensor& sigma, const torch::Tenso
 DmdModel::Conditions DmdModel::conditions(const wanfw::Batch& batch, const torch::Tensor& noise) const {
   Conditions c;
   c.context = batch.at("context");
-  if (dmd_.real_guidance != 1.0)
-    c.negative = common_.negative.defined()
-                     ? common_.negative.to(c.context.device(), c.context.scalar_type())
-                           .unsqueeze(0)
-                           .expand({c.context.size(0), -1, -1})
-                     : torch::zeros_like(c.context);
+  if (dmd_.real_guidance != 1.0) c.negative = batch_negative(common_.negative, c.context);
   if (common_.task == "i2v")
     c.y = wan::i2v_condition(wan::checked_condition(batch.at("image_condition"), noise, "distillation"));
   if (common_.inputs == "data") {
@@ -210,8 +206,7 @@ std::map<std::string, at::Tensor> DmdModel::predict(const std::map<std::string, 
   const torch::Tensor x = input("x", true), t = input("t", true);
   c.context = input("context", true);
   c.y = input("y", false);
-  c.negative = common_.negative.defined() ? common_.negative.to(dev).unsqueeze(0).expand({c.context.size(0), -1, -1})
-                                          : torch::zeros_like(c.context);
+  c.negative = batch_negative(common_.negative, c.context);
   const torch::Tensor sigma = t.to(torch::kFloat32) / 1000.0;
   std::optional<FrozenTeacher::Use> use;
   if (teacher_) use.emplace(*teacher_);

@@ -34,4 +34,9 @@ torch::Tensor negative_context(const wanfw::Options& o, const wan::WanConfig& te
   return negative;
 }
 
+torch::Tensor batch_negative(const torch::Tensor& negative, const torch::Tensor& context) {
+  if (!negative.defined()) return torch::zeros_like(context);
+  return negative.to(context.device(), context.scalar_type()).unsqueeze(0).expand({context.size(0), -1, -1});
+}
+
 }  // namespace wan_distill

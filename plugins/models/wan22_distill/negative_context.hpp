@@ -13,4 +13,8 @@ namespace wan_distill {
 /// undefined when the option is empty. Failures are ConfigErrors at the option.
 torch::Tensor negative_context(const wanfw::Options& o, const wan::WanConfig& teacher);
 
+/// The unconditional context of guidance for a batch of `context` [B, L, D]: `negative` [L', D]
+/// repeated over the batch on the context's device and dtype, or zeros like the context.
+torch::Tensor batch_negative(const torch::Tensor& negative, const torch::Tensor& context);
+
 }  // namespace wan_distill
