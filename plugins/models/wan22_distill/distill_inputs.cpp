@@ -2,9 +2,11 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
 #include <torch/torch.h>
 
 #include "wan/flow_matching.hpp"
+#include "wanfw/error.hpp"
 #include "wanfw/sample_random.hpp"
 
 namespace wan_distill {
@@ -38,6 +40,24 @@ std::map<std::string, at::Tensor> preview_conditioning(const wanfw::Batch& batch
                                               {"noise", noise.narrow(0, 0, 1)}};
   if (task == "i2v") inputs["image_condition"] = batch.at("image_condition").narrow(0, 0, 1);
   return inputs;
+}
+
+PredictInputs predict_inputs(const std::map<std::string, at::Tensor>& inputs, const torch::Device& device) {
+  const auto input = [&](const char* name, bool required) -> torch::Tensor {
+    if (auto it = inputs.find(name); it != inputs.end()) return it->second.to(device);
+    if (required)
+      throw wanfw::Error(fmt::format("predict: the inputs have no tensor '{}'", name),
+                         "give x [B,C,F,H,W], t [B] or [B,tokens] and context [B,L,text_dim] (and y for i2v)");
+    return {};
+  };
+  PredictInputs in;
+  in.x = input("x", true);
+  in.t = input("t", true);
+  in.context = input("context", true);
+  in.y = input("y", false);
+  in.noise = input("noise", false);
+  in.sigma = (in.t.dim() == 2 ? std::get<0>(in.t.max(1)) : in.t).to(torch::kFloat32) / 1000.0;
+  return in;
 }
 
 }  // namespace wan_distill

@@ -30,4 +30,12 @@ torch::Tensor distill_noise(const wanfw::Batch& batch, const std::optional<wanfw
 std::map<std::string, at::Tensor> preview_conditioning(const wanfw::Batch& batch, const std::string& task,
                                                        const torch::Tensor& noise);
 
+/// What `wanfw predict` gives a distillation model, on `device`: x, t ([B] or [B, tokens]) and
+/// context (required; else wanfw::Error naming the missing one), y and noise (optional), and the
+/// levels sigma [B] float32 that t implies (per token: the largest, the noisy frames').
+struct PredictInputs {
+  torch::Tensor x, t, context, y, noise, sigma;
+};
+PredictInputs predict_inputs(const std::map<std::string, at::Tensor>& inputs, const torch::Device& device);
+
 }  // namespace wan_distill

@@ -14,10 +14,6 @@
 
 namespace wan_distill {
 
-namespace {
-const char* kPredictInputs = "give x [B,C,F,H,W], t [B] or [B,tokens] and context [B,L,text_dim] (and y for i2v)";
-}  // namespace
-
 DistillModel::DistillModel(const wan::WanConfig& student, DistillSettings settings,
                            std::shared_ptr<FrozenTeacher> teacher, wan::WanPlacement placement)
     : student_(student, placement), settings_(std::move(settings)), teacher_(std::move(teacher)) {}
@@ -137,16 +133,8 @@ std::map<std::string, at::Tensor> DistillModel::validation_step(const wanfw::Bat
 std::map<std::string, at::Tensor> DistillModel::predict(const std::map<std::string, at::Tensor>& inputs) {
   torch::NoGradGuard no_grad;
   student_->eval();
-  const torch::Device dev = device();
-  auto input = [&](const char* name, bool required) -> torch::Tensor {
-    auto it = inputs.find(name);
-    if (it != inputs.end()) return it->second.to(dev);
-    if (required) throw wanfw::Error(fmt::format("predict: the inputs have no tensor '{}'", name), kPredictInputs);
-    return {};
-  };
-  const torch::Tensor x = input("x", true), t = input("t", true), context = input("context", true);
-  const torch::Tensor y = input("y", false);
-  const torch::Tensor sigma = (t.dim() == 2 ? std::get<0>(t.max(1)) : t).to(torch::kFloat32) / 1000.0;
+  const PredictInputs in = predict_inputs(inputs, device());
+  const torch::Tensor &x = in.x, &t = in.t, &context = in.context, &y = in.y, &sigma = in.sigma;
   const torch::Tensor negative = batch_negative(settings_.negative, context);
   FrozenTeacher::Use use(*teacher_);
   return {{"v", student_->forward(x, t, context, y).cpu()},

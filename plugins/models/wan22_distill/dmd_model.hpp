@@ -57,7 +57,7 @@ class DmdModel final : public wanfw::Model {
   wanfw::StepOutput training_step(const wanfw::Batch& batch) override;
   /// Without gradients: "critic_loss" and "dmd_gradient" (mean |g|) on G's samples; "loss" = critic_loss.
   std::map<std::string, at::Tensor> validation_step(const wanfw::Batch& batch) override;
-  /// Inputs x, t [B], context (y for i2v): "v" (G), "critic_v" and "teacher_v" (the guided real
+  /// Inputs x, t ([B] or [B, tokens]), context (y for i2v): "v" (G), "critic_v" and "teacher_v" (the guided real
   /// score) at (x, t). With "noise" too, x is taken as G's sample: "dmd_gradient" g and
   /// "dmd_normalizer" [B] at x re-noised to t with that noise, as the generator step computes them.
   std::map<std::string, at::Tensor> predict(const std::map<std::string, at::Tensor>& inputs) override;

@@ -193,29 +193,20 @@ std::map<std::string, at::Tensor> DmdModel::validation_step(const wanfw::Batch& 
 std::map<std::string, at::Tensor> DmdModel::predict(const std::map<std::string, at::Tensor>& inputs) {
   torch::NoGradGuard no_grad;
   modules_->eval();
-  const torch::Device dev = device();
-  auto input = [&](const char* name, bool required) -> torch::Tensor {
-    auto it = inputs.find(name);
-    if (it != inputs.end()) return it->second.to(dev);
-    if (required)
-      throw wanfw::Error(fmt::format("predict: the inputs have no tensor '{}'", name),
-                         "give x [B,C,F,H,W], t [B] and context [B,L,text_dim] (and y for i2v)");
-    return {};
-  };
+  const PredictInputs in = predict_inputs(inputs, device());
+  const torch::Tensor &x = in.x, &sigma = in.sigma;
   Conditions c;
-  const torch::Tensor x = input("x", true), t = input("t", true);
-  c.context = input("context", true);
-  c.y = input("y", false);
+  c.context = in.context;
+  c.y = in.y;
   c.negative = batch_negative(common_.negative, c.context);
-  const torch::Tensor sigma = t.to(torch::kFloat32) / 1000.0;
   std::optional<FrozenTeacher::Use> use;
   if (teacher_) use.emplace(*teacher_);
   std::map<std::string, at::Tensor> out = {{"v", generator_velocity(x, sigma, c).cpu()},
                                            {"critic_v", critic_velocity(x, sigma, c).cpu()},
                                            {"teacher_v", real_velocity(x, sigma, c).cpu()}};
-  if (const torch::Tensor noise = input("noise", false); noise.defined()) {  // x as G's sample, re-noised to t
+  if (in.noise.defined()) {  // x as G's sample, re-noised to t
     if (common_.task == "ti2v") c.x0 = x;  // its first frame stays clean
-    const DmdGradient g = dmd_gradient(x.to(torch::kFloat32), sigma, noise.to(torch::kFloat32), c);
+    const DmdGradient g = dmd_gradient(x.to(torch::kFloat32), sigma, in.noise.to(torch::kFloat32), c);
     out["dmd_gradient"] = g.gradient.cpu();
     out["dmd_normalizer"] = g.normalizer.cpu();
   }
