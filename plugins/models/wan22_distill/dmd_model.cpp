@@ -77,9 +77,12 @@ std::vector<wanfw::ParameterGroup> DmdModel::parameter_groups() {
   }
   critic.name = "critic";
   critic.lr_scale = dmd_.critic_lr_scale;
-  if (shared()) critic.parameters = prefixed(wan::second_adapter_parameters(*modules_->generator), "generator.");
-  else if (dmd_.critic_lora.enabled()) critic.parameters = prefixed(wan::adapter_parameters(*modules_->critic), "critic.");
-  else critic.parameters = trained_of(modules_->critic, "critic.");
+  if (shared())
+    critic.parameters = prefixed(wan::second_adapter_parameters(*modules_->generator), "generator.");
+  else if (dmd_.critic_lora.enabled())
+    critic.parameters = prefixed(wan::adapter_parameters(*modules_->critic), "critic.");
+  else
+    critic.parameters = trained_of(modules_->critic, "critic.");
   if (dmd_.critic_lora.enabled()) critic.weight_decay = dmd_.critic_lora.weight_decay;
   return {generator, critic};
 }
@@ -113,7 +116,8 @@ std::vector<wanfw::ShardUnit> DmdModel::shard_units() {
 
 void DmdModel::set_unit_runner(wanfw::UnitRunner* runner) {
   modules_->generator->set_unit_runner(runner, 0);
-  if (!shared()) modules_->critic->set_unit_runner(runner, static_cast<std::size_t>(modules_->generator->config().num_layers));
+  if (!shared())
+    modules_->critic->set_unit_runner(runner, static_cast<std::size_t>(modules_->generator->config().num_layers));
 }
 
 std::vector<wanfw::FieldSpec> DmdModel::batch_fields() const {

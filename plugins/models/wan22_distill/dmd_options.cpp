@@ -43,7 +43,9 @@ std::vector<wanfw::OptionSpec> dmd_options() {
       option("critic_updates_per_generator_update", T::Integer)
           .value("5")
           .doc("dmd: critic optimizer steps after each generator step (DMD2's two time-scale rule)."),
-      option("critic_lr_scale", T::Number).value("1.0").doc("dmd: the critic's learning rate as a multiple of optimizer.lr."),
+      option("critic_lr_scale", T::Number)
+          .value("1.0")
+          .doc("dmd: the critic's learning rate as a multiple of optimizer.lr."),
       option("critic_lora.rank", T::Integer)
           .value("0")
           .doc("dmd: rank of adapters trained on the critic (a copy of the teacher); 0 trains every critic weight."),
@@ -81,28 +83,30 @@ DmdSettings dmd_settings_from(const wanfw::Options& o, const wan::WanConfig& stu
   if (s.critic_updates < 1) o.fail("critic_updates_per_generator_update", "must be at least 1");
   if (!(s.critic_lr_scale > 0)) o.fail("critic_lr_scale", "must be positive");
   if (!(0 < s.min_level && s.min_level < s.max_level && s.max_level < 1))
-    o.fail("score_level_min", fmt::format("the score levels need 0 < min < max < 1, not [{}, {}]", s.min_level,
-                                          s.max_level));
+    o.fail("score_level_min",
+           fmt::format("the score levels need 0 < min < max < 1, not [{}, {}]", s.min_level, s.max_level));
   if (s.score_shift <= 0) o.fail("score_shift", "must be positive");
   if (s.regression_weight < 0) o.fail("regression_weight", "must be 0 or more");
   if (expert_teacher)
-    o.fail("objective", "dmd with one expert of a two-expert teacher is not supported: the generator samples every "
-                        "level, which one expert does not cover",
+    o.fail("objective",
+           "dmd with one expert of a two-expert teacher is not supported: the generator samples every "
+           "level, which one expert does not cover",
            "distil a single-DiT teacher (wan2.1-t2v-1.3b, wan2.2-ti2v-5b, wan2.1-t2v-14b), or use objective: velocity");
   if (common.inputs == "teacher_trajectory")
-    o.fail("inputs", "objective dmd makes its own inputs from the generator's steps: teacher_trajectory is for "
-                     "objective velocity",
+    o.fail("inputs",
+           "objective dmd makes its own inputs from the generator's steps: teacher_trajectory is for "
+           "objective velocity",
            "set inputs: generator (data-free, backward simulation) or inputs: data (noised data latents)");
   s.critic_lora = common.lora;  // the same layers, without dropout
   s.critic_lora.rank = o.integer("critic_lora.rank");
-  s.critic_lora.alpha = o.number("critic_lora.alpha") > 0 ? o.number("critic_lora.alpha")
-                                                          : static_cast<double>(s.critic_lora.rank);
+  s.critic_lora.alpha =
+      o.number("critic_lora.alpha") > 0 ? o.number("critic_lora.alpha") : static_cast<double>(s.critic_lora.rank);
   s.critic_lora.dropout = 0;
   s.critic_lora.load.clear();
   s.critic_lora.lr_scale = 1.0;
   if (s.critic_lora.rank < 0 || s.critic_lora.rank > std::min(teacher.dim, teacher.ffn_dim))
-    o.fail("critic_lora.rank", fmt::format("must be 0 (every critic weight trains) or in 1..{}",
-                                           std::min(teacher.dim, teacher.ffn_dim)));
+    o.fail("critic_lora.rank",
+           fmt::format("must be 0 (every critic weight trains) or in 1..{}", std::min(teacher.dim, teacher.ffn_dim)));
   if (s.critic_lora.enabled() && s.critic_lora.targets.empty())
     o.fail("lora.targets", "the critic's adapters take lora.targets, which selects no layer");
   if (s.shared_base) {
@@ -130,9 +134,10 @@ std::unique_ptr<wanfw::Model> make_dmd_model(const wanfw::Options& o, wan::WanDi
   if (dmd.shared_base) {
     wan::attach_second_adapters(*student, dmd.critic_lora);
     teacher.reset();  // the base without adapters is the real score: the separate copy goes
-    spdlog::info("dmd: one frozen base shared by the real score (no adapters), the generator (lora, rank {}) and "
-                 "the critic (critic_lora, rank {})",
-                 common.lora.rank, dmd.critic_lora.rank);
+    spdlog::info(
+        "dmd: one frozen base shared by the real score (no adapters), the generator (lora, rank {}) and "
+        "the critic (critic_lora, rank {})",
+        common.lora.rank, dmd.critic_lora.rank);
   } else {
     critic = wan::WanDiT(teacher->config(), placement);
     init_from_teacher(*critic, *teacher->dits().front());
@@ -151,6 +156,14 @@ std::unique_ptr<wanfw::Model> make_dmd_model(const wanfw::Options& o, wan::WanDi
                levels, dmd.real_guidance);
   return std::make_unique<DmdModel>(std::move(student), std::move(critic), std::move(teacher), std::move(common),
                                     std::move(dmd));
+}
+
+std::string dmd_summary(const wanfw::Options& o, const wan::WanConfig& student, const wan::WanConfig& teacher,
+                        const DistillSettings& common, bool expert_teacher) {
+  const DmdSettings dmd = dmd_settings_from(o, student, teacher, common, expert_teacher);
+  return fmt::format("dmd: generator {} steps, critic {} steps per generator step, real guidance {}\n{}",
+                     dmd.generator_steps, dmd.critic_updates, dmd.real_guidance,
+                     dmd_memory(dmd, student, teacher, common.lora, o.string("dtype"), o.string("teacher_dtype")));
 }
 
 std::string dmd_memory(const DmdSettings& dmd, const wan::WanConfig& student, const wan::WanConfig& teacher,
@@ -173,11 +186,13 @@ std::string dmd_memory(const DmdSettings& dmd, const wan::WanConfig& student, co
       separate / kGiB, dmd.shared_base ? "" : " (this config)");
   if (generator_lora.enabled() && dmd.critic_lora.enabled()) {
     const double adapters = static_cast<double>(wan::adapter_parameter_count(student, generator_lora) +
-                                                wan::adapter_parameter_count(teacher, dmd.critic_lora)) * 16;
-    out += fmt::format("dmd memory before activations: one shared base {:.2f} GiB + both adapter sets {:.2f} GiB = "
-                       "{:.2f} GiB{}\n",
-                       t * bytes / kGiB, adapters / kGiB, (t * bytes + adapters) / kGiB,
-                       dmd.shared_base ? " (this config)" : " (shared_base: true)");
+                                                wan::adapter_parameter_count(teacher, dmd.critic_lora)) *
+                            16;
+    out += fmt::format(
+        "dmd memory before activations: one shared base {:.2f} GiB + both adapter sets {:.2f} GiB = "
+        "{:.2f} GiB{}\n",
+        t * bytes / kGiB, adapters / kGiB, (t * bytes + adapters) / kGiB,
+        dmd.shared_base ? " (this config)" : " (shared_base: true)");
   }
   return out;
 }

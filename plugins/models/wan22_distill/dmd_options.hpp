@@ -28,6 +28,10 @@ std::unique_ptr<wanfw::Model> make_dmd_model(const wanfw::Options& o, wan::WanDi
                                              std::shared_ptr<FrozenTeacher> teacher, DistillSettings common,
                                              DmdSettings dmd, const wan::WanPlacement& placement);
 
+/// `wanfw model-info`'s DMD lines: the phases, guidance and dmd_memory of the config's settings.
+std::string dmd_summary(const wanfw::Options& o, const wan::WanConfig& student, const wan::WanConfig& teacher,
+                        const DistillSettings& common, bool expert_teacher);
+
 /// `wanfw model-info`: the memory of the arrangement the config chose and of the others.
 std::string dmd_memory(const DmdSettings& dmd, const wan::WanConfig& student, const wan::WanConfig& teacher,
                        const wan::LoraSettings& generator_lora, const std::string& dtype,

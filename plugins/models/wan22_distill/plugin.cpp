@@ -178,20 +178,15 @@ std::string inspect(const wanfw::Options& o, const wanfw::TrainingLayout& layout
   const std::string negative = o.string("negative_context");
   if (!negative.empty() && !std::filesystem::exists(negative))
     weights_line += fmt::format("negative context: {} is not on this machine; it is read when a run starts\n", negative);
-  std::string dmd_lines;
-  std::string objective = fmt::format(
-      "target: the teacher's {}; loss = {} x velocity{}",
-      s.guidance == 1.0 ? std::string("conditional velocity") : fmt::format("guided velocity v_u + {} (v_c - v_u)", s.guidance),
-      s.velocity_weight, s.flow_matching_weight > 0 ? fmt::format(" + {} x flow matching", s.flow_matching_weight) : "");
-  if (o.string("objective") == "dmd") {
-    objective = "objective dmd (the student is the generator)";
-    const wan_distill::DmdSettings dmd =
-        wan_distill::dmd_settings_from(o, n.student, n.teacher, s, n.expert != wan::Expert::None);
-    dmd_lines = fmt::format("dmd: generator {} steps, critic {} steps per generator step, real guidance {}\n{}",
-                            dmd.generator_steps, dmd.critic_updates, dmd.real_guidance,
-                            wan_distill::dmd_memory(dmd, n.student, n.teacher, s.lora, o.string("dtype"),
-                                                    o.string("teacher_dtype")));
-  }
+  const std::string target = s.guidance == 1.0 ? std::string("conditional velocity")
+                                               : fmt::format("guided velocity v_u + {} (v_c - v_u)", s.guidance);
+  const std::string fm = s.flow_matching_weight > 0 ? fmt::format(" + {} x flow matching", s.flow_matching_weight) : "";
+  const bool dmd = o.string("objective") == "dmd";
+  const std::string objective =
+      dmd ? std::string("objective dmd (the student is the generator)")
+          : fmt::format("target: the teacher's {}; loss = {} x velocity{}", target, s.velocity_weight, fm);
+  const std::string dmd_lines =
+      dmd ? wan_distill::dmd_summary(o, n.student, n.teacher, s, n.expert != wan::Expert::None) : std::string();
   return fmt::format(
       "teacher: preset {}, dim {}, {} layers, {} parameters, frozen: {:.2f} GiB in {} (no gradients, no optimizer "
       "state){}\n"
