@@ -6,6 +6,21 @@
 
 namespace wan {
 
+namespace {
+
+// Attention over [B, L, H, D] tensors, returned as [B, L, H, D]; `mask` (boolean, true = attend)
+// may be undefined, which means no mask at all: SDPA takes an absent mask, not an undefined tensor.
+torch::Tensor attend(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
+                     const torch::Tensor& mask) {
+  // [B, L, H, D] -> [B, H, L, D] for the fused attention kernels.
+  const torch::Tensor q = query.transpose(1, 2), k = key.transpose(1, 2), v = value.transpose(1, 2);
+  check_attention_kernel(q, k, v, mask);
+  const std::optional<torch::Tensor> attn_mask = mask.defined() ? std::optional<torch::Tensor>(mask) : std::nullopt;
+  return at::scaled_dot_product_attention(q, k, v, attn_mask).transpose(1, 2);
+}
+
+}  // namespace
+
 WanRMSNormImpl::WanRMSNormImpl(std::int64_t dim, double eps) : dim_(dim), eps_(eps) { reset(); }
 
 void WanRMSNormImpl::reset() { weight = register_parameter("weight", torch::ones({dim_})); }
@@ -40,22 +55,16 @@ torch::Tensor WanAttentionImpl::forward(const torch::Tensor& x, const torch::Ten
     query = wan::rope(wanfw::sequence_to_heads(query, split.group()), rope->rotations);
     key = wan::rope(wanfw::sequence_to_heads(key, split.group()), rope->rotations);
     value = wanfw::sequence_to_heads(value, split.group());
-    torch::Tensor mask = split.key_mask(x.device());
+    torch::Tensor mask = split.key_mask(x.device());  // undefined where no token is padding
     if (mask.defined()) mask = mask.view({1, 1, 1, -1});
-    check_attention_kernel(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), mask);
-    const torch::Tensor out = at::scaled_dot_product_attention(query.transpose(1, 2), key.transpose(1, 2),
-                                                               value.transpose(1, 2), mask);
-    return o(wanfw::heads_to_sequence(out.transpose(1, 2), split.group()).flatten(2).to(x.scalar_type()));
+    const torch::Tensor out = attend(query, key, value, mask);
+    return o(wanfw::heads_to_sequence(out, split.group()).flatten(2).to(x.scalar_type()));
   }
   if (rope != nullptr) {
     query = wan::rope(query, rope->rotations);
     key = wan::rope(key, rope->rotations);
   }
-  // [B, L, H, D] -> [B, H, L, D] for the fused attention kernels.
-  check_attention_kernel(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), {});
-  const torch::Tensor out = at::scaled_dot_product_attention(query.transpose(1, 2), key.transpose(1, 2),
-                                                             value.transpose(1, 2));
-  return o(out.transpose(1, 2).flatten(2).to(x.scalar_type()));
+  return o(attend(query, key, value, {}).flatten(2).to(x.scalar_type()));
 }
 
 }  // namespace wan

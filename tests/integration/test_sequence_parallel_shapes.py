@@ -1,0 +1,47 @@
+"""Sequence parallelism on the shapes people train, not only the convenient ones: the token layout
+of an A14B expert at 480p x 81 frames (21 x 30 x 52 = 32,760 tokens) over groups of 2, 4 and 8 at
+tiny width, and epochs whose samples do not fill the last step batch (data.drop_last false pads it
+with repeats, true leaves the tail out), each against one device holding every token. Real
+torchrun, Gloo on loopback, CPU."""
+
+import pytest
+from equivalence import assert_same_training, tiny_wan_rounding
+from test_distributed import torchrun
+from test_layout_invariance import CPU, DDP, FSDP, LR, experiment, run_on, state, tiny_wan
+
+# One block of 8 heads of 8 channels: the A14B token grid at a width a CPU trains in seconds a step.
+A14B_GRID = {"buckets": ["21x60x104"], "num_samples": 4}  # latents [4, 21, 60, 104] in 1x2x2 patches
+A14B_TOKENS = 21 * 30 * 52
+NARROW = {"dim": 64, "num_heads": 8, "ffn_dim": 64, "num_layers": 1}
+
+
+@pytest.mark.parametrize("group", [2, 4, 8])
+def test_the_a14b_480p_token_layout_trains_alike_over_sequence_parallel_groups(tmp_path, group):
+    model = {**tiny_wan("t2v"), **NARROW}
+    one_step = {"trainer": {"max_steps": 1}, "data": A14B_GRID}
+    whole = run_on(tmp_path, "whole", CPU, 1, model, **one_step)
+    slow = {**DDP, "timeout_s": 600}  # 8 ranks on 2 cores: a collective may wait minutes for the others
+    path = experiment(tmp_path, "split", {**slow, "sequence_parallel": group}, 1, model, **one_step)
+    result = torchrun("run", path, nproc=group, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (f"sequence parallel: {A14B_TOKENS} tokens a sample over {group} ranks, {A14B_TOKENS // group} a rank\n"
+            in result.stdout)  # every group here divides the tokens: nothing padded
+    c = assert_same_training(state(tmp_path, "split"), whole, lr=LR,
+                             tolerance=tiny_wan_rounding(1, A14B_TOKENS, layers=NARROW["num_layers"]))
+    print(f"{A14B_TOKENS} tokens over a group of {group}: {c}")
+
+
+LEFTOVER = {"buckets": ["3x8x8"], "num_samples": 7}  # step batches of 4: 7 = 4 + 3
+
+
+@pytest.mark.parametrize("drop_last", [False, True], ids=["padded", "dropped"])
+def test_an_epoch_that_does_not_fill_its_last_step_trains_alike_under_sequence_parallel_groups(tmp_path, drop_last):
+    model = tiny_wan("ti2v")
+    two_epochs = {"trainer": {"max_steps": 0, "epochs": 2}, "data": {**LEFTOVER, "drop_last": drop_last}}
+    whole = run_on(tmp_path, "whole", CPU, 4, model, **two_epochs)
+    assert whole.step == (4 if not drop_last else 2)  # 7 samples: 2 steps an epoch padded, 1 with the tail left out
+    tolerance = tiny_wan_rounding(4, 48)
+    for name, (strategy, ranks) in {"fsdp_2x_sp2": ({**FSDP, "sequence_parallel": 2}, 4),
+                                    "ddp_2x_sp2": ({**DDP, "sequence_parallel": 2}, 4)}.items():
+        split = run_on(tmp_path, name, strategy, 2, model, ranks, **two_epochs)
+        print(f"7 samples, drop_last {drop_last}, {name}: {assert_same_training(split, whole, lr=LR, tolerance=tolerance)}")
