@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/checkpoint_store.hpp"
 #include "checkpoint/state_piece_files.hpp"
 #include "numerics/generators.hpp"
 #include "wanfw/bounded_input.hpp"
@@ -95,6 +96,16 @@ std::shared_ptr<const Checkpoint> Checkpoint::open(const fs::path& folder) {
   };
   const json j = parse_bounded_json(read_bounded_file(path, "trainer state", kMaxStateBytes, fail), 8, fail);
   checkpoint->state_ = parse_state(j, path);
+  // The folder's name is the step the store sorts and resumes by: a state of another step would
+  // resume at a step the folder does not hold (a copied or renamed checkpoint).
+  const std::int64_t state_step = checkpoint->state_.step;
+  const std::string name = folder.filename().string();
+  if (CheckpointStore::is_checkpoint(folder) && std::stoll(name.substr(5)) != state_step)
+    throw FileError(fmt::format("{}: the trainer state is at step {}, but its folder {} names step {}", path.string(),
+                                state_step, name, std::stoll(name.substr(5))),
+                    fmt::format("a checkpoint folder keeps the name its run wrote: if the state is right, name the "
+                                "folder step-{:08d}; else resume from another checkpoint",
+                                state_step));
   return checkpoint;
 }
 

@@ -19,7 +19,8 @@ namespace wanfw {
 
 class Checkpoint {
  public:
-  /// Reads `folder`/trainer_state.json and checks every field (types, ranges, the loss scaler).
+  /// Reads `folder`/trainer_state.json and checks every field (types, ranges, the loss scaler)
+  /// and that its step is the one a step-N folder names.
   /// Throws FileError naming the file and the field at fault.
   static std::shared_ptr<const Checkpoint> open(const std::filesystem::path& folder);
 

@@ -36,12 +36,17 @@ void log_summary(const TrainingResult& result, const RunDirectory& run_dir) {
   if (result.stop_signal != 0)
     spdlog::warn("stopped by signal {} at step {}; checkpoint written; continue with --resume auto",
                  result.stop_signal, result.final_step);
-  std::string memory = fmt::format("peak memory {:.0f} MiB", result.peak_memory_mib);
-  if (result.peak_gpu_memory_mib > 0) memory += fmt::format(" (GPU {:.0f} MiB)", result.peak_gpu_memory_mib);
-  spdlog::info("done: {} steps in {} | {:.1f} samples/s | {}", result.final_step, format_duration(result.wall_seconds),
-               static_cast<double>(result.samples) / std::max(result.wall_seconds, 1e-9), memory);
-  spdlog::info("{}{}", loss_movement(result),
-               result.phased ? " (the training phases' losses mixed; each phase's is logged as <phase>/loss)" : "");
+  if (result.already_complete) {  // the trainer said why at the start
+    spdlog::info("done: no step trained; the run stays at step {}", result.final_step);
+  } else {
+    std::string memory = fmt::format("peak memory {:.0f} MiB", result.peak_memory_mib);
+    if (result.peak_gpu_memory_mib > 0) memory += fmt::format(" (GPU {:.0f} MiB)", result.peak_gpu_memory_mib);
+    spdlog::info("done: {} steps in {} | {:.1f} samples/s | {}", result.final_step,
+                 format_duration(result.wall_seconds),
+                 static_cast<double>(result.samples) / std::max(result.wall_seconds, 1e-9), memory);
+    spdlog::info("{}{}", loss_movement(result),
+                 result.phased ? " (the training phases' losses mixed; each phase's is logged as <phase>/loss)" : "");
+  }
   if (result.skipped_samples > 0)
     spdlog::warn("{} bad sample(s) were skipped (data.on_bad_sample: skip); `wanfw data verify` lists them",
                  result.skipped_samples);

@@ -167,15 +167,22 @@ TrainingResult Trainer::fit(const Checkpoint* checkpoint) {
   const auto started = std::chrono::steady_clock::now();
   TrainingResult result;
   bool saved = checkpoint != nullptr;  // the checkpoint of the current step is on disk
+  if (state_.step >= total) {  // resumed at or past the end: the checkpoint stands as it is
+    result.already_complete = true;
+    finish(saved, started, result);
+    return result;
+  }
   loader_->start_epoch(state_.epoch, state_.batch_in_epoch);
 
   while (state_.step < total) {
     const auto step_started = std::chrono::steady_clock::now();
+    profiler_->before_step(state_.step + 1);
     const MicroBatchTotals totals = run_micro_batches();
     const Gradients gradients = settle_gradients(totals);
     const double lr = plan_->learning_rate(state_.step);
     apply_update(gradients.overflow, lr);
     ++state_.step;
+    profiler_->after_step(state_.step);
     const int signal = gradients.decision.signal;
     const bool periodic = settings_.checkpoint.every > 0 && state_.step % settings_.checkpoint.every == 0;
     const bool checkpoint_due = periodic || signal != 0 || state_.step == total;
@@ -193,6 +200,7 @@ TrainingResult Trainer::fit(const Checkpoint* checkpoint) {
 }
 
 void Trainer::finish(bool saved, std::chrono::steady_clock::time_point started, TrainingResult& result) {
+  profiler_->finish();
   if (!saved) save_checkpoint();
   if (sample_log_) sample_log_->flush();
   result.skipped_samples =

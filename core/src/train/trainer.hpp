@@ -25,6 +25,7 @@
 #include "data/training_data.hpp"
 #include "reporting/logger_set.hpp"
 #include "reporting/metric_window.hpp"
+#include "reporting/step_profiler.hpp"
 #include "plan/phase_schedule.hpp"
 #include "plan/training_plan.hpp"
 #include "wanfw/strategy.hpp"
@@ -56,6 +57,8 @@ struct TrainingResult {
   double peak_gpu_memory_mib = 0; ///< peak CUDA memory allocated on this process's device (0 on CPUs)
   std::int64_t skipped_samples = 0;  ///< bad samples skipped (data.on_bad_sample: skip), all processes
   bool phased = false;  ///< the model trains in phases: the logged loss mixes theirs
+  /// The run resumed at or past its last step (trainer.max_steps, or epochs): nothing trained.
+  bool already_complete = false;
 };
 
 class Trainer {
@@ -151,6 +154,7 @@ class Trainer {
   std::unique_ptr<TrainingOptimizer> optimizer_;
   std::unique_ptr<ProgressReporter> progress_;  ///< rank 0's progress line (off elsewhere)
   std::unique_ptr<Validation> validation_;
+  std::unique_ptr<StepProfiler> profiler_;  ///< trainer.profile_steps
   MetricWindow window_;  ///< the steps since the last log
   std::int64_t window_first_ = 0;  ///< the logging window's first step
   Precision precision_;

@@ -27,11 +27,21 @@ void Trainer::set_up(const Checkpoint* checkpoint) {
   }
   if (settings_.data.sample_log) sample_log_ = std::make_unique<SampleLog>(run_dir_, strategy_->rank());
   plan_.emplace(settings_, *strategy_, loader_->batches_per_epoch(), phases_);
-  if (main) plan_->announce(settings_, *strategy_, state_.step);
+  if (main) {
+    if (state_.step >= plan_->total_steps())  // every rank reads the same checkpoint: the same branch
+      spdlog::info("nothing to train: the checkpoint is at step {}, {} the run's {} steps ({}); raise "
+                   "trainer.max_steps to train on",
+                   state_.step, state_.step == plan_->total_steps() ? "the last of" : "past",
+                   plan_->total_steps(), settings_.trainer.max_steps > 0 ? "trainer.max_steps" : "trainer.epochs");
+    else
+      plan_->announce(settings_, *strategy_, state_.step);
+  }
   progress_ = std::make_unique<ProgressReporter>(
       main ? ProgressReporter::mode_from(settings_.trainer.progress) : ProgressReporter::Mode::Off, state_.step,
       plan_->total_steps());
   validation_ = std::make_unique<Validation>(settings_, data_, *model_, *strategy_);
+  profiler_ = std::make_unique<StepProfiler>(settings_.trainer.profile_from, settings_.trainer.profile_steps,
+                                             strategy_->device(), run_dir_ / "profile", strategy_->rank(), main);
   window_first_ = state_.step + 1;
 }
 
