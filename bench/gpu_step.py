@@ -26,7 +26,9 @@ Peak memory: the CUDA caching allocator's peak on a GPU (wanfw's summary line, P
 torch.cuda.max_memory_allocated), resident memory on a CPU. Ratios are wanfw / Python.
 """
 import argparse
+import gzip
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -101,6 +103,25 @@ print(json.dumps({"ms": sorted(times)[len(times) // 2] * 1000, "peak_mib": peak,
 """
 
 
+def parameter_counts(shape):
+    """(base parameters, trained parameters) of the shape's model, built on the meta device (nothing
+    allocated): what the Python side reports when it runs."""
+    import diffusers
+    import torch
+    d = shape["dims"]
+    with torch.device("meta"):
+        model = diffusers.WanTransformer3DModel(
+            patch_size=(1, 2, 2), num_attention_heads=d["num_heads"], attention_head_dim=d["dim"] // d["num_heads"],
+            in_channels=d["in_dim"], out_channels=d["out_dim"], text_dim=d["text_dim"], freq_dim=256,
+            ffn_dim=d["ffn_dim"], num_layers=d["num_layers"], cross_attn_norm=True, qk_norm="rms_norm_across_heads",
+            eps=1e-6)
+    params = sum(p.numel() for p in model.parameters())
+    r = shape["lora"]
+    # LoRA: r x (in + out) for each block's 8 attention projections (dim x dim) and 2 feed-forward layers.
+    lora = d["num_layers"] * r * (8 * 2 * d["dim"] + 2 * (d["dim"] + d["ffn_dim"]))
+    return params, lora if r else params
+
+
 def model_flops(shape, params, trained):
     """Model FLOPs of one training step (docstring)."""
     d, (f, h, w) = shape["dims"], shape["latent"]
@@ -118,6 +139,7 @@ def wanfw_step(shape, args, tmp: Path):
         model.update(shape["dims"])
     if shape["lora"]:
         model.update({"lora": {"rank": shape["lora"]}, "dtype": "bfloat16"})
+    model["attention"] = args.attention
     precision = "bf16" if shape["lora"] else "bf16_weights"
     config = {"run": {"name": "wanfw", "output_dir": str(tmp / "runs"), "seed": 0}, "model": model,
               "strategy": {"name": "single", "device": args.device},
@@ -125,20 +147,32 @@ def wanfw_step(shape, args, tmp: Path):
                        "buckets": [f"{f}x{h}x{w}"]},
               "precision": {"mode": precision}, "optimizer": {"lr": 1e-4, "weight_decay": 0.01},
               "scheduler": {"decay": "constant"},
-              "trainer": {"max_steps": args.steps + args.warmup, "log_every": 1, "grad_clip": 1.0, "progress": "off"},
+              "trainer": {"max_steps": args.steps + args.warmup, "log_every": 1, "grad_clip": 1.0, "progress": "off",
+                          "profile_steps": args.profile,
+                          "profile_from": args.warmup + args.steps - args.profile + 1},  # the last steps
               "checkpoint": {"every": 0, "keep_last": 1}, "loggers": [{"name": "csv"}]}
     path = tmp / "wanfw.json"
     path.write_text(json.dumps(config))
     ms, peak, folder, output = run(path, skip=args.warmup)
     kernel = [line.split("attention: ")[1] for line in output.splitlines() if "attention: SDPA runs" in line]
+    trace = folder / "profile" / "trace-rank0.json"
+    if args.profile and args.trace_out and trace.exists():
+        with open(trace, "rb") as source, gzip.open(args.trace_out, "wb") as target:
+            shutil.copyfileobj(source, target)
+    if args.profile:
+        for line in output.splitlines():
+            if "] profile" in line or (" ms " in line and " calls " in line):
+                print("  " + line.split("] ", 1)[-1])
     return ms, peak, kernel
 
 
 def python_step(shape, args, compiled: bool):
     command = [sys.executable, "-c", PYTHON_STEP, json.dumps([shape, args.device, args.steps, args.warmup, compiled])]
     result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode != 0:
-        sys.exit(f"python ({'compiled' if compiled else 'eager'}) failed:\n{result.stderr[-4000:]}")
+    if result.returncode != 0:  # reported, and the other sides still run (an out-of-memory is a figure too)
+        error = [line for line in result.stderr.splitlines() if "Error" in line][-1:] or result.stderr[-400:]
+        print(f"  python ({'compiled' if compiled else 'eager'}) failed: {error}")
+        return None
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -149,28 +183,50 @@ def main():
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="the device's dense bf16 peak")
+    parser.add_argument("--attention", default="auto", choices=["auto", "flash", "efficient", "cudnn", "math"],
+                        help="wanfw's model.attention (ATen's choice per call, or one kernel)")
+    parser.add_argument("--sides", default="wanfw,eager,compiled",
+                        help="which of wanfw, eager and compiled to run (comma-separated)")
+    parser.add_argument("--profile", type=int, default=0, help="wanfw: profile this many steps after the warm-up and "
+                        "print the kernels that took the most time (trainer.profile_steps)")
+    parser.add_argument("--checkpointing", action="store_true", help="gradient checkpointing on every side, "
+                        "whatever the shape says (1.3b: diffusers eager does not fit 141 GB without it)")
+    parser.add_argument("--trace-out", help="keep the profile's trace here (gzip'd Chrome trace JSON)")
     args = parser.parse_args()
     if not WANFW.exists():
         sys.exit(f"{WANFW} is missing: build wanfw first (scripts/setup.sh)")
     shape = SHAPES[args.shape]
-    with tempfile.TemporaryDirectory() as t:
-        ours = wanfw_step(shape, args, Path(t))
-    eager = python_step(shape, args, compiled=False)
-    compiled = python_step(shape, args, compiled=True)
-    flops, tokens = model_flops(shape, eager["params"], eager["trained"])
+    if args.checkpointing:
+        shape = {**shape, "checkpointing": True}
+    sides = args.sides.split(",")
+    results = {}  # side: (ms, peak MiB)
+    if "wanfw" in sides:
+        with tempfile.TemporaryDirectory() as t:
+            ms, mib, kernels = wanfw_step(shape, args, Path(t))
+        results["wanfw"] = (ms, mib)
+        print(f"  wanfw attention kernels (model.attention {args.attention}): {'; '.join(kernels) or 'not logged'}")
+    counts = None
+    for side, compiled in (("eager", False), ("compiled", True)):
+        if side in sides:
+            python = python_step(shape, args, compiled=compiled)
+            if python is None:
+                continue
+            results[f"diffusers {'torch.compile' if compiled else 'eager'}"] = (python["ms"], python["peak_mib"])
+            counts = (python["params"], python["trained"])
+    params, trained = counts or parameter_counts(shape)
+    flops, tokens = model_flops(shape, params, trained)
     peak = args.peak_tflops * 1e12
-    print(f"Wan DiT step, shape {args.shape} ({tokens:,} tokens, {eager['params'] / 1e6:,.1f}M parameters, "
-          f"{eager['trained'] / 1e6:,.1f}M trained), {args.device}, median of {args.steps} steps after {args.warmup}; "
+    print(f"Wan DiT step, shape {args.shape} ({tokens:,} tokens, {params / 1e6:,.1f}M parameters, "
+          f"{trained / 1e6:,.1f}M trained), {args.device}, median of {args.steps} steps after {args.warmup}; "
           f"{flops / 1e12:.3g} TFLOP a step")
-    print(f"  wanfw attention kernels: {'; '.join(ours[2]) or 'not logged'}")
-    rows = (("wanfw", ours[0], ours[1]), ("diffusers eager", eager["ms"], eager["peak_mib"]),
-            ("diffusers torch.compile", compiled["ms"], compiled["peak_mib"]))
-    for name, ms, mib in rows:
+    for name, (ms, mib) in results.items():
         print(f"  {name:24s} {ms:9.1f} ms/step  {flops / (ms / 1000) / 1e12:8.3g} TFLOP/s  "
               f"MFU {flops / (ms / 1000) / peak * 100:6.3g}%  peak {mib:8.0f} MiB")
-    print(f"  wanfw / eager: time {ours[0] / eager['ms']:.3f}x, memory {ours[1] / eager['peak_mib']:.3f}x; "
-          f"wanfw / compiled: time {ours[0] / compiled['ms']:.3f}x, memory {ours[1] / compiled['peak_mib']:.3f}x")
-
+    ours = results.get("wanfw")
+    for name in ("diffusers eager", "diffusers torch.compile"):
+        if ours and name in results:
+            print(f"  wanfw / {name.split()[1]}: time {ours[0] / results[name][0]:.3f}x, "
+                  f"memory {ours[1] / results[name][1]:.3f}x")
 
 if __name__ == "__main__":
     main()

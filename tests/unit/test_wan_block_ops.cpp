@@ -50,14 +50,14 @@ TEST_CASE("fused RMSNorm is within float32 rounding of the exact norm, forward a
   const torch::Tensor y = n * wd;
   const torch::Tensor gw = gd * wd;
   const torch::Tensor dx = r * (gw - n * (gw * n).mean(-1, true));
-  const torch::Tensor dw = (gd * n).sum({0, 1});
+  const torch::Tensor dw = (gd * n).sum(at::IntArrayRef{0, 1});
   // Bounds: a sum of `dim` terms is off by at most dim u of the sum of their magnitudes; r then
   // by (dim/2 + 3) u relative; each product adds u. Doubled for slack in the constants.
   const double d = static_cast<double>(dim), rows = 140.0;
   const torch::Tensor y_bound = 2 * (d / 2 + 6) * kUnitRoundoff * y.abs();
   const torch::Tensor dx_bound =
       2 * (2 * d + 8) * kUnitRoundoff * r * (gw.abs() + n.abs() * (gw * n).abs().mean(-1, true));
-  const torch::Tensor dw_bound = 2 * (rows + d + 8) * kUnitRoundoff * (gd * n).abs().sum({0, 1});
+  const torch::Tensor dw_bound = 2 * (rows + d + 8) * kUnitRoundoff * (gd * n).abs().sum(at::IntArrayRef{0, 1});
 
   const auto fused = run([&](auto& in) { return wan::rms_norm(in[0], in[1], eps); }, {x, weight}, g);
   const auto composite = run([&](auto& in) { return wan::reference::rms_norm(in[0], in[1], eps); }, {x, weight}, g);

@@ -49,7 +49,16 @@ const std::vector<std::pair<std::string, OptionSchema>>& core_schemas() {
             .value("512")
             .doc("Training on the CPU: MiB of freed tensor memory (blocks of 64 KiB or more) kept for reuse by "
                  "the next allocation of the same size, so each step does not fault its activations' pages in "
-                 "again; 0 returns every block to the system. GPU runs keep the C library's allocator.")}},
+                 "again; 0 returns every block to the system. GPU runs keep the C library's allocator."),
+        option("profile_steps", T::Integer)
+            .value("0")
+            .doc("Record this many optimizer steps with the torch profiler (CPU operators, and CUDA kernels on "
+                 "GPUs) into <run>/profile/trace-rank<R>.json, which Perfetto and chrome://tracing open, and "
+                 "log the kernels (or operators) that took the most time; 0 disables."),
+        option("profile_from", T::Integer)
+            .value("5")
+            .doc("The first step profile_steps records: later than the first steps, whose allocations, "
+                 "kernel choices and compilation are not a step's cost.")}},
       {"optimizer",
        {option("name", T::Choice).value("adamw").choices({"adamw"}).doc("Optimizer."),
         option("lr", T::Number).value("1e-4").doc("Peak learning rate (before lr_scaling)."),

@@ -32,6 +32,8 @@ struct TrainerSettings {
   std::string progress;  ///< auto | bar | lines | off
   std::int64_t histogram_every = 0;  ///< 0: no weight/gradient histograms
   std::int64_t cpu_memory_cache_mb = 512;  ///< CPU runs: freed tensor memory kept for reuse; 0: none
+  std::int64_t profile_steps = 0;  ///< steps the torch profiler records (0: none)
+  std::int64_t profile_from = 5;   ///< the first of them (1-based)
 };
 
 struct OptimizerSettings {

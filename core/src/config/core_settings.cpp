@@ -72,6 +72,11 @@ CoreSettings CoreSettings::from(Config& config) {
   require_positive(trainer, "histogram_every", s.trainer.histogram_every, 0);
   s.trainer.cpu_memory_cache_mb = trainer.integer("cpu_memory_cache_mb");
   require_range(trainer, "cpu_memory_cache_mb", s.trainer.cpu_memory_cache_mb, 0, kMaxCpuMemoryCacheMib);
+  s.trainer.profile_steps = trainer.integer("profile_steps");
+  s.trainer.profile_from = trainer.integer("profile_from");
+  require_range(trainer, "profile_steps", s.trainer.profile_steps, 0, 100,
+                "a trace holds every event of every step it records: a few steps show what a step costs");
+  require_positive(trainer, "profile_from", s.trainer.profile_from);
   require_positive(trainer, "max_steps", s.trainer.max_steps, 0);
   require_range(trainer, "epochs", s.trainer.epochs, 1, kMaxEpochs);  // epochs x steps per epoch stays countable
   require_positive(trainer, "log_every", s.trainer.log_every);

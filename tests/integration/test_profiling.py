@@ -1,0 +1,31 @@
+"""trainer.profile_steps: the torch profiler records the chosen steps of a run into a trace that
+the usual viewers open (Chrome trace JSON), and the log names where the time went."""
+
+import json
+
+from conftest import base_config, wanfw, write_config
+
+
+def test_the_profiled_steps_are_written_as_a_chrome_trace_and_their_costliest_operators_logged(tmp_path, out):
+    model = {"name": "wan22_flow_matching", "preset": "tiny", "text_len": 4}
+    config = write_config(tmp_path / "exp.yaml", base_config(
+        out, model=model, data={"num_samples": 16, "batch_size": 2, "workers": 0, "buckets": ["2x4x4"]},
+        trainer={"max_steps": 6, "log_every": 3, "progress": "lines", "profile_steps": 2, "profile_from": 3}))
+    result = wanfw("run", config, check=0)
+    trace = out / "exp" / "version_0" / "profile" / "trace-rank0.json"
+    assert f"profile of steps 3-4: {trace}" in result.stdout
+    assert "profile: CPU operators (inclusive) a step, over 2 step(s)" in result.stdout
+    assert "aten::mm" in result.stdout or "aten::addmm" in result.stdout  # the DiT's matrix products lead
+    events = json.loads(trace.read_text())["traceEvents"]
+    operators = [e for e in events if e.get("cat") == "cpu_op"]
+    assert any(e["name"] == "aten::scaled_dot_product_attention" for e in operators)
+    # Only the window: the profiled operators span two steps, not six.
+    assert sum(e["name"] == "aten::scaled_dot_product_attention" for e in operators) == 2 * 2 * 2  # steps x blocks x (self, cross)
+
+
+def test_a_window_reaching_past_the_last_step_is_written_with_the_steps_it_holds(tmp_path, out):
+    config = write_config(tmp_path / "exp.yaml", base_config(
+        out, trainer={"max_steps": 4, "log_every": 2, "progress": "lines", "profile_steps": 5, "profile_from": 3}))
+    result = wanfw("run", config, check=0)
+    assert "profile of steps 3-4:" in result.stdout
+    assert (out / "exp" / "version_0" / "profile" / "trace-rank0.json").exists()
