@@ -46,10 +46,14 @@ std::vector<double> sampling_schedule(std::int64_t steps, double shift) {
   return sigmas;
 }
 
+bool keeps_first_frame(const std::string& task, const torch::Tensor& latents) {
+  return task == "ti2v" && latents.size(2) > 1;
+}
+
 torch::Tensor task_timesteps(const torch::Tensor& sigma, const torch::Tensor& latents, const WanConfig& config,
                              const std::string& task) {
   torch::Tensor t = sigma.to(torch::kFloat32) * 1000.0;  // [B]
-  if (task != "ti2v") return t;
+  if (!keeps_first_frame(task, latents)) return t;
   // The first latent frame is the clean image latent; its tokens are at t = 0.
   const auto& p = config.patch;
   const std::int64_t frame_tokens = (latents.size(3) / p[1]) * (latents.size(4) / p[2]);
@@ -83,10 +87,6 @@ void check_latents(const WanConfig& config, const std::string& task, const torch
                                    what, c10::str(latents.sizes()), p[0], p[1]),
                        "encode the data at a resolution whose latents divide into patches (pixels: multiples of 16 "
                        "for the Wan2.1 VAE, 32 for the Wan2.2 VAE)");
-  if (task == "ti2v" && latents.size(2) < 2)
-    throw wanfw::Error(fmt::format("{}: ti2v needs at least 2 latent frames, the latents have {}", what,
-                                   latents.size(2)),
-                       "use buckets of at least 2 latent frames (5 video frames)");
 }
 
 std::vector<wanfw::FieldSpec> task_fields(const WanConfig& c, const std::string& task) {
@@ -143,7 +143,7 @@ SampleInputs sample_inputs(const std::map<std::string, at::Tensor>& inputs, cons
   if (out.noise.dim() != 5 || out.noise.size(0) != batch || out.noise.size(1) != c.out_dim)
     throw wanfw::Error(fmt::format("sample: noise has shape {}; expected [{}, {}, F, H, W]",
                                    c10::str(out.noise.sizes()), batch, c.out_dim));
-  if (task == "ti2v") {
+  if (keeps_first_frame(task, out.noise)) {
     out.image = input("image", !latents.defined());
     if (!out.image.defined()) out.image = latents.select(2, 0);
     if (out.image.dim() == 5) out.image = out.image.select(2, 0);
@@ -161,7 +161,7 @@ std::map<std::string, at::Tensor> euler_sample(const Velocity& velocity, const S
                                                const WanConfig& config, const std::string& task, std::int64_t steps,
                                                double shift, double guidance, const std::string& solver,
                                                std::uint64_t seed) {
-  const bool ti2v = task == "ti2v";
+  const bool ti2v = keeps_first_frame(task, given.noise);
   const bool renoise = solver == "renoise";
   const std::vector<double> sigmas = sampling_schedule(steps, shift);
   const std::int64_t batch = given.noise.size(0);
@@ -195,7 +195,7 @@ torch::Tensor renoise_noise(std::uint64_t seed, std::int64_t step, at::IntArrayR
 std::map<std::string, at::Tensor> preview_inputs(const wanfw::Batch& batch, const std::string& task) {
   const torch::Tensor latents = batch.at("latents").narrow(0, 0, 1);
   std::map<std::string, at::Tensor> inputs = {{"context", batch.at("context").narrow(0, 0, 1)}, {"latents", latents}};
-  if (task == "ti2v") inputs["image"] = latents.select(2, 0);
+  if (keeps_first_frame(task, latents)) inputs["image"] = latents.select(2, 0);
   if (task == "i2v") inputs["image_condition"] = batch.at("image_condition").narrow(0, 0, 1);
   return inputs;
 }

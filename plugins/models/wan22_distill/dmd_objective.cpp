@@ -47,12 +47,12 @@ DmdModel::Conditions DmdModel::conditions(const wanfw::Batch& batch, const torch
 torch::Tensor DmdModel::renoised(const torch::Tensor& x, const torch::Tensor& sigma, const torch::Tensor& noise,
                                  const Conditions& c) const {
   torch::Tensor out = (1 - at_level(sigma)) * x + at_level(sigma) * noise;
-  if (common_.task == "ti2v") out = torch::cat({c.x0.slice(2, 0, 1), out.slice(2, 1)}, 2);
+  if (wan::keeps_first_frame(common_.task, x)) out = torch::cat({c.x0.slice(2, 0, 1), out.slice(2, 1)}, 2);
   return out;
 }
 
 torch::Tensor DmdModel::per_sample(torch::Tensor error) const {
-  if (common_.task == "ti2v") error = error.slice(2, 1);  // the clean first frame is not predicted
+  if (wan::keeps_first_frame(common_.task, error)) error = error.slice(2, 1);  // the clean first frame: not predicted
   return error.flatten(1).mean(1);
 }
 
@@ -205,7 +205,7 @@ std::map<std::string, at::Tensor> DmdModel::predict(const std::map<std::string, 
                                            {"critic_v", critic_velocity(x, sigma, c).cpu()},
                                            {"teacher_v", real_velocity(x, sigma, c).cpu()}};
   if (in.noise.defined()) {  // x as G's sample, re-noised to t
-    if (common_.task == "ti2v") c.x0 = x;  // its first frame stays clean
+    if (wan::keeps_first_frame(common_.task, x)) c.x0 = x;  // its first frame stays clean
     const DmdGradient g = dmd_gradient(x.to(torch::kFloat32), sigma, in.noise.to(torch::kFloat32), c);
     out["dmd_gradient"] = g.gradient.cpu();
     out["dmd_normalizer"] = g.normalizer.cpu();

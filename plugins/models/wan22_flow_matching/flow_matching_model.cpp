@@ -90,7 +90,7 @@ WanFlowMatchingModel::Objective WanFlowMatchingModel::objective(const torch::Ten
   const torch::Tensor s = sigma.to(torch::kFloat32).view({-1, 1, 1, 1, 1});
   torch::Tensor xt = (1 - s) * x0 + s * noise;
   const torch::Tensor target = noise - x0;
-  const bool ti2v = settings_.task == "ti2v";
+  const bool ti2v = wan::keeps_first_frame(settings_.task, x0);
   if (ti2v) xt = torch::cat({x0.slice(2, 0, 1), xt.slice(2, 1)}, 2);
   const torch::Tensor y = settings_.task == "i2v" ? wan::i2v_condition(wan::checked_condition(image_condition, x0, "training"))
                                                    : torch::Tensor();

@@ -37,8 +37,15 @@ double shifted(double s, double shift);
 /// The official sampling schedule: shifted(linspace(1, 0, steps + 1)).
 std::vector<double> sampling_schedule(std::int64_t steps, double shift);
 
+/// Whether `latents` [B, C, F, H, W] keep their first frame clean as the image condition: ti2v
+/// latents with frames after the first. A single-frame ti2v sample (an image, as the mixed image
+/// and video buckets of a TI2V-5B data set hold) has nothing after its condition: it is trained
+/// and sampled from the text alone, as t2v does, with every token noised and predicted.
+bool keeps_first_frame(const std::string& task, const torch::Tensor& latents);
+
 /// The timesteps the DiT gets for levels `sigma` [B] on `latents` [B, C, F, H, W]: 1000 s per
-/// sample, or for ti2v per token with the first latent frame's tokens at 0: [B] or [B, tokens].
+/// sample, or where the first frame is kept (keeps_first_frame) per token with its tokens at 0:
+/// [B] or [B, tokens].
 torch::Tensor task_timesteps(const torch::Tensor& sigma, const torch::Tensor& latents, const WanConfig& config,
                              const std::string& task);
 
@@ -52,8 +59,7 @@ torch::Tensor i2v_condition(const torch::Tensor& image_condition);
 const torch::Tensor& checked_condition(const torch::Tensor& image_condition, const torch::Tensor& latents,
                                        const char* what);
 
-/// Throws wanfw::Error naming `what` when `latents` cannot be cut into the DiT's patches (or,
-/// for ti2v, have no frame after the first).
+/// Throws wanfw::Error naming `what` when `latents` cannot be cut into the DiT's patches.
 void check_latents(const WanConfig& config, const std::string& task, const torch::Tensor& latents, const char* what);
 
 /// The fields a Wan model of `task` reads: latents [out_dim, frames, height, width], context
