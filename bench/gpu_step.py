@@ -204,6 +204,7 @@ def main():
         with tempfile.TemporaryDirectory() as t:
             ms, mib, kernels = wanfw_step(shape, args, Path(t))
         results["wanfw"] = (ms, mib)
+        print(f"  wanfw: {ms:.1f} ms/step, peak {mib:.0f} MiB", flush=True)  # kept if a later side runs out of time
         print(f"  wanfw attention kernels (model.attention {args.attention}): {'; '.join(kernels) or 'not logged'}")
     counts = None
     for side, compiled in (("eager", False), ("compiled", True)):
@@ -212,6 +213,7 @@ def main():
             if python is None:
                 continue
             results[f"diffusers {'torch.compile' if compiled else 'eager'}"] = (python["ms"], python["peak_mib"])
+            print(f"  diffusers {side}: {python['ms']:.1f} ms/step, peak {python['peak_mib']:.0f} MiB", flush=True)
             counts = (python["params"], python["trained"])
     params, trained = counts or parameter_counts(shape)
     flops, tokens = model_flops(shape, params, trained)

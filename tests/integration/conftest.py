@@ -4,6 +4,7 @@ import json
 import os
 import re
 import signal
+import shutil
 import socket
 import subprocess
 import sys
@@ -93,6 +94,13 @@ def checkpoints(run_dir: Path) -> list:
     if not folder.is_dir():
         return []
     return sorted(p for p in folder.iterdir() if p.name.startswith("step-") and (p / "trainer_state.json").exists())
+
+
+def stop_after(run_dir: Path, step: int) -> None:
+    """Leaves the run as if it had stopped after `step`: its later checkpoints removed."""
+    for late in checkpoints(run_dir):
+        if int(late.name[len("step-"):]) > step:
+            shutil.rmtree(late)
 
 
 def pytest_configure(config):

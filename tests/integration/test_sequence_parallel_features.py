@@ -6,7 +6,7 @@ ranks), against one device's weights. Real torchrun, Gloo on loopback, CPU."""
 import math
 
 import pytest
-from conftest import checkpoints
+from conftest import stop_after
 from equivalence import assert_same_training, compare, tiny_wan_rounding
 from test_bf16_weights import BF16_U, WEIGHTS
 from test_distributed import torchrun
@@ -60,11 +60,7 @@ def test_a_run_stopped_under_groups_of_2_on_4_ranks_resumes_on_2_ranks_without_t
     path = experiment(tmp_path, "resized", {**FSDP, "sequence_parallel": 2}, 1, model, **six)
     result = torchrun("run", path, nproc=4)
     assert result.returncode == 0, result.stdout + result.stderr
-    run_dir = tmp_path / "runs" / "resized" / "version_0"
-    for late in [p for p in checkpoints(run_dir) if p.name != "step-00000003"]:
-        for f in late.iterdir():
-            f.unlink()
-        late.rmdir()
+    stop_after(tmp_path / "runs" / "resized" / "version_0", 3)
     # Continued by fsdp on 2 ranks, a sample each (sequence_parallel 1): the same global batch.
     path = experiment(tmp_path, "resized", FSDP, 1, model, **six)
     resumed = torchrun("run", path, "--resume", "auto", nproc=2)
