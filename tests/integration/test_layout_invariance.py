@@ -61,6 +61,11 @@ def state(tmp_path, name, step=None):
     return trained(checkpoint(tmp_path, name, step))
 
 
+def history(tmp_path, name):
+    """The run's state after each of its steps (a run checkpointed every step), step 1 first."""
+    return [trained(p) for p in checkpoints(tmp_path / "runs" / name / "version_0")]
+
+
 def largest_relative_difference(a, b):
     """The model's largest weight difference relative to its largest weight."""
     assert a.keys() == b.keys()

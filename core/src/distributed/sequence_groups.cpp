@@ -39,7 +39,9 @@ void SequenceGroups::detach(Model& model) const {
 }
 
 std::string SequenceGroups::describe() const {
-  return size_ == 1 ? std::string() : fmt::format(", sequence parallel {} ({} groups)", size_, world_ / size_);
+  const std::int64_t groups = world_ / size_;
+  return size_ == 1 ? std::string()
+                    : fmt::format(", sequence parallel {} ({} group{})", size_, groups, groups == 1 ? "" : "s");
 }
 
 }  // namespace wanfw
