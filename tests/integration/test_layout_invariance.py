@@ -116,12 +116,20 @@ def test_a_run_resized_from_two_ranks_to_one_resumes_to_the_weights_of_the_unint
     run_dir = tmp_path / "runs" / "resized" / "version_0"
     stop_after(run_dir, 3)
     resumed = wanfw("run", experiment(tmp_path, "resized", CPU, 4, model, **six), "--resume", "auto", check=0)
-    assert "resumed from" in resumed.stdout and "step-00000003" in resumed.stdout
-    assert "written by 2 processes and resumes on 1" in resumed.stdout
-    c = assert_same_training(state(tmp_path, "resized", step=6), uninterrupted, lr=LR, tolerance=TINY_WAN)
+    c = assert_resumed_from_step_3(tmp_path, resumed, "written by 2 processes and resumes on 1", uninterrupted,
+                                   weights(tmp_path, "resized", step=3), TINY_WAN)
     print(f"resumed on one rank vs two: {c}")
-    assert largest_relative_difference(weights(tmp_path, "resized", step=6), weights(tmp_path, "resized", step=3)) \
-        > 100 * c.relative  # steps 4 to 6 trained
+
+
+def assert_resumed_from_step_3(tmp_path, resumed, layouts, uninterrupted, at_step_3, tolerance):
+    """The run "resized", resumed from its step-3 checkpoint (`layouts`: the line naming the world
+    sizes), ended at step 6 with the uninterrupted run's weights and AdamW state, and steps 4 to 6
+    trained far beyond the difference. Returns the comparison."""
+    assert "resumed from" in resumed.stdout and "step-00000003" in resumed.stdout
+    assert layouts in resumed.stdout
+    c = assert_same_training(state(tmp_path, "resized", step=6), uninterrupted, lr=LR, tolerance=tolerance)
+    assert largest_relative_difference(weights(tmp_path, "resized", step=6), at_step_3) > 100 * c.relative
+    return c
 
 
 def linear(**faults):

@@ -10,8 +10,8 @@ from conftest import stop_after
 from equivalence import assert_same_training, assert_same_training_history, compare, tiny_wan_rounding
 from test_bf16_weights import BF16_U, WEIGHTS
 from test_distributed import torchrun
-from test_layout_invariance import (CPU, DDP, FSDP, LR, experiment, history, largest_relative_difference, run_on,
-                                    state, tiny_wan, weights)
+from test_layout_invariance import (CPU, DDP, FSDP, LR, assert_resumed_from_step_3, experiment, history, run_on,
+                                    tiny_wan, weights)
 from test_lora import lora_model
 from test_sequence_parallel_training import DIVIDES, GLOBAL_BATCH
 from test_wan_parity import reference_model
@@ -70,9 +70,6 @@ def test_a_run_stopped_under_groups_of_2_on_4_ranks_resumes_on_2_ranks_without_t
     path = experiment(tmp_path, "resized", FSDP, 1, model, **six)
     resumed = torchrun("run", path, "--resume", "auto", nproc=2)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert "resumed from" in resumed.stdout and "step-00000003" in resumed.stdout
-    assert "written by 4 processes and resumes on 2" in resumed.stdout
-    c = assert_same_training(state(tmp_path, "resized", step=6), uninterrupted, lr=LR, tolerance=TOLERANCE)
+    c = assert_resumed_from_step_3(tmp_path, resumed, "written by 4 processes and resumes on 2", uninterrupted,
+                                   weights(tmp_path, "whole", step=3), TOLERANCE)
     print(f"sp 2 on 4 ranks, resumed as sp 1 on 2 ranks, vs one device: {c}")
-    assert largest_relative_difference(weights(tmp_path, "resized", step=6), weights(tmp_path, "whole", step=3)) \
-        > 100 * c.relative  # steps 4 to 6 trained
