@@ -53,7 +53,7 @@ const std::vector<std::pair<std::string, OptionSchema>>& core_schemas() {
         option("profile_steps", T::Integer)
             .value("0")
             .doc("Record this many optimizer steps with the torch profiler (CPU operators, and CUDA kernels on "
-                 "GPUs) into <run>/profile/trace-rank<R>.json, which Perfetto and chrome://tracing open, and "
+                 "GPUs) into profile/trace-rankN.json in the run folder (Perfetto and chrome://tracing open it), and "
                  "log the kernels (or operators) that took the most time; 0 disables."),
         option("profile_from", T::Integer)
             .value("5")
