@@ -29,7 +29,6 @@ import argparse
 import gzip
 import json
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -51,15 +50,12 @@ SHAPES = {
 
 PYTHON_STEP = r"""
 import json, resource, sys, time, torch, diffusers
-shape, device, steps, warmup, compiled = json.loads(sys.argv[1])
+shape, device, steps, warmup, compiled = json.loads(sys.argv[1])  # shape["diffusers"]: diffusers_config
 d, (F, H, W) = shape["dims"], shape["latent"]
 torch.manual_seed(0)
 lora = shape["lora"] > 0
 with torch.device(device):
-    model = diffusers.WanTransformer3DModel(
-        patch_size=(1, 2, 2), num_attention_heads=d["num_heads"], attention_head_dim=d["dim"] // d["num_heads"],
-        in_channels=d["in_dim"], out_channels=d["out_dim"], text_dim=d["text_dim"], freq_dim=256, ffn_dim=d["ffn_dim"],
-        num_layers=d["num_layers"], cross_attn_norm=True, qk_norm="rms_norm_across_heads", eps=1e-6)
+    model = diffusers.WanTransformer3DModel(**shape["diffusers"])
 if lora:
     import peft
     model = model.to(torch.bfloat16)
@@ -103,6 +99,15 @@ print(json.dumps({"ms": sorted(times)[len(times) // 2] * 1000, "peak_mib": peak,
 """
 
 
+def diffusers_config(shape):
+    """The WanTransformer3DModel arguments of the shape's model (both Python sides build it so)."""
+    d = shape["dims"]
+    return dict(patch_size=(1, 2, 2), num_attention_heads=d["num_heads"], attention_head_dim=d["dim"] // d["num_heads"],
+                in_channels=d["in_dim"], out_channels=d["out_dim"], text_dim=d["text_dim"], freq_dim=256,
+                ffn_dim=d["ffn_dim"], num_layers=d["num_layers"], cross_attn_norm=True,
+                qk_norm="rms_norm_across_heads", eps=1e-6)
+
+
 def parameter_counts(shape):
     """(base parameters, trained parameters) of the shape's model, built on the meta device (nothing
     allocated): what the Python side reports when it runs."""
@@ -110,11 +115,7 @@ def parameter_counts(shape):
     import torch
     d = shape["dims"]
     with torch.device("meta"):
-        model = diffusers.WanTransformer3DModel(
-            patch_size=(1, 2, 2), num_attention_heads=d["num_heads"], attention_head_dim=d["dim"] // d["num_heads"],
-            in_channels=d["in_dim"], out_channels=d["out_dim"], text_dim=d["text_dim"], freq_dim=256,
-            ffn_dim=d["ffn_dim"], num_layers=d["num_layers"], cross_attn_norm=True, qk_norm="rms_norm_across_heads",
-            eps=1e-6)
+        model = diffusers.WanTransformer3DModel(**diffusers_config(shape))
     params = sum(p.numel() for p in model.parameters())
     r = shape["lora"]
     # LoRA: r x (in + out) for each block's 8 attention projections (dim x dim) and 2 feed-forward layers.
@@ -167,7 +168,8 @@ def wanfw_step(shape, args, tmp: Path):
 
 
 def python_step(shape, args, compiled: bool):
-    command = [sys.executable, "-c", PYTHON_STEP, json.dumps([shape, args.device, args.steps, args.warmup, compiled])]
+    described = {**shape, "diffusers": diffusers_config(shape)}
+    command = [sys.executable, "-c", PYTHON_STEP, json.dumps([described, args.device, args.steps, args.warmup, compiled])]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:  # reported, and the other sides still run (an out-of-memory is a figure too)
         error = [line for line in result.stderr.splitlines() if "Error" in line][-1:] or result.stderr[-400:]

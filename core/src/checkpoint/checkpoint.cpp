@@ -99,10 +99,9 @@ std::shared_ptr<const Checkpoint> Checkpoint::open(const fs::path& folder) {
   // The folder's name is the step the store sorts and resumes by: a state of another step would
   // resume at a step the folder does not hold (a copied or renamed checkpoint).
   const std::int64_t state_step = checkpoint->state_.step;
-  const std::string name = folder.filename().string();
-  if (CheckpointStore::is_checkpoint(folder) && std::stoll(name.substr(5)) != state_step)
+  if (CheckpointStore::is_checkpoint(folder) && CheckpointStore::step_of(folder) != state_step)
     throw FileError(fmt::format("{}: the trainer state is at step {}, but its folder {} names step {}", path.string(),
-                                state_step, name, std::stoll(name.substr(5))),
+                                state_step, folder.filename().string(), CheckpointStore::step_of(folder)),
                     fmt::format("a checkpoint folder keeps the name its run wrote: if the state is right, name the "
                                 "folder step-{:08d}; else resume from another checkpoint",
                                 state_step));

@@ -58,6 +58,10 @@ bool CheckpointStore::is_checkpoint(const fs::path& folder) {
          name.find_first_not_of("0123456789", 5) == std::string::npos && fs::is_regular_file(folder / kStateFile, ec);
 }
 
+std::int64_t CheckpointStore::step_of(const fs::path& checkpoint) {
+  return std::stoll(checkpoint.filename().string().substr(5));
+}
+
 std::vector<fs::path> CheckpointStore::list() const {
   std::vector<fs::path> out;
   std::error_code ec;
@@ -68,8 +72,7 @@ std::vector<fs::path> CheckpointStore::list() const {
     else if (entry_error) spdlog::warn("skipped {}: {}", it->path().string(), entry_error.message());
   }
   if (ec) spdlog::warn("{}: listing stopped early: {}", folder_.string(), ec.message());
-  auto step_of = [](const fs::path& p) { return std::stoll(p.filename().string().substr(5)); };
-  std::sort(out.begin(), out.end(), [&](const fs::path& a, const fs::path& b) { return step_of(a) < step_of(b); });
+  std::sort(out.begin(), out.end(), [](const fs::path& a, const fs::path& b) { return step_of(a) < step_of(b); });
   return out;
 }
 

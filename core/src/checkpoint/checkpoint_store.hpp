@@ -69,6 +69,8 @@ class CheckpointStore {
 
   /// True if `folder` looks like a complete checkpoint.
   static bool is_checkpoint(const std::filesystem::path& folder);
+  /// The step a checkpoint folder's name (step-N) gives; `checkpoint` must pass is_checkpoint.
+  static std::int64_t step_of(const std::filesystem::path& checkpoint);
 
  private:
   /// Creates `temp` afresh.

@@ -50,6 +50,14 @@ bool keeps_first_frame(const std::string& task, const torch::Tensor& latents) {
   return task == "ti2v" && latents.size(2) > 1;
 }
 
+torch::Tensor with_kept_first_frame(const std::string& task, const torch::Tensor& clean, const torch::Tensor& noised) {
+  return keeps_first_frame(task, noised) ? torch::cat({clean.slice(2, 0, 1), noised.slice(2, 1)}, 2) : noised;
+}
+
+torch::Tensor predicted_frames(const std::string& task, const torch::Tensor& error) {
+  return keeps_first_frame(task, error) ? error.slice(2, 1) : error;
+}
+
 torch::Tensor task_timesteps(const torch::Tensor& sigma, const torch::Tensor& latents, const WanConfig& config,
                              const std::string& task) {
   torch::Tensor t = sigma.to(torch::kFloat32) * 1000.0;  // [B]
@@ -161,13 +169,12 @@ std::map<std::string, at::Tensor> euler_sample(const Velocity& velocity, const S
                                                const WanConfig& config, const std::string& task, std::int64_t steps,
                                                double shift, double guidance, const std::string& solver,
                                                std::uint64_t seed) {
-  const bool ti2v = keeps_first_frame(task, given.noise);
   const bool renoise = solver == "renoise";
   const std::vector<double> sigmas = sampling_schedule(steps, shift);
   const std::int64_t batch = given.noise.size(0);
   torch::Tensor x = given.noise;
   for (std::int64_t i = 0; i < steps; ++i) {
-    if (ti2v) x = torch::cat({given.image.unsqueeze(2), x.slice(2, 1)}, 2);
+    if (given.image.defined()) x = with_kept_first_frame(task, given.image.unsqueeze(2), x);
     const torch::Tensor sigma = torch::full({batch}, sigmas[static_cast<std::size_t>(i)], x.options());
     const torch::Tensor t = task_timesteps(sigma, x, config, task);
     torch::Tensor v = velocity(x, t, given.context, sigma).to(torch::kFloat32);
@@ -183,7 +190,7 @@ std::map<std::string, at::Tensor> euler_sample(const Velocity& velocity, const S
       x = i + 1 < steps ? (1 - to) * x0 + to * renoise_noise(seed, i, x.sizes()).to(x.device()) : x0;
     }
   }
-  if (ti2v) x = torch::cat({given.image.unsqueeze(2), x.slice(2, 1)}, 2);
+  if (given.image.defined()) x = with_kept_first_frame(task, given.image.unsqueeze(2), x);
   return {{"latents", x.cpu()}, {"sigmas", torch::tensor(sigmas, torch::kFloat64)}};
 }
 

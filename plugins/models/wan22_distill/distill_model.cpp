@@ -67,7 +67,7 @@ DistillModel::Point DistillModel::point(const wanfw::Batch& batch, const torch::
     p.x0 = batch.at("latents");
     wan::check_latents(c, settings_.task, p.x0, "distillation");
     p.xt = (1 - s) * p.x0 + s * noise;
-    if (wan::keeps_first_frame(settings_.task, p.x0)) p.xt = torch::cat({p.x0.slice(2, 0, 1), p.xt.slice(2, 1)}, 2);
+    p.xt = wan::with_kept_first_frame(settings_.task, p.x0, p.xt);
   } else {
     // Where the teacher goes: Euler steps of its (guided) velocity from noise at s = 1 down to
     // each sample's level, evenly spaced in s.
@@ -91,10 +91,8 @@ DistillModel::Terms DistillModel::terms(const Point& p, bool with_flow_matching)
   const torch::Tensor target =
       teacher_->velocity(p.xt, p.t, p.context, p.negative, p.y, p.sigma, settings_.guidance);
   const torch::Tensor v = student_->forward(p.xt, p.t, p.context, p.y).to(torch::kFloat32);
-  const bool ti2v = wan::keeps_first_frame(settings_.task, p.xt);
-  auto per_sample = [&](torch::Tensor error) {
-    if (ti2v) error = error.slice(2, 1);  // the clean first frame is not predicted
-    return error.flatten(1).mean(1);
+  auto per_sample = [&](const torch::Tensor& error) {
+    return wan::predicted_frames(settings_.task, error).flatten(1).mean(1);
   };
   Terms out;
   out.velocity = per_sample((v - target).pow(2));

@@ -46,14 +46,12 @@ DmdModel::Conditions DmdModel::conditions(const wanfw::Batch& batch, const torch
 
 torch::Tensor DmdModel::renoised(const torch::Tensor& x, const torch::Tensor& sigma, const torch::Tensor& noise,
                                  const Conditions& c) const {
-  torch::Tensor out = (1 - at_level(sigma)) * x + at_level(sigma) * noise;
-  if (wan::keeps_first_frame(common_.task, x)) out = torch::cat({c.x0.slice(2, 0, 1), out.slice(2, 1)}, 2);
-  return out;
+  const torch::Tensor out = (1 - at_level(sigma)) * x + at_level(sigma) * noise;
+  return wan::with_kept_first_frame(common_.task, c.x0, out);
 }
 
 torch::Tensor DmdModel::per_sample(torch::Tensor error) const {
-  if (wan::keeps_first_frame(common_.task, error)) error = error.slice(2, 1);  // the clean first frame: not predicted
-  return error.flatten(1).mean(1);
+  return wan::predicted_frames(common_.task, error).flatten(1).mean(1);
 }
 
 torch::Tensor DmdModel::generator_velocity(const torch::Tensor& x, const torch::Tensor& sigma, const Conditions& c) {

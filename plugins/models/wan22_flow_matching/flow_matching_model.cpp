@@ -90,14 +90,12 @@ WanFlowMatchingModel::Objective WanFlowMatchingModel::objective(const torch::Ten
   const torch::Tensor s = sigma.to(torch::kFloat32).view({-1, 1, 1, 1, 1});
   torch::Tensor xt = (1 - s) * x0 + s * noise;
   const torch::Tensor target = noise - x0;
-  const bool ti2v = wan::keeps_first_frame(settings_.task, x0);
-  if (ti2v) xt = torch::cat({x0.slice(2, 0, 1), xt.slice(2, 1)}, 2);
+  xt = wan::with_kept_first_frame(settings_.task, x0, xt);
   const torch::Tensor y = settings_.task == "i2v" ? wan::i2v_condition(wan::checked_condition(image_condition, x0, "training"))
                                                    : torch::Tensor();
   const torch::Tensor prediction = denoiser_.forward(xt, timesteps(sigma, x0), context, y, sigma);
   torch::Tensor error = (prediction.to(torch::kFloat32) - target.to(torch::kFloat32)).pow(2);
-  if (ti2v) error = error.slice(2, 1);  // frames after the first
-  torch::Tensor per_sample = error.flatten(1).mean(1);
+  torch::Tensor per_sample = wan::predicted_frames(settings_.task, error).flatten(1).mean(1);
   if (settings_.bell_weighting)
     per_sample = per_sample * torch::exp(-2 * ((sigma.to(torch::kFloat32) * 1000 - 500) / 1000).pow(2)) / bell_normaliser();
   return {per_sample.mean(), per_sample, prediction, target};

@@ -43,6 +43,13 @@ std::vector<double> sampling_schedule(std::int64_t steps, double shift);
 /// and sampled from the text alone, as t2v does, with every token noised and predicted.
 bool keeps_first_frame(const std::string& task, const torch::Tensor& latents);
 
+/// `noised` [B, C, F, H, W] with its first frame taken from `clean` (its first frame, or an image
+/// [B, C, 1, H, W]) where keeps_first_frame; `noised` itself otherwise.
+torch::Tensor with_kept_first_frame(const std::string& task, const torch::Tensor& clean, const torch::Tensor& noised);
+
+/// The frames a model predicts of a per-element `error` [B, C, F, ...]: all but a kept first frame.
+torch::Tensor predicted_frames(const std::string& task, const torch::Tensor& error);
+
 /// The timesteps the DiT gets for levels `sigma` [B] on `latents` [B, C, F, H, W]: 1000 s per
 /// sample, or where the first frame is kept (keeps_first_frame) per token with its tokens at 0:
 /// [B] or [B, tokens].
