@@ -169,7 +169,8 @@ def wanfw_step(shape, args, tmp: Path):
 
 def python_step(shape, args, compiled: bool):
     described = {**shape, "diffusers": diffusers_config(shape)}
-    command = [sys.executable, "-c", PYTHON_STEP, json.dumps([described, args.device, args.steps, args.warmup, compiled])]
+    arguments = json.dumps([described, args.device, args.steps, args.warmup, compiled])
+    command = [sys.executable, "-c", PYTHON_STEP, arguments]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:  # reported, and the other sides still run (an out-of-memory is a figure too)
         error = [line for line in result.stderr.splitlines() if "Error" in line][-1:] or result.stderr[-400:]
