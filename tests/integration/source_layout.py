@@ -1,14 +1,19 @@
 #!/usr/bin/env python3
-"""Checks the layout of core/src: its subsystem folders depend one way.
+"""Checks the layout of core/src against its folder graph, and what plugins and libraries include.
 
-usage: source_layout.py ROOT FOLDER...   (FOLDER: core/src's folders, lowest first)
+usage: source_layout.py ROOT   (the graph is read from ROOT/core/CMakeLists.txt)
 
-Fails (exit 1, one line a problem) when
-- a file in core/src lies outside the named folders, or a named folder is missing;
+The graph: core/CMakeLists.txt declares each folder with `wanfw_core_folder(NAME USES A B ...
+SOURCES ...)`, lowest first; the build lets a folder include only its own headers and those of
+the folders it uses (cmake/WanfwCoreFolder.cmake). Fails (exit 1, one line a problem) when
+- a file in core/src lies outside the declared folders, or a declared folder is missing;
 - a folder holds more than 16 source files, or has no README.md;
-- a core/src file includes a header of a folder named after its own (an upward include), or
-  includes a core/src header without its folder ("trainer.hpp" instead of "train/trainer.hpp");
-- a file under plugins/ or libs/ includes a core/src header (they build on the SDK alone).
+- a core/src file includes a core/src header without its folder ("trainer.hpp" for
+  "train/trainer.hpp"), or reaches a folder it does not use, directly or through a header;
+- a folder uses a folder it never reaches, or one declared after it;
+- a folder's README.md "Depends on" line names other folders than it uses;
+- a file under plugins/ or libs/ includes a core/src header (they build on the SDK alone), or
+  logs through spdlog instead of wanfw/log.hpp (whose lines follow the host's level and rank rule).
 """
 import re
 import sys
@@ -16,33 +21,66 @@ from pathlib import Path
 
 MAX_SOURCES = 16
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+FOLDER = re.compile(r"wanfw_core_folder\((\w+)([^)]*)\)")
+DEPENDS = re.compile(r"^Depends on: (.*)$", re.M)
 SOURCE = {".cpp", ".hpp"}
 
 
-def check(root: Path, order: list[str]) -> list[str]:
+def folder_graph(cmake_text: str) -> dict[str, list[str]]:
+    """Each folder's uses, in declaration order, from core/CMakeLists.txt's wanfw_core_folder calls."""
+    graph = {}
+    for name, rest in FOLDER.findall(cmake_text):
+        args = rest.split()
+        graph[name] = args[args.index("USES") + 1:args.index("SOURCES")] if "USES" in args else []
+    return graph
+
+
+def includes(path: Path) -> list[str]:
+    return INCLUDE.findall(path.read_text(errors="replace"))
+
+
+def reached(src: Path, header: str, graph: dict, seen: set) -> set:
+    """The core/src headers `header` includes, directly or through others (folder-qualified)."""
+    path = src / header
+    if header.split("/")[0] not in graph or not path.is_file():
+        return seen
+    for target in includes(path):
+        if target not in seen and target.split("/")[0] in graph:
+            seen.add(target)
+            reached(src, target, graph, seen)
+    return seen
+
+
+def readme_folders(readme: Path) -> list[str] | None:
+    found = DEPENDS.search(readme.read_text())
+    return None if found is None else sorted(re.findall(r"\b(\w+)/(?=[`,.;:\s]|$)", found.group(1)))
+
+
+def check(root: Path, graph: dict[str, list[str]]) -> list[str]:
     src = root / "core" / "src"
-    rank = {folder: i for i, folder in enumerate(order)}
+    order = list(graph)
     problems = []
     headers = {}  # file name -> folders holding it
     for path in sorted(src.rglob("*")):
         if path.is_file() and path.suffix in SOURCE:
-            folder = path.relative_to(src).parts[0] if len(path.relative_to(src).parts) > 1 else ""
-            if folder not in rank:
+            parts = path.relative_to(src).parts
+            folder = parts[0] if len(parts) > 1 else ""
+            if folder not in graph:
                 problems.append(f"{path.relative_to(root)}: outside core/src's folders ({', '.join(order)})")
             headers.setdefault(path.name, set()).add(folder)
-    for folder in order:
+    for folder, uses in graph.items():
         where = src / folder
         if not where.is_dir():
-            problems.append(f"core/src/{folder}: named in WANFW_CORE_FOLDERS but missing")
+            problems.append(f"core/src/{folder}: declared in core/CMakeLists.txt but missing")
             continue
-        sources = [p for p in where.rglob("*") if p.suffix in SOURCE]
+        sources = sorted(p for p in where.rglob("*") if p.suffix in SOURCE)
         if len(sources) > MAX_SOURCES:
             problems.append(f"core/src/{folder}: {len(sources)} source files; at most {MAX_SOURCES} "
                             "(split the subsystem)")
-        if not (where / "README.md").is_file():
-            problems.append(f"core/src/{folder}: no README.md (what it defines, what it depends on)")
-        for path in sorted(sources):
-            for target in INCLUDE.findall(path.read_text(errors="replace")):
+        declared = f"core/CMakeLists.txt: wanfw_core_folder({folder}{' USES ' + ' '.join(uses) if uses else ''})"
+        needed = set()
+        for path in sources:
+            for target in includes(path):
                 parts = target.split("/")
                 where_from = f"{path.relative_to(root)}: includes \"{target}\""
                 if len(parts) == 1:
@@ -50,29 +88,59 @@ def check(root: Path, order: list[str]) -> list[str]:
                         problems.append(f"{where_from} without its folder "
                                         f"(\"{sorted(headers[target])[0]}/{target}\")")
                     continue
-                if parts[0] in rank and rank[parts[0]] > rank[folder]:
-                    problems.append(f"{where_from}, but {parts[0]}/ comes after {folder}/ "
-                                    f"(order: {' < '.join(order)})")
+                if parts[0] not in graph:
+                    continue
+                if parts[0] != folder:
+                    needed.add(parts[0])
+                    if parts[0] not in uses:
+                        problems.append(f"{where_from}, but {folder}/ does not use {parts[0]}/ ({declared})")
+                for deeper in sorted(reached(src, target, graph, set())):
+                    other = deeper.split("/")[0]
+                    if other == folder:
+                        continue
+                    needed.add(other)
+                    if other not in uses and other != parts[0]:
+                        problems.append(f"{where_from}, which reaches \"{deeper}\", but {folder}/ does not use "
+                                        f"{other}/ ({declared})")
+        for used in uses:
+            if used not in graph or order.index(used) > order.index(folder):
+                problems.append(f"core/src/{folder}: uses {used}/, which is not a folder declared before it")
+            elif used not in needed:
+                problems.append(f"core/src/{folder}: uses {used}/ but includes none of its headers ({declared})")
+        readme = where / "README.md"
+        if not readme.is_file():
+            problems.append(f"core/src/{folder}: no README.md (what it defines, what it depends on)")
+            continue
+        named = readme_folders(readme)
+        if named != sorted(uses):
+            said = "no \"Depends on:\" line" if named is None else f"\"Depends on\" names {named or 'no folder'}"
+            problems.append(f"core/src/{folder}/README.md: {said}; the build says {sorted(uses) or 'no folder'}")
     for outside in ("plugins", "libs"):
         for path in sorted((root / outside).rglob("*")):
-            if path.is_file() and path.suffix in SOURCE:
-                for target in INCLUDE.findall(path.read_text(errors="replace")):
-                    first = target.split("/")[0]
-                    if first in rank and (src / target).is_file():
-                        problems.append(f"{path.relative_to(root)}: includes core/src's \"{target}\"; "
-                                        "plugins and their libraries build on the SDK (core/include) alone")
+            if not (path.is_file() and path.suffix in SOURCE):
+                continue
+            text = path.read_text(errors="replace")
+            for target in INCLUDE.findall(text):
+                if target.split("/")[0] in graph and (src / target).is_file():
+                    problems.append(f"{path.relative_to(root)}: includes core/src's \"{target}\"; "
+                                    "plugins and their libraries build on the SDK (core/include) alone")
+            if "spdlog" in text:
+                problems.append(f"{path.relative_to(root)}: uses spdlog; plugins and their libraries log through "
+                                "wanfw/log.hpp (the host's level and rank rule)")
     return problems
 
 
 def main() -> int:
-    if len(sys.argv) < 3:
+    if len(sys.argv) != 2:
         print(__doc__, file=sys.stderr)
         return 2
-    problems = check(Path(sys.argv[1]), sys.argv[2:])
+    root = Path(sys.argv[1])
+    graph = folder_graph((root / "core" / "CMakeLists.txt").read_text())
+    problems = check(root, graph)
     for problem in problems:
         print(problem)
     if not problems:
-        print(f"core/src: {len(sys.argv) - 2} folders, every include points down the order")
+        print(f"core/src: {len(graph)} folders, each including only the folders it uses")
     return 1 if problems else 0
 
 

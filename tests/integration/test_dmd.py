@@ -226,6 +226,11 @@ def test_every_task_and_input_trains_a_generator_whose_steps_move_it(tmp_path, t
      "a shared base needs the student to be the teacher's architecture"),
     ({"critic_updates_per_generator_update": 0}, "critic_updates_per_generator_update"),
     ({"score_level_min": 0.5, "score_level_max": 0.4}, "0 < min < max < 1"),
+    ({"guidance_scale": 3.0}, "model.guidance_scale: objective dmd does not read it: the real score's guidance is "
+                              "real_guidance"),
+    ({"sample_shift": 3.0}, "model.sample_shift: objective dmd does not read it: the generator's levels take "
+                            "generator_shift"),
+    ({"trajectory_steps": 8}, "model.trajectory_steps: objective dmd does not read it"),
 ])
 def test_a_dmd_config_that_cannot_work_is_refused_naming_the_option(tmp_path, teacher, model, message):
     result = wanfw("validate", config(tmp_path, teacher, **model), check=2)
@@ -268,7 +273,7 @@ def test_the_4_step_dmd_student_samples_closer_to_the_teachers_40_steps_than_4_s
     wanfw("run", examples / "dmd-tiny.yaml", cwd=tmp_path, check=0)
     regression = ["--set", "run.name=velocity-tiny", "--set", "model.objective=velocity", "--set",
                   "model.inputs=teacher_trajectory", "--set", "model.sample_steps=4", "--set",
-                  "model.sample_guidance=1.0"]
+                  "model.sample_guidance=1.0", "--set", "model.sample_shift=3.0"]
     wanfw("run", examples / "dmd-tiny.yaml", *regression, cwd=tmp_path, check=0)
 
     def draw(config, seed, *extra):

@@ -1,25 +1,24 @@
-"""The source tree keeps its shape: core/src's folders depend one way, files stay small, and
-every plugin's entry file is where plugins/README.md says."""
+"""The source tree keeps its shape: core/src's folders include only the folders they use (the graph
+core/CMakeLists.txt declares and the build enforces), files stay small, plugins log through the
+SDK, and every plugin's entry file is where plugins/README.md says."""
 
-import re
-import shutil
 from pathlib import Path
 
 from conftest import SOURCE
-from source_layout import check
+from source_layout import check, folder_graph
 
 MAX_LINES = 300
 
 
-def core_folders() -> list[str]:
-    text = (SOURCE / "core" / "CMakeLists.txt").read_text()
-    return re.search(r"set\(WANFW_CORE_FOLDERS ([^)]*)\)", text).group(1).split()
+def core_graph() -> dict[str, list[str]]:
+    return folder_graph((SOURCE / "core" / "CMakeLists.txt").read_text())
 
 
-def test_core_folders_include_only_lower_ones():
-    folders = core_folders()
-    assert len(folders) >= 8
-    assert check(SOURCE, folders) == []
+def test_core_folders_include_only_the_folders_they_use_and_their_readmes_say_so():
+    graph = core_graph()
+    assert len(graph) >= 12
+    assert "process_group" in graph and "distributed" not in graph
+    assert check(SOURCE, graph) == []
 
 
 def write(path: Path, text: str) -> None:
@@ -27,20 +26,45 @@ def write(path: Path, text: str) -> None:
     path.write_text(text)
 
 
-def test_layout_check_names_an_upward_include_a_bare_include_and_a_plugin_reaching_into_core(tmp_path):
-    for folder in ("low", "high"):
-        write(tmp_path / "core/src" / folder / "README.md", "# index\n")
+def test_layout_check_names_an_undeclared_include_one_reached_through_a_header_and_a_bare_include(tmp_path):
+    write(tmp_path / "core/src/low/README.md", "Depends on: no other folder.\n")
+    write(tmp_path / "core/src/mid/README.md", "Depends on: `low/`.\n")
+    write(tmp_path / "core/src/high/README.md", "Depends on: mid/.\n")
     write(tmp_path / "core/src/high/top.hpp", "#pragma once\n")
     write(tmp_path / "core/src/low/base.hpp", "#pragma once\n")
     write(tmp_path / "core/src/low/base.cpp", '#include "low/base.hpp"\n#include "high/top.hpp"\n')
-    write(tmp_path / "core/src/high/top.cpp", '#include "base.hpp"\n')
-    write(tmp_path / "plugins/kind/thing/plugin.cpp", '#include "low/base.hpp"\n#include "wanfw/plugin.hpp"\n')
-    problems = check(tmp_path, ["low", "high"])
+    write(tmp_path / "core/src/mid/middle.hpp", '#pragma once\n#include "low/base.hpp"\n')
+    write(tmp_path / "core/src/high/top.cpp", '#include "mid/middle.hpp"\n#include "base.hpp"\n')
+    write(tmp_path / "plugins/kind/thing/plugin.cpp",
+          '#include "low/base.hpp"\n#include <spdlog/spdlog.h>\n#include "wanfw/plugin.hpp"\n')
+    problems = check(tmp_path, {"low": [], "mid": ["low"], "high": ["mid"]})
     assert problems == [
-        'core/src/low/base.cpp: includes "high/top.hpp", but high/ comes after low/ (order: low < high)',
+        'core/src/low/base.cpp: includes "high/top.hpp", but low/ does not use high/ '
+        "(core/CMakeLists.txt: wanfw_core_folder(low))",
+        'core/src/high/top.cpp: includes "mid/middle.hpp", which reaches "low/base.hpp", but high/ does not use low/ '
+        "(core/CMakeLists.txt: wanfw_core_folder(high USES mid))",
         'core/src/high/top.cpp: includes "base.hpp" without its folder ("low/base.hpp")',
-        'plugins/kind/thing/plugin.cpp: includes core/src\'s "low/base.hpp"; plugins and their libraries '
-        "build on the SDK (core/include) alone",
+        'plugins/kind/thing/plugin.cpp: includes core/src\'s "low/base.hpp"; plugins and their libraries build on the '
+        "SDK (core/include) alone",
+        "plugins/kind/thing/plugin.cpp: uses spdlog; plugins and their libraries log through wanfw/log.hpp "
+        "(the host's level and rank rule)",
+    ]
+
+
+def test_layout_check_names_an_unused_use_a_use_declared_later_and_a_readme_that_disagrees(tmp_path):
+    write(tmp_path / "core/src/low/README.md", "Depends on: high/.\n")
+    write(tmp_path / "core/src/high/README.md", "Depends on: no other folder.\n")
+    write(tmp_path / "core/src/low/base.cpp", '#include "high/top.hpp"\n')
+    write(tmp_path / "core/src/high/top.hpp", "#pragma once\n")
+    write(tmp_path / "core/src/high/top.cpp", "\n")
+    (tmp_path / "plugins").mkdir()
+    (tmp_path / "libs").mkdir()
+    problems = check(tmp_path, {"low": ["high"], "high": ["low"]})
+    assert problems == [
+        "core/src/low: uses high/, which is not a folder declared before it",
+        "core/src/high: uses low/ but includes none of its headers (core/CMakeLists.txt: wanfw_core_folder(high USES "
+        "low))",
+        "core/src/high/README.md: \"Depends on\" names no folder; the build says ['low']",
     ]
 
 
@@ -50,7 +74,7 @@ def test_layout_check_names_a_loose_file_a_missing_index_and_a_crowded_folder(tm
         write(tmp_path / f"core/src/only/part_{i:02}.cpp", "")
     (tmp_path / "plugins").mkdir()
     (tmp_path / "libs").mkdir()
-    problems = check(tmp_path, ["only"])
+    problems = check(tmp_path, {"only": []})
     assert problems == [
         "core/src/loose.cpp: outside core/src's folders (only)",
         "core/src/only: 17 source files; at most 16 (split the subsystem)",

@@ -12,7 +12,14 @@
 namespace wanfw {
 
 enum class OptionType {
-  Integer, Number, Boolean, String, Choice, IntegerList, NumberList, StringList,
+  Integer,
+  Number,
+  Boolean,
+  String,
+  Choice,
+  IntegerList,
+  NumberList,
+  StringList,
   EntryList,  ///< a list of mappings, each validated against OptionSpec::entries
 };
 
@@ -30,7 +37,7 @@ struct OptionSpec {
   std::string doc;
   std::vector<std::string> choices;  ///< allowed values of a Choice option
   bool required = false;
-  std::vector<OptionSpec> entries;   ///< what each mapping of an EntryList option may hold
+  std::vector<OptionSpec> entries;  ///< what each mapping of an EntryList option may hold
 };
 
 using OptionSchema = std::vector<OptionSpec>;
@@ -64,6 +71,8 @@ class Options {
   /// The section's path in the config ("model", "loggers[1]").
   const std::string& section() const;
   bool has(std::string_view name) const;
+  /// Whether the config (or a `--set`) wrote option `name`; false where its default stands.
+  bool given(std::string_view name) const;
 
   std::int64_t integer(std::string_view name) const;
   double number(std::string_view name) const;
@@ -79,8 +88,7 @@ class Options {
   /// Where the option's value was written (the section itself for a default).
   SourceLocation where(std::string_view name) const;
   /// Throws a ConfigError pointing at option `name`.
-  [[noreturn]] void fail(std::string_view name, const std::string& problem,
-                         const std::string& hint = "") const;
+  [[noreturn]] void fail(std::string_view name, const std::string& problem, const std::string& hint = "") const;
 
   struct Impl;
   explicit Options(std::shared_ptr<const Impl> impl);

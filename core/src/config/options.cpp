@@ -11,15 +11,24 @@ namespace wanfw {
 
 const char* option_type_name(OptionType type) {
   switch (type) {
-    case OptionType::Integer: return "integer";
-    case OptionType::Number: return "number";
-    case OptionType::Boolean: return "boolean";
-    case OptionType::String: return "string";
-    case OptionType::Choice: return "choice";
-    case OptionType::IntegerList: return "list of integers";
-    case OptionType::NumberList: return "list of numbers";
-    case OptionType::StringList: return "list of strings";
-    case OptionType::EntryList: return "list of mappings";
+    case OptionType::Integer:
+      return "integer";
+    case OptionType::Number:
+      return "number";
+    case OptionType::Boolean:
+      return "boolean";
+    case OptionType::String:
+      return "string";
+    case OptionType::Choice:
+      return "choice";
+    case OptionType::IntegerList:
+      return "list of integers";
+    case OptionType::NumberList:
+      return "list of numbers";
+    case OptionType::StringList:
+      return "list of strings";
+    case OptionType::EntryList:
+      return "list of mappings";
   }
   return "unknown";
 }
@@ -64,6 +73,8 @@ Options::Options(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
 const std::string& Options::section() const { return impl_->section; }
 
 bool Options::has(std::string_view name) const { return impl_->values.count(name) != 0; }
+
+bool Options::given(std::string_view name) const { return impl_->locations.count(name) != 0; }
 
 SourceLocation Options::where(std::string_view name) const {
   auto it = impl_->locations.find(name);

@@ -25,7 +25,10 @@ torch::Tensor draw_sigma(const wanfw::Batch& batch, const TimestepSampling& s) {
     const torch::Tensor u = wanfw::sample_rand(batch, "timestep");
     const torch::Tensor index =
         (u * static_cast<double>(s.fixed.size())).floor().clamp_max(static_cast<double>(s.fixed.size() - 1));
-    return torch::tensor(s.fixed, torch::kFloat64).to(u.device()).index_select(0, index.to(torch::kLong)).to(torch::kFloat32);
+    return torch::tensor(s.fixed, torch::kFloat64)
+        .to(u.device())
+        .index_select(0, index.to(torch::kLong))
+        .to(torch::kFloat32);
   }
   torch::Tensor u;
   if (s.method == "logit_normal") {
@@ -46,20 +49,28 @@ std::vector<double> sampling_schedule(std::int64_t steps, double shift) {
   return sigmas;
 }
 
-bool keeps_first_frame(const std::string& task, const torch::Tensor& latents) {
-  return task == "ti2v" && latents.size(2) > 1;
-}
+bool keeps_first_frame(Task task, const torch::Tensor& latents) { return task == Task::TI2V && latents.size(2) > 1; }
 
-torch::Tensor with_kept_first_frame(const std::string& task, const torch::Tensor& clean, const torch::Tensor& noised) {
+torch::Tensor with_kept_first_frame(Task task, const torch::Tensor& clean, const torch::Tensor& noised) {
   return keeps_first_frame(task, noised) ? torch::cat({clean.slice(2, 0, 1), noised.slice(2, 1)}, 2) : noised;
 }
 
-torch::Tensor predicted_frames(const std::string& task, const torch::Tensor& error) {
+torch::Tensor predicted_frames(Task task, const torch::Tensor& error) {
   return keeps_first_frame(task, error) ? error.slice(2, 1) : error;
 }
 
+torch::Tensor predicted_mean(Task task, const torch::Tensor& error) {
+  return predicted_frames(task, error).flatten(1).mean(1);
+}
+
+torch::Tensor noised_to(Task task, const torch::Tensor& x, const torch::Tensor& sigma, const torch::Tensor& noise,
+                        const torch::Tensor& clean) {
+  const torch::Tensor s = sigma.to(torch::kFloat32).view({-1, 1, 1, 1, 1});
+  return with_kept_first_frame(task, clean, (1 - s) * x + s * noise);
+}
+
 torch::Tensor task_timesteps(const torch::Tensor& sigma, const torch::Tensor& latents, const WanConfig& config,
-                             const std::string& task) {
+                             Task task) {
   torch::Tensor t = sigma.to(torch::kFloat32) * 1000.0;  // [B]
   if (!keeps_first_frame(task, latents)) return t;
   // The first latent frame is the clean image latent; its tokens are at t = 0.
@@ -79,15 +90,15 @@ torch::Tensor i2v_condition(const torch::Tensor& image_condition) {
 const torch::Tensor& checked_condition(const torch::Tensor& image_condition, const torch::Tensor& latents,
                                        const char* what) {
   if (!image_condition.defined() || image_condition.sizes() != latents.sizes())
-    throw wanfw::Error(fmt::format("{}: i2v needs image_condition of the latents' shape {}, got {}", what,
-                                   c10::str(latents.sizes()),
-                                   image_condition.defined() ? c10::str(image_condition.sizes()) : "none"),
-                       "image_condition is the VAE latents of the image followed by zero frames "
-                       "(tools/encode_dataset.py --image-condition stores it)");
+    throw wanfw::Error(
+        fmt::format("{}: i2v needs image_condition of the latents' shape {}, got {}", what, c10::str(latents.sizes()),
+                    image_condition.defined() ? c10::str(image_condition.sizes()) : "none"),
+        "image_condition is the VAE latents of the image followed by zero frames "
+        "(tools/encode_dataset.py --image-condition stores it)");
   return image_condition;
 }
 
-void check_latents(const WanConfig& config, const std::string& task, const torch::Tensor& latents, const char* what) {
+void check_latents(const WanConfig& config, Task task, const torch::Tensor& latents, const char* what) {
   const auto& p = config.patch;
   if (latents.dim() != 5 || latents.size(3) % p[1] != 0 || latents.size(4) % p[2] != 0 || latents.size(2) % p[0] != 0)
     throw wanfw::Error(fmt::format("{}: latents of shape {} do not fit the DiT: [B, C, F, H, W] with F a multiple of "
@@ -97,21 +108,21 @@ void check_latents(const WanConfig& config, const std::string& task, const torch
                        "for the Wan2.1 VAE, 32 for the Wan2.2 VAE)");
 }
 
-std::vector<wanfw::FieldSpec> task_fields(const WanConfig& c, const std::string& task) {
+std::vector<wanfw::FieldSpec> task_fields(const WanConfig& c, Task task) {
   // Latents of any bucket; text embeddings at their real length, padded to text_len in the DiT.
   wanfw::FieldSpec latents{"latents", {c.out_dim, wanfw::dim::frames, wanfw::dim::height, wanfw::dim::width}};
   wanfw::FieldSpec context{"context", {wanfw::dim::tokens, c.text_dim}};
   context.max_tokens = c.text_len;
-  if (task != "i2v") return {latents, context};
+  if (task != Task::I2V) return {latents, context};
   // The I2V models see the image as the VAE encodes it followed by zero frames.
   return {latents, context, wanfw::FieldSpec{"image_condition", latents.shape}};
 }
 
-std::int64_t task_in_dim(const WanConfig& config, const std::string& task) {
-  return task == "i2v" ? 2 * config.out_dim + 4 : config.out_dim;
+std::int64_t task_in_dim(const WanConfig& config, Task task) {
+  return task == Task::I2V ? 2 * config.out_dim + 4 : config.out_dim;
 }
 
-SampleInputs sample_inputs(const std::map<std::string, at::Tensor>& inputs, const WanConfig& c, const std::string& task,
+SampleInputs sample_inputs(const std::map<std::string, at::Tensor>& inputs, const WanConfig& c, Task task,
                            const std::optional<wanfw::Bucket>& sample_size, std::uint64_t seed,
                            const torch::Device& device) {
   auto input = [&](const char* name, bool required) -> torch::Tensor {
@@ -123,9 +134,9 @@ SampleInputs sample_inputs(const std::map<std::string, at::Tensor>& inputs, cons
   SampleInputs out;
   out.context = input("context", true);
   if (out.context.dim() != 3 || out.context.size(2) != c.text_dim)
-    throw wanfw::Error(fmt::format("sample: context has shape {}; expected [B, L, {}]", c10::str(out.context.sizes()),
-                                   c.text_dim),
-                       kSampleInputs);
+    throw wanfw::Error(
+        fmt::format("sample: context has shape {}; expected [B, L, {}]", c10::str(out.context.sizes()), c.text_dim),
+        kSampleInputs);
   const std::int64_t batch = out.context.size(0);
   out.negative = input("negative_context", false);
   if (!out.negative.defined()) out.negative = torch::zeros_like(out.context);
@@ -140,9 +151,10 @@ SampleInputs sample_inputs(const std::map<std::string, at::Tensor>& inputs, cons
     } else if (sample_size) {
       shape = {batch, c.out_dim, sample_size->frames, sample_size->height, sample_size->width};
     } else {
-      throw wanfw::Error("sample: the inputs have neither 'noise' nor 'latents' to take the video's shape from, and "
-                         "model.sample_size is not set",
-                         kSampleInputs);
+      throw wanfw::Error(
+          "sample: the inputs have neither 'noise' nor 'latents' to take the video's shape from, and "
+          "model.sample_size is not set",
+          kSampleInputs);
     }
     // Drawn on the CPU from the seed, so a seed gives the same samples on every device.
     torch::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
@@ -161,14 +173,13 @@ SampleInputs sample_inputs(const std::map<std::string, at::Tensor>& inputs, cons
                                      c10::str(out.image.sizes()), batch, c.out_dim, out.noise.size(3),
                                      out.noise.size(4)));
   }
-  if (task == "i2v") out.y = i2v_condition(checked_condition(input("image_condition", true), out.noise, "sample"));
+  if (task == Task::I2V) out.y = i2v_condition(checked_condition(input("image_condition", true), out.noise, "sample"));
   return out;
 }
 
 std::map<std::string, at::Tensor> euler_sample(const Velocity& velocity, const SampleInputs& given,
-                                               const WanConfig& config, const std::string& task, std::int64_t steps,
-                                               double shift, double guidance, const std::string& solver,
-                                               std::uint64_t seed) {
+                                               const WanConfig& config, Task task, std::int64_t steps, double shift,
+                                               double guidance, const std::string& solver, std::uint64_t seed) {
   const bool renoise = solver == "renoise";
   const std::vector<double> sigmas = sampling_schedule(steps, shift);
   const std::int64_t batch = given.noise.size(0);
@@ -180,7 +191,7 @@ std::map<std::string, at::Tensor> euler_sample(const Velocity& velocity, const S
     torch::Tensor v = velocity(x, t, given.context, sigma).to(torch::kFloat32);
     if (guidance != 1.0) {
       const torch::Tensor unconditional = velocity(x, t, given.negative, sigma).to(torch::kFloat32);
-      v = unconditional + guidance * (v - unconditional);
+      v = guided_velocity(v, unconditional, guidance);
     }
     const double from = sigmas[static_cast<std::size_t>(i)], to = sigmas[static_cast<std::size_t>(i) + 1];
     if (!renoise) {
@@ -194,16 +205,20 @@ std::map<std::string, at::Tensor> euler_sample(const Velocity& velocity, const S
   return {{"latents", x.cpu()}, {"sigmas", torch::tensor(sigmas, torch::kFloat64)}};
 }
 
+torch::Tensor guided_velocity(const torch::Tensor& conditional, const torch::Tensor& unconditional, double scale) {
+  return unconditional + scale * (conditional - unconditional);
+}
+
 torch::Tensor renoise_noise(std::uint64_t seed, std::int64_t step, at::IntArrayRef shape) {
   auto generator = at::make_generator<at::CPUGeneratorImpl>(wanfw::sample_stream_seed(seed, 0, step, "renoise"));
   return torch::randn(shape, generator, torch::TensorOptions().dtype(torch::kFloat32));
 }
 
-std::map<std::string, at::Tensor> preview_inputs(const wanfw::Batch& batch, const std::string& task) {
+std::map<std::string, at::Tensor> preview_inputs(const wanfw::Batch& batch, Task task) {
   const torch::Tensor latents = batch.at("latents").narrow(0, 0, 1);
   std::map<std::string, at::Tensor> inputs = {{"context", batch.at("context").narrow(0, 0, 1)}, {"latents", latents}};
   if (keeps_first_frame(task, latents)) inputs["image"] = latents.select(2, 0);
-  if (task == "i2v") inputs["image_condition"] = batch.at("image_condition").narrow(0, 0, 1);
+  if (task == Task::I2V) inputs["image_condition"] = batch.at("image_condition").narrow(0, 0, 1);
   return inputs;
 }
 

@@ -4,11 +4,11 @@
 #include <set>
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
 #include "wanfw/error.hpp"
+#include "wanfw/log.hpp"
 #include "wanfw/safetensors.hpp"
 
 namespace fs = std::filesystem;
@@ -56,12 +56,14 @@ AdapterLayout apply_adapter_file(WanDiTImpl& dit, const AdapterLoad& load) {
       throw wanfw::FileError(fmt::format("adapter {}: tensor '{}' adapts {}, which model.lora.targets does not select",
                                          load.file.string(), entry.key, name),
                              fmt::format("add a pattern matching {} to model.lora.targets, or merge this adapter "
-                                         "(train: false) {}", name, load.where));
+                                         "(train: false) {}",
+                                         name, load.where));
     if (layer->lora().rank != rank)
       throw wanfw::FileError(fmt::format("adapter {}: tensor '{}' has rank {}, but model.lora.rank is {}",
                                          load.file.string(), entry.key, rank, layer->lora().rank),
                              fmt::format("set model.lora.rank: {} to train this adapter further, or merge it "
-                                         "(train: false) {}", rank, load.where));
+                                         "(train: false) {}",
+                                         rank, load.where));
     const double own_scale = layer->lora().alpha / static_cast<double>(rank);
     layer->lora_A->weight.copy_(entry.A);
     layer->lora_B->weight.copy_(entry.B * (file_scale / own_scale));
@@ -75,28 +77,31 @@ void apply_lora(WanDiTImpl& dit, const LoraSettings& settings, const std::string
   for (const auto& load : settings.load)
     if (!load.train && applies(load)) {
       const AdapterLayout layout = apply_adapter_file(dit, load);
-      spdlog::info("merged adapter {} ({} layout, scale {:g}) into {}", load.file.string(),
-                   adapter_layout_name(layout), load.scale, of);
+      wanfw::log::info(fmt::format("merged adapter {} ({} layout, scale {:g}) into {}", load.file.string(),
+                                   adapter_layout_name(layout), load.scale, of));
     }
   if (!settings.enabled()) return;
   attach_adapters(dit, settings);
   // The official initialisation zeroes the output head, which adapters never reach: on a DiT
   // with no weights loaded they get no gradient, and the run learns nothing.
   if (!dit.head->head->weight.any().item<bool>())
-    spdlog::warn("{}'s output head is all zeros (the random initialisation: no weights loaded), so its adapters get "
-                 "no gradient and the run cannot learn; set model.weights to the base model's checkpoint", of);
+    wanfw::log::warn(
+        fmt::format("{}'s output head is all zeros (the random initialisation: no weights loaded), so its adapters get "
+                    "no gradient and the run cannot learn; set model.weights to the base model's checkpoint",
+                    of));
   const auto adapters = adapter_parameters(dit);
   std::int64_t count = 0;
   for (const auto& [name, tensor] : adapters) count += tensor.numel();
-  spdlog::info("adapters of rank {} (alpha {:g}) on {} layers of {}: {} trainable parameters, {:.3f}% of its weights "
-               "(frozen)",
-               settings.rank, settings.alpha, adapters.size() / 2, of, with_thousands(count),
-               100.0 * static_cast<double>(count) / static_cast<double>(dit.config().parameter_count()));
+  wanfw::log::info(fmt::format(
+      "adapters of rank {} (alpha {:g}) on {} layers of {}: {} trainable parameters, {:.3f}% of its weights "
+      "(frozen)",
+      settings.rank, settings.alpha, adapters.size() / 2, of, with_thousands(count),
+      100.0 * static_cast<double>(count) / static_cast<double>(dit.config().parameter_count())));
   for (const auto& load : settings.load)
     if (load.train && applies(load)) {
       const AdapterLayout layout = apply_adapter_file(dit, load);
-      spdlog::info("the adapters of {} start from {} ({} layout, scale {:g})", of, load.file.string(),
-                   adapter_layout_name(layout), load.scale);
+      wanfw::log::info(fmt::format("the adapters of {} start from {} ({} layout, scale {:g})", of, load.file.string(),
+                                   adapter_layout_name(layout), load.scale));
     }
 }
 

@@ -11,10 +11,10 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <spdlog/spdlog.h>
 
 #include "wanfw/error.hpp"
 #include "wanfw/file_io.hpp"
+#include "wanfw/log.hpp"
 #include "wanfw/plugin.hpp"
 
 namespace fs = std::filesystem;
@@ -51,7 +51,8 @@ class CsvLogger final : public wanfw::Logger {
         try {
           if (std::stoll(cells.at(0)) <= context.resume_step) kept.push_back(std::move(cells));
         } catch (const std::exception&) {
-          spdlog::warn("{}: dropped a malformed row '{}' (a crash may have cut it short)", path_.string(), line);
+          wanfw::log::warn(
+              fmt::format("{}: dropped a malformed row '{}' (a crash may have cut it short)", path_.string(), line));
         }
       }
     }
@@ -136,9 +137,8 @@ class CsvLogger final : public wanfw::Logger {
 
 wanfw::PluginDescriptor describe() {
   auto d = wanfw::PluginDescriptor::for_logger("csv", "1.0.0", "Metrics as CSV: one row per logged step.");
-  d.options = {wanfw::option("file", wanfw::OptionType::String)
-                   .value("metrics.csv")
-                   .doc("File name inside the run folder.")};
+  d.options = {
+      wanfw::option("file", wanfw::OptionType::String).value("metrics.csv").doc("File name inside the run folder.")};
   d.make_logger = [](const wanfw::Options& options, const wanfw::PluginContext&) -> std::unique_ptr<wanfw::Logger> {
     const std::string file = options.string("file");
     if (file.empty() || file.find('/') != std::string::npos)

@@ -6,13 +6,13 @@
 #include <optional>
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
 #include "event_file.hpp"
 #include "events.hpp"
 #include "png.hpp"
 #include "wanfw/error.hpp"
+#include "wanfw/log.hpp"
 #include "wanfw/plugin.hpp"
 
 namespace {
@@ -31,7 +31,7 @@ class TensorBoardLogger final : public wanfw::Logger {
     // logged after the checkpoint this run resumes from. The first step logged again is resume + 1.
     if (context.resume_step > 0) file_->write(session_start_event(wall_time_now(), context.resume_step + 1));
     file_->flush();
-    spdlog::debug("tensorboard: writing {}", file_->path().string());
+    wanfw::log::debug(fmt::format("tensorboard: writing {}", file_->path().string()));
   }
 
   void log_scalars(std::int64_t step, const std::map<std::string, double>& scalars) override {

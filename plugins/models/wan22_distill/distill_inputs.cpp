@@ -11,8 +11,8 @@
 
 namespace wan_distill {
 
-std::vector<wanfw::FieldSpec> distill_fields(const wan::WanConfig& student, const std::string& task,
-                                             std::int64_t text_len, bool data) {
+std::vector<wanfw::FieldSpec> distill_fields(const wan::WanConfig& student, wan::Task task, std::int64_t text_len,
+                                             bool data) {
   std::vector<wanfw::FieldSpec> fields = wan::task_fields(student, task);
   for (auto& field : fields)
     if (field.name == "context") field.max_tokens = std::min(student.text_len, text_len);
@@ -33,12 +33,12 @@ torch::Tensor distill_noise(const wanfw::Batch& batch, const std::optional<wanfw
   return wanfw::sample_randn(batch, "noise", shape, torch::kFloat32);
 }
 
-std::map<std::string, at::Tensor> preview_conditioning(const wanfw::Batch& batch, const std::string& task,
+std::map<std::string, at::Tensor> preview_conditioning(const wanfw::Batch& batch, wan::Task task,
                                                        const torch::Tensor& noise) {
   if (batch.fields.count("latents")) return wan::preview_inputs(batch, task);
   std::map<std::string, at::Tensor> inputs = {{"context", batch.at("context").narrow(0, 0, 1)},
                                               {"noise", noise.narrow(0, 0, 1)}};
-  if (task == "i2v") inputs["image_condition"] = batch.at("image_condition").narrow(0, 0, 1);
+  if (task == wan::Task::I2V) inputs["image_condition"] = batch.at("image_condition").narrow(0, 0, 1);
   return inputs;
 }
 

@@ -10,6 +10,7 @@
 
 #include <torch/types.h>
 
+#include "wan/task.hpp"
 #include "wan/wan_config.hpp"
 #include "wanfw/data.hpp"
 
@@ -17,8 +18,8 @@ namespace wan_distill {
 
 /// The task's fields of `student`, the context at most `text_len` tokens (every network must read
 /// it); without latents when the inputs are not data (prompts only, and the i2v image).
-std::vector<wanfw::FieldSpec> distill_fields(const wan::WanConfig& student, const std::string& task,
-                                             std::int64_t text_len, bool data);
+std::vector<wanfw::FieldSpec> distill_fields(const wan::WanConfig& student, wan::Task task, std::int64_t text_len,
+                                             bool data);
 
 /// Each sample's noise from its "noise" stream: in the shape of its latents, of its image
 /// condition, or (data-free t2v) `channels` x `latent_size`.
@@ -27,7 +28,7 @@ torch::Tensor distill_noise(const wanfw::Batch& batch, const std::optional<wanfw
 
 /// A preview's conditioning: the batch's first sample, or (data-free) its context with `noise`'s
 /// first sample (and the i2v image).
-std::map<std::string, at::Tensor> preview_conditioning(const wanfw::Batch& batch, const std::string& task,
+std::map<std::string, at::Tensor> preview_conditioning(const wanfw::Batch& batch, wan::Task task,
                                                        const torch::Tensor& noise);
 
 /// What `wanfw predict` gives a distillation model, on `device`: x, t ([B] or [B, tokens]) and

@@ -7,6 +7,7 @@
 
 #include "distill_inputs.hpp"
 #include "negative_context.hpp"
+#include "replicas.hpp"
 #include "wan/dit_export.hpp"
 #include "wan/wan_weights.hpp"
 #include "wanfw/error.hpp"
@@ -19,13 +20,9 @@ DistillModel::DistillModel(const wan::WanConfig& student, DistillSettings settin
     : student_(student, placement), settings_(std::move(settings)), teacher_(std::move(teacher)) {}
 
 DistillModel::DistillModel(const DistillModel& other, const c10::Device& device)
-    : student_(std::dynamic_pointer_cast<wan::WanDiTImpl>(other.student_->clone(device))),
+    : student_(replica_dit(other.student_, device)),
       settings_(other.settings_),
-      // A teacher beside its student goes along to the replica's device; one placed apart on
-      // purpose (teacher_device) serves every replica, one call at a time.
-      teacher_(other.teacher_->placement().device == other.device() ? other.teacher_->on(device) : other.teacher_) {
-  if (settings_.lora.enabled()) wan::refresh_adapters(*student_);
-}
+      teacher_(replica_teacher(other.teacher_, other.device(), device)) {}
 
 std::vector<wanfw::ParameterGroup> DistillModel::parameter_groups() {
   if (!settings_.lora.enabled()) return wanfw::Model::parameter_groups();
@@ -45,7 +42,8 @@ torch::Device DistillModel::device() const { return student_->parameters().front
 
 std::vector<wanfw::FieldSpec> DistillModel::batch_fields() const {
   // Data-free: the latents come from the teacher's trajectory.
-  return distill_fields(student_->config(), settings_.task, teacher_->config().text_len, settings_.inputs == "data");
+  return distill_fields(student_->config(), settings_.task, teacher_->config().text_len,
+                        settings_.inputs == Inputs::Data);
 }
 
 torch::Tensor DistillModel::noise_of(const wanfw::Batch& batch) const {
@@ -60,14 +58,12 @@ DistillModel::Point DistillModel::point(const wanfw::Batch& batch, const torch::
   p.noise = noise;
   p.context = batch.at("context");
   if (settings_.guidance != 1.0) p.negative = batch_negative(settings_.negative, p.context);  // guided target
-  if (settings_.task == "i2v")
+  if (settings_.task == wan::Task::I2V)
     p.y = wan::i2v_condition(wan::checked_condition(batch.at("image_condition"), noise, "distillation"));
-  const torch::Tensor s = sigma.to(torch::kFloat32).view({-1, 1, 1, 1, 1});
-  if (settings_.inputs == "data") {
+  if (settings_.inputs == Inputs::Data) {
     p.x0 = batch.at("latents");
     wan::check_latents(c, settings_.task, p.x0, "distillation");
-    p.xt = (1 - s) * p.x0 + s * noise;
-    p.xt = wan::with_kept_first_frame(settings_.task, p.x0, p.xt);
+    p.xt = wan::noised_to(settings_.task, p.x0, sigma, noise, p.x0);
   } else {
     // Where the teacher goes: Euler steps of its (guided) velocity from noise at s = 1 down to
     // each sample's level, evenly spaced in s.
@@ -88,12 +84,9 @@ DistillModel::Point DistillModel::point(const wanfw::Batch& batch, const torch::
 }
 
 DistillModel::Terms DistillModel::terms(const Point& p, bool with_flow_matching) {
-  const torch::Tensor target =
-      teacher_->velocity(p.xt, p.t, p.context, p.negative, p.y, p.sigma, settings_.guidance);
+  const torch::Tensor target = teacher_->velocity(p.xt, p.t, p.context, p.negative, p.y, p.sigma, settings_.guidance);
   const torch::Tensor v = student_->forward(p.xt, p.t, p.context, p.y).to(torch::kFloat32);
-  auto per_sample = [&](const torch::Tensor& error) {
-    return wan::predicted_frames(settings_.task, error).flatten(1).mean(1);
-  };
+  auto per_sample = [&](const torch::Tensor& error) { return wan::predicted_mean(settings_.task, error); };
   Terms out;
   out.velocity = per_sample((v - target).pow(2));
   if (with_flow_matching) out.flow_matching = per_sample((v - (p.noise - p.x0).to(torch::kFloat32)).pow(2));

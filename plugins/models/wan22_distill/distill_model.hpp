@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "distill_settings.hpp"
 #include "frozen_teacher.hpp"
 #include "wan/flow_matching.hpp"
 #include "wan/lora.hpp"
@@ -22,21 +23,6 @@
 #include "wanfw/model.hpp"
 
 namespace wan_distill {
-
-struct DistillSettings {
-  std::string task;    ///< t2v | ti2v | i2v (teacher and student alike)
-  std::string inputs;  ///< data | teacher_trajectory
-  wan::TimestepSampling timesteps;
-  double velocity_weight = 1.0;
-  double flow_matching_weight = 0.0;
-  double guidance = 1.0;          ///< the teacher's guidance scale in the target; 1: none
-  torch::Tensor negative;         ///< [L, text_dim] negative context for guidance (undefined: zeros)
-  std::int64_t trajectory_steps = 4;
-  std::optional<wanfw::Bucket> latent_size;  ///< data-free t2v: the latents' frames x height x width
-  std::vector<double> validation_timesteps;  ///< 0..1000
-  wan::SamplerSettings sampler;              ///< the student's `wanfw sample` and preview
-  wan::LoraSettings lora;                    ///< adapters on the student (rank 0: every weight trains)
-};
 
 class DistillModel final : public wanfw::Model {
  public:

@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include "wan/flow_matching.hpp"
+
 namespace wan_distill {
 
 namespace {
@@ -46,8 +48,8 @@ FrozenTeacher::Use::~Use() {
 }
 
 torch::Tensor FrozenTeacher::velocity(const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& context,
-                                      const torch::Tensor& negative, const torch::Tensor& y,
-                                      const torch::Tensor& sigma, double guidance) {
+                                      const torch::Tensor& negative, const torch::Tensor& y, const torch::Tensor& sigma,
+                                      double guidance) {
   torch::NoGradGuard no_grad;
   const auto& p = placement_;
   auto in = [&](const torch::Tensor& v, bool cast) {
@@ -58,7 +60,7 @@ torch::Tensor FrozenTeacher::velocity(const torch::Tensor& x, const torch::Tenso
   torch::Tensor v = denoiser_.forward(tx, tt, in(context, true), ty, ts).to(torch::kFloat32);
   if (negative.defined() && guidance != 1.0) {
     const torch::Tensor unconditional = denoiser_.forward(tx, tt, in(negative, true), ty, ts).to(torch::kFloat32);
-    v = unconditional + guidance * (v - unconditional);
+    v = wan::guided_velocity(v, unconditional, guidance);
   }
   return v.to(x.device());
 }

@@ -5,10 +5,11 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
+#include "wan/lora_files.hpp"
 #include "wan/wan_weights.hpp"
+#include "wanfw/log.hpp"
 
 namespace wan_distill {
 
@@ -19,8 +20,8 @@ std::vector<std::int64_t> block_mapping(std::int64_t student_layers, std::int64_
       blocks.push_back(0);
       continue;
     }
-    const double at = static_cast<double>(i) * static_cast<double>(teacher_layers - 1) /
-                      static_cast<double>(student_layers - 1);
+    const double at =
+        static_cast<double>(i) * static_cast<double>(teacher_layers - 1) / static_cast<double>(student_layers - 1);
     blocks.push_back(static_cast<std::int64_t>(std::lround(at)));
   }
   return blocks;
@@ -64,16 +65,24 @@ void initialise_student(const wanfw::Options& o, wan::WanDiTImpl& student, const
     const StudentInit done = init_from_teacher(student, *teacher.dits().front());
     std::vector<std::string> pairs;
     for (std::size_t i = 0; i < done.blocks.size(); ++i) pairs.push_back(fmt::format("{}<-{}", i, done.blocks[i]));
-    spdlog::info("student initialised from the teacher: {} tensors copied, {} kept their initialisation (other "
-                 "shapes){}; blocks (student<-teacher): {}",
-                 done.copied, done.kept.size(),
-                 done.kept.empty() ? "" : fmt::format(", e.g. {}", done.kept.front()), fmt::join(pairs, " "));
+    wanfw::log::info(
+        fmt::format("student initialised from the teacher: {} tensors copied, {} kept their initialisation (other "
+                    "shapes){}; blocks (student<-teacher): {}",
+                    done.copied, done.kept.size(), done.kept.empty() ? "" : fmt::format(", e.g. {}", done.kept.front()),
+                    fmt::join(pairs, " ")));
   } else if (init == "weights") {
     const std::string weights = o.string("student_weights");
     if (weights.empty()) o.fail("student_weights", "student_init: weights needs student_weights");
     torch::NoGradGuard no_grad;
     wan::load_wan_weights(student, weights, o.string("student_weights_subfolder"));
   }
+}
+
+void prepare_student(const wanfw::Options& o, wan::WanDiTImpl& student, const FrozenTeacher& teacher,
+                     const wan::LoraSettings& lora) {
+  initialise_student(o, student, teacher);
+  wan::apply_lora(student, lora, "");
+  student.set_gradient_checkpointing(o.boolean("gradient_checkpointing"));
 }
 
 }  // namespace wan_distill

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "frozen_teacher.hpp"
+#include "wan/lora.hpp"
 #include "wan/wan_dit.hpp"
 #include "wanfw/options.hpp"
 
@@ -31,5 +32,10 @@ StudentInit init_from_teacher(wan::WanDiTImpl& student, const wan::WanDiTImpl& t
 /// How the config's `student_init` starts `student`: from `teacher` (logged), from
 /// student_weights, or left at its random initialisation.
 void initialise_student(const wanfw::Options& o, wan::WanDiTImpl& student, const FrozenTeacher& teacher);
+
+/// A student (the velocity objective's, or dmd's generator) ready to train: initialised
+/// (initialise_student), its adapters attached or loaded (`lora`), and gradient_checkpointing set.
+void prepare_student(const wanfw::Options& o, wan::WanDiTImpl& student, const FrozenTeacher& teacher,
+                     const wan::LoraSettings& lora);
 
 }  // namespace wan_distill

@@ -3,12 +3,12 @@
 #include <cmath>
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
 #include "wan/dit_export.hpp"
 #include "wan/lora.hpp"
 #include "wanfw/error.hpp"
+#include "wanfw/log.hpp"
 #include "wanfw/sample_random.hpp"
 
 namespace wan_fm {
@@ -42,9 +42,10 @@ std::vector<wanfw::ParameterGroup> WanFlowMatchingModel::parameter_groups() {
 
 bool WanFlowMatchingModel::set_sequence_group(const wanfw::DistributedSession* group) {
   if (group != nullptr && denoiser_.has_lora() && settings_.lora.dropout > 0)
-    throw wanfw::Error("LoRA dropout draws its masks over each sample's whole token sequence, which sequence "
-                       "parallelism splits across ranks",
-                       "set model.lora.dropout: 0, or strategy.sequence_parallel: 1");
+    throw wanfw::Error(
+        "LoRA dropout draws its masks over each sample's whole token sequence, which sequence "
+        "parallelism splits across ranks",
+        "set model.lora.dropout: 0, or strategy.sequence_parallel: 1");
   denoiser_.set_sequence_group(group);
   return true;
 }
@@ -72,7 +73,7 @@ void WanFlowMatchingModel::check_latents(const torch::Tensor& latents, const cha
 }
 
 torch::Tensor WanFlowMatchingModel::image_condition_of(const wanfw::Batch& batch) const {
-  return settings_.task == "i2v" ? batch.at("image_condition") : torch::Tensor();
+  return settings_.task == wan::Task::I2V ? batch.at("image_condition") : torch::Tensor();
 }
 
 torch::Tensor WanFlowMatchingModel::sample_sigma(const wanfw::Batch& batch) const {
@@ -87,17 +88,17 @@ WanFlowMatchingModel::Objective WanFlowMatchingModel::objective(const torch::Ten
                                                                 const torch::Tensor& sigma,
                                                                 const torch::Tensor& context,
                                                                 const torch::Tensor& image_condition) {
-  const torch::Tensor s = sigma.to(torch::kFloat32).view({-1, 1, 1, 1, 1});
-  torch::Tensor xt = (1 - s) * x0 + s * noise;
+  const torch::Tensor xt = wan::noised_to(settings_.task, x0, sigma, noise, x0);
   const torch::Tensor target = noise - x0;
-  xt = wan::with_kept_first_frame(settings_.task, x0, xt);
-  const torch::Tensor y = settings_.task == "i2v" ? wan::i2v_condition(wan::checked_condition(image_condition, x0, "training"))
-                                                   : torch::Tensor();
+  const torch::Tensor y = settings_.task == wan::Task::I2V
+                              ? wan::i2v_condition(wan::checked_condition(image_condition, x0, "training"))
+                              : torch::Tensor();
   const torch::Tensor prediction = denoiser_.forward(xt, timesteps(sigma, x0), context, y, sigma);
   torch::Tensor error = (prediction.to(torch::kFloat32) - target.to(torch::kFloat32)).pow(2);
-  torch::Tensor per_sample = wan::predicted_frames(settings_.task, error).flatten(1).mean(1);
+  torch::Tensor per_sample = wan::predicted_mean(settings_.task, error);
   if (settings_.bell_weighting)
-    per_sample = per_sample * torch::exp(-2 * ((sigma.to(torch::kFloat32) * 1000 - 500) / 1000).pow(2)) / bell_normaliser();
+    per_sample =
+        per_sample * torch::exp(-2 * ((sigma.to(torch::kFloat32) * 1000 - 500) / 1000).pow(2)) / bell_normaliser();
   return {per_sample.mean(), per_sample, prediction, target};
 }
 
@@ -136,7 +137,7 @@ std::map<std::string, at::Tensor> WanFlowMatchingModel::predict(const std::map<s
   };
   if (inputs.count("x0")) {  // the training objective for given draws
     const Objective out = objective(input("x0"), input("noise"), input("sigma"), input("context"),
-                                    input("image_condition", settings_.task == "i2v"));
+                                    input("image_condition", settings_.task == wan::Task::I2V));
     return {{"loss", out.loss.cpu()}, {"v", out.prediction.cpu()}, {"target", out.target.cpu()}};
   }
   const torch::Tensor t = input("t");
@@ -151,7 +152,8 @@ std::map<std::string, at::Tensor> WanFlowMatchingModel::sample(const std::map<st
 }
 
 std::map<std::string, at::Tensor> WanFlowMatchingModel::preview(const wanfw::Batch& batch, std::uint64_t seed) {
-  const torch::Tensor video = draw(wan::preview_inputs(batch, settings_.task), seed, settings_.sampler.preview_steps).at("latents")[0];
+  const torch::Tensor video =
+      draw(wan::preview_inputs(batch, settings_.task), seed, settings_.sampler.preview_steps).at("latents")[0];
   return {{"latents", wan::latent_strip(video)}};
 }
 
@@ -162,8 +164,9 @@ std::map<std::string, at::Tensor> WanFlowMatchingModel::draw(const std::map<std:
   const wan::SampleInputs given =
       wan::sample_inputs(inputs, denoiser_.config(), settings_.task, settings_.sampler.size, seed, device());
   if (settings_.expert == Expert::HighNoise || settings_.expert == Expert::LowNoise)
-    spdlog::warn("sampling with the {} expert alone: it denoises every step, also those the other expert takes",
-                 settings_.expert == Expert::HighNoise ? "high-noise" : "low-noise");
+    wanfw::log::warn(
+        fmt::format("sampling with the {} expert alone: it denoises every step, also those the other expert takes",
+                    settings_.expert == Expert::HighNoise ? "high-noise" : "low-noise"));
   const auto velocity = [&](const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& context,
                             const torch::Tensor& sigma) { return denoiser_.forward(x, t, context, given.y, sigma); };
   return wan::euler_sample(velocity, given, denoiser_.config(), settings_.task, steps, settings_.sampler.shift,

@@ -19,9 +19,9 @@
 
 namespace {
 
-using wanfw::option;
 using wan::Expert;
 using wan_fm::FlowMatchingSettings;
+using wanfw::option;
 using T = wanfw::OptionType;
 
 wan::WanConfig config_from(const wanfw::Options& o) { return wan::config_from_options(o, ""); }
@@ -29,7 +29,7 @@ wan::WanConfig config_from(const wanfw::Options& o) { return wan::config_from_op
 /// Every option besides the dimensions, checked against them.
 FlowMatchingSettings settings_from(const wanfw::Options& o, const wan::WanConfig& config) {
   FlowMatchingSettings s;
-  s.task = o.string("task");
+  s.task = wan::parse_task(o.string("task"));
   s.bell_weighting = o.string("loss_weighting") == "bell";
   s.sampler = wan::sampler_settings_from(o);
 
@@ -43,8 +43,9 @@ FlowMatchingSettings settings_from(const wanfw::Options& o, const wan::WanConfig
            "set model.expert to high_noise, low_noise or both");
   if (s.expert != Expert::None) {
     if (!(boundary > 0 && boundary < 1000))
-      o.fail("boundary", fmt::format("expert: {} needs a boundary between 0 and 1000; preset {} has none",
-                                     o.string("expert"), config.preset),
+      o.fail("boundary",
+             fmt::format("expert: {} needs a boundary between 0 and 1000; preset {} has none", o.string("expert"),
+                         config.preset),
              "set model.boundary (875 for Wan2.2 T2V-A14B, 900 for I2V-A14B)");
     s.boundary = boundary / 1000.0;
   }
@@ -57,10 +58,12 @@ FlowMatchingSettings settings_from(const wanfw::Options& o, const wan::WanConfig
 
   const std::int64_t expected_in = wan::task_in_dim(config, s.task);
   if (config.in_dim != expected_in)
-    o.fail("task", fmt::format("the {} task feeds the model {} input channels (out_dim {}{}), but in_dim is {}", s.task,
-                               expected_in, config.out_dim, s.task == "i2v" ? " x 2 + 4 mask channels" : "",
-                               config.in_dim),
-           s.task == "i2v" ? "use preset wan2.2-i2v-a14b, or set in_dim" : "use a t2v/ti2v preset, or set in_dim");
+    o.fail("task",
+           fmt::format("the {} task feeds the model {} input channels (out_dim {}{}), but in_dim is {}",
+                       wan::task_name(s.task), expected_in, config.out_dim,
+                       s.task == wan::Task::I2V ? " x 2 + 4 mask channels" : "", config.in_dim),
+           s.task == wan::Task::I2V ? "use preset wan2.2-i2v-a14b, or set in_dim"
+                                    : "use a t2v/ti2v preset, or set in_dim");
   return s;
 }
 
@@ -91,11 +94,10 @@ std::string inspect(const wanfw::Options& o, const wanfw::TrainingLayout& layout
   const int models = s.expert == Expert::Both ? 2 : 1;
   const double n = static_cast<double>(c.parameter_count() * models);
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-  const std::string experts =
-      s.expert == Expert::None ? std::string()
-                               : fmt::format("experts: {} (boundary t = {}; high noise at or above it){}\n",
-                                             o.string("expert"), s.boundary * 1000,
-                                             models == 2 ? ", two DiTs" : "");
+  const std::string experts = s.expert == Expert::None
+                                  ? std::string()
+                                  : fmt::format("experts: {} (boundary t = {}; high noise at or above it){}\n",
+                                                o.string("expert"), s.boundary * 1000, models == 2 ? ", two DiTs" : "");
   const auto split = c.rope_split();
   return fmt::format(
       "Wan DiT, preset {}: dim {}, ffn_dim {}, {} heads (head dim {}, RoPE {}/{}/{}), {} layers, in {}, out {}, "
@@ -108,7 +110,7 @@ std::string inspect(const wanfw::Options& o, const wanfw::TrainingLayout& layout
       c.out_dim, c.text_dim, c.text_len, experts, wan::with_thousands(c.parameter_count() * models), n * 4 / kGiB,
       n * 2 / kGiB, wan::training_memory(c, s.lora, o.string("dtype"), models, o.boolean("gradient_checkpointing")),
       wan::gpu_memory(c, s.lora, o.string("dtype"), models, o.boolean("gradient_checkpointing"), layout),
-      s.task, c.out_dim, c.text_len, c.text_dim, weights_summary(o, c, s.expert));
+      wan::task_name(s.task), c.out_dim, c.text_len, c.text_dim, weights_summary(o, c, s.expert));
 }
 
 wanfw::PluginDescriptor describe() {
@@ -122,8 +124,10 @@ wanfw::PluginDescriptor describe() {
           .doc("t2v text-to-video; ti2v clean first frame (Wan2.2 5B); i2v image channels concatenated (A14B I2V: "
                "each sample also carries image_condition, the VAE latents of its first frame followed by zero "
                "frames: tools/encode_dataset.py --image-condition)."),
-      option("weights", T::String).value("\"\"").doc("Checkpoint to start from (official or diffusers layout); "
-                                                     "empty: the official random initialisation."),
+      option("weights", T::String)
+          .value("\"\"")
+          .doc("Checkpoint to start from (official or diffusers layout); "
+               "empty: the official random initialisation."),
       option("weights_subfolder", T::String).value("transformer").doc("Subfolder of a diffusers pipeline folder."),
       option("loss_weighting", T::Choice)
           .value("none")
@@ -156,8 +160,9 @@ wanfw::PluginDescriptor describe() {
       "Latent frames x height x width (\"21x60x104\") `wanfw sample` draws when its inputs hold neither noise nor "
       "latents to take the shape from.");
   d.options.insert(d.options.end(), sampler.begin(), sampler.end());
-  const char* moved = "the data set holds the shapes now: data.buckets: [\"FxHxW\"] (latent frames x height x width) "
-                      "for the synthetic set; a data set folder's manifest for your own data (docs/data.md)";
+  const char* moved =
+      "the data set holds the shapes now: data.buckets: [\"FxHxW\"] (latent frames x height x width) "
+      "for the synthetic set; a data set folder's manifest for your own data (docs/data.md)";
   d.removed_options = {{"latent_frames", moved}, {"latent_height", moved}, {"latent_width", moved}};
   d.make_model = make_model;
   d.inspect_model = inspect;

@@ -10,11 +10,11 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <spdlog/spdlog.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include "wanfw/error.hpp"
+#include "wanfw/log.hpp"
 #include "wanfw/plugin.hpp"
 
 namespace {
@@ -29,8 +29,9 @@ class DataParallelStrategy final : public wanfw::Strategy {
   std::string describe() const override {
     std::vector<std::string> names;
     for (const auto& d : devices_) names.push_back(d.str());
-    return devices_.size() > 1 ? fmt::format("data_parallel over {} devices ({})", devices_.size(), fmt::join(names, ", "))
-                               : fmt::format("data_parallel with one device ({}): runs as single", names.front());
+    return devices_.size() > 1
+               ? fmt::format("data_parallel over {} devices ({})", devices_.size(), fmt::join(names, ", "))
+               : fmt::format("data_parallel with one device ({}): runs as single", names.front());
   }
   c10::Device device() const override { return devices_.front(); }
 
@@ -54,8 +55,7 @@ class DataParallelStrategy final : public wanfw::Strategy {
     }
   }
 
-  wanfw::StepOutput micro_step(wanfw::Model& model, const wanfw::Batch& batch,
-                               const wanfw::MicroStep& micro) override {
+  wanfw::StepOutput micro_step(wanfw::Model& model, const wanfw::Batch& batch, const wanfw::MicroStep& micro) override {
     if (replicas_.empty()) return Strategy::micro_step(model, batch, micro);
     if (micro.index == 0) refresh_replicas();
 
@@ -121,9 +121,9 @@ class DataParallelStrategy final : public wanfw::Strategy {
     auto copy = [](const torch::OrderedDict<std::string, at::Tensor>& from,
                    const torch::OrderedDict<std::string, at::Tensor>& into, const char* what) {
       if (from.size() != into.size())
-        throw wanfw::PluginError(fmt::format("data_parallel: the replica has {} {}, the model {}", into.size(), what,
-                                             from.size()),
-                                 "Model::replicate must build the same modules");
+        throw wanfw::PluginError(
+            fmt::format("data_parallel: the replica has {} {}, the model {}", into.size(), what, from.size()),
+            "Model::replicate must build the same modules");
       for (const auto& item : from) {
         const at::Tensor* target = into.find(item.key());
         if (target == nullptr)
@@ -184,10 +184,12 @@ std::unique_ptr<wanfw::Strategy> make_strategy(const wanfw::Options& o, const wa
     if (devices.empty()) devices.emplace_back(c10::kCPU);
   }
   if (devices.size() < 2)
-    spdlog::info("data_parallel: {} device ({}); running as single", devices.size(), devices.front().str());
+    wanfw::log::info(
+        fmt::format("data_parallel: {} device ({}); running as single", devices.size(), devices.front().str()));
   else if (devices.front().is_cpu())
-    spdlog::info("data_parallel: {} replicas on the CPU share its cores; this checks the mechanism, it is not faster",
-                 devices.size());
+    wanfw::log::info(fmt::format(
+        "data_parallel: {} replicas on the CPU share its cores; this checks the mechanism, it is not faster",
+        devices.size()));
   return std::make_unique<DataParallelStrategy>(devices);
 }
 

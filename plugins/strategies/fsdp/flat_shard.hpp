@@ -35,8 +35,8 @@ class FlatShard {
   bool gathered() const { return gathered_; }
   /// Whether this step reduces the flat's gradients: false in a step of a training phase that
   /// does not train it (wanfw::TrainingPhase), whose shard then gets no gradient at all.
-  bool reduced() const { return reduced_; }
-  void set_reduced(bool reduced) { reduced_ = reduced; }
+  bool reduces_gradients() const { return reduces_gradients_; }
+  void set_reduces_gradients(bool reduced) { reduces_gradients_ = reduced; }
 
   /// Starts gathering the full parameters in `compute` dtype (none: the shard's own; the transfer
   /// may run while the caller computes); finish_gather completes it. Both do nothing when the
@@ -55,14 +55,14 @@ class FlatShard {
  private:
   std::string name_;
   bool trainable_;
-  bool reduced_ = true;
+  bool reduces_gradients_ = true;
   const wanfw::DistributedSession& session_;
   std::vector<std::string> names_;
   std::vector<at::Tensor> parameters_;  ///< the module's tensors, whose data this class points
   wanfw::UnitLayout layout_;
   at::Tensor shard_;
-  at::Tensor full_;     ///< every parameter's full value, back to back (its storage freed between uses)
-  std::vector<at::Tensor> views_;  ///< the parameters' views of full_
+  at::Tensor full_;                    ///< every parameter's full value, back to back (its storage freed between uses)
+  std::vector<at::Tensor> views_;      ///< the parameters' views of full_
   at::Tensor gathered_buffer_, sent_;  ///< the all-gather's output and input while one is in flight
   wanfw::DistributedSession::PendingGather pending_;
   bool gathered_ = false, in_flight_ = false;

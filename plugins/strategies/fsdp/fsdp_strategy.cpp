@@ -34,7 +34,7 @@ void FsdpStrategy::setup(wanfw::Model& model) {
     session_->broadcast(state, 0);
   });
   build_units(model);
-  runner_ = std::make_unique<UnitRunner>(units_, settings_.runner);
+  runner_ = std::make_unique<GatheringUnitRunner>(units_, settings_.runner);
   if (!units_.empty()) model.set_unit_runner(runner_.get());
 
   std::int64_t kept = 0;
@@ -75,15 +75,16 @@ void FsdpStrategy::build_units(wanfw::Model& model) {
     for (const std::string& name : declared.parameters) {
       auto it = by_name.find(name);
       if (it == by_name.end())
-        throw wanfw::Error(fmt::format("fsdp: unit '{}' names parameter '{}', which the model does not have",
-                                       declared.name, name),
-                           "the model plugin's shard_units() must name module() parameters");
+        throw wanfw::Error(
+            fmt::format("fsdp: unit '{}' names parameter '{}', which the model does not have", declared.name, name),
+            "the model plugin's shard_units() must name module() parameters");
       if (!taken.insert(name).second)
-        throw wanfw::Error(fmt::format("fsdp: parameter '{}' is in two units ('{}' is the second)", name, declared.name),
-                           "the model plugin's shard_units() must list each parameter once");
+        throw wanfw::Error(
+            fmt::format("fsdp: parameter '{}' is in two units ('{}' is the second)", name, declared.name),
+            "the model plugin's shard_units() must list each parameter once");
       parameters.emplace_back(name, it->second);
     }
-    ShardedUnit& unit = units_.emplace_back();
+    UnitShards& unit = units_.emplace_back();
     unit.name = declared.name;
     cut_unit(unit, parameters);
   }
@@ -94,7 +95,7 @@ void FsdpStrategy::build_units(wanfw::Model& model) {
   for (FlatShard* flat : flats()) flat->release();
 }
 
-void FsdpStrategy::cut_unit(ShardedUnit& unit, const std::vector<std::pair<std::string, at::Tensor>>& parameters) {
+void FsdpStrategy::cut_unit(UnitShards& unit, const std::vector<std::pair<std::string, at::Tensor>>& parameters) {
   // Flats in a fixed order: each group's parameters, then the frozen ones; one flat a dtype.
   std::map<std::pair<int, int>, std::vector<std::pair<std::string, at::Tensor>>> buckets;
   for (const auto& [name, tensor] : parameters) {
@@ -143,19 +144,22 @@ void FsdpStrategy::select_phase(int phase) {
   phase_ = phase;
   for (FlatShard* flat : flats())
     if (auto it = flat_group_.find(flat); it != flat_group_.end())
-      flat->set_reduced(phase_groups_.empty() || phase_groups_.at(static_cast<std::size_t>(phase)).count(it->second));
+      flat->set_reduces_gradients(phase_groups_.empty() ||
+                                  phase_groups_.at(static_cast<std::size_t>(phase)).count(it->second));
 }
 
 void FsdpStrategy::reduce_rest_gradients() {
   torch::NoGradGuard no_grad;
   for (auto& flat : rest_.flats) {
-    if (!flat->trainable() || !flat->reduced()) continue;
+    if (!flat->trainable() || !flat->reduces_gradients()) continue;
     std::vector<at::Tensor> grads;
     for (const at::Tensor& p : flat->parameters()) grads.push_back(p.grad());
     const at::Tensor piece = flat->reduce_gradient(grads, settings_.runner.reduce);
     at::Tensor shard = flat->shard();
-    if (shard.grad().defined()) shard.mutable_grad().add_(piece);
-    else shard.mutable_grad() = piece;
+    if (shard.grad().defined())
+      shard.mutable_grad().add_(piece);
+    else
+      shard.mutable_grad() = piece;
     for (const at::Tensor& p : flat->parameters()) const_cast<at::Tensor&>(p).mutable_grad().reset();
   }
 }
@@ -200,8 +204,8 @@ void FsdpStrategy::after_optimizer_step(wanfw::Model& model, const wanfw::Optimi
     const auto& s = static_cast<const torch::optim::AdamWParamState&>(*slot);
     state += s.exp_avg().nbytes() + s.exp_avg_sq().nbytes();
   }
-  wanfw::log::info("fsdp: rank ", rank(), " holds ", shards + module, " bytes of parameters (the model has ", model_bytes_,
-                   "), ", gradients, " bytes of gradients and ", state, " bytes of optimizer state");
+  wanfw::log::info("fsdp: rank ", rank(), " holds ", shards + module, " bytes of parameters (the model has ",
+                   model_bytes_, "), ", gradients, " bytes of gradients and ", state, " bytes of optimizer state");
 }
 
 void FsdpStrategy::begin_evaluation(wanfw::Model& model) {

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "sharded_unit.hpp"
-#include "unit_runner.hpp"
+#include "gathering_unit_runner.hpp"
+#include "unit_shards.hpp"
 #include "wanfw/distributed.hpp"
 #include "wanfw/sequence_parallel.hpp"
 #include "wanfw/strategy.hpp"
@@ -66,7 +66,7 @@ class FsdpStrategy final : public wanfw::Strategy {
   /// The model's units and the rest, each cut into flat shards by optimizer group and dtype.
   void build_units(wanfw::Model& model);
   /// The flat shards of `unit`'s parameters (module order), keyed by group (or frozen) and dtype.
-  void cut_unit(ShardedUnit& unit, const std::vector<std::pair<std::string, at::Tensor>>& parameters);
+  void cut_unit(UnitShards& unit, const std::vector<std::pair<std::string, at::Tensor>>& parameters);
   /// A step of training phase `phase` follows: only the flats of its groups reduce gradients.
   void select_phase(int phase);
   /// After backward: the parameters in no unit have full gradients; each rank keeps its piece.
@@ -77,16 +77,16 @@ class FsdpStrategy final : public wanfw::Strategy {
   FsdpSettings settings_;
   std::unique_ptr<wanfw::DistributedSession> session_;
   wanfw::SequenceGroups sequence_;  ///< sequence parallelism: the ranks sharing each sample
-  std::vector<ShardedUnit> units_;
-  ShardedUnit rest_;
-  std::unique_ptr<UnitRunner> runner_;
+  std::vector<UnitShards> units_;
+  UnitShards rest_;
+  std::unique_ptr<GatheringUnitRunner> runner_;
   std::vector<wanfw::ParameterGroup> model_groups_;
-  std::map<const void*, int> group_of_;      ///< parameter -> its group's index (trainable ones)
-  std::vector<std::set<int>> phase_groups_;  ///< per training phase, its groups' indices (none: no phases)
-  int phase_ = -1;                           ///< the phase the flats reduce for (-1: none chosen yet)
-  std::map<const void*, Place> place_of_;    ///< parameter -> where it lives
+  std::map<const void*, int> group_of_;         ///< parameter -> its group's index (trainable ones)
+  std::vector<std::set<int>> phase_groups_;     ///< per training phase, its groups' indices (none: no phases)
+  int phase_ = -1;                              ///< the phase the flats reduce for (-1: none chosen yet)
+  std::map<const void*, Place> place_of_;       ///< parameter -> where it lives
   std::map<const FlatShard*, int> flat_group_;  ///< trainable flat -> its group's index
-  std::int64_t model_bytes_ = 0;  ///< every parameter's bytes, whole (padding excluded)
+  std::int64_t model_bytes_ = 0;                ///< every parameter's bytes, whole (padding excluded)
 };
 
 }  // namespace wanfw_fsdp

@@ -1,8 +1,8 @@
 // Strategy `fsdp`: fully sharded data parallel (ZeRO-3) on c10d — Gloo on CPUs, NCCL on GPUs;
-// started by torchrun or srun like ddp. src/fsdp_strategy.hpp says how it works.
+// started by torchrun or srun like ddp. fsdp_strategy.hpp says how it works.
 
-#include "fsdp_strategy.hpp"
 #include "wanfw/plugin.hpp"
+#include "fsdp_strategy.hpp"
 #include "wanfw/process_group_options.hpp"
 
 namespace {
@@ -37,13 +37,19 @@ wanfw::PluginDescriptor describe() {
   d.options = wanfw::process_group_schema();
   d.options.insert(
       d.options.end(),
-      {option("param_dtype", T::Choice).value("auto").choices({"auto", "float32", "bfloat16", "float16"}).doc(
-           "dtype parameters are gathered and computed in: auto follows precision (bf16 autocast gathers bfloat16; "
-           "fp32 gathers each parameter in its own dtype). Master weights stay in the parameters' dtype."),
-       option("reduce_dtype", T::Choice).value("float32").choices({"float32", "bfloat16"}).doc(
-           "dtype gradients are reduce-scattered in (the mean over ranks)."),
-       option("prefetch", T::Boolean).value("true").doc(
-           "Start gathering the next unit's parameters while the current one computes (forward and backward).")});
+      {option("param_dtype", T::Choice)
+           .value("auto")
+           .choices({"auto", "float32", "bfloat16", "float16"})
+           .doc(
+               "dtype parameters are gathered and computed in: auto follows precision (bf16 autocast gathers bfloat16; "
+               "fp32 gathers each parameter in its own dtype). Master weights stay in the parameters' dtype."),
+       option("reduce_dtype", T::Choice)
+           .value("float32")
+           .choices({"float32", "bfloat16"})
+           .doc("dtype gradients are reduce-scattered in (the mean over ranks)."),
+       option("prefetch", T::Boolean)
+           .value("true")
+           .doc("Start gathering the next unit's parameters while the current one computes (forward and backward).")});
   d.make_strategy = make_strategy;
   return d;
 }

@@ -1,7 +1,6 @@
 // Strategy `single`: the whole model on one device (the CPU or one CUDA device).
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 #include <torch/cuda.h>
 
 #include "wanfw/error.hpp"

@@ -13,6 +13,7 @@
 
 #include <torch/types.h>
 
+#include "wan/task.hpp"
 #include "wan/wan_config.hpp"
 #include "wanfw/data.hpp"
 
@@ -25,7 +26,7 @@ struct TimestepSampling {
   double shift = 5.0;              ///< k of `shift`
   double logit_mean = 0.0, logit_std = 1.0;
   double min_sigma = 0.0, max_sigma = 1.0;  ///< the range uniform/logit_normal/shift map into
-  std::vector<double> fixed;                 ///< `fixed`: the levels, equally likely
+  std::vector<double> fixed;                ///< `fixed`: the levels, equally likely
 };
 
 /// Each sample's s: [B] float32 on the batch's device.
@@ -41,20 +42,28 @@ std::vector<double> sampling_schedule(std::int64_t steps, double shift);
 /// latents with frames after the first. A single-frame ti2v sample (an image, as the mixed image
 /// and video buckets of a TI2V-5B data set hold) has nothing after its condition: it is trained
 /// and sampled from the text alone, as t2v does, with every token noised and predicted.
-bool keeps_first_frame(const std::string& task, const torch::Tensor& latents);
+bool keeps_first_frame(Task task, const torch::Tensor& latents);
 
 /// `noised` [B, C, F, H, W] with its first frame taken from `clean` (its first frame, or an image
 /// [B, C, 1, H, W]) where keeps_first_frame; `noised` itself otherwise.
-torch::Tensor with_kept_first_frame(const std::string& task, const torch::Tensor& clean, const torch::Tensor& noised);
+torch::Tensor with_kept_first_frame(Task task, const torch::Tensor& clean, const torch::Tensor& noised);
 
 /// The frames a model predicts of a per-element `error` [B, C, F, ...]: all but a kept first frame.
-torch::Tensor predicted_frames(const std::string& task, const torch::Tensor& error);
+torch::Tensor predicted_frames(Task task, const torch::Tensor& error);
+
+/// The per-sample mean [B] of a per-element `error` [B, C, F, ...] over the predicted frames.
+torch::Tensor predicted_mean(Task task, const torch::Tensor& error);
+
+/// `x` [B, C, F, H, W] noised to each sample's level `sigma` [B], (1 - s) x + s noise, with the
+/// first frame of `clean` kept where keeps_first_frame (with_kept_first_frame).
+torch::Tensor noised_to(Task task, const torch::Tensor& x, const torch::Tensor& sigma, const torch::Tensor& noise,
+                        const torch::Tensor& clean);
 
 /// The timesteps the DiT gets for levels `sigma` [B] on `latents` [B, C, F, H, W]: 1000 s per
 /// sample, or where the first frame is kept (keeps_first_frame) per token with its tokens at 0:
 /// [B] or [B, tokens].
 torch::Tensor task_timesteps(const torch::Tensor& sigma, const torch::Tensor& latents, const WanConfig& config,
-                             const std::string& task);
+                             Task task);
 
 /// The I2V conditioning `y` [B, 4 + C, F, H, W]: a 4-channel mask that is 1 on the first latent
 /// frame (the official pipeline's mask of the first pixel frame, repeated 4 times and folded by
@@ -67,14 +76,14 @@ const torch::Tensor& checked_condition(const torch::Tensor& image_condition, con
                                        const char* what);
 
 /// Throws wanfw::Error naming `what` when `latents` cannot be cut into the DiT's patches.
-void check_latents(const WanConfig& config, const std::string& task, const torch::Tensor& latents, const char* what);
+void check_latents(const WanConfig& config, Task task, const torch::Tensor& latents, const char* what);
 
 /// The fields a Wan model of `task` reads: latents [out_dim, frames, height, width], context
 /// [tokens <= text_len, text_dim], and for i2v image_condition (the latents' shape).
-std::vector<wanfw::FieldSpec> task_fields(const WanConfig& config, const std::string& task);
+std::vector<wanfw::FieldSpec> task_fields(const WanConfig& config, Task task);
 
 /// in_dim the task needs: out_dim, or for i2v out_dim x 2 + 4 mask channels.
-std::int64_t task_in_dim(const WanConfig& config, const std::string& task);
+std::int64_t task_in_dim(const WanConfig& config, Task task);
 
 /// How `wanfw sample` and the validation preview draw: the options sample_steps, preview_steps,
 /// sample_guidance, sample_shift and sample_size of the Wan model plugins (wan_options.hpp).
@@ -94,9 +103,12 @@ struct SamplerSettings {
 struct SampleInputs {
   torch::Tensor context, negative, noise, image, y;
 };
-SampleInputs sample_inputs(const std::map<std::string, at::Tensor>& inputs, const WanConfig& config,
-                           const std::string& task, const std::optional<wanfw::Bucket>& sample_size,
-                           std::uint64_t seed, const torch::Device& device);
+SampleInputs sample_inputs(const std::map<std::string, at::Tensor>& inputs, const WanConfig& config, Task task,
+                           const std::optional<wanfw::Bucket>& sample_size, std::uint64_t seed,
+                           const torch::Device& device);
+
+/// Classifier-free guidance in the official Wan form, v_u + scale (v_c - v_u); scale 1 is v_c.
+torch::Tensor guided_velocity(const torch::Tensor& conditional, const torch::Tensor& unconditional, double scale);
 
 /// The velocity of a network at (x, t, context) for levels sigma [B] (routing experts).
 using Velocity = std::function<torch::Tensor(const torch::Tensor& x, const torch::Tensor& t,
@@ -109,8 +121,8 @@ using Velocity = std::function<torch::Tensor(const torch::Tensor& x, const torch
 /// noises it afresh to the next level, x = (1 - s_{i+1}) x0 + s_{i+1} eps_i, eps_i drawn on the CPU
 /// from renoise_generator(seed, i).
 std::map<std::string, at::Tensor> euler_sample(const Velocity& velocity, const SampleInputs& given,
-                                               const WanConfig& config, const std::string& task, std::int64_t steps,
-                                               double shift, double guidance, const std::string& solver = "euler",
+                                               const WanConfig& config, Task task, std::int64_t steps, double shift,
+                                               double guidance, const std::string& solver = "euler",
                                                std::uint64_t seed = 0);
 
 /// The noise of step `step` of a renoise sampler started from `seed`.
@@ -123,7 +135,7 @@ std::map<std::string, at::Tensor> per_timestep(const std::vector<double>& timest
 
 /// The inputs of a preview sample from a validation batch's first sample (its shape, its text,
 /// its first frame for ti2v, its image_condition for i2v).
-std::map<std::string, at::Tensor> preview_inputs(const wanfw::Batch& batch, const std::string& task);
+std::map<std::string, at::Tensor> preview_inputs(const wanfw::Batch& batch, Task task);
 
 /// A latent video [C, F, H, W] as one image [H, F*W, 3] uint8: channels 0-2 (or the only one) as
 /// false-colour RGB, each stretched to its range, frames side by side, ~128 pixels high.

@@ -48,4 +48,7 @@ const std::vector<std::string>& wan_preset_names();
 /// 4999787712 -> "4,999,787,712" (parameter counts in messages).
 std::string with_thousands(std::int64_t n);
 
+/// The bytes of one value of a weights' `dtype` option: 2 for "bfloat16", 4 for "float32".
+double bytes_per_value(const std::string& dtype);
+
 }  // namespace wan

@@ -7,7 +7,7 @@
 #include <torch/torch.h>
 
 #include "distill_inputs.hpp"
-#include "dmd_model.hpp"
+#include "dmd/dmd_model.hpp"
 #include "negative_context.hpp"
 #include "wan/lora.hpp"
 #include "wanfw/error.hpp"
@@ -33,9 +33,9 @@ DmdModel::Conditions DmdModel::conditions(const wanfw::Batch& batch, const torch
   Conditions c;
   c.context = batch.at("context");
   if (dmd_.real_guidance != 1.0) c.negative = batch_negative(common_.negative, c.context);
-  if (common_.task == "i2v")
+  if (common_.task == wan::Task::I2V)
     c.y = wan::i2v_condition(wan::checked_condition(batch.at("image_condition"), noise, "distillation"));
-  if (common_.inputs == "data") {
+  if (common_.inputs == Inputs::Data) {
     c.x0 = batch.at("latents").to(torch::kFloat32);
     wan::check_latents(modules_->generator->config(), common_.task, c.x0, "distillation");
   } else {
@@ -46,12 +46,7 @@ DmdModel::Conditions DmdModel::conditions(const wanfw::Batch& batch, const torch
 
 torch::Tensor DmdModel::renoised(const torch::Tensor& x, const torch::Tensor& sigma, const torch::Tensor& noise,
                                  const Conditions& c) const {
-  const torch::Tensor out = (1 - at_level(sigma)) * x + at_level(sigma) * noise;
-  return wan::with_kept_first_frame(common_.task, c.x0, out);
-}
-
-torch::Tensor DmdModel::per_sample(torch::Tensor error) const {
-  return wan::predicted_frames(common_.task, error).flatten(1).mean(1);
+  return wan::noised_to(common_.task, x, sigma, noise, c.x0);
 }
 
 torch::Tensor DmdModel::generator_velocity(const torch::Tensor& x, const torch::Tensor& sigma, const Conditions& c) {
@@ -74,7 +69,7 @@ torch::Tensor DmdModel::real_velocity(const torch::Tensor& x, const torch::Tenso
   const torch::Tensor conditional = modules_->generator->forward(x, t, c.context, c.y).to(torch::kFloat32);
   if (dmd_.real_guidance == 1.0) return conditional;
   const torch::Tensor unconditional = modules_->generator->forward(x, t, c.negative, c.y).to(torch::kFloat32);
-  return unconditional + dmd_.real_guidance * (conditional - unconditional);
+  return wan::guided_velocity(conditional, unconditional, dmd_.real_guidance);
 }
 
 torch::Tensor DmdModel::score_levels(const wanfw::Batch& batch, const char* stream) const {
@@ -96,7 +91,7 @@ DmdModel::GeneratorInput DmdModel::generator_input(const wanfw::Batch& batch, co
   const torch::Tensor table = torch::tensor(levels, torch::kFloat64).to(noise.device());
   GeneratorInput in;
   in.sigma = table.index_select(0, k).to(torch::kFloat32);
-  if (common_.inputs == "data") {  // the data noised to each sample's level
+  if (common_.inputs == Inputs::Data) {  // the data noised to each sample's level
     in.x = renoised(c.x0, in.sigma, noise, c);
     return in;
   }
@@ -109,8 +104,9 @@ DmdModel::GeneratorInput DmdModel::generator_input(const wanfw::Batch& batch, co
     const torch::Tensor from = torch::full({noise.size(0)}, levels[static_cast<std::size_t>(i)], noise.options());
     const torch::Tensor to = torch::full_like(from, levels[static_cast<std::size_t>(i + 1)]);
     const torch::Tensor x0 = x - at_level(from) * generator_velocity(x, from, c);
-    const torch::Tensor next = renoised(x0, to, wanfw::sample_randn(batch, fmt::format("rollout_noise/{}", i),
-                                                                    noise.sizes().slice(1), torch::kFloat32), c);
+    const torch::Tensor next = renoised(
+        x0, to, wanfw::sample_randn(batch, fmt::format("rollout_noise/{}", i), noise.sizes().slice(1), torch::kFloat32),
+        c);
     x = torch::where((k > i).view({-1, 1, 1, 1, 1}), next, x);  // samples at their level stay
   }
   in.x = x;
@@ -121,17 +117,17 @@ wanfw::StepOutput DmdModel::training_step(const wanfw::Batch& batch) {
   std::optional<FrozenTeacher::Use> use;
   if (teacher_) use.emplace(*teacher_);
   const wan::DropoutSamplesScope dropout({modules_->generator}, batch);
-  return phase_ == 0 ? generator_step(batch) : critic_step(batch);
+  return phase_ == Phase::Generator ? generator_step(batch) : critic_step(batch);
 }
 
 DmdModel::DmdGradient DmdModel::dmd_gradient(const torch::Tensor& x, const torch::Tensor& sigma,
-                                              const torch::Tensor& noise, const Conditions& c) {
+                                             const torch::Tensor& noise, const Conditions& c) {
   torch::NoGradGuard no_grad;
   const torch::Tensor xt = renoised(x, sigma, noise, c);
   const torch::Tensor x0_fake = xt - at_level(sigma) * critic_velocity(xt, sigma, c);
   const torch::Tensor x0_real = xt - at_level(sigma) * real_velocity(xt, sigma, c);
   DmdGradient out;
-  out.normalizer = per_sample((x - x0_real).abs());
+  out.normalizer = wan::predicted_mean(common_.task, (x - x0_real).abs());
   out.gradient = torch::nan_to_num((x0_fake - x0_real) / at_level(out.normalizer), 0.0, 0.0, 0.0);
   return out;
 }
@@ -149,14 +145,15 @@ wanfw::StepOutput DmdModel::generator_step(const wanfw::Batch& batch) {
   torch::Tensor v_real_in;
   if (dmd_.regression_weight > 0) v_real_in = real_velocity(in.x, in.sigma, c);
   // d/dx of 0.5 mean (x - stopgrad(x - g))^2 is g / (elements): the DMD gradient.
-  const torch::Tensor dmd = 0.5 * per_sample((x - (x - gradient).detach()).pow(2));
+  const torch::Tensor dmd = 0.5 * wan::predicted_mean(common_.task, (x - (x - gradient).detach()).pow(2));
   torch::Tensor loss = dmd.mean();
-  std::map<std::string, at::Tensor> metrics = {{"dmd_loss", dmd.mean().detach()},
-                                               {"dmd_gradient", per_sample(gradient.abs()).mean()},
-                                               {"dmd_normalizer", normalizer.mean()},
-                                               {"generator_level", in.sigma.mean().detach()}};
+  std::map<std::string, at::Tensor> metrics = {
+      {"dmd_loss", dmd.mean().detach()},
+      {"dmd_gradient", wan::predicted_mean(common_.task, gradient.abs()).mean()},
+      {"dmd_normalizer", normalizer.mean()},
+      {"generator_level", in.sigma.mean().detach()}};
   if (v_real_in.defined()) {
-    const torch::Tensor regression = per_sample((v - v_real_in).pow(2)).mean();
+    const torch::Tensor regression = wan::predicted_mean(common_.task, (v - v_real_in).pow(2)).mean();
     loss = loss + dmd_.regression_weight * regression;
     metrics["regression_loss"] = regression.detach();
   }
@@ -175,7 +172,7 @@ wanfw::StepOutput DmdModel::critic_step(const wanfw::Batch& batch) {
   const torch::Tensor sigma = score_levels(batch, "critic_level");
   const torch::Tensor eps = wanfw::sample_randn(batch, "critic_noise", noise.sizes().slice(1));
   const torch::Tensor v = critic_velocity(renoised(x, sigma, eps, c), sigma, c);
-  const torch::Tensor loss = per_sample((v - (eps - x)).pow(2)).mean();
+  const torch::Tensor loss = wan::predicted_mean(common_.task, (v - (eps - x)).pow(2)).mean();
   return {loss, {{"critic_loss", loss.detach()}}};
 }
 
@@ -202,7 +199,7 @@ std::map<std::string, at::Tensor> DmdModel::predict(const std::map<std::string, 
   std::map<std::string, at::Tensor> out = {{"v", generator_velocity(x, sigma, c).cpu()},
                                            {"critic_v", critic_velocity(x, sigma, c).cpu()},
                                            {"teacher_v", real_velocity(x, sigma, c).cpu()}};
-  if (in.noise.defined()) {  // x as G's sample, re-noised to t
+  if (in.noise.defined()) {                                 // x as G's sample, re-noised to t
     if (wan::keeps_first_frame(common_.task, x)) c.x0 = x;  // its first frame stays clean
     const DmdGradient g = dmd_gradient(x.to(torch::kFloat32), sigma, in.noise.to(torch::kFloat32), c);
     out["dmd_gradient"] = g.gradient.cpu();

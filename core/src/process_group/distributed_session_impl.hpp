@@ -1,6 +1,6 @@
 #pragma once
 // Internal: what a DistributedSession holds (distributed_session.cpp sets it up,
-// distributed_collectives.cpp runs the collectives on it).
+// distributed_session_collectives.cpp, _sharded.cpp and _groups.cpp use it).
 
 #include <memory>
 #include <string>
@@ -8,7 +8,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
-#include "distributed/rank_heartbeat.hpp"
+#include "process_group/rank_heartbeat.hpp"
 #include "wanfw/distributed.hpp"
 
 namespace wanfw {

@@ -1,4 +1,4 @@
-#include "distributed/rank_heartbeat.hpp"
+#include "process_group/rank_heartbeat.hpp"
 
 #include <chrono>
 

@@ -1,11 +1,12 @@
 // The DMD model's plumbing: its modules, groups and phases, checkpoints, replicas, sampling and
 // export. The objective is in dmd_objective.cpp.
-#include "dmd_model.hpp"
+#include "dmd/dmd_model.hpp"
 
 #include <fmt/format.h>
 #include <torch/torch.h>
 
 #include "distill_inputs.hpp"
+#include "replicas.hpp"
 #include "wan/dit_export.hpp"
 #include "wan/lora.hpp"
 #include "wanfw/error.hpp"
@@ -28,13 +29,6 @@ std::vector<std::pair<std::string, at::Tensor>> trained_of(const wan::WanDiT& di
   return out;
 }
 
-wan::WanDiT cloned(const wan::WanDiT& dit, const c10::Device& device) {
-  wan::WanDiT copy(std::dynamic_pointer_cast<wan::WanDiTImpl>(dit->clone(device)));
-  if (!wan::adapter_parameters(*copy).empty() || !wan::second_adapter_parameters(*copy).empty())
-    wan::refresh_adapters(*copy);
-  return copy;
-}
-
 }  // namespace
 
 DmdModulesImpl::DmdModulesImpl(wan::WanDiT generator_dit, wan::WanDiT critic_dit) {
@@ -50,12 +44,9 @@ DmdModel::DmdModel(wan::WanDiT generator, wan::WanDiT critic, std::shared_ptr<Fr
       dmd_(std::move(dmd)) {}
 
 DmdModel::DmdModel(const DmdModel& other, const c10::Device& device)
-    : modules_(cloned(other.modules_->generator, device),
-               other.modules_->critic ? cloned(other.modules_->critic, device) : wan::WanDiT(nullptr)),
-      // A teacher beside the generator goes along to the replica's device; one placed apart on
-      // purpose serves every replica, one call at a time.
-      teacher_(other.teacher_ && other.teacher_->placement().device == other.device() ? other.teacher_->on(device)
-                                                                                      : other.teacher_),
+    : modules_(replica_dit(other.modules_->generator, device),
+               other.modules_->critic ? replica_dit(other.modules_->critic, device) : wan::WanDiT(nullptr)),
+      teacher_(replica_teacher(other.teacher_, other.device(), device)),
       common_(other.common_),
       dmd_(other.dmd_) {}
 
@@ -88,8 +79,13 @@ std::vector<wanfw::ParameterGroup> DmdModel::parameter_groups() {
 }
 
 std::vector<wanfw::TrainingPhase> DmdModel::phases() {
-  return {{"generator", {"generator"}, 1}, {"critic", {"critic"}, dmd_.critic_updates}};
+  std::vector<wanfw::TrainingPhase> out;
+  for (const auto& [phase, name] : kPhases)  // each phase trains its own group, named alike
+    out.push_back({name, {name}, phase == Phase::Critic ? dmd_.critic_updates : 1});
+  return out;
 }
+
+void DmdModel::set_phase(int phase) { phase_ = kPhases.at(static_cast<std::size_t>(phase)).first; }
 
 std::vector<std::pair<std::string, at::Tensor>> DmdModel::checkpoint_tensors() {
   std::vector<std::pair<std::string, at::Tensor>> out;
@@ -123,7 +119,8 @@ void DmdModel::set_unit_runner(wanfw::UnitRunner* runner) {
 std::vector<wanfw::FieldSpec> DmdModel::batch_fields() const {
   // Data-free: G's own steps make its inputs.
   const auto& c = modules_->generator->config();
-  return distill_fields(c, common_.task, teacher_ ? teacher_->config().text_len : c.text_len, common_.inputs == "data");
+  return distill_fields(c, common_.task, teacher_ ? teacher_->config().text_len : c.text_len,
+                        common_.inputs == Inputs::Data);
 }
 
 std::map<std::string, at::Tensor> DmdModel::sample(const std::map<std::string, at::Tensor>& inputs,

@@ -15,13 +15,14 @@
 // generator's DiT carries the critic's adapters as its second set, and the base with no adapters
 // is the real score: one copy of the frozen weights serves all three.
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "distill_model.hpp"
-#include "dmd_settings.hpp"
+#include "distill_settings.hpp"
+#include "dmd/dmd_settings.hpp"
 #include "frozen_teacher.hpp"
 
 namespace wan_distill {
@@ -49,7 +50,8 @@ class DmdModel final : public wanfw::Model {
   std::vector<wanfw::ParameterGroup> parameter_groups() override;
   /// "generator" one step, then "critic" critic_updates steps.
   std::vector<wanfw::TrainingPhase> phases() override;
-  void set_phase(int phase) override { phase_ = phase; }
+  /// The phase at `phase`'s place in phases(), kept by what it is: the step branches on it by name.
+  void set_phase(int phase) override;
   /// The trained tensors: a DiT with adapters contributes its adapters alone (its base is rebuilt
   /// from the teacher), one without every parameter and buffer.
   std::vector<std::pair<std::string, at::Tensor>> checkpoint_tensors() override;
@@ -88,11 +90,9 @@ class DmdModel final : public wanfw::Model {
   torch::Tensor real_velocity(const torch::Tensor& x, const torch::Tensor& sigma, const Conditions& c);
   /// Per-sample levels in the score range, from `stream`.
   torch::Tensor score_levels(const wanfw::Batch& batch, const char* stream) const;
-  /// x re-noised to `sigma` with `noise` (ti2v keeps the clean first frame).
+  /// x re-noised to `sigma` with `noise` (ti2v keeps the data's clean first frame).
   torch::Tensor renoised(const torch::Tensor& x, const torch::Tensor& sigma, const torch::Tensor& noise,
                          const Conditions& c) const;
-  /// Per-sample means [B] of `error` (ti2v: without the clean first frame).
-  torch::Tensor per_sample(torch::Tensor error) const;
   /// The normalised DMD gradient at G's sample `x` re-noised to `sigma` with `noise`, and the
   /// per-sample normaliser mean |x - x0_real| [B]; without autograd.
   struct DmdGradient {
@@ -107,11 +107,17 @@ class DmdModel final : public wanfw::Model {
   torch::Device device() const;
   bool shared() const { return !modules_->critic; }
 
+  enum class Phase { Generator, Critic };
+  /// The phases in cycle order, named: phases() and set_phase read this one table, so reordering
+  /// it reorders the cycle and never swaps the losses.
+  static constexpr std::array<std::pair<Phase, const char*>, 2> kPhases{
+      {{Phase::Generator, "generator"}, {Phase::Critic, "critic"}}};
+
   DmdModules modules_{nullptr};
   std::shared_ptr<FrozenTeacher> teacher_;
   DistillSettings common_;
   DmdSettings dmd_;
-  int phase_ = 0;
+  Phase phase_ = Phase::Generator;
 };
 
 }  // namespace wan_distill

@@ -1,4 +1,4 @@
-// The collectives a DistributedSession offers strategies: all-reduce (tensors packed into flat
+// DistributedSession's collectives for strategies: all-reduce (tensors packed into flat
 // messages, or plain numbers), broadcast, barrier; each guarded so that a failure names the
 // lost ranks.
 
@@ -8,7 +8,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
-#include "distributed/distributed_session_impl.hpp"
+#include "process_group/distributed_session_impl.hpp"
 
 namespace wanfw {
 

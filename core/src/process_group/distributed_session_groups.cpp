@@ -1,10 +1,10 @@
-// A job's ranks split into groups (sequence-parallel groups inside, data parallel across them),
-// each group a process group over the job's store under a prefix of its own.
+// DistributedSession::split: a job's ranks in groups (sequence-parallel groups inside, data
+// parallel across them), each group a process group over the job's store under its own prefix.
 
 #include <fmt/format.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
-#include "distributed/distributed_session_impl.hpp"
+#include "process_group/distributed_session_impl.hpp"
 #include "wanfw/error.hpp"
 
 namespace wanfw {

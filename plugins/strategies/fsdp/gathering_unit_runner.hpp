@@ -7,7 +7,7 @@
 #include <optional>
 #include <vector>
 
-#include "sharded_unit.hpp"
+#include "unit_shards.hpp"
 #include "wanfw/sharded_units.hpp"
 
 namespace wanfw_fsdp {
@@ -19,9 +19,9 @@ struct RunnerSettings {
   bool prefetch = true;
 };
 
-class UnitRunner final : public wanfw::UnitRunner {
+class GatheringUnitRunner final : public wanfw::UnitRunner {
  public:
-  UnitRunner(std::vector<ShardedUnit>& units, RunnerSettings settings) : units_(units), settings_(settings) {}
+  GatheringUnitRunner(std::vector<UnitShards>& units, RunnerSettings settings) : units_(units), settings_(settings) {}
 
   /// A micro-batch starts.
   void begin_micro_step() { calls_.clear(); }
@@ -33,16 +33,16 @@ class UnitRunner final : public wanfw::UnitRunner {
 
   std::vector<at::Tensor> run(std::size_t unit, const std::vector<at::Tensor>& inputs, const Body& body) override;
 
-  // For the unit's autograd function (unit_runner.cpp).
+  // For the unit's autograd function (gathering_unit_runner.cpp).
   /// Gathers the unit of call `call` and starts the gather of the call before it.
   void gather_for_backward(std::size_t call);
   /// Releases the unit of call `call` unless the call before it (the next backward) runs it too.
   void release_after_backward(std::size_t call);
-  ShardedUnit& unit_of_call(std::size_t call) { return units_.at(calls_.at(call)); }
+  UnitShards& unit_of_call(std::size_t call) { return units_.at(calls_.at(call)); }
   at::ScalarType reduce_dtype() const { return settings_.reduce; }
 
  private:
-  std::vector<ShardedUnit>& units_;
+  std::vector<UnitShards>& units_;
   RunnerSettings settings_;
   bool held_ = false;
   std::vector<std::size_t> calls_;  ///< the units run in this micro-batch, in order

@@ -13,7 +13,7 @@ namespace wan_distill {
 
 struct DmdSettings {
   std::int64_t generator_steps = 4;  ///< the generator samples in this many steps ...
-  double generator_shift = 5.0;      ///< ... at the levels of the shifted schedule (sample_shift)
+  double generator_shift = 5.0;      ///< ... at the levels of the schedule shifted by this
   double real_guidance = 4.5;        ///< the real score's v_u + g (v_c - v_u) (the official Wan form)
   int critic_updates = 5;            ///< critic optimizer steps per generator step (TTUR)
   double critic_lr_scale = 1.0;      ///< the critic's learning rate: optimizer.lr x this
@@ -25,7 +25,7 @@ struct DmdSettings {
   /// the real score with both adapter sets off.
   bool shared_base = false;
 
-  /// The generator's levels s_0 = 1 > s_1 > ... > s_{N-1}: sampling_schedule(N, shift) without its final 0.
+  /// The generator's levels s_0 = 1 > s_1 > ... > s_{N-1}: sampling_schedule(N, generator_shift) without its final 0.
   std::vector<double> levels() const {
     std::vector<double> s = wan::sampling_schedule(generator_steps, generator_shift);
     s.pop_back();

@@ -11,7 +11,7 @@
 
 namespace wanfw_fsdp {
 
-struct ShardedUnit {
+struct UnitShards {
   std::string name;
   std::vector<std::unique_ptr<FlatShard>> flats;
 

@@ -1,4 +1,4 @@
-#include "unit_runner.hpp"
+#include "gathering_unit_runner.hpp"
 
 #include <fmt/format.h>
 #include <torch/autograd.h>
@@ -17,8 +17,8 @@ using torch::autograd::variable_list;
 /// unit's graph differentiated with respect to the inputs and the parameters, the parameters'
 /// gradients reduce-scattered into gradients of the unit's shards (the node's other inputs).
 struct UnitCall : torch::autograd::Function<UnitCall> {
-  static variable_list forward(AutogradContext* ctx, at::TensorList inputs, at::TensorList shards, UnitRunner* runner,
-                               std::int64_t call, const wanfw::UnitRunner::Body* body) {
+  static variable_list forward(AutogradContext* ctx, at::TensorList inputs, at::TensorList shards,
+                               GatheringUnitRunner* runner, std::int64_t call, const wanfw::UnitRunner::Body* body) {
     std::vector<at::Tensor> inner;
     for (const at::Tensor& input : inputs) inner.push_back(input.detach().requires_grad_(input.requires_grad()));
     std::vector<at::Tensor> outputs;
@@ -37,13 +37,13 @@ struct UnitCall : torch::autograd::Function<UnitCall> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
-    auto* runner = reinterpret_cast<UnitRunner*>(ctx->saved_data["runner"].toInt());
+    auto* runner = reinterpret_cast<GatheringUnitRunner*>(ctx->saved_data["runner"].toInt());
     const auto call = static_cast<std::size_t>(ctx->saved_data["call"].toInt());
     const std::vector<at::Tensor> inputs = ctx->saved_data["inputs"].toTensorVector();
     const std::vector<at::Tensor> outputs = ctx->saved_data["outputs"].toTensorVector();
     const auto shard_count = static_cast<std::size_t>(ctx->saved_data["shards"].toInt());
     runner->gather_for_backward(call);
-    ShardedUnit& unit = runner->unit_of_call(call);
+    UnitShards& unit = runner->unit_of_call(call);
     const std::vector<at::Tensor> parameters = unit.trainable_parameters();
 
     std::vector<at::Tensor> roots, root_grads, wrt;
@@ -72,7 +72,7 @@ struct UnitCall : torch::autograd::Function<UnitCall> {
       const std::vector<at::Tensor> flat_grads(grads.begin() + static_cast<std::ptrdiff_t>(next),
                                                grads.begin() + static_cast<std::ptrdiff_t>(next + count));
       const std::size_t slot = inputs.size() + shard++;
-      if (flat->reduced()) result[slot] = flat->reduce_gradient(flat_grads, runner->reduce_dtype());
+      if (flat->reduces_gradients()) result[slot] = flat->reduce_gradient(flat_grads, runner->reduce_dtype());
       next += count;
     }
     return result;
@@ -81,12 +81,13 @@ struct UnitCall : torch::autograd::Function<UnitCall> {
 
 }  // namespace
 
-void UnitRunner::end_micro_step() {
+void GatheringUnitRunner::end_micro_step() {
   for (auto& unit : units_) unit.release();
   calls_.clear();
 }
 
-std::vector<at::Tensor> UnitRunner::run(std::size_t index, const std::vector<at::Tensor>& inputs, const Body& body) {
+std::vector<at::Tensor> GatheringUnitRunner::run(std::size_t index, const std::vector<at::Tensor>& inputs,
+                                                 const Body& body) {
   if (index >= units_.size())
     throw wanfw::Error(fmt::format("fsdp: the model ran unit {}, but declared {} units", index, units_.size()),
                        "the model plugin's shard_units() must list every unit it runs");
@@ -95,7 +96,7 @@ std::vector<at::Tensor> UnitRunner::run(std::size_t index, const std::vector<at:
       throw wanfw::Error(fmt::format("fsdp: unit '{}' was given an undefined input {}", units_[index].name, i),
                          "pass only defined tensors to wanfw::run_unit; capture optional ones in the body");
   if (held_) return body(inputs);
-  ShardedUnit& unit = units_[index];
+  UnitShards& unit = units_[index];
   unit.gather(settings_.compute);
   // The next unit's parameters travel while this one computes.
   if (settings_.prefetch && index + 1 < units_.size()) units_[index + 1].start_gather(settings_.compute);
@@ -115,12 +116,12 @@ std::vector<at::Tensor> UnitRunner::run(std::size_t index, const std::vector<at:
   return outputs;
 }
 
-void UnitRunner::gather_for_backward(std::size_t call) {
+void GatheringUnitRunner::gather_for_backward(std::size_t call) {
   unit_of_call(call).gather(settings_.compute);
   if (settings_.prefetch && call > 0) unit_of_call(call - 1).start_gather(settings_.compute);
 }
 
-void UnitRunner::release_after_backward(std::size_t call) {
+void GatheringUnitRunner::release_after_backward(std::size_t call) {
   if (call > 0 && calls_.at(call - 1) == calls_.at(call)) return;
   unit_of_call(call).release();
 }

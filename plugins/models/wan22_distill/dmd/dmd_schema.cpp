@@ -1,13 +1,9 @@
-#include "dmd_options.hpp"
+#include "dmd/dmd_schema.hpp"
 
-#include <ATen/CPUGeneratorImpl.h>
+#include <algorithm>
+
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
-#include <torch/torch.h>
 
-#include "dmd_model.hpp"
-#include "student_init.hpp"
-#include "wan/lora.hpp"
 #include "wanfw/error.hpp"
 
 namespace wan_distill {
@@ -34,8 +30,12 @@ std::vector<wanfw::OptionSpec> dmd_options() {
                "alternating phases."),
       option("generator_steps", T::Integer)
           .value("4")
-          .doc("dmd: the generator's steps; its levels are the sampler's schedule for this many steps (sample_shift), "
-               "and `wanfw sample` draws in them."),
+          .doc("dmd: the generator's steps: it samples (and `wanfw sample` draws) along the official schedule of "
+               "this many steps, shifted by generator_shift."),
+      option("generator_shift", T::Number)
+          .value("5.0")
+          .doc("dmd: shift k of the generator's levels, k s / (1 + (k-1) s) of the schedule's (as sample_shift "
+               "for a many-step sampler)."),
       option("real_guidance", T::Number)
           .value("4.5")
           .doc("dmd: guidance of the real score, v_u + g (v_c - v_u) (the official Wan form; a scale of the form "
@@ -68,7 +68,7 @@ DmdSettings dmd_settings_from(const wanfw::Options& o, const wan::WanConfig& stu
                               const DistillSettings& common, bool expert_teacher) {
   DmdSettings s;
   s.generator_steps = o.integer("generator_steps");
-  s.generator_shift = common.sampler.shift;
+  s.generator_shift = o.number("generator_shift");
   s.real_guidance = o.number("real_guidance");
   s.critic_updates = static_cast<int>(o.integer("critic_updates_per_generator_update"));
   s.critic_lr_scale = o.number("critic_lr_scale");
@@ -77,8 +77,9 @@ DmdSettings dmd_settings_from(const wanfw::Options& o, const wan::WanConfig& stu
   s.score_shift = o.number("score_shift");
   s.regression_weight = o.number("regression_weight");
   s.shared_base = o.boolean("shared_base");
-  if (o.string("objective") != "dmd") return s;
+  if (common.objective != Objective::Dmd) return s;
   if (s.generator_steps < 1) o.fail("generator_steps", "must be at least 1");
+  if (s.generator_shift <= 0) o.fail("generator_shift", "must be positive");
   if (s.real_guidance <= 0) o.fail("real_guidance", "must be positive (1: the teacher's conditional score)");
   if (s.critic_updates < 1) o.fail("critic_updates_per_generator_update", "must be at least 1");
   if (!(s.critic_lr_scale > 0)) o.fail("critic_lr_scale", "must be positive");
@@ -92,7 +93,7 @@ DmdSettings dmd_settings_from(const wanfw::Options& o, const wan::WanConfig& stu
            "dmd with one expert of a two-expert teacher is not supported: the generator samples every "
            "level, which one expert does not cover",
            "distil a single-DiT teacher (wan2.1-t2v-1.3b, wan2.2-ti2v-5b, wan2.1-t2v-14b), or use objective: velocity");
-  if (common.inputs == "teacher_trajectory")
+  if (common.inputs == Inputs::TeacherTrajectory)
     o.fail("inputs",
            "objective dmd makes its own inputs from the generator's steps: teacher_trajectory is for "
            "objective velocity",
@@ -120,81 +121,6 @@ DmdSettings dmd_settings_from(const wanfw::Options& o, const wan::WanConfig& stu
       o.fail("shared_base", "a shared base is the teacher's weights: student_init must be teacher");
   }
   return s;
-}
-
-std::unique_ptr<wanfw::Model> make_dmd_model(const wanfw::Options& o, wan::WanDiT student,
-                                             std::shared_ptr<FrozenTeacher> teacher, DistillSettings common,
-                                             DmdSettings dmd, const wan::WanPlacement& placement) {
-  const bool checkpointing = o.boolean("gradient_checkpointing");
-  wan::WanDiT critic{nullptr};
-  // The critic's adapters draw their initial values from where the generator's left the default
-  // generator in both arrangements, so a shared base trains exactly what separate copies train.
-  at::CPUGeneratorImpl& generator = *at::check_generator<at::CPUGeneratorImpl>(at::detail::getDefaultCPUGenerator());
-  const c10::intrusive_ptr<c10::TensorImpl> after_generator = generator.get_state();
-  if (dmd.shared_base) {
-    wan::attach_second_adapters(*student, dmd.critic_lora);
-    teacher.reset();  // the base without adapters is the real score: the separate copy goes
-    spdlog::info(
-        "dmd: one frozen base shared by the real score (no adapters), the generator (lora, rank {}) and "
-        "the critic (critic_lora, rank {})",
-        common.lora.rank, dmd.critic_lora.rank);
-  } else {
-    critic = wan::WanDiT(teacher->config(), placement);
-    init_from_teacher(*critic, *teacher->dits().front());
-    generator.set_state(*after_generator);
-    if (dmd.critic_lora.enabled()) wan::attach_adapters(*critic, dmd.critic_lora);
-    critic->set_gradient_checkpointing(checkpointing);
-    spdlog::info("dmd: the critic is a copy of the teacher{}, trained {} optimizer steps per generator step",
-                 dmd.critic_lora.enabled() ? fmt::format(" with adapters of rank {}", dmd.critic_lora.rank)
-                                           : std::string(" (every weight)"),
-                 dmd.critic_updates);
-  }
-  student->set_gradient_checkpointing(checkpointing);
-  std::string levels;
-  for (double s : dmd.levels()) levels += fmt::format("{}{:.4f}", levels.empty() ? "" : ", ", s);
-  spdlog::info("dmd: the generator samples in {} steps at levels {}; real score guidance {}", dmd.generator_steps,
-               levels, dmd.real_guidance);
-  return std::make_unique<DmdModel>(std::move(student), std::move(critic), std::move(teacher), std::move(common),
-                                    std::move(dmd));
-}
-
-std::string dmd_summary(const wanfw::Options& o, const wan::WanConfig& student, const wan::WanConfig& teacher,
-                        const DistillSettings& common, bool expert_teacher) {
-  const DmdSettings dmd = dmd_settings_from(o, student, teacher, common, expert_teacher);
-  return fmt::format("dmd: generator {} steps, critic {} steps per generator step, real guidance {}\n{}",
-                     dmd.generator_steps, dmd.critic_updates, dmd.real_guidance,
-                     dmd_memory(dmd, student, teacher, common.lora, o.string("dtype"), o.string("teacher_dtype")));
-}
-
-std::string dmd_memory(const DmdSettings& dmd, const wan::WanConfig& student, const wan::WanConfig& teacher,
-                       const wan::LoraSettings& generator_lora, const std::string& dtype,
-                       const std::string& teacher_dtype) {
-  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-  const double bytes = dtype == "bfloat16" ? 2 : 4;
-  const double t = static_cast<double>(teacher.parameter_count()), s = static_cast<double>(student.parameter_count());
-  // Trained weights: weight, gradient, two moments in the weights' dtype; adapters in float32.
-  const auto trained = [&](double weights, const wan::WanConfig& config, const wan::LoraSettings& lora) {
-    if (!lora.enabled()) return weights * bytes * 4;
-    return weights * bytes + static_cast<double>(wan::adapter_parameter_count(config, lora)) * 4 * 4;
-  };
-  const double real = t * (teacher_dtype == "bfloat16" ? 2 : 4);
-  const double separate = real + trained(s, student, generator_lora) + trained(t, teacher, dmd.critic_lora);
-  std::string out = fmt::format(
-      "dmd memory before activations: separate networks: teacher {:.2f} GiB + generator {:.2f} GiB + critic {:.2f} "
-      "GiB = {:.2f} GiB{}\n",
-      real / kGiB, trained(s, student, generator_lora) / kGiB, trained(t, teacher, dmd.critic_lora) / kGiB,
-      separate / kGiB, dmd.shared_base ? "" : " (this config)");
-  if (generator_lora.enabled() && dmd.critic_lora.enabled()) {
-    const double adapters = static_cast<double>(wan::adapter_parameter_count(student, generator_lora) +
-                                                wan::adapter_parameter_count(teacher, dmd.critic_lora)) *
-                            16;
-    out += fmt::format(
-        "dmd memory before activations: one shared base {:.2f} GiB + both adapter sets {:.2f} GiB = "
-        "{:.2f} GiB{}\n",
-        t * bytes / kGiB, adapters / kGiB, (t * bytes + adapters) / kGiB,
-        dmd.shared_base ? " (this config)" : " (shared_base: true)");
-  }
-  return out;
 }
 
 }  // namespace wan_distill

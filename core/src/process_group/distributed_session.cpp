@@ -1,6 +1,7 @@
-// The process group of a multi-process job: rendezvous store, Gloo or NCCL backend, the
-// heartbeats that name lost ranks (rank_heartbeat.cpp). The collectives strategies need are in
-// distributed_collectives.cpp.
+// DistributedSession, joining and lifetime: the process group of a multi-process job (rendezvous
+// store, Gloo or NCCL backend) and the heartbeats that name lost ranks (rank_heartbeat.cpp). Its
+// collectives are in distributed_session_collectives.cpp and distributed_session_sharded.cpp, its
+// groups in distributed_session_groups.cpp.
 
 #include "wanfw/distributed.hpp"
 
@@ -21,7 +22,7 @@
 #include <spdlog/spdlog.h>
 #include <torch/cuda.h>
 
-#include "distributed/distributed_session_impl.hpp"
+#include "process_group/distributed_session_impl.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/options.hpp"
 
@@ -72,11 +73,12 @@ c10::intrusive_ptr<c10d::Store> DistributedSession::Impl::make_store() const {
     o.multiTenant = true;
     return c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
   } catch (const std::exception& e) {
-    throw Error(fmt::format("rank {}: cannot reach the rendezvous store at {}:{}: {}", env.rank, env.master_addr,
-                            env.master_port, first_line(e.what())),
-                fmt::format("if the port is in use, choose another (torchrun --master-port, or MASTER_PORT); if a "
-                            "rank never arrived, check that every node can reach MASTER_ADDR and started within {}.timeout_s",
-                            options.section));
+    throw Error(
+        fmt::format("rank {}: cannot reach the rendezvous store at {}:{}: {}", env.rank, env.master_addr,
+                    env.master_port, first_line(e.what())),
+        fmt::format("if the port is in use, choose another (torchrun --master-port, or MASTER_PORT); if a "
+                    "rank never arrived, check that every node can reach MASTER_ADDR and started within {}.timeout_s",
+                    options.section));
   }
 }
 
@@ -108,9 +110,10 @@ std::string DistributedSession::Impl::lost_ranks() const {
 std::unique_ptr<DistributedSession> DistributedSession::join(const ProcessGroupOptions& options) {
   const LaunchEnvironment env = detect_launch(process_environment(), options.default_port);
   if (env.launcher.empty())
-    spdlog::info("{}: no launcher in the environment (RANK/WORLD_SIZE or SLURM_PROCID): one process; start "
-                 "several with torchrun --no-python --nproc-per-node=N",
-                 options.section);
+    spdlog::info(
+        "{}: no launcher in the environment (RANK/WORLD_SIZE or SLURM_PROCID): one process; start "
+        "several with torchrun --no-python --nproc-per-node=N",
+        options.section);
   return join(options, env);
 }
 
@@ -190,11 +193,11 @@ void DistributedSession::guarded(const std::string& what, const std::function<vo
     throw;  // wanfw's own errors (the model's, say) pass through
   } catch (const std::exception& e) {
     // c10d's errors (c10::DistBackendError), also when the autograd engine rethrows them.
-    throw Error(fmt::format("rank {}{}: {} failed: {}{}", impl_->env.rank,
-                            impl_->group.empty() ? "" : " of " + impl_->group, what, first_line(e.what()),
-                            impl_->lost_ranks()),
-                "the other ranks' logs say why they stopped; resume with --resume auto once the job is restarted "
-                "(torchrun --max-restarts restarts it for you)");
+    throw Error(
+        fmt::format("rank {}{}: {} failed: {}{}", impl_->env.rank, impl_->group.empty() ? "" : " of " + impl_->group,
+                    what, first_line(e.what()), impl_->lost_ranks()),
+        "the other ranks' logs say why they stopped; resume with --resume auto once the job is restarted "
+        "(torchrun --max-restarts restarts it for you)");
   }
 }
 

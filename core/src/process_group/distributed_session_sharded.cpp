@@ -1,4 +1,4 @@
-// The collectives of sharded training: all-gather into one flat tensor, reduce-scatter from one,
+// DistributedSession's collectives of sharded training: all-gather into one flat tensor, reduce-scatter from one,
 // and all-to-all of equal chunks. Each checks its sizes on the calling rank first, so a mismatch
 // is named there instead of hanging the others in the backend.
 
@@ -9,7 +9,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
-#include "distributed/distributed_session_impl.hpp"
+#include "process_group/distributed_session_impl.hpp"
 #include "wanfw/error.hpp"
 
 // The backends' flat collectives have new names from mid-2026 (all_gather_single,

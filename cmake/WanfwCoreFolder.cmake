@@ -1,0 +1,44 @@
+# core/src's folders as a graph the build enforces. Each folder is an OBJECT library whose units
+# see their own folder's headers, the SDK (core/include), the third-party headers, and the
+# headers of exactly the folders it declares it USES: including any other folder's header fails
+# to compile ("train/trainer.hpp: No such file or directory"). libwanfw_core is the objects of
+# every folder.
+#
+# A folder's headers are reached through an include root of its own in the build tree
+# (<build>/core/folders/<name>/<name> links to core/src/<name>), so that `#include "data/data_loader.hpp"`
+# resolves only where data/'s root is on the include path. Uses are PRIVATE: a folder that
+# reaches another's headers through a third one's must use it too (the graph is explicit, and
+# integration.source_layout checks it against the includes and the READMEs).
+
+# The settings every folder compiles with.
+add_library(wanfw_core_folder_settings INTERFACE)
+target_include_directories(wanfw_core_folder_settings INTERFACE ${PROJECT_SOURCE_DIR}/core/include)
+target_compile_definitions(wanfw_core_folder_settings INTERFACE BOOST_DLL_USE_STD_FS)
+target_compile_features(wanfw_core_folder_settings INTERFACE cxx_std_20)
+target_link_libraries(wanfw_core_folder_settings INTERFACE
+  wanfw::torch Boost::headers spdlog::spdlog fmt::fmt yaml-cpp nlohmann_json::nlohmann_json Threads::Threads
+  wanfw_warnings)
+
+# wanfw_core_folder(NAME [USES FOLDER...] SOURCES FILE...): core/src/NAME, whose FILEs (relative to
+# it) include only its own headers and those of the FOLDERs, each declared before it.
+function(wanfw_core_folder name)
+  cmake_parse_arguments(PARSE_ARGV 1 ARG "" "" "USES;SOURCES")
+  set(_root ${CMAKE_CURRENT_BINARY_DIR}/folders/${name})
+  file(MAKE_DIRECTORY ${_root})
+  if(NOT IS_SYMLINK ${_root}/${name})
+    file(CREATE_LINK ${CMAKE_CURRENT_SOURCE_DIR}/src/${name} ${_root}/${name} SYMBOLIC)
+  endif()
+  list(TRANSFORM ARG_SOURCES PREPEND src/${name}/)
+  set(_target wanfw_core_${name})
+  add_library(${_target} OBJECT ${ARG_SOURCES})
+  target_include_directories(${_target} PUBLIC ${_root})
+  target_link_libraries(${_target} PRIVATE wanfw_core_folder_settings)
+  foreach(_used IN LISTS ARG_USES)
+    if(NOT TARGET wanfw_core_${_used})
+      message(FATAL_ERROR "core/src/${name} uses ${_used}/, which is not a folder declared before it")
+    endif()
+    target_link_libraries(${_target} PRIVATE wanfw_core_${_used})
+  endforeach()
+  wanfw_use_pch(${_target})
+  set_property(GLOBAL APPEND PROPERTY WANFW_CORE_FOLDER_TARGETS ${_target})
+endfunction()

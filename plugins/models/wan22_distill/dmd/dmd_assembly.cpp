@@ -1,0 +1,50 @@
+#include "dmd/dmd_assembly.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "dmd/dmd_model.hpp"
+#include "student_init.hpp"
+#include "wan/lora.hpp"
+#include "wanfw/log.hpp"
+
+namespace wan_distill {
+
+std::unique_ptr<wanfw::Model> make_dmd_model(const wanfw::Options& o, wan::WanDiT student,
+                                             std::shared_ptr<FrozenTeacher> teacher, DistillSettings common,
+                                             DmdSettings dmd, const wan::WanPlacement& placement) {
+  const bool checkpointing = o.boolean("gradient_checkpointing");
+  wan::WanDiT critic{nullptr};
+  // The critic's adapters draw their initial values from where the generator's left the default
+  // generator in both arrangements, so a shared base trains exactly what separate copies train.
+  at::CPUGeneratorImpl& generator = *at::check_generator<at::CPUGeneratorImpl>(at::detail::getDefaultCPUGenerator());
+  const c10::intrusive_ptr<c10::TensorImpl> after_generator = generator.get_state();
+  if (dmd.shared_base) {
+    wan::attach_second_adapters(*student, dmd.critic_lora);
+    teacher.reset();  // the base without adapters is the real score: the separate copy goes
+    wanfw::log::info(
+        fmt::format("dmd: one frozen base shared by the real score (no adapters), the generator (lora, rank {}) and "
+                    "the critic (critic_lora, rank {})",
+                    common.lora.rank, dmd.critic_lora.rank));
+  } else {
+    critic = wan::WanDiT(teacher->config(), placement);
+    init_from_teacher(*critic, *teacher->dits().front());
+    generator.set_state(*after_generator);
+    if (dmd.critic_lora.enabled()) wan::attach_adapters(*critic, dmd.critic_lora);
+    critic->set_gradient_checkpointing(checkpointing);
+    wanfw::log::info(
+        fmt::format("dmd: the critic is a copy of the teacher{}, trained {} optimizer steps per generator step",
+                    dmd.critic_lora.enabled() ? fmt::format(" with adapters of rank {}", dmd.critic_lora.rank)
+                                              : std::string(" (every weight)"),
+                    dmd.critic_updates));
+  }
+  std::string levels;
+  for (double s : dmd.levels()) levels += fmt::format("{}{:.4f}", levels.empty() ? "" : ", ", s);
+  wanfw::log::info(fmt::format("dmd: the generator samples in {} steps at levels {}; real score guidance {}",
+                               dmd.generator_steps, levels, dmd.real_guidance));
+  return std::make_unique<DmdModel>(std::move(student), std::move(critic), std::move(teacher), std::move(common),
+                                    std::move(dmd));
+}
+
+}  // namespace wan_distill

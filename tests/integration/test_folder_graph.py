@@ -1,0 +1,39 @@
+"""The build enforces core/src's folder graph: a unit that includes a header of a folder its own
+folder does not use fails to compile, with the compiler's own words, while the same unit with an
+include of a folder it does use compiles. Each case compiles a scratch copy of a real unit with the
+exact command the build uses for it (compile_commands.json)."""
+
+import json
+import shlex
+import subprocess
+from pathlib import Path
+
+from conftest import BUILD, SOURCE
+
+UNIT = SOURCE / "core" / "src" / "plan" / "lr_schedule.cpp"  # plan/ uses config/ alone
+
+
+def compile_scratch(tmp_path: Path, extra_include: str) -> subprocess.CompletedProcess:
+    """Compiles a copy of UNIT with `#include "<extra_include>"` on top, as the build compiles UNIT."""
+    entries = json.loads((BUILD / "compile_commands.json").read_text())
+    entry = next(e for e in entries if Path(e["file"]).resolve() == UNIT.resolve())
+    scratch = tmp_path / UNIT.name
+    scratch.write_text(f'#include "{extra_include}"\n' + UNIT.read_text())
+    args = shlex.split(entry["command"]) if "command" in entry else list(entry["arguments"])
+    assert entry["file"] in args
+    args = [str(scratch) if a == entry["file"] else a for a in args]
+    out = args.index("-o")
+    args[out + 1] = str(tmp_path / "scratch.o")
+    args.append("-fsyntax-only")
+    return subprocess.run(args, cwd=entry["directory"], capture_output=True, text=True, timeout=300)
+
+
+def test_including_a_folder_the_unit_does_not_use_fails_to_compile(tmp_path):
+    result = compile_scratch(tmp_path, "train/trainer.hpp")
+    assert result.returncode != 0
+    assert "train/trainer.hpp: No such file or directory" in result.stderr
+
+
+def test_the_same_unit_including_a_folder_it_uses_compiles(tmp_path):
+    result = compile_scratch(tmp_path, "config/core_sections.hpp")
+    assert result.returncode == 0, result.stderr
