@@ -21,22 +21,24 @@ def test_core_folders_include_only_the_folders_they_use_and_their_readmes_say_so
     assert check(SOURCE, graph) == []
 
 
-def write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+def write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
 
 
 def test_layout_check_names_an_undeclared_include_one_reached_through_a_header_and_a_bare_include(tmp_path):
-    write(tmp_path / "core/src/low/README.md", "Depends on: no other folder.\n")
-    write(tmp_path / "core/src/mid/README.md", "Depends on: `low/`.\n")
-    write(tmp_path / "core/src/high/README.md", "Depends on: mid/.\n")
-    write(tmp_path / "core/src/high/top.hpp", "#pragma once\n")
-    write(tmp_path / "core/src/low/base.hpp", "#pragma once\n")
-    write(tmp_path / "core/src/low/base.cpp", '#include "low/base.hpp"\n#include "high/top.hpp"\n')
-    write(tmp_path / "core/src/mid/middle.hpp", '#pragma once\n#include "low/base.hpp"\n')
-    write(tmp_path / "core/src/high/top.cpp", '#include "mid/middle.hpp"\n#include "base.hpp"\n')
-    write(tmp_path / "plugins/kind/thing/plugin.cpp",
-          '#include "low/base.hpp"\n#include <spdlog/spdlog.h>\n#include "wanfw/plugin.hpp"\n')
+    write(tmp_path, {
+        "core/src/low/README.md": "Depends on: no other folder.\n",
+        "core/src/mid/README.md": "Depends on: `low/`.\n",
+        "core/src/high/README.md": "Depends on: mid/.\n",
+        "core/src/high/top.hpp": "#pragma once\n",
+        "core/src/low/base.hpp": "#pragma once\n",
+        "core/src/low/base.cpp": '#include "low/base.hpp"\n#include "high/top.hpp"\n',
+        "core/src/mid/middle.hpp": '#pragma once\n#include "low/base.hpp"\n',
+        "core/src/high/top.cpp": '#include "mid/middle.hpp"\n#include "base.hpp"\n',
+        "plugins/kind/thing/plugin.cpp": '#include "low/base.hpp"\n#include <spdlog/spdlog.h>\n#include "wanfw/plugin.hpp"\n',
+    })
     problems = check(tmp_path, {"low": [], "mid": ["low"], "high": ["mid"]})
     assert problems == [
         'core/src/low/base.cpp: includes "high/top.hpp", but low/ does not use high/ '
@@ -52,11 +54,13 @@ def test_layout_check_names_an_undeclared_include_one_reached_through_a_header_a
 
 
 def test_layout_check_names_an_unused_use_a_use_declared_later_and_a_readme_that_disagrees(tmp_path):
-    write(tmp_path / "core/src/low/README.md", "Depends on: high/.\n")
-    write(tmp_path / "core/src/high/README.md", "Depends on: no other folder.\n")
-    write(tmp_path / "core/src/low/base.cpp", '#include "high/top.hpp"\n')
-    write(tmp_path / "core/src/high/top.hpp", "#pragma once\n")
-    write(tmp_path / "core/src/high/top.cpp", "\n")
+    write(tmp_path, {
+        "core/src/low/README.md": "Depends on: high/.\n",
+        "core/src/high/README.md": "Depends on: no other folder.\n",
+        "core/src/low/base.cpp": '#include "high/top.hpp"\n',
+        "core/src/high/top.hpp": "#pragma once\n",
+        "core/src/high/top.cpp": "\n",
+    })
     (tmp_path / "plugins").mkdir()
     (tmp_path / "libs").mkdir()
     problems = check(tmp_path, {"low": ["high"], "high": ["low"]})
@@ -69,9 +73,7 @@ def test_layout_check_names_an_unused_use_a_use_declared_later_and_a_readme_that
 
 
 def test_layout_check_names_a_loose_file_a_missing_index_and_a_crowded_folder(tmp_path):
-    write(tmp_path / "core/src/loose.cpp", "")
-    for i in range(17):
-        write(tmp_path / f"core/src/only/part_{i:02}.cpp", "")
+    write(tmp_path, {"core/src/loose.cpp": "", **{f"core/src/only/part_{i:02}.cpp": "" for i in range(17)}})
     (tmp_path / "plugins").mkdir()
     (tmp_path / "libs").mkdir()
     problems = check(tmp_path, {"only": []})

@@ -1,27 +1,28 @@
 #include "wan/task.hpp"
 
+#include <array>
+#include <utility>
+
 #include <fmt/format.h>
 
 #include "wanfw/error.hpp"
 
 namespace wan {
 
+namespace {
+constexpr std::array<std::pair<Task, const char*>, 3> kSpellings{
+    {{Task::T2V, "t2v"}, {Task::TI2V, "ti2v"}, {Task::I2V, "i2v"}}};
+}  // namespace
+
 Task parse_task(const std::string& name) {
-  if (name == "t2v") return Task::T2V;
-  if (name == "ti2v") return Task::TI2V;
-  if (name == "i2v") return Task::I2V;
+  for (const auto& [task, spelling] : kSpellings)
+    if (name == spelling) return task;
   throw wanfw::Error(fmt::format("unknown Wan task '{}'", name), "use t2v, ti2v or i2v");
 }
 
 const char* task_name(Task task) {
-  switch (task) {
-    case Task::T2V:
-      return "t2v";
-    case Task::TI2V:
-      return "ti2v";
-    case Task::I2V:
-      return "i2v";
-  }
+  for (const auto& [each, spelling] : kSpellings)
+    if (each == task) return spelling;
   return "t2v";
 }
 

@@ -1,5 +1,8 @@
 #include "distill_options.hpp"
 
+#include <array>
+#include <utility>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -16,9 +19,12 @@ namespace {
 using wanfw::option;
 using T = wanfw::OptionType;
 
-Inputs parse_inputs(const std::string& name) {
-  if (name == "teacher_trajectory") return Inputs::TeacherTrajectory;
-  if (name == "generator") return Inputs::Generator;
+constexpr std::array<std::pair<Inputs, const char*>, 3> kInputs{
+    {{Inputs::Data, "data"}, {Inputs::TeacherTrajectory, "teacher_trajectory"}, {Inputs::Generator, "generator"}}};
+
+Inputs parse_inputs(const std::string& name) {  // one of the option's choices
+  for (const auto& [inputs, spelling] : kInputs)
+    if (name == spelling) return inputs;
   return Inputs::Data;
 }
 
@@ -61,14 +67,8 @@ void refuse_what_the_objective_does_not_read(const wanfw::Options& o, Objective 
 const char* objective_name(Objective objective) { return objective == Objective::Dmd ? "dmd" : "velocity"; }
 
 const char* inputs_name(Inputs inputs) {
-  switch (inputs) {
-    case Inputs::Data:
-      return "data";
-    case Inputs::TeacherTrajectory:
-      return "teacher_trajectory";
-    case Inputs::Generator:
-      return "generator";
-  }
+  for (const auto& [each, spelling] : kInputs)
+    if (each == inputs) return spelling;
   return "data";
 }
 
