@@ -297,3 +297,16 @@ def test_the_4_step_dmd_student_samples_closer_to_the_teachers_40_steps_than_4_s
     dmd_distance = distances["dmd student, 4 steps"]
     assert dmd_distance < 0.5 * distances["teacher 4 steps"]
     assert dmd_distance < 0.5 * distances["velocity-matching student, 4 steps"]
+
+
+def test_the_generator_takes_its_levels_from_generator_shift(tmp_path, teacher):
+    flat = wanfw("model-info", config(tmp_path, teacher, name="flat", generator_shift=1.0), check=0)
+    assert "dmd: generator 3 steps at levels 1.0000, 0.6667, 0.3333, critic" in flat.stdout
+    shifted = wanfw("model-info", config(tmp_path, teacher, name="shifted", generator_shift=3.0), check=0)
+    assert "dmd: generator 3 steps at levels 1.0000, 0.8571, 0.6000, critic" in shifted.stdout  # 3s / (1 + 2s)
+
+
+def test_dmd_options_under_objective_velocity_are_named_in_a_warning_as_ignored(tmp_path, teacher):
+    result = wanfw("validate", config(tmp_path, teacher, objective="velocity", inputs="teacher_trajectory"), check=0)
+    assert "model: objective velocity ignores generator_steps, real_guidance, critic_updates_per_generator_update, " \
+           "critic_lr_scale (options of objective dmd)" in result.stdout + result.stderr

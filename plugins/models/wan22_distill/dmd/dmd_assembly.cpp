@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include "dmd/dmd_model.hpp"
+#include "dmd/dmd_summary.hpp"
 #include "student_init.hpp"
 #include "wan/lora.hpp"
 #include "wanfw/log.hpp"
@@ -39,10 +40,8 @@ std::unique_ptr<wanfw::Model> make_dmd_model(const wanfw::Options& o, wan::WanDi
                                               : std::string(" (every weight)"),
                     dmd.critic_updates));
   }
-  std::string levels;
-  for (double s : dmd.levels()) levels += fmt::format("{}{:.4f}", levels.empty() ? "" : ", ", s);
   wanfw::log::info(fmt::format("dmd: the generator samples in {} steps at levels {}; real score guidance {}",
-                               dmd.generator_steps, levels, dmd.real_guidance));
+                               dmd.generator_steps, levels_text(dmd), dmd.real_guidance));
   return std::make_unique<DmdModel>(std::move(student), std::move(critic), std::move(teacher), std::move(common),
                                     std::move(dmd));
 }

@@ -7,11 +7,17 @@
 
 namespace wan_distill {
 
+std::string levels_text(const DmdSettings& dmd) {
+  std::string levels;
+  for (double s : dmd.levels()) levels += fmt::format("{}{:.4f}", levels.empty() ? "" : ", ", s);
+  return levels;
+}
+
 std::string dmd_summary(const wanfw::Options& o, const wan::WanConfig& student, const wan::WanConfig& teacher,
                         const DistillSettings& common, bool expert_teacher) {
   const DmdSettings dmd = dmd_settings_from(o, student, teacher, common, expert_teacher);
-  return fmt::format("dmd: generator {} steps, critic {} steps per generator step, real guidance {}\n{}",
-                     dmd.generator_steps, dmd.critic_updates, dmd.real_guidance,
+  return fmt::format("dmd: generator {} steps at levels {}, critic {} steps per generator step, real guidance {}\n{}",
+                     dmd.generator_steps, levels_text(dmd), dmd.critic_updates, dmd.real_guidance,
                      dmd_memory(dmd, student, teacher, common.lora, o.string("dtype"), o.string("teacher_dtype")));
 }
 

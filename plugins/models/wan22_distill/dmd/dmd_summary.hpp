@@ -10,7 +10,10 @@
 
 namespace wan_distill {
 
-/// The phases, guidance and dmd_memory of the config's settings.
+/// The generator's levels as the log and model-info print them: "1.0000, 0.8824, 0.6522".
+std::string levels_text(const DmdSettings& dmd);
+
+/// The phases, the generator's levels, guidance and dmd_memory of the config's settings.
 std::string dmd_summary(const wanfw::Options& o, const wan::WanConfig& student, const wan::WanConfig& teacher,
                         const DistillSettings& common, bool expert_teacher);
 
