@@ -64,8 +64,6 @@ void refuse_what_the_objective_does_not_read(const wanfw::Options& o, Objective 
 
 }  // namespace
 
-const char* objective_name(Objective objective) { return objective == Objective::Dmd ? "dmd" : "velocity"; }
-
 const char* inputs_name(Inputs inputs) {
   for (const auto& [each, spelling] : kInputs)
     if (each == inputs) return spelling;

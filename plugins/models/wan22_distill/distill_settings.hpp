@@ -23,8 +23,7 @@ enum class Objective { Velocity, Dmd };
 /// (data-free, dmd): the generator's own steps from noise (backward simulation).
 enum class Inputs { Data, TeacherTrajectory, Generator };
 
-/// The options' spellings, for messages.
-const char* objective_name(Objective objective);
+/// The `inputs` option's spelling, for messages.
 const char* inputs_name(Inputs inputs);
 
 struct DistillSettings {
