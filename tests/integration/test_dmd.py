@@ -219,30 +219,6 @@ def test_every_task_and_input_trains_a_generator_whose_steps_move_it(tmp_path, t
     assert not torch.equal(first["critic.head.head.weight"], last["critic.head.head.weight"])  # steps 2-3 the critic
 
 
-@pytest.mark.parametrize("model, message", [
-    ({"inputs": "teacher_trajectory"}, "objective dmd makes its own inputs"),
-    ({"shared_base": True}, "a shared base needs adapters on both the generator and the critic"),
-    ({"shared_base": True, "lora": {"rank": 4}, "critic_lora": {"rank": 4}, "student_num_layers": 1},
-     "a shared base needs the student to be the teacher's architecture"),
-    ({"critic_updates_per_generator_update": 0}, "critic_updates_per_generator_update"),
-    ({"score_level_min": 0.5, "score_level_max": 0.4}, "0 < min < max < 1"),
-    ({"guidance_scale": 3.0}, "model.guidance_scale: objective dmd does not read it: the real score's guidance is "
-                              "real_guidance"),
-    ({"sample_shift": 3.0}, "model.sample_shift: objective dmd does not read it: the generator's levels take "
-                            "generator_shift"),
-    ({"trajectory_steps": 8}, "model.trajectory_steps: objective dmd does not read it"),
-])
-def test_a_dmd_config_that_cannot_work_is_refused_naming_the_option(tmp_path, teacher, model, message):
-    result = wanfw("validate", config(tmp_path, teacher, **model), check=2)
-    assert message in result.stderr
-
-
-def test_model_info_shows_the_memory_of_separate_networks_and_of_one_shared_base(tmp_path, teacher):
-    result = wanfw("model-info", config(tmp_path, teacher, **{"lora": {"rank": 4}, "critic_lora": {"rank": 4}}), check=0)
-    assert "dmd memory before activations: separate networks: teacher" in result.stdout
-    assert "one shared base" in result.stdout and "(shared_base: true)" in result.stdout
-
-
 def mmd2(x, y):
     """Unbiased MMD^2 (Gretton et al. 2012) of samples x [m, d] and y [n, d], RBF kernels at 0.5, 1
     and 2 times the median squared distance, summed: zero in expectation iff the distributions match."""
@@ -297,16 +273,3 @@ def test_the_4_step_dmd_student_samples_closer_to_the_teachers_40_steps_than_4_s
     dmd_distance = distances["dmd student, 4 steps"]
     assert dmd_distance < 0.5 * distances["teacher 4 steps"]
     assert dmd_distance < 0.5 * distances["velocity-matching student, 4 steps"]
-
-
-def test_the_generator_takes_its_levels_from_generator_shift(tmp_path, teacher):
-    flat = wanfw("model-info", config(tmp_path, teacher, name="flat", generator_shift=1.0), check=0)
-    assert "dmd: generator 3 steps at levels 1.0000, 0.6667, 0.3333, critic" in flat.stdout
-    shifted = wanfw("model-info", config(tmp_path, teacher, name="shifted", generator_shift=3.0), check=0)
-    assert "dmd: generator 3 steps at levels 1.0000, 0.8571, 0.6000, critic" in shifted.stdout  # 3s / (1 + 2s)
-
-
-def test_dmd_options_under_objective_velocity_are_named_in_a_warning_as_ignored(tmp_path, teacher):
-    result = wanfw("validate", config(tmp_path, teacher, objective="velocity", inputs="teacher_trajectory"), check=0)
-    assert "model: objective velocity ignores generator_steps, real_guidance, critic_updates_per_generator_update, " \
-           "critic_lr_scale (options of objective dmd)" in result.stdout + result.stderr

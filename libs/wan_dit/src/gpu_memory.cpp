@@ -26,6 +26,41 @@ PerParameter per_trained_parameter(double weight_bytes, bool master_weights) {
 
 }  // namespace
 
+ActivationEstimate estimate_activations(const WanConfig& config, bool gradient_checkpointing,
+                                        const wanfw::TrainingLayout& layout) {
+  ActivationEstimate out;
+  if (layout.latent.size() != 3) {
+    out.text = " + activations (data.buckets names none to estimate them for)";
+    return out;
+  }
+  const auto& p = config.patch;
+  const double tokens =
+      static_cast<double>((layout.latent[0] / p[0]) * (layout.latent[1] / p[1]) * (layout.latent[2] / p[2]));
+  const double per_gpu = tokens * static_cast<double>(layout.batch_size) / layout.sequence_parallel;
+  const double a = bytes_of(layout.dtype);
+  const double inputs = per_gpu * static_cast<double>(config.dim) * a * config.num_layers;
+  const double one_block = per_gpu * static_cast<double>(24 * config.dim + 2 * config.ffn_dim) * a;
+  out.bytes = gradient_checkpointing ? inputs + one_block : one_block * config.num_layers;
+  out.text = fmt::format(" + activations {:.2f} GiB (latents {}x{}x{}: {} tokens x batch {}{}; {})", out.bytes / kGiB,
+                         layout.latent[0], layout.latent[1], layout.latent[2],
+                         with_thousands(static_cast<std::int64_t>(tokens)), layout.batch_size,
+                         layout.sequence_parallel > 1 ? fmt::format(", 1/{} a GPU", layout.sequence_parallel) : "",
+                         gradient_checkpointing ? fmt::format("checkpointed: {} block inputs {:.2f} GiB, one block "
+                                                              "recomputed {:.2f} GiB",
+                                                              config.num_layers, inputs / kGiB, one_block / kGiB)
+                                                : "every block's kept for backward");
+  return out;
+}
+
+std::string gpu_fit(double bytes) {
+  const auto room = [&](double gb) {
+    const double left = (gb * 1e9 - bytes) / kGiB;
+    return left > 0 ? fmt::format("fits a{} {:g} GB GPU ({:.1f} GiB left)", gb == 80 ? "n" : "", gb, left)
+                    : fmt::format("does not fit a{} {:g} GB GPU", gb == 80 ? "n" : "", gb);
+  };
+  return fmt::format("{}; {}", room(24), room(80));
+}
+
 std::string gpu_memory(const WanConfig& config, const LoraSettings& settings, const std::string& dtype, int models,
                        bool gradient_checkpointing, const wanfw::TrainingLayout& layout) {
   // Parameters of one block, and of the rest (embeddings, head).
@@ -56,34 +91,10 @@ std::string gpu_memory(const WanConfig& config, const LoraSettings& settings, co
   out += fmt::format(": training state {:.2f} GiB{}", state * share / kGiB,
                      layout.sharded() ? fmt::format(" (1/{} of {:.2f})", layout.gpus, state / kGiB) : std::string());
   if (gathered > 0) out += fmt::format(" + gathered parameters {:.2f} GiB", gathered / kGiB);
-  double activations = 0;
-  if (layout.latent.size() == 3) {
-    const auto& p = config.patch;
-    const double tokens =
-        static_cast<double>((layout.latent[0] / p[0]) * (layout.latent[1] / p[1]) * (layout.latent[2] / p[2]));
-    const double per_gpu = tokens * static_cast<double>(layout.batch_size) / layout.sequence_parallel;
-    const double a = bytes_of(layout.dtype);
-    const double inputs = per_gpu * static_cast<double>(config.dim) * a * config.num_layers;
-    const double one_block = per_gpu * static_cast<double>(24 * config.dim + 2 * config.ffn_dim) * a;
-    activations = gradient_checkpointing ? inputs + one_block : one_block * config.num_layers;
-    out += fmt::format(" + activations {:.2f} GiB (latents {}x{}x{}: {} tokens x batch {}{}; {})", activations / kGiB,
-                       layout.latent[0], layout.latent[1], layout.latent[2],
-                       with_thousands(static_cast<std::int64_t>(tokens)), layout.batch_size,
-                       layout.sequence_parallel > 1 ? fmt::format(", 1/{} a GPU", layout.sequence_parallel) : "",
-                       gradient_checkpointing ? fmt::format("checkpointed: {} block inputs {:.2f} GiB, one block "
-                                                            "recomputed {:.2f} GiB",
-                                                            config.num_layers, inputs / kGiB, one_block / kGiB)
-                                              : "every block's kept for backward");
-  } else {
-    out += " + activations (data.buckets names none to estimate them for)";
-  }
-  const double total = state * share + gathered + activations;
-  const auto room = [&](double gb) {
-    const double left = (gb * 1e9 - total) / kGiB;
-    return left > 0 ? fmt::format("fits a{} {:g} GB GPU ({:.1f} GiB left)", gb == 80 ? "n" : "", gb, left)
-                    : fmt::format("does not fit a{} {:g} GB GPU", gb == 80 ? "n" : "", gb);
-  };
-  out += fmt::format(" = {:.2f} GiB: {}; {}\n", total / kGiB, room(24), room(80));
+  const ActivationEstimate act = estimate_activations(config, gradient_checkpointing, layout);
+  out += act.text;
+  const double total = state * share + gathered + act.bytes;
+  out += fmt::format(" = {:.2f} GiB: {}\n", total / kGiB, gpu_fit(total));
   out += fmt::format("training state per trained parameter: {:g} bytes ({})\n", trained.total, trained.parts);
   return out;
 }

@@ -76,14 +76,14 @@ std::string inspect(const wanfw::Options& o, const wanfw::TrainingLayout& layout
       dmd ? std::string("objective dmd (the student is the generator)")
           : fmt::format("target: the teacher's {}; loss = {} x velocity{}", target, s.velocity_weight, fm);
   const std::string dmd_lines =
-      dmd ? wan_distill::dmd_summary(o, n.student, n.teacher, s, n.expert != wan::Expert::None) : std::string();
+      dmd ? wan_distill::dmd_summary(o, n.student, n.teacher, s, n.expert != wan::Expert::None, layout) : std::string();
   return fmt::format(
              "teacher: preset {}, dim {}, {} layers, {} parameters, frozen: {:.2f} GiB in {} (no gradients, no "
              "optimizer "
              "state){}\n"
              "student: dim {}, {} layers, {} parameters, trained in {} ({})\n"
              "student blocks from the teacher's (student<-teacher): {}\n"
-             "student {}student {}"
+             "student {}{}"
              "task {}, inputs {}; {}\n{}",
              n.teacher.preset, n.teacher.dim, n.teacher.num_layers, wan::with_thousands(n.teacher.parameter_count()),
              teacher_bytes / kGiB, o.string("teacher_dtype"),
@@ -91,7 +91,9 @@ std::string inspect(const wanfw::Options& o, const wanfw::TrainingLayout& layout
              n.student.dim, n.student.num_layers, wan::with_thousands(n.student.parameter_count()), o.string("dtype"),
              o.string("student_init"), fmt::join(pairs, " "),
              wan::training_memory(n.student, s.lora, o.string("dtype"), 1, o.boolean("gradient_checkpointing")),
-             wan::gpu_memory(n.student, s.lora, o.string("dtype"), 1, o.boolean("gradient_checkpointing"), layout),
+             dmd ? std::string()  // dmd_summary's verdict counts every network a step holds
+                 : "student " + wan::gpu_memory(n.student, s.lora, o.string("dtype"), 1,
+                                                o.boolean("gradient_checkpointing"), layout),
              wan::task_name(s.task), wan_distill::inputs_name(s.inputs), objective, weights_line) +
          dmd_lines;
 }

@@ -11,6 +11,20 @@
 
 namespace wan {
 
+/// The activations one training forward and backward of a DiT of `config` holds per GPU on the
+/// largest bucket (`layout.latent`), and the text gpu_memory prints for them (" + activations
+/// 9.89 GiB (...)"); 0 bytes when the layout names no bucket.
+struct ActivationEstimate {
+  double bytes = 0;
+  std::string text;
+};
+ActivationEstimate estimate_activations(const WanConfig& config, bool gradient_checkpointing,
+                                        const wanfw::TrainingLayout& layout);
+
+/// Whether `bytes` fit a 24 GB and an 80 GB GPU: "fits a 24 GB GPU (0.8 GiB left); fits an 80 GB
+/// GPU (52.9 GiB left)".
+std::string gpu_fit(double bytes);
+
 /// The lines for `models` DiTs of `config` with weights in `dtype` ("float32" or "bfloat16"),
 /// adapters `settings` (or full fine-tuning), `gradient_checkpointing`, trained as `layout` says.
 /// Activations are an estimate for attention that keeps no score matrix (SDPA's flash and

@@ -1,0 +1,52 @@
+"""DMD's options as a user meets them before training: refusals that name the option, the velocity
+objective's options refused and DMD's named as ignored, the generator's own schedule, and
+model-info's memory of every network a step holds."""
+
+import pytest
+from conftest import SOURCE, wanfw
+from test_dmd import config, teacher  # noqa: F401 (the fixture)
+
+
+@pytest.mark.parametrize("model, message", [
+    ({"inputs": "teacher_trajectory"}, "objective dmd makes its own inputs"),
+    ({"shared_base": True}, "a shared base needs adapters on both the generator and the critic"),
+    ({"shared_base": True, "lora": {"rank": 4}, "critic_lora": {"rank": 4}, "student_num_layers": 1},
+     "a shared base needs the student to be the teacher's architecture"),
+    ({"critic_updates_per_generator_update": 0}, "critic_updates_per_generator_update"),
+    ({"score_level_min": 0.5, "score_level_max": 0.4}, "0 < min < max < 1"),
+    ({"guidance_scale": 3.0}, "model.guidance_scale: objective dmd does not read it: the real score's guidance is "
+                              "real_guidance"),
+    ({"sample_shift": 3.0}, "model.sample_shift: objective dmd does not read it: the generator's levels take "
+                            "generator_shift"),
+    ({"trajectory_steps": 8}, "model.trajectory_steps: objective dmd does not read it"),
+])
+def test_a_dmd_config_that_cannot_work_is_refused_naming_the_option(tmp_path, teacher, model, message):
+    result = wanfw("validate", config(tmp_path, teacher, **model), check=2)
+    assert message in result.stderr
+
+
+def test_model_info_shows_the_memory_of_separate_networks_and_of_one_shared_base(tmp_path, teacher):
+    result = wanfw("model-info", config(tmp_path, teacher, **{"lora": {"rank": 4}, "critic_lora": {"rank": 4}}), check=0)
+    assert "dmd memory before activations: separate networks: teacher" in result.stdout
+    assert "one shared base" in result.stdout and "(shared_base: true)" in result.stdout
+
+
+def test_the_generator_takes_its_levels_from_generator_shift(tmp_path, teacher):
+    flat = wanfw("model-info", config(tmp_path, teacher, name="flat", generator_shift=1.0), check=0)
+    assert "dmd: generator 3 steps at levels 1.0000, 0.6667, 0.3333, critic" in flat.stdout
+    shifted = wanfw("model-info", config(tmp_path, teacher, name="shifted", generator_shift=3.0), check=0)
+    assert "dmd: generator 3 steps at levels 1.0000, 0.8571, 0.6000, critic" in shifted.stdout  # 3s / (1 + 2s)
+
+
+def test_dmd_options_under_objective_velocity_are_named_in_a_warning_as_ignored(tmp_path, teacher):
+    result = wanfw("validate", config(tmp_path, teacher, objective="velocity", inputs="teacher_trajectory"), check=0)
+    assert "model: objective velocity ignores generator_steps, real_guidance, critic_updates_per_generator_update, " \
+           "critic_lr_scale (options of objective dmd)" in result.stdout + result.stderr
+
+
+def test_model_info_judges_the_gpu_by_every_network_a_dmd_step_holds_not_the_generator_alone():
+    result = wanfw("model-info", SOURCE / "examples" / "dmd-wan22-ti2v-5b-shared-base.yaml", check=0)
+    assert "student per GPU" not in result.stdout
+    assert "dmd per GPU, single on 1 GPU: every network 14.12 GiB (one shared base and both adapter sets) + " \
+           "activations 9.89 GiB" in result.stdout
+    assert "= 24.00 GiB: does not fit a 24 GB GPU; fits an 80 GB GPU" in result.stdout
