@@ -11,24 +11,15 @@ namespace wanfw {
 
 const char* option_type_name(OptionType type) {
   switch (type) {
-    case OptionType::Integer:
-      return "integer";
-    case OptionType::Number:
-      return "number";
-    case OptionType::Boolean:
-      return "boolean";
-    case OptionType::String:
-      return "string";
-    case OptionType::Choice:
-      return "choice";
-    case OptionType::IntegerList:
-      return "list of integers";
-    case OptionType::NumberList:
-      return "list of numbers";
-    case OptionType::StringList:
-      return "list of strings";
-    case OptionType::EntryList:
-      return "list of mappings";
+    case OptionType::Integer: return "integer";
+    case OptionType::Number: return "number";
+    case OptionType::Boolean: return "boolean";
+    case OptionType::String: return "string";
+    case OptionType::Choice: return "choice";
+    case OptionType::IntegerList: return "list of integers";
+    case OptionType::NumberList: return "list of numbers";
+    case OptionType::StringList: return "list of strings";
+    case OptionType::EntryList: return "list of mappings";
   }
   return "unknown";
 }
