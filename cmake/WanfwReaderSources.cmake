@@ -1,5 +1,5 @@
 # The sources of wanfw's readers of untrusted files (safetensors files and indexes, bounded JSON,
-# data set manifests, adapter files), for the builds that compile them apart from libwanfw_core: the AddressSanitizer tests and the
+# data set manifests, adapter files, fp8 checkpoints), for the builds that compile them apart from libwanfw_core: the AddressSanitizer tests and the
 # fuzz targets.
 set(_core_src ${CMAKE_CURRENT_LIST_DIR}/../core/src)
 set(WANFW_SAFETENSORS_SOURCES
@@ -32,3 +32,6 @@ set(WANFW_ADAPTER_SOURCES
   ${_wan_src}/wan_config.cpp
   ${_wan_src}/weight_names.cpp)
 set(WANFW_ADAPTER_INCLUDE_DIRS ${_wan_src} ${_wan_src}/../include)
+# The reader of the community's fp8 checkpoints and the fp8 weight it returns (include dirs: the
+# adapter reader's).
+set(WANFW_FP8_SOURCES ${_wan_src}/fp8_files.cpp ${_wan_src}/fp8_weight.cpp)

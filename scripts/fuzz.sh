@@ -5,7 +5,8 @@
 #   scripts/fuzz.sh --build-only            configure and build only
 #   scripts/fuzz.sh --coverage [TARGET...]  line coverage of wanfw's sources by the corpora (llvm-cov)
 #
-# Targets: safetensors_reader, sharded_index, piece_index, config_loader, dataset_manifest, adapter_reader.
+# Targets: safetensors_reader, sharded_index, piece_index, config_loader, dataset_manifest, adapter_reader,
+# fp8_reader.
 # Each starts from its checked-in seed corpus (tests/fuzz/corpus/TARGET) and grows a working
 # corpus in <build>/fuzz/corpus/TARGET, kept between runs. A finding stops the run: the input is
 # saved in <build>/fuzz/findings/TARGET/ and the script exits non-zero; replay it with
@@ -17,7 +18,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${WANFW_BUILD_DIR:-$root/build}"
 case "$build" in /*) ;; *) build="$root/$build" ;; esac
 fuzz_build="$build/fuzz"
-all_targets=(safetensors_reader sharded_index piece_index config_loader dataset_manifest adapter_reader)
+all_targets=(safetensors_reader sharded_index piece_index config_loader dataset_manifest adapter_reader fp8_reader)
 log() { printf '[wanfw fuzz] %s\n' "$*"; }
 
 build_only=0

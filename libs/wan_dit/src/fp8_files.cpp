@@ -29,7 +29,9 @@ std::string layer_of(const std::string& name) {
 /// The comfy_quant JSON's format, checked.
 void check_comfy_quant(const wanfw::SafetensorsCheckpoint& checkpoint, const std::string& key) {
   const torch::Tensor bytes = checkpoint.tensor(key).contiguous();
-  const std::string text(reinterpret_cast<const char*>(bytes.data_ptr()), static_cast<std::size_t>(bytes.nbytes()));
+  const std::string text = bytes.nbytes() == 0 ? std::string()
+                                               : std::string(static_cast<const char*>(bytes.data_ptr()),
+                                                             static_cast<std::size_t>(bytes.nbytes()));
   const nlohmann::json spec =
       wanfw::parse_bounded_json(text, 4, [&](const std::string& problem) { refuse(checkpoint, key, problem); });
   const std::string format = spec.is_object() && spec.contains("format") && spec["format"].is_string()
