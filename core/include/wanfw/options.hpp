@@ -12,14 +12,7 @@
 namespace wanfw {
 
 enum class OptionType {
-  Integer,
-  Number,
-  Boolean,
-  String,
-  Choice,
-  IntegerList,
-  NumberList,
-  StringList,
+  Integer, Number, Boolean, String, Choice, IntegerList, NumberList, StringList,
   EntryList,  ///< a list of mappings, each validated against OptionSpec::entries
 };
 
@@ -37,7 +30,7 @@ struct OptionSpec {
   std::string doc;
   std::vector<std::string> choices;  ///< allowed values of a Choice option
   bool required = false;
-  std::vector<OptionSpec> entries;  ///< what each mapping of an EntryList option may hold
+  std::vector<OptionSpec> entries;   ///< what each mapping of an EntryList option may hold
 };
 
 using OptionSchema = std::vector<OptionSpec>;
@@ -88,7 +81,8 @@ class Options {
   /// Where the option's value was written (the section itself for a default).
   SourceLocation where(std::string_view name) const;
   /// Throws a ConfigError pointing at option `name`.
-  [[noreturn]] void fail(std::string_view name, const std::string& problem, const std::string& hint = "") const;
+  [[noreturn]] void fail(std::string_view name, const std::string& problem,
+                         const std::string& hint = "") const;
 
   struct Impl;
   explicit Options(std::shared_ptr<const Impl> impl);

@@ -107,8 +107,7 @@ void UnitLayout::unpack_into(const at::Tensor& gathered, const std::vector<at::T
     for (int r = 0; r < world_; ++r) {
       const std::int64_t real = s.end(r) - s.begin(r);
       if (real <= 0) break;
-      target.narrow(0, s.begin(r), real)
-          .copy_(by_rank[r].narrow(0, offsets_[i], real * s.row_numel).view({real, s.row_numel}));
+      target.narrow(0, s.begin(r), real).copy_(by_rank[r].narrow(0, offsets_[i], real * s.row_numel).view({real, s.row_numel}));
     }
   }
 }

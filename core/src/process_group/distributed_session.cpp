@@ -73,12 +73,11 @@ c10::intrusive_ptr<c10d::Store> DistributedSession::Impl::make_store() const {
     o.multiTenant = true;
     return c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
   } catch (const std::exception& e) {
-    throw Error(
-        fmt::format("rank {}: cannot reach the rendezvous store at {}:{}: {}", env.rank, env.master_addr,
-                    env.master_port, first_line(e.what())),
-        fmt::format("if the port is in use, choose another (torchrun --master-port, or MASTER_PORT); if a "
-                    "rank never arrived, check that every node can reach MASTER_ADDR and started within {}.timeout_s",
-                    options.section));
+    throw Error(fmt::format("rank {}: cannot reach the rendezvous store at {}:{}: {}", env.rank, env.master_addr,
+                            env.master_port, first_line(e.what())),
+                fmt::format("if the port is in use, choose another (torchrun --master-port, or MASTER_PORT); if a "
+                            "rank never arrived, check that every node can reach MASTER_ADDR and started within {}.timeout_s",
+                            options.section));
   }
 }
 
@@ -110,10 +109,9 @@ std::string DistributedSession::Impl::lost_ranks() const {
 std::unique_ptr<DistributedSession> DistributedSession::join(const ProcessGroupOptions& options) {
   const LaunchEnvironment env = detect_launch(process_environment(), options.default_port);
   if (env.launcher.empty())
-    spdlog::info(
-        "{}: no launcher in the environment (RANK/WORLD_SIZE or SLURM_PROCID): one process; start "
-        "several with torchrun --no-python --nproc-per-node=N",
-        options.section);
+    spdlog::info("{}: no launcher in the environment (RANK/WORLD_SIZE or SLURM_PROCID): one process; start "
+                 "several with torchrun --no-python --nproc-per-node=N",
+                 options.section);
   return join(options, env);
 }
 
@@ -193,11 +191,11 @@ void DistributedSession::guarded(const std::string& what, const std::function<vo
     throw;  // wanfw's own errors (the model's, say) pass through
   } catch (const std::exception& e) {
     // c10d's errors (c10::DistBackendError), also when the autograd engine rethrows them.
-    throw Error(
-        fmt::format("rank {}{}: {} failed: {}{}", impl_->env.rank, impl_->group.empty() ? "" : " of " + impl_->group,
-                    what, first_line(e.what()), impl_->lost_ranks()),
-        "the other ranks' logs say why they stopped; resume with --resume auto once the job is restarted "
-        "(torchrun --max-restarts restarts it for you)");
+    throw Error(fmt::format("rank {}{}: {} failed: {}{}", impl_->env.rank,
+                            impl_->group.empty() ? "" : " of " + impl_->group, what, first_line(e.what()),
+                            impl_->lost_ranks()),
+                "the other ranks' logs say why they stopped; resume with --resume auto once the job is restarted "
+                "(torchrun --max-restarts restarts it for you)");
   }
 }
 

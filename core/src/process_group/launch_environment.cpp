@@ -83,8 +83,7 @@ LaunchEnvironment detect_launch(const EnvLookup& env, int default_port) {
     e.local_rank = integer(env, "SLURM_LOCALID", 0);
     e.local_world_size = integer(env, "SLURM_NTASKS_PER_NODE", 1);
     std::string master = env("MASTER_ADDR").value_or("");
-    if (master.empty())
-      master = first_slurm_host(env("SLURM_JOB_NODELIST").value_or(env("SLURM_NODELIST").value_or("")));
+    if (master.empty()) master = first_slurm_host(env("SLURM_JOB_NODELIST").value_or(env("SLURM_NODELIST").value_or("")));
     if (master.empty())
       throw Error("under SLURM, neither MASTER_ADDR nor SLURM_JOB_NODELIST names the master host",
                   "export MASTER_ADDR in the batch script");

@@ -10,8 +10,7 @@ namespace wanfw {
 
 SequenceGroups::SequenceGroups(const DistributedSession& job, int size)
     : size_(size), rank_(job.rank()), world_(job.world_size()) {
-  if (size < 1)
-    throw Error(fmt::format("a sequence-parallel group of {} ranks", size), "sequence_parallel must be >= 1");
+  if (size < 1) throw Error(fmt::format("a sequence-parallel group of {} ranks", size), "sequence_parallel must be >= 1");
   if (size > 1 && world_ == 1) {  // no launcher (validate, a first try): one process holds whole sequences
     log::warn("sequence_parallel ", size, " needs ", size,
               " ranks a group; this process runs alone and holds every token of its samples");
@@ -30,9 +29,9 @@ SequenceGroups::~SequenceGroups() = default;
 
 void SequenceGroups::attach(Model& model) const {
   if (within_ && !model.set_sequence_group(within_.get()))
-    throw Error(
-        fmt::format("the model plugin cannot split its samples' tokens over a sequence-parallel group of {}", size_),
-        "set strategy.sequence_parallel: 1, or use a model plugin that implements set_sequence_group");
+    throw Error(fmt::format("the model plugin cannot split its samples' tokens over a sequence-parallel group of {}",
+                            size_),
+                "set strategy.sequence_parallel: 1, or use a model plugin that implements set_sequence_group");
 }
 
 void SequenceGroups::detach(Model& model) const {

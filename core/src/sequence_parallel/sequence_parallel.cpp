@@ -104,7 +104,7 @@ struct GatherTokens : torch::autograd::Function<GatherTokens> {
     const at::Tensor grad = grads[0];
     std::vector<std::int64_t> split = grad.sizes().vec();
     split[1] /= p;
-    split.insert(split.begin() + 1, p);                                           // [B, p, Ll, ...]
+    split.insert(split.begin() + 1, p);  // [B, p, Ll, ...]
     const at::Tensor by_rank = grad.reshape(split).transpose(0, 1).contiguous();  // [p, B, Ll, ...]
     std::vector<std::int64_t> piece = grad.sizes().vec();
     piece[1] /= p;
@@ -136,8 +136,8 @@ at::Tensor SequenceSplit::split(const at::Tensor& x) const {
 
 at::Tensor SequenceSplit::gather(const at::Tensor& x) const {
   if (x.dim() < 2 || x.size(1) != local())
-    throw Error(
-        fmt::format("a sequence split gathers {} tokens a rank along dim 1, given {}", local(), c10::str(x.sizes())));
+    throw Error(fmt::format("a sequence split gathers {} tokens a rank along dim 1, given {}", local(),
+                            c10::str(x.sizes())));
   const at::Tensor whole = size_ == 1 ? x : GatherTokens::apply(x, group_);
   return padded_ == tokens_ ? whole : whole.narrow(1, 0, tokens_);
 }

@@ -25,10 +25,7 @@ torch::Tensor draw_sigma(const wanfw::Batch& batch, const TimestepSampling& s) {
     const torch::Tensor u = wanfw::sample_rand(batch, "timestep");
     const torch::Tensor index =
         (u * static_cast<double>(s.fixed.size())).floor().clamp_max(static_cast<double>(s.fixed.size() - 1));
-    return torch::tensor(s.fixed, torch::kFloat64)
-        .to(u.device())
-        .index_select(0, index.to(torch::kLong))
-        .to(torch::kFloat32);
+    return torch::tensor(s.fixed, torch::kFloat64).to(u.device()).index_select(0, index.to(torch::kLong)).to(torch::kFloat32);
   }
   torch::Tensor u;
   if (s.method == "logit_normal") {
@@ -90,11 +87,11 @@ torch::Tensor i2v_condition(const torch::Tensor& image_condition) {
 const torch::Tensor& checked_condition(const torch::Tensor& image_condition, const torch::Tensor& latents,
                                        const char* what) {
   if (!image_condition.defined() || image_condition.sizes() != latents.sizes())
-    throw wanfw::Error(
-        fmt::format("{}: i2v needs image_condition of the latents' shape {}, got {}", what, c10::str(latents.sizes()),
-                    image_condition.defined() ? c10::str(image_condition.sizes()) : "none"),
-        "image_condition is the VAE latents of the image followed by zero frames "
-        "(tools/encode_dataset.py --image-condition stores it)");
+    throw wanfw::Error(fmt::format("{}: i2v needs image_condition of the latents' shape {}, got {}", what,
+                                   c10::str(latents.sizes()),
+                                   image_condition.defined() ? c10::str(image_condition.sizes()) : "none"),
+                       "image_condition is the VAE latents of the image followed by zero frames "
+                       "(tools/encode_dataset.py --image-condition stores it)");
   return image_condition;
 }
 
@@ -134,9 +131,9 @@ SampleInputs sample_inputs(const std::map<std::string, at::Tensor>& inputs, cons
   SampleInputs out;
   out.context = input("context", true);
   if (out.context.dim() != 3 || out.context.size(2) != c.text_dim)
-    throw wanfw::Error(
-        fmt::format("sample: context has shape {}; expected [B, L, {}]", c10::str(out.context.sizes()), c.text_dim),
-        kSampleInputs);
+    throw wanfw::Error(fmt::format("sample: context has shape {}; expected [B, L, {}]", c10::str(out.context.sizes()),
+                                   c.text_dim),
+                       kSampleInputs);
   const std::int64_t batch = out.context.size(0);
   out.negative = input("negative_context", false);
   if (!out.negative.defined()) out.negative = torch::zeros_like(out.context);
@@ -151,10 +148,9 @@ SampleInputs sample_inputs(const std::map<std::string, at::Tensor>& inputs, cons
     } else if (sample_size) {
       shape = {batch, c.out_dim, sample_size->frames, sample_size->height, sample_size->width};
     } else {
-      throw wanfw::Error(
-          "sample: the inputs have neither 'noise' nor 'latents' to take the video's shape from, and "
-          "model.sample_size is not set",
-          kSampleInputs);
+      throw wanfw::Error("sample: the inputs have neither 'noise' nor 'latents' to take the video's shape from, and "
+                         "model.sample_size is not set",
+                         kSampleInputs);
     }
     // Drawn on the CPU from the seed, so a seed gives the same samples on every device.
     torch::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);

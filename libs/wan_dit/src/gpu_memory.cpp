@@ -18,10 +18,12 @@ struct PerParameter {
 /// What one trained parameter costs between steps: its weight, gradient and AdamW moments (in the
 /// weight's dtype), or under bf16_weights a bf16 weight and gradient beside an fp32 master and moments.
 PerParameter per_trained_parameter(double weight_bytes, bool master_weights) {
-  if (master_weights) return {16, "bf16 weight 2 + bf16 gradient 2 + fp32 master weight 4 + fp32 AdamW moments 8"};
+  if (master_weights)
+    return {16, "bf16 weight 2 + bf16 gradient 2 + fp32 master weight 4 + fp32 AdamW moments 8"};
   const char* type = weight_bytes == 4 ? "fp32" : "bf16";
-  return {4 * weight_bytes, fmt::format("{} weight {:g} + gradient {:g} + AdamW moments {:g}", type, weight_bytes,
-                                        weight_bytes, 2 * weight_bytes)};
+  return {4 * weight_bytes,
+          fmt::format("{} weight {:g} + gradient {:g} + AdamW moments {:g}", type, weight_bytes, weight_bytes,
+                      2 * weight_bytes)};
 }
 
 }  // namespace
@@ -77,8 +79,8 @@ std::string gpu_memory(const WanConfig& config, const LoraSettings& settings, co
   // Training state of every DiT: weights, and for what trains its gradient and two AdamW moments
   // (bf16_weights: bf16 weight and gradient, fp32 master and moments, whatever the weights' dtype).
   const PerParameter trained = per_trained_parameter(settings.enabled() ? 4 : weight_bytes, layout.master_weights);
-  const double state =
-      models * (settings.enabled() ? all * weight_bytes + adapters * trained.total : all * trained.total);
+  const double state = models * (settings.enabled() ? all * weight_bytes + adapters * trained.total
+                                                    : all * trained.total);
   const double share = layout.sharded() ? 1.0 / layout.gpus : 1.0;
   const double compute = layout.dtype == at::kFloat ? weight_bytes : bytes_of(layout.dtype);
   // fsdp holds two blocks gathered (the current one and the prefetched next), the rest of the

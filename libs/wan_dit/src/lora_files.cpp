@@ -56,14 +56,12 @@ AdapterLayout apply_adapter_file(WanDiTImpl& dit, const AdapterLoad& load) {
       throw wanfw::FileError(fmt::format("adapter {}: tensor '{}' adapts {}, which model.lora.targets does not select",
                                          load.file.string(), entry.key, name),
                              fmt::format("add a pattern matching {} to model.lora.targets, or merge this adapter "
-                                         "(train: false) {}",
-                                         name, load.where));
+                                         "(train: false) {}", name, load.where));
     if (layer->lora().rank != rank)
       throw wanfw::FileError(fmt::format("adapter {}: tensor '{}' has rank {}, but model.lora.rank is {}",
                                          load.file.string(), entry.key, rank, layer->lora().rank),
                              fmt::format("set model.lora.rank: {} to train this adapter further, or merge it "
-                                         "(train: false) {}",
-                                         rank, load.where));
+                                         "(train: false) {}", rank, load.where));
     const double own_scale = layer->lora().alpha / static_cast<double>(rank);
     layer->lora_A->weight.copy_(entry.A);
     layer->lora_B->weight.copy_(entry.B * (file_scale / own_scale));

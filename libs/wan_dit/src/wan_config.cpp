@@ -58,15 +58,9 @@ std::array<std::int64_t, 3> WanConfig::rope_split() const {
 }
 
 void WanConfig::validate() const {
-  for (auto [name, value] : {std::pair{"dim", dim},
-                             {"ffn_dim", ffn_dim},
-                             {"num_heads", num_heads},
-                             {"num_layers", num_layers},
-                             {"in_dim", in_dim},
-                             {"out_dim", out_dim},
-                             {"text_dim", text_dim},
-                             {"text_len", text_len},
-                             {"freq_dim", freq_dim}})
+  for (auto [name, value] : {std::pair{"dim", dim}, {"ffn_dim", ffn_dim}, {"num_heads", num_heads},
+                             {"num_layers", num_layers}, {"in_dim", in_dim}, {"out_dim", out_dim},
+                             {"text_dim", text_dim}, {"text_len", text_len}, {"freq_dim", freq_dim}})
     if (value < 1) throw wanfw::Error(fmt::format("Wan config: {} must be positive, got {}", name, value));
   if (dim % num_heads != 0)
     throw wanfw::Error(fmt::format("Wan config: dim {} is not divisible by num_heads {}", dim, num_heads),

@@ -137,8 +137,9 @@ class CsvLogger final : public wanfw::Logger {
 
 wanfw::PluginDescriptor describe() {
   auto d = wanfw::PluginDescriptor::for_logger("csv", "1.0.0", "Metrics as CSV: one row per logged step.");
-  d.options = {
-      wanfw::option("file", wanfw::OptionType::String).value("metrics.csv").doc("File name inside the run folder.")};
+  d.options = {wanfw::option("file", wanfw::OptionType::String)
+                   .value("metrics.csv")
+                   .doc("File name inside the run folder.")};
   d.make_logger = [](const wanfw::Options& options, const wanfw::PluginContext&) -> std::unique_ptr<wanfw::Logger> {
     const std::string file = options.string("file");
     if (file.empty() || file.find('/') != std::string::npos)

@@ -84,7 +84,8 @@ DistillModel::Point DistillModel::point(const wanfw::Batch& batch, const torch::
 }
 
 DistillModel::Terms DistillModel::terms(const Point& p, bool with_flow_matching) {
-  const torch::Tensor target = teacher_->velocity(p.xt, p.t, p.context, p.negative, p.y, p.sigma, settings_.guidance);
+  const torch::Tensor target =
+      teacher_->velocity(p.xt, p.t, p.context, p.negative, p.y, p.sigma, settings_.guidance);
   const torch::Tensor v = student_->forward(p.xt, p.t, p.context, p.y).to(torch::kFloat32);
   auto per_sample = [&](const torch::Tensor& error) { return wan::predicted_mean(settings_.task, error); };
   Terms out;

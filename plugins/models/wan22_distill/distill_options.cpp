@@ -30,7 +30,7 @@ Inputs parse_inputs(const std::string& name) {  // one of the option's choices
 
 /// The options only the velocity objective reads (its target, its trajectory, the student's
 /// sampler, which the DMD generator replaces with its own steps), and those only dmd reads.
-const std::vector<std::pair<const char*, const char*>> kVelocityOnly = {
+constexpr std::array<std::pair<const char*, const char*>, 9> kVelocityOnly{{
     {"guidance_scale", "the real score's guidance is real_guidance"},
     {"velocity_weight", "the generator's loss is the DMD loss (plus regression_weight)"},
     {"flow_matching_weight", "the generator's loss is the DMD loss (plus regression_weight)"},
@@ -40,8 +40,8 @@ const std::vector<std::pair<const char*, const char*>> kVelocityOnly = {
     {"sample_shift", "the generator's levels take generator_shift"},
     {"sample_guidance", "the generator samples without guidance"},
     {"sample_solver", "the generator samples with the renoise solver"},
-};
-const std::vector<const char*> kDmdOnly = {
+}};
+constexpr std::array<const char*, 12> kDmdOnly{
     "generator_steps", "generator_shift",  "real_guidance",     "critic_updates_per_generator_update",
     "critic_lr_scale", "critic_lora.rank", "critic_lora.alpha", "shared_base",
     "score_level_min", "score_level_max",  "score_shift",       "regression_weight"};

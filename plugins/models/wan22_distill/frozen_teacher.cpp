@@ -48,8 +48,8 @@ FrozenTeacher::Use::~Use() {
 }
 
 torch::Tensor FrozenTeacher::velocity(const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& context,
-                                      const torch::Tensor& negative, const torch::Tensor& y, const torch::Tensor& sigma,
-                                      double guidance) {
+                                      const torch::Tensor& negative, const torch::Tensor& y,
+                                      const torch::Tensor& sigma, double guidance) {
   torch::NoGradGuard no_grad;
   const auto& p = placement_;
   auto in = [&](const torch::Tensor& v, bool cast) {

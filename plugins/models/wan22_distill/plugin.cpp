@@ -66,8 +66,7 @@ std::string inspect(const wanfw::Options& o, const wanfw::TrainingLayout& layout
                                                    o.string("teacher_weights_subfolder"), n.expert);
   const std::string negative = o.string("negative_context");
   if (!negative.empty() && !std::filesystem::exists(negative))
-    weights_line +=
-        fmt::format("negative context: {} is not on this machine; it is read when a run starts\n", negative);
+    weights_line += fmt::format("negative context: {} is not on this machine; it is read when a run starts\n", negative);
   const std::string target = s.guidance == 1.0 ? std::string("conditional velocity")
                                                : fmt::format("guided velocity v_u + {} (v_c - v_u)", s.guidance);
   const std::string fm = s.flow_matching_weight > 0 ? fmt::format(" + {} x flow matching", s.flow_matching_weight) : "";

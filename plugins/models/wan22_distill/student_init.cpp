@@ -20,8 +20,8 @@ std::vector<std::int64_t> block_mapping(std::int64_t student_layers, std::int64_
       blocks.push_back(0);
       continue;
     }
-    const double at =
-        static_cast<double>(i) * static_cast<double>(teacher_layers - 1) / static_cast<double>(student_layers - 1);
+    const double at = static_cast<double>(i) * static_cast<double>(teacher_layers - 1) /
+                      static_cast<double>(student_layers - 1);
     blocks.push_back(static_cast<std::int64_t>(std::lround(at)));
   }
   return blocks;

@@ -42,10 +42,9 @@ std::vector<wanfw::ParameterGroup> WanFlowMatchingModel::parameter_groups() {
 
 bool WanFlowMatchingModel::set_sequence_group(const wanfw::DistributedSession* group) {
   if (group != nullptr && denoiser_.has_lora() && settings_.lora.dropout > 0)
-    throw wanfw::Error(
-        "LoRA dropout draws its masks over each sample's whole token sequence, which sequence "
-        "parallelism splits across ranks",
-        "set model.lora.dropout: 0, or strategy.sequence_parallel: 1");
+    throw wanfw::Error("LoRA dropout draws its masks over each sample's whole token sequence, which sequence "
+                       "parallelism splits across ranks",
+                       "set model.lora.dropout: 0, or strategy.sequence_parallel: 1");
   denoiser_.set_sequence_group(group);
   return true;
 }
@@ -97,8 +96,7 @@ WanFlowMatchingModel::Objective WanFlowMatchingModel::objective(const torch::Ten
   torch::Tensor error = (prediction.to(torch::kFloat32) - target.to(torch::kFloat32)).pow(2);
   torch::Tensor per_sample = wan::predicted_mean(settings_.task, error);
   if (settings_.bell_weighting)
-    per_sample =
-        per_sample * torch::exp(-2 * ((sigma.to(torch::kFloat32) * 1000 - 500) / 1000).pow(2)) / bell_normaliser();
+    per_sample = per_sample * torch::exp(-2 * ((sigma.to(torch::kFloat32) * 1000 - 500) / 1000).pow(2)) / bell_normaliser();
   return {per_sample.mean(), per_sample, prediction, target};
 }
 
@@ -152,8 +150,7 @@ std::map<std::string, at::Tensor> WanFlowMatchingModel::sample(const std::map<st
 }
 
 std::map<std::string, at::Tensor> WanFlowMatchingModel::preview(const wanfw::Batch& batch, std::uint64_t seed) {
-  const torch::Tensor video =
-      draw(wan::preview_inputs(batch, settings_.task), seed, settings_.sampler.preview_steps).at("latents")[0];
+  const torch::Tensor video = draw(wan::preview_inputs(batch, settings_.task), seed, settings_.sampler.preview_steps).at("latents")[0];
   return {{"latents", wan::latent_strip(video)}};
 }
 

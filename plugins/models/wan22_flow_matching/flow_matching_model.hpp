@@ -27,10 +27,10 @@ struct FlowMatchingSettings {
   wan::TimestepSampling timesteps;  ///< how training draws s
   bool bell_weighting = false;
   Expert expert = Expert::None;
-  double boundary = 0.0;                     ///< expert boundary / 1000
+  double boundary = 0.0;  ///< expert boundary / 1000
   std::vector<double> validation_timesteps;  ///< 0..1000
-  wan::SamplerSettings sampler;              ///< `wanfw sample` and the preview
-  wan::LoraSettings lora;                    ///< low-rank adapters (rank 0: every weight trains)
+  wan::SamplerSettings sampler;  ///< `wanfw sample` and the preview
+  wan::LoraSettings lora;        ///< low-rank adapters (rank 0: every weight trains)
 };
 
 class WanFlowMatchingModel final : public wanfw::Model {

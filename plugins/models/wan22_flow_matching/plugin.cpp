@@ -43,9 +43,8 @@ FlowMatchingSettings settings_from(const wanfw::Options& o, const wan::WanConfig
            "set model.expert to high_noise, low_noise or both");
   if (s.expert != Expert::None) {
     if (!(boundary > 0 && boundary < 1000))
-      o.fail("boundary",
-             fmt::format("expert: {} needs a boundary between 0 and 1000; preset {} has none", o.string("expert"),
-                         config.preset),
+      o.fail("boundary", fmt::format("expert: {} needs a boundary between 0 and 1000; preset {} has none",
+                                     o.string("expert"), config.preset),
              "set model.boundary (875 for Wan2.2 T2V-A14B, 900 for I2V-A14B)");
     s.boundary = boundary / 1000.0;
   }
@@ -94,10 +93,11 @@ std::string inspect(const wanfw::Options& o, const wanfw::TrainingLayout& layout
   const int models = s.expert == Expert::Both ? 2 : 1;
   const double n = static_cast<double>(c.parameter_count() * models);
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-  const std::string experts = s.expert == Expert::None
-                                  ? std::string()
-                                  : fmt::format("experts: {} (boundary t = {}; high noise at or above it){}\n",
-                                                o.string("expert"), s.boundary * 1000, models == 2 ? ", two DiTs" : "");
+  const std::string experts =
+      s.expert == Expert::None ? std::string()
+                               : fmt::format("experts: {} (boundary t = {}; high noise at or above it){}\n",
+                                             o.string("expert"), s.boundary * 1000,
+                                             models == 2 ? ", two DiTs" : "");
   const auto split = c.rope_split();
   return fmt::format(
       "Wan DiT, preset {}: dim {}, ffn_dim {}, {} heads (head dim {}, RoPE {}/{}/{}), {} layers, in {}, out {}, "
@@ -124,10 +124,8 @@ wanfw::PluginDescriptor describe() {
           .doc("t2v text-to-video; ti2v clean first frame (Wan2.2 5B); i2v image channels concatenated (A14B I2V: "
                "each sample also carries image_condition, the VAE latents of its first frame followed by zero "
                "frames: tools/encode_dataset.py --image-condition)."),
-      option("weights", T::String)
-          .value("\"\"")
-          .doc("Checkpoint to start from (official or diffusers layout); "
-               "empty: the official random initialisation."),
+      option("weights", T::String).value("\"\"").doc("Checkpoint to start from (official or diffusers layout); "
+                                                     "empty: the official random initialisation."),
       option("weights_subfolder", T::String).value("transformer").doc("Subfolder of a diffusers pipeline folder."),
       option("loss_weighting", T::Choice)
           .value("none")
@@ -160,9 +158,8 @@ wanfw::PluginDescriptor describe() {
       "Latent frames x height x width (\"21x60x104\") `wanfw sample` draws when its inputs hold neither noise nor "
       "latents to take the shape from.");
   d.options.insert(d.options.end(), sampler.begin(), sampler.end());
-  const char* moved =
-      "the data set holds the shapes now: data.buckets: [\"FxHxW\"] (latent frames x height x width) "
-      "for the synthetic set; a data set folder's manifest for your own data (docs/data.md)";
+  const char* moved = "the data set holds the shapes now: data.buckets: [\"FxHxW\"] (latent frames x height x width) "
+                      "for the synthetic set; a data set folder's manifest for your own data (docs/data.md)";
   d.removed_options = {{"latent_frames", moved}, {"latent_height", moved}, {"latent_width", moved}};
   d.make_model = make_model;
   d.inspect_model = inspect;

@@ -29,9 +29,8 @@ class DataParallelStrategy final : public wanfw::Strategy {
   std::string describe() const override {
     std::vector<std::string> names;
     for (const auto& d : devices_) names.push_back(d.str());
-    return devices_.size() > 1
-               ? fmt::format("data_parallel over {} devices ({})", devices_.size(), fmt::join(names, ", "))
-               : fmt::format("data_parallel with one device ({}): runs as single", names.front());
+    return devices_.size() > 1 ? fmt::format("data_parallel over {} devices ({})", devices_.size(), fmt::join(names, ", "))
+                               : fmt::format("data_parallel with one device ({}): runs as single", names.front());
   }
   c10::Device device() const override { return devices_.front(); }
 
@@ -55,7 +54,8 @@ class DataParallelStrategy final : public wanfw::Strategy {
     }
   }
 
-  wanfw::StepOutput micro_step(wanfw::Model& model, const wanfw::Batch& batch, const wanfw::MicroStep& micro) override {
+  wanfw::StepOutput micro_step(wanfw::Model& model, const wanfw::Batch& batch,
+                               const wanfw::MicroStep& micro) override {
     if (replicas_.empty()) return Strategy::micro_step(model, batch, micro);
     if (micro.index == 0) refresh_replicas();
 
@@ -121,9 +121,9 @@ class DataParallelStrategy final : public wanfw::Strategy {
     auto copy = [](const torch::OrderedDict<std::string, at::Tensor>& from,
                    const torch::OrderedDict<std::string, at::Tensor>& into, const char* what) {
       if (from.size() != into.size())
-        throw wanfw::PluginError(
-            fmt::format("data_parallel: the replica has {} {}, the model {}", into.size(), what, from.size()),
-            "Model::replicate must build the same modules");
+        throw wanfw::PluginError(fmt::format("data_parallel: the replica has {} {}, the model {}", into.size(), what,
+                                             from.size()),
+                                 "Model::replicate must build the same modules");
       for (const auto& item : from) {
         const at::Tensor* target = into.find(item.key());
         if (target == nullptr)

@@ -56,8 +56,9 @@ class DdpStrategy final : public wanfw::Strategy {
     std::vector<at::Tensor> parameters;
     for (auto& [name, tensor] : model.trainable_parameters()) parameters.push_back(tensor);
     for (const auto& buffer : model.module()->buffers()) buffers_.push_back(buffer);
-    session_->guarded("checking that every rank built the same model",
-                      [&] { c10d::verify_params_across_processes(pg_, parameters, std::nullopt); });
+    session_->guarded("checking that every rank built the same model", [&] {
+      c10d::verify_params_across_processes(pg_, parameters, std::nullopt);
+    });
     // Rank 0's initial weights everywhere.
     std::vector<at::Tensor> state = parameters;
     state.insert(state.end(), buffers_.begin(), buffers_.end());
@@ -75,12 +76,13 @@ class DdpStrategy final : public wanfw::Strategy {
     }
   }
 
-  wanfw::StepOutput micro_step(wanfw::Model& model, const wanfw::Batch& batch, const wanfw::MicroStep& micro) override {
+  wanfw::StepOutput micro_step(wanfw::Model& model, const wanfw::Batch& batch,
+                               const wanfw::MicroStep& micro) override {
     wanfw::StepOutput out;
     const std::shared_ptr<c10d::Reducer>& reducer = reducers_.at(static_cast<std::size_t>(micro.phase)).reducer;
     if (!reducer) return Strategy::micro_step(model, batch, micro);  // a phase without parameters
     session_->guarded("the forward and backward pass", [&] {
-      if (reducer->rebuild_buckets()) wanfw::log::debug(fmt::format("ddp: gradient buckets rebuilt in backward order"));
+      if (reducer->rebuild_buckets()) wanfw::log::debug("ddp: gradient buckets rebuilt in backward order");
       if (micro.sync_gradients) {
         reducer->prepare_for_forward();
         if (settings_.broadcast_buffers && !buffers_.empty()) {
@@ -92,7 +94,7 @@ class DdpStrategy final : public wanfw::Strategy {
       // Only the last micro-batch of a step reduces; the others accumulate locally.
       if (micro.sync_gradients)
         reducer->prepare_for_backward(settings_.find_unused_parameters ? std::vector<at::Tensor>{out.loss}
-                                                                       : std::vector<at::Tensor>{});
+                                                                        : std::vector<at::Tensor>{});
       backward(out, micro);
       if (micro.sync_gradients && !settings_.find_unused_parameters) ensure_every_gradient_reduced(*reducer);
     });
@@ -186,20 +188,16 @@ std::unique_ptr<wanfw::Strategy> make_strategy(const wanfw::Options& o, const wa
 
 wanfw::PluginDescriptor describe() {
   auto d = wanfw::PluginDescriptor::for_strategy(
-      "ddp", "0.1.0",
-      "Distributed data parallel: one process per device (torchrun or srun), gradients averaged in "
-      "buckets during backward; Gloo on CPUs, NCCL on GPUs.");
+      "ddp", "0.1.0", "Distributed data parallel: one process per device (torchrun or srun), gradients averaged in "
+                      "buckets during backward; Gloo on CPUs, NCCL on GPUs.");
   d.options = wanfw::process_group_schema();
   d.options.insert(
       d.options.end(),
       {option("bucket_mb", T::Number).value("25").doc("Gradient bucket size in MiB (reduced while backward runs)."),
        option("first_bucket_mb", T::Number).value("1").doc("Size of the first bucket, so the last layers start early."),
-       option("find_unused_parameters", T::Boolean)
-           .value("false")
-           .doc("Allow parameters that get no gradient in a step (e.g. expert: both with every sample on one expert)."),
-       option("broadcast_buffers", T::Boolean)
-           .value("true")
-           .doc("Copy rank 0's buffers to every rank before each step.")});
+       option("find_unused_parameters", T::Boolean).value("false").doc(
+           "Allow parameters that get no gradient in a step (e.g. expert: both with every sample on one expert)."),
+       option("broadcast_buffers", T::Boolean).value("true").doc("Copy rank 0's buffers to every rank before each step.")});
   d.make_strategy = make_strategy;
   return d;
 }

@@ -61,8 +61,8 @@ class FlatShard {
   std::vector<at::Tensor> parameters_;  ///< the module's tensors, whose data this class points
   wanfw::UnitLayout layout_;
   at::Tensor shard_;
-  at::Tensor full_;                    ///< every parameter's full value, back to back (its storage freed between uses)
-  std::vector<at::Tensor> views_;      ///< the parameters' views of full_
+  at::Tensor full_;     ///< every parameter's full value, back to back (its storage freed between uses)
+  std::vector<at::Tensor> views_;  ///< the parameters' views of full_
   at::Tensor gathered_buffer_, sent_;  ///< the all-gather's output and input while one is in flight
   wanfw::DistributedSession::PendingGather pending_;
   bool gathered_ = false, in_flight_ = false;

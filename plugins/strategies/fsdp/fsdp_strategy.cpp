@@ -75,13 +75,12 @@ void FsdpStrategy::build_units(wanfw::Model& model) {
     for (const std::string& name : declared.parameters) {
       auto it = by_name.find(name);
       if (it == by_name.end())
-        throw wanfw::Error(
-            fmt::format("fsdp: unit '{}' names parameter '{}', which the model does not have", declared.name, name),
-            "the model plugin's shard_units() must name module() parameters");
+        throw wanfw::Error(fmt::format("fsdp: unit '{}' names parameter '{}', which the model does not have",
+                                       declared.name, name),
+                           "the model plugin's shard_units() must name module() parameters");
       if (!taken.insert(name).second)
-        throw wanfw::Error(
-            fmt::format("fsdp: parameter '{}' is in two units ('{}' is the second)", name, declared.name),
-            "the model plugin's shard_units() must list each parameter once");
+        throw wanfw::Error(fmt::format("fsdp: parameter '{}' is in two units ('{}' is the second)", name, declared.name),
+                           "the model plugin's shard_units() must list each parameter once");
       parameters.emplace_back(name, it->second);
     }
     UnitShards& unit = units_.emplace_back();
@@ -156,10 +155,8 @@ void FsdpStrategy::reduce_rest_gradients() {
     for (const at::Tensor& p : flat->parameters()) grads.push_back(p.grad());
     const at::Tensor piece = flat->reduce_gradient(grads, settings_.runner.reduce);
     at::Tensor shard = flat->shard();
-    if (shard.grad().defined())
-      shard.mutable_grad().add_(piece);
-    else
-      shard.mutable_grad() = piece;
+    if (shard.grad().defined()) shard.mutable_grad().add_(piece);
+    else shard.mutable_grad() = piece;
     for (const at::Tensor& p : flat->parameters()) const_cast<at::Tensor&>(p).mutable_grad().reset();
   }
 }
@@ -204,8 +201,8 @@ void FsdpStrategy::after_optimizer_step(wanfw::Model& model, const wanfw::Optimi
     const auto& s = static_cast<const torch::optim::AdamWParamState&>(*slot);
     state += s.exp_avg().nbytes() + s.exp_avg_sq().nbytes();
   }
-  wanfw::log::info("fsdp: rank ", rank(), " holds ", shards + module, " bytes of parameters (the model has ",
-                   model_bytes_, "), ", gradients, " bytes of gradients and ", state, " bytes of optimizer state");
+  wanfw::log::info("fsdp: rank ", rank(), " holds ", shards + module, " bytes of parameters (the model has ", model_bytes_,
+                   "), ", gradients, " bytes of gradients and ", state, " bytes of optimizer state");
 }
 
 void FsdpStrategy::begin_evaluation(wanfw::Model& model) {

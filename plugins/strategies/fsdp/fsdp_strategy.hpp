@@ -81,12 +81,12 @@ class FsdpStrategy final : public wanfw::Strategy {
   UnitShards rest_;
   std::unique_ptr<GatheringUnitRunner> runner_;
   std::vector<wanfw::ParameterGroup> model_groups_;
-  std::map<const void*, int> group_of_;         ///< parameter -> its group's index (trainable ones)
-  std::vector<std::set<int>> phase_groups_;     ///< per training phase, its groups' indices (none: no phases)
-  int phase_ = -1;                              ///< the phase the flats reduce for (-1: none chosen yet)
-  std::map<const void*, Place> place_of_;       ///< parameter -> where it lives
+  std::map<const void*, int> group_of_;      ///< parameter -> its group's index (trainable ones)
+  std::vector<std::set<int>> phase_groups_;  ///< per training phase, its groups' indices (none: no phases)
+  int phase_ = -1;                           ///< the phase the flats reduce for (-1: none chosen yet)
+  std::map<const void*, Place> place_of_;    ///< parameter -> where it lives
   std::map<const FlatShard*, int> flat_group_;  ///< trainable flat -> its group's index
-  std::int64_t model_bytes_ = 0;                ///< every parameter's bytes, whole (padding excluded)
+  std::int64_t model_bytes_ = 0;  ///< every parameter's bytes, whole (padding excluded)
 };
 
 }  // namespace wanfw_fsdp

@@ -37,19 +37,13 @@ wanfw::PluginDescriptor describe() {
   d.options = wanfw::process_group_schema();
   d.options.insert(
       d.options.end(),
-      {option("param_dtype", T::Choice)
-           .value("auto")
-           .choices({"auto", "float32", "bfloat16", "float16"})
-           .doc(
-               "dtype parameters are gathered and computed in: auto follows precision (bf16 autocast gathers bfloat16; "
-               "fp32 gathers each parameter in its own dtype). Master weights stay in the parameters' dtype."),
-       option("reduce_dtype", T::Choice)
-           .value("float32")
-           .choices({"float32", "bfloat16"})
-           .doc("dtype gradients are reduce-scattered in (the mean over ranks)."),
-       option("prefetch", T::Boolean)
-           .value("true")
-           .doc("Start gathering the next unit's parameters while the current one computes (forward and backward).")});
+      {option("param_dtype", T::Choice).value("auto").choices({"auto", "float32", "bfloat16", "float16"}).doc(
+           "dtype parameters are gathered and computed in: auto follows precision (bf16 autocast gathers bfloat16; "
+           "fp32 gathers each parameter in its own dtype). Master weights stay in the parameters' dtype."),
+       option("reduce_dtype", T::Choice).value("float32").choices({"float32", "bfloat16"}).doc(
+           "dtype gradients are reduce-scattered in (the mean over ranks)."),
+       option("prefetch", T::Boolean).value("true").doc(
+           "Start gathering the next unit's parameters while the current one computes (forward and backward).")});
   d.make_strategy = make_strategy;
   return d;
 }

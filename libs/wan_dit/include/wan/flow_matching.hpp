@@ -26,7 +26,7 @@ struct TimestepSampling {
   double shift = 5.0;              ///< k of `shift`
   double logit_mean = 0.0, logit_std = 1.0;
   double min_sigma = 0.0, max_sigma = 1.0;  ///< the range uniform/logit_normal/shift map into
-  std::vector<double> fixed;                ///< `fixed`: the levels, equally likely
+  std::vector<double> fixed;                 ///< `fixed`: the levels, equally likely
 };
 
 /// Each sample's s: [B] float32 on the batch's device.

@@ -104,9 +104,8 @@ DmdModel::GeneratorInput DmdModel::generator_input(const wanfw::Batch& batch, co
     const torch::Tensor from = torch::full({noise.size(0)}, levels[static_cast<std::size_t>(i)], noise.options());
     const torch::Tensor to = torch::full_like(from, levels[static_cast<std::size_t>(i + 1)]);
     const torch::Tensor x0 = x - at_level(from) * generator_velocity(x, from, c);
-    const torch::Tensor next = renoised(
-        x0, to, wanfw::sample_randn(batch, fmt::format("rollout_noise/{}", i), noise.sizes().slice(1), torch::kFloat32),
-        c);
+    const torch::Tensor next = renoised(x0, to, wanfw::sample_randn(batch, fmt::format("rollout_noise/{}", i),
+                                                                    noise.sizes().slice(1), torch::kFloat32), c);
     x = torch::where((k > i).view({-1, 1, 1, 1, 1}), next, x);  // samples at their level stay
   }
   in.x = x;
@@ -121,7 +120,7 @@ wanfw::StepOutput DmdModel::training_step(const wanfw::Batch& batch) {
 }
 
 DmdModel::DmdGradient DmdModel::dmd_gradient(const torch::Tensor& x, const torch::Tensor& sigma,
-                                             const torch::Tensor& noise, const Conditions& c) {
+                                              const torch::Tensor& noise, const Conditions& c) {
   torch::NoGradGuard no_grad;
   const torch::Tensor xt = renoised(x, sigma, noise, c);
   const torch::Tensor x0_fake = xt - at_level(sigma) * critic_velocity(xt, sigma, c);
@@ -199,7 +198,7 @@ std::map<std::string, at::Tensor> DmdModel::predict(const std::map<std::string, 
   std::map<std::string, at::Tensor> out = {{"v", generator_velocity(x, sigma, c).cpu()},
                                            {"critic_v", critic_velocity(x, sigma, c).cpu()},
                                            {"teacher_v", real_velocity(x, sigma, c).cpu()}};
-  if (in.noise.defined()) {                                 // x as G's sample, re-noised to t
+  if (in.noise.defined()) {  // x as G's sample, re-noised to t
     if (wan::keeps_first_frame(common_.task, x)) c.x0 = x;  // its first frame stays clean
     const DmdGradient g = dmd_gradient(x.to(torch::kFloat32), sigma, in.noise.to(torch::kFloat32), c);
     out["dmd_gradient"] = g.gradient.cpu();
