@@ -48,8 +48,7 @@ AdapterLayout apply_adapter_file(WanDiTImpl& dit, const AdapterLoad& load) {
     const std::int64_t rank = entry.A.size(0);
     const double file_scale = load.scale * entry.alpha / static_cast<double>(rank);
     if (!load.train) {
-      const torch::Tensor delta = torch::matmul(entry.B, entry.A).to(layer->weight.device());
-      layer->weight.copy_(layer->weight.to(torch::kFloat32) + file_scale * delta);
+      layer->add_to_base(file_scale * torch::matmul(entry.B, entry.A));
       continue;
     }
     if (!layer->has_lora())

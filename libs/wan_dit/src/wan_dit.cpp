@@ -91,6 +91,9 @@ void WanDiTImpl::reset() {
   for (std::int64_t i = 0; i < c.num_layers; ++i) {
     WanBlock block(c);
     init_linears(*block);
+    if (placement_.fp8_base)
+      for (auto& m : block->modules(/*include_self=*/false))
+        if (auto* linear = m->as<WanLinearImpl>()) linear->quantize_base();
     place(*block);
     blocks->push_back(block);
   }

@@ -34,8 +34,10 @@ torch::Tensor LoraDropoutStreams::keep_mask(const std::string& layer, at::IntArr
 WanLinearImpl::WanLinearImpl(std::int64_t in, std::int64_t out) : in_(in), out_(out) { reset(); }
 
 void WanLinearImpl::reset() {
-  weight = register_parameter("weight", torch::empty({out_, in_}));
+  // An fp8 base is frozen: a replica (Cloneable::clone resets, then copies the values in) too.
+  weight = register_parameter("weight", torch::empty({out_, in_}), /*requires_grad=*/!fp8_);
   bias = register_parameter("bias", torch::empty({out_}));
+  if (fp8_) weight_scale = register_parameter("weight_scale", torch::ones({1}), /*requires_grad=*/false);
   {
     // torch::nn::Linear's own initialisation, draw for draw: the DiT's random initial weights stay
     // what they were when these layers were torch::nn::Linear (the DiT then re-initialises them).
@@ -100,7 +102,7 @@ void WanLinearImpl::attach_lora(const LoraShape& shape, torch::Dtype dtype, std:
 }
 
 torch::Tensor WanLinearImpl::forward(const torch::Tensor& x) {
-  torch::Tensor y = torch::nn::functional::linear(x, weight, bias);
+  torch::Tensor y = fp8_ ? fp8_linear(x, fp8_weight(), bias) : torch::nn::functional::linear(x, weight, bias);
   const bool first = lora_.rank > 0 && (!selection_ || selection_->first);
   const bool second = second_.rank > 0 && selection_ && selection_->second;
   if (!first && !second) return y;
@@ -144,9 +146,72 @@ void WanLinearImpl::merge_lora() {
     torch::NoGradGuard no_grad;
     const double scale = lora_.alpha / static_cast<double>(lora_.rank);
     const torch::Tensor delta = torch::matmul(lora_B->weight.to(torch::kFloat32), lora_A->weight.to(torch::kFloat32));
-    weight.copy_(weight.to(torch::kFloat32) + scale * delta.to(weight.device()));
+    const torch::Tensor base = fp8_ ? dequantize_fp8(fp8_weight(), torch::kFloat32) : weight.to(torch::kFloat32);
+    const torch::Tensor merged = base + scale * delta.to(weight.device());
+    if (fp8_) {
+      weight.set_data(merged.to(bias.scalar_type()));
+      parameters_.erase("weight_scale");
+      weight_scale = torch::Tensor();
+      fp8_ = false;
+    } else {
+      weight.copy_(merged);
+    }
   }
   attach_lora({}, weight.scalar_type());
 }
+
+void WanLinearImpl::add_to_base(const torch::Tensor& delta) {
+  torch::NoGradGuard no_grad;
+  const torch::Tensor d = delta.to(weight.device(), torch::kFloat32);
+  if (fp8_) set_fp8_base(quantize_fp8(dequantize_fp8(fp8_weight(), torch::kFloat32) + d));
+  else weight.copy_(weight.to(torch::kFloat32) + d);
+}
+
+void WanLinearImpl::quantize_base() {
+  if (fp8_) return;
+  set_fp8_base(quantize_fp8(weight.detach()));
+}
+
+void WanLinearImpl::set_fp8_base(Fp8Weight w) {
+  if (w.values.sizes() != weight.sizes())
+    throw wanfw::Error(fmt::format("an fp8 weight of shape {} for a layer of shape [{}, {}]", c10::str(w.values.sizes()),
+                                   out_, in_));
+  torch::NoGradGuard no_grad;
+  weight.set_data(w.values.to(weight.device()));
+  weight.set_requires_grad(false);
+  const torch::Tensor scales = w.scales.to(weight.device(), torch::kFloat32);
+  if (!fp8_) weight_scale = register_parameter("weight_scale", scales, /*requires_grad=*/false);
+  else weight_scale.set_data(scales);
+  scaling_ = w.scaling;
+  fp8_ = true;
+}
+
+Fp8Weight WanLinearImpl::fp8_weight() const {
+  if (!fp8_) throw wanfw::Error("fp8_weight() of a layer whose base is not fp8");
+  return {weight, weight_scale, scaling_};
+}
+
+void WanLinearImpl::move(const std::optional<torch::Device>& device, const std::optional<torch::Dtype>& dtype,
+                         bool non_blocking) {
+  for (auto& child : children()) {
+    if (device && dtype) child->to(*device, *dtype, non_blocking);
+    else if (device) child->to(*device, non_blocking);
+    else child->to(*dtype, non_blocking);
+  }
+  const auto moved = [&](torch::Tensor& t, bool cast) {
+    t.set_data(t.to(device.value_or(t.device()), cast && dtype ? *dtype : t.scalar_type(), non_blocking));
+  };
+  moved(bias, true);
+  moved(weight, !fp8_);
+  if (fp8_) moved(weight_scale, false);
+}
+
+void WanLinearImpl::to(torch::Device device, torch::Dtype dtype, bool non_blocking) {
+  move(device, dtype, non_blocking);
+}
+
+void WanLinearImpl::to(torch::Dtype dtype, bool non_blocking) { move(std::nullopt, dtype, non_blocking); }
+
+void WanLinearImpl::to(torch::Device device, bool non_blocking) { move(device, std::nullopt, non_blocking); }
 
 }  // namespace wan

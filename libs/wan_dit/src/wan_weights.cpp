@@ -7,8 +7,10 @@
 #include <fmt/ranges.h>
 #include <torch/torch.h>
 
+#include "wan/fp8_files.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/file_io.hpp"
+#include "wanfw/log.hpp"
 #include "wanfw/safetensors.hpp"
 #include "wanfw/tensor_check.hpp"
 
@@ -41,6 +43,14 @@ std::string listed(const std::vector<std::string>& items) {
 
 namespace {
 
+/// The tensors an fp8 file stores beside a weight (its scales, its format) and the file-wide
+/// marker: read with the weight (wan::read_fp8_weight), not parameters of their own.
+bool fp8_companion(const std::string& key) {
+  for (const char* suffix : {".scale_weight", ".weight_scale", ".comfy_quant", ".scale_input", ".input_scale"})
+    if (key.ends_with(suffix)) return true;
+  return key == "scaled_fp8";
+}
+
 WeightLayout check_opened(const WanConfig& config, const wanfw::SafetensorsCheckpoint& checkpoint, const fs::path& path,
                           std::map<std::string, std::string>* key_of) {
   const std::vector<std::string> keys = checkpoint.names();
@@ -51,6 +61,7 @@ WeightLayout check_opened(const WanConfig& config, const wanfw::SafetensorsCheck
 
   std::map<std::string, std::string> source_of;  // official name -> checkpoint key
   for (const auto& key : keys) {
+    if (fp8_companion(key)) continue;
     std::string name = official_name(key, layout);
     if (name.rfind("model.diffusion_model.", 0) == 0) name = name.substr(22);  // single-file repackages
     source_of[name] = key;
@@ -98,11 +109,41 @@ WeightLayout load_wan_weights(WanDiTImpl& model, const fs::path& given, const st
   const wanfw::SafetensorsCheckpoint checkpoint = wanfw::SafetensorsCheckpoint::open(path);
   std::map<std::string, std::string> key_of;
   const WeightLayout layout = check_opened(model.config(), checkpoint, path, &key_of);
+  std::map<std::string, WanLinearImpl*> fp8_layers;  // "<layer>.weight" -> the layer
+  for (const auto& item : model.named_modules())
+    if (auto* layer = item.value()->as<WanLinearImpl>(); layer != nullptr && layer->fp8_base())
+      fp8_layers[item.key() + ".weight"] = layer;
   torch::NoGradGuard no_grad;
+  const wanfw::TensorRole role = wanfw::TensorRole::weight();
+  std::int64_t as_stored = 0, fp8_bytes = 0;
   for (auto& p : model.named_parameters(/*recurse=*/true)) {
+    if (p.key().ends_with(".weight_scale")) continue;  // set with its weight
     const std::string& key = key_of.at(p.key());
-    wanfw::copy_checked(p.value(), checkpoint.tensor(key), wanfw::TensorRole::weight(), checkpoint.file_of(key), key);
+    const fs::path file = checkpoint.file_of(key);
+    // An fp8 file's weight is read as stored (never quantized again), a wider one quantized here,
+    // one tensor at a time; an fp8 weight for a layer kept wider is dequantized.
+    std::optional<Fp8Weight> stored = read_fp8_weight(checkpoint, key);
+    if (stored) wanfw::check_tensor(dequantize_fp8(*stored, torch::kFloat32), role, file, key);
+    if (auto layer = fp8_layers.find(p.key()); layer != fp8_layers.end()) {
+      as_stored += stored ? 1 : 0;
+      if (!stored) {
+        const at::Tensor source = checkpoint.tensor(key);
+        wanfw::check_tensor(source, role, file, key, p.value().sizes().vec());
+        stored = quantize_fp8(source.to(p.value().device()));
+      }
+      fp8_bytes += static_cast<std::int64_t>(stored->values.nbytes() + stored->scales.nbytes());
+      layer->second->set_fp8_base(std::move(*stored));
+    } else if (stored) {
+      p.value().copy_(dequantize_fp8(*stored, torch::kFloat32));
+    } else {
+      wanfw::copy_checked(p.value(), checkpoint.tensor(key), role, file, key);
+    }
   }
+  if (!fp8_layers.empty())
+    wanfw::log::info(fmt::format("fp8 base: {} block Linear weights in {:.1f} MiB with their scales ({} read as "
+                                 "stored in fp8, {} quantized while loading)",
+                                 fp8_layers.size(), static_cast<double>(fp8_bytes) / (1 << 20), as_stored,
+                                 fp8_layers.size() - static_cast<std::size_t>(as_stored)));
   return layout;
 }
 

@@ -71,8 +71,10 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
   wan::use_attention_backend(wan::parse_attention_backend(o.string("attention")));
   // Built where it will train, in the weights' dtype, part by part: the checkpoint is then copied
   // straight into the final parameters, never held whole in fp32 on the CPU.
-  const wan::WanPlacement placement{ctx.device, o.string("dtype") == "bfloat16" ? torch::kBFloat16 : torch::kFloat32};
-  auto model = std::make_unique<wan_fm::WanFlowMatchingModel>(config, settings_from(o, config), placement);
+  FlowMatchingSettings settings = settings_from(o, config);
+  const wan::WanPlacement placement{ctx.device, o.string("dtype") == "bfloat16" ? torch::kBFloat16 : torch::kFloat32,
+                                    wan::fp8_base_from(o, "", !settings.lora.enabled())};
+  auto model = std::make_unique<wan_fm::WanFlowMatchingModel>(config, std::move(settings), placement);
   wan::WanDenoiser& denoiser = model->denoiser();
   const std::string weights = o.string("weights");
   if (!weights.empty()) denoiser.load_weights(weights, o.string("weights_subfolder"));
@@ -143,6 +145,7 @@ wanfw::PluginDescriptor describe() {
           .value("float32")
           .choices({"float32", "bfloat16"})
           .doc("Dtype of the DiT's weights and activations (modulation, norms and RoPE stay float32)."),
+      wan::base_dtype_option("", "every weight but the adapters"),
       option("gradient_checkpointing", T::Boolean)
           .value("false")
           .doc("Recompute each block in backward instead of storing its activations."),

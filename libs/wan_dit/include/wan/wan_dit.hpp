@@ -108,6 +108,10 @@ TORCH_MODULE(WanHead);
 struct WanPlacement {
   torch::Device device = torch::kCPU;
   torch::Dtype dtype = torch::kFloat32;
+  /// The blocks' Linear weights (attention projections, feed-forward) stored in float8 e4m3 with
+  /// scales and frozen (WanLinearImpl::quantize_base), each block quantized from float32 before it
+  /// is placed; norms, modulation, embeddings, time projection and head stay in `dtype`.
+  bool fp8_base = false;
 };
 
 /// The whole DiT: patchify, text and time conditioning, blocks, head, unpatchify.

@@ -4,6 +4,10 @@
 // adapter (LoRA): y = x W^T + b + (alpha / rank) * dropout(x) A^T B^T, with `lora_A.weight`
 // [rank, in] and `lora_B.weight` [out, rank] — the names the Wan / ComfyUI and PEFT adapter files
 // use below the layer's own name.
+//
+// A frozen base can live in float8 e4m3 (quantize_base, or set_fp8_base for a weight read from an
+// fp8 file): `weight` then holds the fp8 values and `weight_scale` their float32 scales
+// (wan/fp8_weight.hpp), both frozen, and every product dequantizes the weight for its own use.
 
 #include <cstdint>
 #include <memory>
@@ -14,6 +18,7 @@
 #include <torch/nn/cloneable.h>
 #include <torch/nn/modules/linear.h>
 
+#include "wan/fp8_weight.hpp"
 #include "wanfw/data.hpp"
 
 namespace wan {
@@ -74,8 +79,25 @@ class WanLinearImpl : public torch::nn::Cloneable<WanLinearImpl> {
   /// Points the adapter's dropout at other streams (a replica gets its own).
   void set_dropout_streams(std::shared_ptr<const LoraDropoutStreams> streams) { streams_ = std::move(streams); }
   /// Folds the adapter into the weight (W += scale * B A, in float32, stored in W's dtype) and
-  /// removes it.
+  /// removes it. An fp8 base is dequantized first and the merged weight is stored in the bias's
+  /// dtype (the compute dtype): a merged model is a plain model.
   void merge_lora();
+  /// Adds `delta` ([out, in], float32) to the frozen base, in float32: stored in the weight's
+  /// dtype, or, for an fp8 base, quantized again (quantize_fp8 of the sum).
+  void add_to_base(const torch::Tensor& delta);
+  /// Stores the weight in float8 e4m3 with float32 scales (quantize_fp8) and freezes it.
+  void quantize_base();
+  /// Replaces the weight with `weight` (fp8 values and scales, e.g. read from an fp8 file), moved
+  /// to the layer's device; the layer's base is fp8 from then on. Throws wanfw::Error when the
+  /// values' shape is not [out, in].
+  void set_fp8_base(Fp8Weight weight);
+  bool fp8_base() const { return fp8_; }
+  /// The fp8 weight (values and scales, not copies); only with fp8_base().
+  Fp8Weight fp8_weight() const;
+  /// As Module::to, except that an fp8 base and its scales keep their dtypes (they move between devices only).
+  void to(torch::Device device, torch::Dtype dtype, bool non_blocking = false) override;
+  void to(torch::Dtype dtype, bool non_blocking = false) override;
+  void to(torch::Device device, bool non_blocking = false) override;
   bool has_lora() const { return lora_.rank > 0; }
   const LoraShape& lora() const { return lora_; }
   /// Attaches a second adapter (a DMD critic's, without dropout) beside the first, under
@@ -89,6 +111,7 @@ class WanLinearImpl : public torch::nn::Cloneable<WanLinearImpl> {
   std::int64_t out_features() const { return out_; }
 
   torch::Tensor weight, bias;
+  torch::Tensor weight_scale;  ///< with an fp8 base: the weight's scales (float32), else undefined
   torch::nn::Linear lora_A{nullptr}, lora_B{nullptr};
   torch::nn::Linear critic_lora_A{nullptr}, critic_lora_B{nullptr};
 
@@ -98,7 +121,10 @@ class WanLinearImpl : public torch::nn::Cloneable<WanLinearImpl> {
   /// One adapter's update of `x` (the layer's input, already in the adapter's dtype).
   torch::Tensor adapter_update(const torch::Tensor& h, torch::nn::Linear& a, torch::nn::Linear& b,
                                const LoraShape& shape) const;
+  void move(const std::optional<torch::Device>& device, const std::optional<torch::Dtype>& dtype, bool non_blocking);
   std::int64_t in_, out_;
+  bool fp8_ = false;
+  Fp8Scaling scaling_ = Fp8Scaling::PerTensor;
   LoraShape lora_;
   LoraShape second_;
   std::shared_ptr<const AdapterSelection> selection_;
