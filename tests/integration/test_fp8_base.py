@@ -96,3 +96,41 @@ def test_an_fp8_base_without_adapters_is_refused_naming_the_option(tmp_path):
     assert result.returncode != 0
     text = result.stdout + result.stderr
     assert "model.base_dtype" in text and "an fp8 base is frozen" in text and "lora.rank" in text
+
+
+def test_a_student_copied_from_an_fp8_teacher_starts_at_zero_loss_on_a_float_or_an_fp8_base(tmp_path):
+    """The student copies the teacher's fp8 weights as stored (an fp8 base) or dequantized (a float
+    one): either computes exactly the teacher's velocities."""
+    from test_distill import config as distill_config, losses
+    reference_model(tmp_path / "teacher", seed=3)
+    for name, student in (("float", {}), ("fp8", {**FP8, "lora": {"rank": 4}})):
+        path = distill_config(tmp_path, tmp_path / "teacher", name=name, trainer={"max_steps": 1},
+                              teacher_base_dtype="float8_e4m3fn", **student)
+        result = wanfw("run", path, check=0)
+        assert "fp8 base: 20 block Linear weights" in result.stdout + result.stderr
+        assert losses(tmp_path, name) == [0.0], name
+
+
+def test_dmd_on_one_shared_fp8_base_trains_exactly_what_separate_fp8_copies_train(tmp_path):
+    from test_dmd import config as dmd_config, read_csv, run_dir as dmd_run, shared_name
+    reference_model(tmp_path / "teacher", seed=3)
+    fp8 = {**FP8, "teacher_base_dtype": "float8_e4m3fn", "lora": {"rank": 4}, "critic_lora": {"rank": 4}}
+    wanfw("run", dmd_config(tmp_path, tmp_path / "teacher", name="separate", **fp8), check=0)
+    wanfw("run", dmd_config(tmp_path, tmp_path / "teacher", name="shared", shared_base=True, **fp8), check=0)
+    a, b = read_csv(dmd_run(tmp_path, "separate") / "metrics.csv"), read_csv(dmd_run(tmp_path, "shared") / "metrics.csv")
+    assert [r["loss"] for r in a] == [r["loss"] for r in b]
+    x = load_file(checkpoints(dmd_run(tmp_path, "separate"))[-1] / "model.safetensors")
+    y = load_file(checkpoints(dmd_run(tmp_path, "shared"))[-1] / "model.safetensors")
+    assert {shared_name(k) for k in x} == set(y) and all("lora_" in k for k in y)
+    assert all(torch.equal(x[k], y[shared_name(k)]) for k in x)
+
+
+def test_fsdp_refuses_an_fp8_base_naming_the_parameter_and_the_strategies_that_take_it(tmp_path):
+    reference_model(tmp_path / "base", seed=5)
+    path = experiment(tmp_path, "fsdp", {**lora_model(tmp_path / "base"), **FP8}, steps=1,
+                      strategy={"name": "fsdp", "timeout_s": 60})
+    result = wanfw("run", path)
+    text = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "fsdp: parameter blocks.0.self_attn.q.weight is stored in Float8_e4m3fn" in text
+    assert "ddp or single" in text

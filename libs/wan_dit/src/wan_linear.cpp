@@ -167,6 +167,20 @@ void WanLinearImpl::add_to_base(const torch::Tensor& delta) {
   else weight.copy_(weight.to(torch::kFloat32) + d);
 }
 
+void WanLinearImpl::copy_base_from(const WanLinearImpl& from) {
+  torch::NoGradGuard no_grad;
+  if (from.fp8_) {
+    const Fp8Weight w = from.fp8_weight();
+    if (fp8_) set_fp8_base({w.values.clone(), w.scales.clone(), w.scaling});
+    else weight.copy_(dequantize_fp8(w, torch::kFloat32));
+  } else if (fp8_) {
+    set_fp8_base(quantize_fp8(from.weight));
+  } else {
+    weight.copy_(from.weight);
+  }
+  bias.copy_(from.bias);
+}
+
 void WanLinearImpl::quantize_base() {
   if (fp8_) return;
   set_fp8_base(quantize_fp8(weight.detach()));

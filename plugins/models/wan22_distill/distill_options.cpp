@@ -186,6 +186,7 @@ std::vector<wanfw::OptionSpec> distill_options() {
           .value("float32")
           .choices({"float32", "bfloat16"})
           .doc("The teacher's weights and compute dtype; bfloat16 halves its memory."),
+      wan::base_dtype_option("teacher_", "the whole frozen teacher"),
       option("teacher_device", T::String)
           .value("\"\"")
           .doc("Where the teacher computes (cpu, cuda, cuda:N); empty: beside the student."),
@@ -208,6 +209,8 @@ std::vector<wanfw::OptionSpec> distill_options() {
           .value("float32")
           .choices({"float32", "bfloat16"})
           .doc("Dtype of the student's weights and activations."),
+      wan::base_dtype_option("", "the student's, and under dmd the critic's, base below their adapters; dmd's "
+                                 "shared base"),
       option("gradient_checkpointing", T::Boolean).value("false").doc("Recompute the student's blocks in backward."),
       wan::attention_option(),
       option("task", T::Choice)

@@ -8,7 +8,7 @@ namespace wan_distill {
 
 namespace {
 wan::WanPlacement build_at(const TeacherPlacement& p) {
-  return {p.offload ? torch::Device(torch::kCPU) : p.device, p.dtype};
+  return {p.offload ? torch::Device(torch::kCPU) : p.device, p.dtype, p.fp8_base};
 }
 }  // namespace
 

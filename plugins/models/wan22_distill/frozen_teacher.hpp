@@ -21,6 +21,7 @@ struct TeacherPlacement {
   torch::Device device = torch::kCPU;  ///< where it computes
   torch::Dtype dtype = torch::kFloat32;
   bool offload = false;  ///< kept on the CPU between uses, moved to `device` for each step
+  bool fp8_base = false;  ///< the blocks' Linear weights in fp8 (wan::WanPlacement::fp8_base)
 };
 
 class FrozenTeacher {

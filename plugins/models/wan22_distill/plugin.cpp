@@ -18,6 +18,7 @@
 #include "wan/attention_backend.hpp"
 #include "wan/gpu_memory.hpp"
 #include "wan/lora.hpp"
+#include "wan/wan_options.hpp"
 #include "wan/wan_weights.hpp"
 #include "wanfw/log.hpp"
 #include "wanfw/plugin.hpp"
@@ -33,14 +34,16 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
     o.fail("teacher_weights", "a teacher needs its weights",
            "point teacher_weights at an official or diffusers Wan checkpoint (or `wanfw export`'s output)");
   const wan_distill::TeacherPlacement where{wan_distill::teacher_device(o, ctx.device),
-                                            wan_distill::dtype_of(o, "teacher_dtype"), o.boolean("teacher_offload")};
+                                            wan_distill::dtype_of(o, "teacher_dtype"), o.boolean("teacher_offload"),
+                                            wan::fp8_base_from(o, "teacher_", /*trains_base=*/false)};
   auto teacher = std::make_shared<wan_distill::FrozenTeacher>(n.teacher, n.expert, n.boundary, where);
   teacher->load_weights(teacher_weights, o.string("teacher_weights_subfolder"));
   wanfw::log::info(fmt::format("teacher: {} blocks, dim {} ({}), frozen on {} in {}{}", n.teacher.num_layers,
                                n.teacher.dim, teacher_weights, where.device.str(), o.string("teacher_dtype"),
                                where.offload ? ", on the CPU between steps" : ""));
 
-  const wan::WanPlacement placement{ctx.device, wan_distill::dtype_of(o, "dtype")};
+  const wan::WanPlacement placement{ctx.device, wan_distill::dtype_of(o, "dtype"),
+                                    wan::fp8_base_from(o, "", !settings.lora.enabled())};
   if (settings.objective == wan_distill::Objective::Dmd) {
     wan_distill::DmdSettings dmd = wan_distill::dmd_settings_from(o, n.student, n.teacher, settings, false);
     wan::WanDiT generator(n.student, placement);

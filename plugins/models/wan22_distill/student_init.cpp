@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <map>
+#include <set>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -42,10 +43,29 @@ StudentInit init_from_teacher(wan::WanDiTImpl& student, const wan::WanDiTImpl& t
   torch::NoGradGuard no_grad;
   StudentInit out;
   out.blocks = block_mapping(student.config().num_layers, teacher.config().num_layers);
+  // Linear layers where either base is fp8 copy layer by layer (values and scales together).
+  std::map<std::string, const wan::WanLinearImpl*> teacher_layers;
+  for (const auto& item : teacher.named_modules())
+    if (const auto* layer = item.value()->as<wan::WanLinearImpl>()) teacher_layers[item.key()] = layer;
+  std::set<std::string> done;
+  for (const auto& item : student.named_modules()) {
+    auto* layer = item.value()->as<wan::WanLinearImpl>();
+    if (layer == nullptr) continue;
+    const auto it = teacher_layers.find(teacher_name(item.key(), out.blocks));
+    if (it == teacher_layers.end() || !(layer->fp8_base() || it->second->fp8_base())) continue;
+    for (const char* part : {".weight", ".weight_scale", ".bias"}) done.insert(item.key() + part);
+    if (it->second->in_features() != layer->in_features() || it->second->out_features() != layer->out_features()) {
+      out.kept.push_back(item.key() + ".weight");
+      continue;
+    }
+    layer->copy_base_from(*it->second);
+    out.copied += 2;
+  }
   std::map<std::string, torch::Tensor> source;
   for (const auto& item : teacher.named_parameters()) source[item.key()] = item.value();
   for (const auto& item : teacher.named_buffers()) source[item.key()] = item.value();
   auto copy = [&](const std::string& name, torch::Tensor& target) {
+    if (done.count(name)) return;
     const auto it = source.find(teacher_name(name, out.blocks));
     if (it == source.end() || it->second.sizes() != target.sizes()) {
       out.kept.push_back(name);

@@ -25,6 +25,12 @@ FsdpStrategy::~FsdpStrategy() = default;
 std::string FsdpStrategy::describe() const { return "fsdp: " + session_->describe() + sequence_.describe(); }
 
 void FsdpStrategy::setup(wanfw::Model& model) {
+  for (const auto& p : model.module()->named_parameters())
+    if (at::isFloat8Type(p.value().scalar_type()))
+      throw wanfw::Error(fmt::format("fsdp: parameter {} is stored in {}: fsdp does not shard an fp8 base",
+                                     p.key(), c10::toString(p.value().scalar_type())),
+                         "train on the fp8 base with ddp or single (each rank keeps the whole base, half of "
+                         "bfloat16's bytes), or set model.base_dtype: dtype to shard it");
   model.module()->to(device());
   sequence_.attach(model);
   session_->guarded("giving every rank rank 0's initial weights", [&] {

@@ -85,6 +85,10 @@ class WanLinearImpl : public torch::nn::Cloneable<WanLinearImpl> {
   /// Adds `delta` ([out, in], float32) to the frozen base, in float32: stored in the weight's
   /// dtype, or, for an fp8 base, quantized again (quantize_fp8 of the sum).
   void add_to_base(const torch::Tensor& delta);
+  /// Copies the frozen base of `from` (same shape) into this layer, each in its own storage: fp8
+  /// values and scales as they are when both are fp8, quantized when only this layer is,
+  /// dequantized when only `from` is; the bias too.
+  void copy_base_from(const WanLinearImpl& from);
   /// Stores the weight in float8 e4m3 with float32 scales (quantize_fp8) and freezes it.
   void quantize_base();
   /// Replaces the weight with `weight` (fp8 values and scales, e.g. read from an fp8 file), moved

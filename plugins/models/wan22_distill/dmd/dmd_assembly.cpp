@@ -29,7 +29,9 @@ std::unique_ptr<wanfw::Model> make_dmd_model(const wanfw::Options& o, wan::WanDi
                     "the critic (critic_lora, rank {})",
                     common.lora.rank, dmd.critic_lora.rank));
   } else {
-    critic = wan::WanDiT(teacher->config(), placement);
+    wan::WanPlacement critic_at = placement;
+    critic_at.fp8_base = placement.fp8_base && dmd.critic_lora.enabled();  // a critic that trains every weight is not fp8
+    critic = wan::WanDiT(teacher->config(), critic_at);
     init_from_teacher(*critic, *teacher->dits().front());
     generator.set_state(*after_generator);
     if (dmd.critic_lora.enabled()) wan::attach_adapters(*critic, dmd.critic_lora);
