@@ -48,6 +48,9 @@ class UnitRunner {
   virtual ~UnitRunner() = default;
   /// `body(inputs)` with unit `unit`'s (an index into Model::shard_units()) parameters gathered.
   virtual std::vector<at::Tensor> run(std::size_t unit, const std::vector<at::Tensor>& inputs, const Body& body) = 0;
+  /// Whether running a unit is a collective, so that every rank must run the same units in the same
+  /// order (fsdp gathers each); false for a runner that only moves memory (block swap).
+  virtual bool collective() const { return true; }
 };
 
 /// `body(inputs)` through `runner`, or directly when there is none (the model is not sharded).

@@ -11,7 +11,7 @@ using namespace limits;
 
 const std::vector<std::string>& top_level_sections() {
   static const std::vector<std::string> sections = {"run",  "trainer", "optimizer", "scheduler", "data",
-                                                    "validation", "precision", "checkpoint", "model", "strategy", "loggers", "plugin_path"};
+                                                    "validation", "precision", "checkpoint", "block_swap", "model", "strategy", "loggers", "plugin_path"};
   return sections;
 }
 
@@ -147,6 +147,22 @@ const std::vector<std::pair<std::string, OptionSchema>>& core_schemas() {
       {"checkpoint",
        {option("every", T::Integer).value("0").doc("Write a checkpoint every N steps; 0 only at the end."),
         option("keep_last", T::Integer).value("3").doc("Keep the newest K checkpoints; 0 keeps all.")}},
+      {"block_swap",
+       {option("blocks", T::Integer)
+            .value("0")
+            .doc("Units (the model's blocks) whose frozen weights live in host memory and stream to the device "
+                 "ahead of use, in forward and backward, spread evenly between the resident ones; 0: none. At most "
+                 "the block count minus one. Needs the model's gradient checkpointing (docs/low-memory.md)."),
+        option("ring", T::Integer)
+            .value("2")
+            .doc("Device slots the streamed blocks take turns in: the device holds the resident blocks and this "
+                 "many streamed ones; 2 lets a copy run while the block before it computes."),
+        option("host_memory", T::Choice)
+            .value("auto")
+            .choices({"auto", "pinned", "pageable"})
+            .doc("Where the streamed weights wait on a GPU run: pinned host memory, one allocation (auto falls back "
+                 "to pageable memory, said in the log, where pinning fails: WSL and Windows cap it); pageable "
+                 "copies through the driver's staging, slower.")}},
   };
   return schemas;
 }

@@ -76,6 +76,13 @@ struct ValidationSettings {
   bool preview = true;          ///< log the model's preview images at each validation
 };
 
+/// The block_swap section (the core's units runtime streams the model's blocks: units/block_swap.hpp).
+struct BlockSwapSection {
+  std::int64_t blocks = 0;  ///< 0: off
+  std::int64_t ring = 2;
+  std::string host_memory = "auto";
+};
+
 struct CheckpointSettings {
   std::int64_t every = 0;
   std::int64_t keep_last = 3;
@@ -91,6 +98,7 @@ struct CoreSettings {
   ValidationSettings validation;
   PrecisionOptions precision;
   CheckpointSettings checkpoint;
+  BlockSwapSection block_swap;
   std::vector<std::filesystem::path> plugin_path;
 
   static CoreSettings from(Config& config);

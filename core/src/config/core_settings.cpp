@@ -173,7 +173,15 @@ CoreSettings CoreSettings::from(Config& config) {
   require_positive(checkpoint, "every", s.checkpoint.every, 0);
   require_positive(checkpoint, "keep_last", s.checkpoint.keep_last, 0);
 
-  for (Options* o : {&run, &trainer, &optimizer, &scheduler, &data, &validation, &precision, &checkpoint}) config.record_resolved(*o);
+  Options block_swap = section("block_swap");
+  s.block_swap.blocks = block_swap.integer("blocks");
+  s.block_swap.ring = block_swap.integer("ring");
+  s.block_swap.host_memory = block_swap.string("host_memory");
+  require_positive(block_swap, "blocks", s.block_swap.blocks, 0);
+  require_positive(block_swap, "ring", s.block_swap.ring);
+
+  for (Options* o : {&run, &trainer, &optimizer, &scheduler, &data, &validation, &precision, &checkpoint, &block_swap})
+    config.record_resolved(*o);
   // The saved config names its run and finds its plugins from wherever it is run again.
   config.record_resolved_value("run.name", yaml_quoted(s.run.name));
   config.record_resolved_value("data.name", yaml_quoted(s.data.name));

@@ -27,7 +27,7 @@ Experiment evaluation_model(const EvaluateRequest& request) {
     Checkpoint::open(checkpoint)->load_weights(*e.model);
     spdlog::info("weights from {}", checkpoint.string());
   }
-  e.strategy->setup(*e.model);
+  place_model(e);
   e.strategy->begin_evaluation(*e.model);  // a strategy that shards the weights gathers them
   return e;
 }

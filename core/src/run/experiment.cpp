@@ -83,7 +83,7 @@ RunOutcome run_experiment(const RunRequest& request) {
     run_dir.checkpoint()->load_weights(masters ? masters->view() : *e.model);
     if (masters) masters->publish();
   }
-  strategy.setup(*e.model);
+  place_model(e);
 
   // 4. Train, logging on the main process.
   LoggerSet loggers(e.loggers, main, run_dir.path(), run_dir.resume_step(), e.resolved_yaml);

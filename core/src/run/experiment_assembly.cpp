@@ -94,6 +94,20 @@ Experiment assemble(const RunRequest& request, ModelAssembly assembly) {
   // machine lacks (a config validated away from its GPUs) leaves them on the CPU; the strategy's
   // setup names the missing device when a run starts.
   context.device = usable(e.strategy->device()) ? e.strategy->device() : c10::Device(c10::kCPU);
+  if (e.settings.block_swap.blocks > 0) {
+    if (e.strategy->shards_state())
+      throw ConfigError(e.config.where("block_swap.blocks"),
+                        "block swap does not combine with a strategy that shards the weights (fsdp)",
+                        "use ddp or single (each rank streams its own copy), or fsdp without block_swap");
+    for (const char* key : {"strategy.name", "strategy.inner.name"})
+      if (e.config.has(key) && e.config.string_at(key) == "data_parallel")
+        throw ConfigError(e.config.where("block_swap.blocks"),
+                          "block swap does not combine with data_parallel (its replicas copy the model's weights)",
+                          "use ddp, one process per GPU, each streaming its own copy");
+    // Built on the host: the streamed blocks never reach the device whole, the rest moves there
+    // when the strategy places the model.
+    context.device = c10::Device(c10::kCPU);
+  }
   context.dtype = compute_dtype(e.settings.precision.mode);
 
   if (!e.config.has("model"))
@@ -123,6 +137,21 @@ Experiment assemble(const RunRequest& request, ModelAssembly assembly) {
   e.data = std::make_unique<TrainingData>(e.settings, data_context.fields, std::move(dataset), e.config.where("data"));
   e.resolved_yaml = e.config.resolved_yaml();
   return e;
+}
+
+void place_model(Experiment& e) {
+  const BlockSwapSection& swap = e.settings.block_swap;
+  if (swap.blocks > 0)
+    e.block_swap = std::make_shared<BlockSwap>(*e.model->module(), e.model->shard_units(),
+                                               BlockSwapSettings{swap.blocks, swap.ring,
+                                                                 parse_host_memory(swap.host_memory)},
+                                               e.strategy->device());
+  e.strategy->setup(*e.model);
+  if (!e.block_swap) return;
+  e.block_swap->start(e.strategy->device());
+  e.units = std::make_shared<UnitRuntime>(e.model->shard_units(), e.block_swap);
+  e.model->set_unit_runner(e.units.get());
+  if (e.strategy->is_main()) spdlog::info("{}", e.block_swap->describe());
 }
 
 }  // namespace wanfw

@@ -12,6 +12,7 @@
 #include "data/training_data.hpp"
 #include "plugin_host/plugin_host.hpp"
 #include "run/run_request.hpp"
+#include "units/block_swap.hpp"
 #include "wanfw/logger.hpp"
 #include "wanfw/model.hpp"
 #include "wanfw/strategy.hpp"
@@ -32,7 +33,15 @@ struct Experiment {
   std::string resolved_yaml;
   /// Set instead of `model` when the model was described without being built.
   std::optional<std::string> model_summary;
+  /// block_swap: the streamed units' host copies and the runtime the model runs its units through
+  /// (place_model sets them up).
+  std::shared_ptr<BlockSwap> block_swap;
+  std::shared_ptr<UnitRuntime> units;
 };
+
+/// The built model placed by the strategy (Strategy::setup) and, with block_swap, its streamed
+/// units' frozen weights moved to host memory first and streamed through a UnitRuntime after.
+void place_model(Experiment& e);
 
 /// How `assemble` treats the model: build it (training, predict), or have its plugin describe it
 /// without allocating weights when the plugin can (validate).

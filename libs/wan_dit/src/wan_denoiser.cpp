@@ -121,7 +121,7 @@ std::vector<wanfw::ShardUnit> WanDenoiser::shard_units() const {
 }
 
 void WanDenoiser::set_unit_runner(wanfw::UnitRunner* runner) {
-  if (runner != nullptr && pair_)
+  if (runner != nullptr && runner->collective() && pair_)
     throw wanfw::Error("fsdp cannot train both experts in one run: each rank's samples pick which expert's blocks run, "
                        "so the ranks would gather different units",
                        "train one expert a run (model.expert: high_noise or low_noise), as the A14B examples do, or "

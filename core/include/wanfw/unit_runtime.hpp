@@ -1,0 +1,99 @@
+#pragma once
+// The life cycle of a model's units (wanfw/sharded_units.hpp) as one mechanism. A unit's
+// parameters are fetched to the device before its forward and again before its backward, and
+// released after each; fetches of the units used next start ahead, in the order of use the
+// runtime recorded. How a unit is fetched is its UnitFetcher's business: block swap copies its
+// frozen weights from host memory into a ring of device slots.
+//
+// The hooks, around every run of a unit's body:
+//   pre-forward:  fetch (unless under way) and wait      post-forward:  release, prefetch
+//   pre-backward: fetch (unless under way) and wait      post-backward: release, prefetch
+// The backward hooks come from two identity autograd nodes around the body (one on its inputs, one
+// on its outputs), so a body that checkpoints its activations recomputes between them.
+//
+// A unit's state (UnitState) is the fetcher's: Released (not on the device), Fetching (a copy or
+// gather under way), Ready (whole on the device), and the runtime's InUse while a hook holds it.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "wanfw/sharded_units.hpp"
+
+namespace wanfw {
+
+enum class UnitState { Released, Fetching, Ready, InUse };
+
+/// "released", "fetching", "ready", "in use".
+const char* unit_state_name(UnitState state);
+
+/// One use of a unit: its index and whether it is its backward.
+struct UnitUse {
+  std::size_t unit = 0;
+  bool backward = false;
+  bool operator==(const UnitUse&) const = default;
+};
+
+/// Brings units' parameters to the device and lets them go. Calls come from the runtime, on the
+/// thread that runs the model (forward) or the autograd engine's (backward), never concurrently.
+class UnitFetcher {
+ public:
+  virtual ~UnitFetcher() = default;
+  virtual UnitState state(std::size_t unit) const = 0;
+  /// Starts fetching `unit` if it can start now (block swap: a slot is free, or holds a unit whose
+  /// next use comes after `unit`'s); returns whether it started. `upcoming`: the uses expected
+  /// after now, nearest first (`unit`'s among them).
+  virtual bool prefetch(std::size_t unit, const std::vector<UnitUse>& upcoming) = 0;
+  /// Makes `unit` ready for the compute (fetching it now if no fetch is under way) and makes the
+  /// compute wait for it. `upcoming`: the uses expected after this one.
+  virtual void acquire(std::size_t unit, const std::vector<UnitUse>& upcoming) = 0;
+  /// The compute queued so far is the last to read `unit` until its next acquire.
+  virtual void release(std::size_t unit) = 0;
+};
+
+/// Runs a model's units through a fetcher (Model::set_unit_runner takes it).
+class UnitRuntime final : public UnitRunner {
+ public:
+  UnitRuntime(std::vector<ShardUnit> units, std::shared_ptr<UnitFetcher> fetcher);
+  ~UnitRuntime() override;
+
+  std::vector<at::Tensor> run(std::size_t unit, const std::vector<at::Tensor>& inputs, const Body& body) override;
+  /// Block swap's fetches are copies on each rank, not collectives.
+  bool collective() const override { return false; }
+
+  UnitState state(std::size_t unit) const;
+  /// The index of the unit named `name` (as Model::shard_units names it); throws wanfw::Error.
+  std::size_t index_of(const std::string& name) const;
+  const std::vector<ShardUnit>& units() const { return units_; }
+  /// The forward uses of the last complete pass, in order (what prefetching follows).
+  const std::vector<std::size_t>& recorded_order() const { return recorded_; }
+
+  /// Observes every use just before the body runs (or its backward), with the unit held: tests
+  /// check what the compute sees. Null: none.
+  using Observer = std::function<void(const UnitUse&)>;
+  void set_observer(Observer observer) { observer_ = std::move(observer); }
+
+  // For the boundary autograd nodes (unit_runtime.cpp).
+  void before_backward(std::size_t unit);
+  void after_backward(std::size_t unit);
+
+ private:
+  void before_forward(std::size_t unit);
+  void after_forward(std::size_t unit);
+  /// The uses expected after `now` (from the recorded order), nearest first.
+  std::vector<UnitUse> upcoming(const UnitUse& now) const;
+  void prefetch_after(const UnitUse& now);
+
+  std::vector<ShardUnit> units_;
+  std::shared_ptr<UnitFetcher> fetcher_;
+  std::vector<bool> in_use_;
+  std::vector<std::size_t> recorded_;  ///< the last complete forward pass
+  std::vector<std::size_t> current_;   ///< the forward pass under way
+  bool differentiated_ = false;        ///< whether the pass under way will run backward
+  Observer observer_;
+};
+
+}  // namespace wanfw

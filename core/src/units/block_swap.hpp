@@ -1,0 +1,104 @@
+#pragma once
+// Block swap: the frozen parameters of some of a model's units live in host memory and stream to
+// the device into a ring of preallocated slots, ahead of use, in forward and in backward. A
+// UnitFetcher for the UnitRuntime (wanfw/unit_runtime.hpp); the copies go through a UnitCopier.
+//
+// Host to device only: the host copy of a frozen weight is always valid, so leaving a slot costs
+// nothing. A slot is taken for a unit when it is free or holds a unit whose next use comes after
+// this one's (the recorded order says when); its copy waits for the compute that last read it.
+// Trainable parameters of a streamed unit (adapters) stay on the device.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/nn/module.h>
+
+#include "units/host_arena.hpp"
+#include "units/unit_copier.hpp"
+#include "wanfw/unit_runtime.hpp"
+
+namespace wanfw {
+
+struct BlockSwapSettings {
+  std::int64_t blocks = 0;  ///< units streamed from host memory
+  std::int64_t ring = 2;    ///< device slots they take turns in
+  HostMemory host_memory = HostMemory::Auto;
+};
+
+/// The `streamed` of `count` units to stream, spread evenly between resident ones so that copies
+/// hide behind their compute: floor((2k + 1) count / (2 streamed)) for k < streamed.
+std::vector<std::size_t> streamed_units(std::size_t count, std::size_t streamed);
+
+class BlockSwap final : public UnitFetcher {
+ public:
+  /// Moves the frozen parameters of the streamed units of `module` (`units`, named as
+  /// module.named_parameters() names them) into one host arena, 256-byte aligned, and binds each
+  /// to an empty placeholder, so that placing the module on its device moves none of their bytes.
+  /// Throws wanfw::Error when `settings` asks for more units than there are, or for none.
+  BlockSwap(torch::nn::Module& module, const std::vector<ShardUnit>& units, const BlockSwapSettings& settings,
+            c10::Device device);
+  ~BlockSwap() override;
+
+  /// After the module is placed: the ring's slots on `device`, and the copier (default: CUDA streams
+  /// on a GPU, a worker thread on the CPU).
+  void start(c10::Device device, std::unique_ptr<UnitCopier> copier = nullptr);
+
+  UnitState state(std::size_t unit) const override;
+  bool prefetch(std::size_t unit, const std::vector<UnitUse>& upcoming) override;
+  void acquire(std::size_t unit, const std::vector<UnitUse>& upcoming) override;
+  void release(std::size_t unit) override;
+
+  const std::vector<std::size_t>& streamed() const { return streamed_; }
+  bool is_streamed(std::size_t unit) const { return plans_.at(unit).has_value(); }
+  /// Unit copies into slots so far (each one unit's streamed bytes).
+  std::int64_t copies() const { return copies_; }
+  /// The host copy of parameter `index` of unit `unit` (its frozen ones in order), as a tensor of
+  /// its dtype and shape.
+  at::Tensor host_parameter(std::size_t unit, std::size_t index) const;
+  /// The unit's frozen parameters (what it streams).
+  const std::vector<at::Tensor>& streamed_parameters(std::size_t unit) const;
+  /// Seconds the compute waited for copies since the last call.
+  double take_stall_seconds() { return copier_ ? copier_->take_stall_seconds() : 0.0; }
+  std::int64_t unit_bytes() const { return slot_bytes_; }
+  std::string describe() const;
+
+ private:
+  struct Piece {
+    std::int64_t offset = 0, bytes = 0;
+    at::ScalarType dtype = at::kFloat;
+    std::vector<std::int64_t> shape;
+  };
+  struct UnitPlan {
+    std::vector<at::Tensor> parameters;  ///< the module's own tensors (rebound in place)
+    std::vector<Piece> pieces;
+    std::int64_t offset = 0, bytes = 0;  ///< its span of the arena
+    UnitState state = UnitState::Released;
+    std::optional<std::size_t> slot;
+    bool in_use = false;
+    bool check_kept = false;
+    std::vector<std::size_t> use_counts;  ///< each parameter's, when acquired
+  };
+  /// A slot: a free one, or the one whose unit's next use is the latest (and after `not_before`, a
+  /// position in `upcoming`, when given); none when every slot is busy.
+  std::optional<std::size_t> slot_for(const std::vector<UnitUse>& upcoming,
+                                      std::optional<std::size_t> not_before) const;
+  void load(std::size_t unit, std::size_t slot);
+  void bind(UnitPlan& plan, std::optional<std::size_t> slot);
+
+  std::vector<std::optional<UnitPlan>> plans_;
+  std::vector<std::size_t> streamed_;
+  std::vector<std::string> names_;
+  std::int64_t ring_ = 2;
+  HostArena arena_;
+  std::int64_t slot_bytes_ = 0;
+  std::vector<at::Tensor> slots_;
+  std::vector<std::optional<std::size_t>> slot_unit_;
+  std::unique_ptr<UnitCopier> copier_;
+  c10::Device device_{c10::kCPU};
+  std::int64_t copies_ = 0;
+};
+
+}  // namespace wanfw

@@ -1,0 +1,96 @@
+// The GPU's copier: each copy on a copy stream, after the event the compute stream recorded when it
+// last read the slot; the compute stream waits on the copy's event. Pageable host memory (where
+// pinning failed) is copied from a worker thread, so the driver's staging never blocks the compute
+// thread; the stream then waits on an event recorded after it.
+
+#include <future>
+#include <memory>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "units/unit_copier.hpp"
+
+namespace wanfw {
+
+namespace {
+
+class CudaCopier final : public UnitCopier {
+ public:
+  CudaCopier(std::size_t slots, c10::Device device, bool pinned_source)
+      : device_(device),
+        pinned_(pinned_source),
+        copy_stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index())),
+        ready_(slots),
+        free_(slots),
+        free_recorded_(slots, false),
+        pending_(slots) {}
+
+  void copy(std::size_t slot, const at::Tensor& source, const at::Tensor& target) override {
+    const c10::cuda::CUDAGuard guard(device_);
+    if (pinned_) {
+      issue(slot, source, target);
+      return;
+    }
+    // Pageable bytes: the driver stages them synchronously, so a worker thread issues the copy.
+    pending_[slot] = std::async(std::launch::async, [this, slot, source, target] {
+      const c10::cuda::CUDAGuard inner(device_);
+      issue(slot, source, target);
+      copy_stream_.synchronize();
+    });
+  }
+
+  void wait(std::size_t slot) override {
+    const c10::cuda::CUDAGuard guard(device_);
+    if (pending_[slot].valid()) pending_[slot].get();
+    const c10::cuda::CUDAStream compute = c10::cuda::getCurrentCUDAStream(device_.index());
+    auto before = std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault);
+    auto after = std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault);
+    before->record(compute);
+    ready_[slot].block(compute);
+    after->record(compute);
+    stalls_.emplace_back(std::move(before), std::move(after));
+  }
+
+  void release(std::size_t slot) override {
+    free_[slot].record(c10::cuda::getCurrentCUDAStream(device_.index()));
+    free_recorded_[slot] = true;
+  }
+
+  double take_stall_seconds() override {
+    double seconds = 0;
+    for (auto& [before, after] : stalls_) {
+      after->synchronize();
+      seconds += static_cast<double>(before->elapsed_time(*after)) / 1000.0;
+    }
+    stalls_.clear();
+    return seconds;
+  }
+
+ private:
+  void issue(std::size_t slot, const at::Tensor& source, const at::Tensor& target) {
+    const c10::cuda::CUDAStreamGuard on_copy_stream(copy_stream_);
+    if (free_recorded_[slot]) free_[slot].block(copy_stream_);  // the slot's last reader is done
+    target.copy_(source, /*non_blocking=*/true);
+    ready_[slot].record(copy_stream_);
+  }
+
+  c10::Device device_;
+  bool pinned_;
+  c10::cuda::CUDAStream copy_stream_;
+  std::vector<at::cuda::CUDAEvent> ready_, free_;
+  std::vector<bool> free_recorded_;
+  std::vector<std::future<void>> pending_;
+  std::vector<std::pair<std::unique_ptr<at::cuda::CUDAEvent>, std::unique_ptr<at::cuda::CUDAEvent>>> stalls_;
+};
+
+}  // namespace
+
+std::unique_ptr<UnitCopier> make_cuda_copier(std::size_t slots, c10::Device device, bool pinned_source) {
+  return std::make_unique<CudaCopier>(slots, device, pinned_source);
+}
+
+}  // namespace wanfw

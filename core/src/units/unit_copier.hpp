@@ -1,0 +1,39 @@
+#pragma once
+// How block swap moves a unit's bytes from host memory into a device slot: behind one interface,
+// so the CPU runs the schedule CUDA runs. The CUDA copier issues each copy on a copy stream, gated
+// by an event the compute stream recorded when it last read the slot, and the compute stream waits
+// on the copy's event (no device-wide synchronisation); the thread copier does the same with a
+// worker thread and futures, with optional delays that a test randomises.
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+namespace wanfw {
+
+class UnitCopier {
+ public:
+  virtual ~UnitCopier() = default;
+  /// Copies `source` (host bytes) into `target` (slot `slot`'s bytes on the device) once the compute
+  /// that last read the slot (release) is done; returns at once.
+  virtual void copy(std::size_t slot, const at::Tensor& source, const at::Tensor& target) = 0;
+  /// The compute waits for the last copy into `slot`.
+  virtual void wait(std::size_t slot) = 0;
+  /// The compute queued so far is the last to read `slot` before the next copy into it.
+  virtual void release(std::size_t slot) = 0;
+  /// Seconds the compute waited for copies since the last call (the copy stall).
+  virtual double take_stall_seconds() = 0;
+};
+
+/// A worker thread copies; `delay`, when given, runs before each copy (tests: random sleeps).
+std::unique_ptr<UnitCopier> make_thread_copier(std::size_t slots, std::function<void()> delay = {});
+
+/// Copies on a copy stream of `device` with CUDA events. `pinned_source`: the host bytes are pinned,
+/// so a copy is asynchronous; otherwise each copy runs on a worker thread (the driver stages
+/// pageable memory) and the stream waits for its event.
+std::unique_ptr<UnitCopier> make_cuda_copier(std::size_t slots, c10::Device device, bool pinned_source);
+
+}  // namespace wanfw

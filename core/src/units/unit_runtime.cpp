@@ -1,0 +1,186 @@
+// The unit life cycle: hooks around each run of a unit's body, the recorded order of use, and the
+// two boundary autograd nodes that give the backward hooks.
+
+#include "wanfw/unit_runtime.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <torch/autograd.h>
+#include <torch/torch.h>
+
+#include "wanfw/error.hpp"
+
+namespace wanfw {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+/// Identity on a unit's inputs (and an anchor that requires grad, so the node is in the graph
+/// even when no input requires grad): its backward runs once the unit's whole backward has, and is
+/// the unit's post-backward hook.
+struct UnitEntry : torch::autograd::Function<UnitEntry> {
+  static variable_list forward(AutogradContext* ctx, at::TensorList inputs, const at::Tensor& anchor,
+                               UnitRuntime* runtime, std::int64_t unit) {
+    ctx->saved_data["runtime"] = reinterpret_cast<std::int64_t>(runtime);
+    ctx->saved_data["unit"] = unit;
+    return variable_list(inputs.begin(), inputs.end());
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    reinterpret_cast<UnitRuntime*>(ctx->saved_data["runtime"].toInt())
+        ->after_backward(static_cast<std::size_t>(ctx->saved_data["unit"].toInt()));
+    grads.resize(grads.size() + 3);  // the anchor, runtime and unit get none
+    return grads;
+  }
+};
+
+/// Identity on a unit's outputs: its backward runs before any of the unit's, and is the unit's
+/// pre-backward hook.
+struct UnitExit : torch::autograd::Function<UnitExit> {
+  static variable_list forward(AutogradContext* ctx, at::TensorList outputs, UnitRuntime* runtime,
+                               std::int64_t unit) {
+    ctx->saved_data["runtime"] = reinterpret_cast<std::int64_t>(runtime);
+    ctx->saved_data["unit"] = unit;
+    return variable_list(outputs.begin(), outputs.end());
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    reinterpret_cast<UnitRuntime*>(ctx->saved_data["runtime"].toInt())
+        ->before_backward(static_cast<std::size_t>(ctx->saved_data["unit"].toInt()));
+    grads.resize(grads.size() + 2);
+    return grads;
+  }
+};
+
+}  // namespace
+
+const char* unit_state_name(UnitState state) {
+  switch (state) {
+    case UnitState::Released: return "released";
+    case UnitState::Fetching: return "fetching";
+    case UnitState::Ready: return "ready";
+    case UnitState::InUse: return "in use";
+  }
+  return "?";
+}
+
+UnitRuntime::UnitRuntime(std::vector<ShardUnit> units, std::shared_ptr<UnitFetcher> fetcher)
+    : units_(std::move(units)), fetcher_(std::move(fetcher)), in_use_(units_.size(), false) {
+  // Until a pass is recorded, the units are expected in their declared order.
+  for (std::size_t i = 0; i < units_.size(); ++i) recorded_.push_back(i);
+}
+
+UnitRuntime::~UnitRuntime() = default;
+
+UnitState UnitRuntime::state(std::size_t unit) const {
+  return in_use_.at(unit) ? UnitState::InUse : fetcher_->state(unit);
+}
+
+std::size_t UnitRuntime::index_of(const std::string& name) const {
+  for (std::size_t i = 0; i < units_.size(); ++i)
+    if (units_[i].name == name) return i;
+  throw Error(fmt::format("no unit is named '{}'", name));
+}
+
+std::vector<UnitUse> UnitRuntime::upcoming(const UnitUse& now) const {
+  // The pass under way: what it ran so far, then the rest of the recorded pass after `now`.
+  std::vector<std::size_t> pass = current_;
+  if (!now.backward) {
+    const auto at = std::find(recorded_.begin(), recorded_.end(), now.unit);
+    if (at != recorded_.end())
+      for (auto it = at + 1; it != recorded_.end(); ++it)
+        if (std::find(pass.begin(), pass.end(), *it) == pass.end()) pass.push_back(*it);
+  }
+  std::vector<UnitUse> out;
+  if (!now.backward) {
+    const auto at = std::find(pass.begin(), pass.end(), now.unit);
+    for (auto it = at == pass.end() ? pass.end() : at + 1; it != pass.end(); ++it) out.push_back({*it, false});
+    if (differentiated_)
+      for (auto it = pass.rbegin(); it != pass.rend(); ++it) out.push_back({*it, true});
+  } else {
+    // Backward runs the pass in reverse; the next pass then starts as the recorded one did.
+    const auto at = std::find(pass.rbegin(), pass.rend(), now.unit);
+    for (auto it = at == pass.rend() ? pass.rend() : at + 1; it != pass.rend(); ++it) out.push_back({*it, true});
+    for (const std::size_t unit : recorded_) out.push_back({unit, false});
+  }
+  return out;
+}
+
+void UnitRuntime::prefetch_after(const UnitUse& now) {
+  const std::vector<UnitUse> ahead = upcoming(now);
+  for (std::size_t i = 0; i < ahead.size(); ++i) {
+    const std::size_t unit = ahead[i].unit;
+    if (in_use_[unit] || fetcher_->state(unit) != UnitState::Released) continue;
+    // In order of use: a unit that cannot start yet holds back the ones after it.
+    if (!fetcher_->prefetch(unit, ahead)) break;
+  }
+}
+
+void UnitRuntime::before_forward(std::size_t unit) {
+  // A unit run again, or run after a backward, starts a new pass.
+  if (std::find(current_.begin(), current_.end(), unit) != current_.end()) {
+    recorded_ = current_;
+    current_.clear();
+  }
+  current_.push_back(unit);
+  const UnitUse use{unit, false};
+  fetcher_->acquire(unit, upcoming(use));
+  in_use_[unit] = true;
+  if (observer_) observer_(use);
+}
+
+void UnitRuntime::after_forward(std::size_t unit) {
+  in_use_[unit] = false;
+  fetcher_->release(unit);
+  prefetch_after({unit, false});
+}
+
+void UnitRuntime::before_backward(std::size_t unit) {
+  const UnitUse use{unit, true};
+  fetcher_->acquire(unit, upcoming(use));
+  in_use_[unit] = true;
+  if (observer_) observer_(use);
+}
+
+void UnitRuntime::after_backward(std::size_t unit) {
+  in_use_[unit] = false;
+  fetcher_->release(unit);
+  prefetch_after({unit, true});
+  // The pass's first unit ends its backward: the next forward starts a new pass.
+  if (!current_.empty() && current_.front() == unit) {
+    recorded_ = current_;
+    current_.clear();
+  }
+}
+
+std::vector<at::Tensor> UnitRuntime::run(std::size_t unit, const std::vector<at::Tensor>& inputs, const Body& body) {
+  if (unit >= units_.size())
+    throw Error(fmt::format("the model ran unit {}, but declared {} units", unit, units_.size()),
+                "the model plugin's shard_units() must list every unit it runs");
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    if (!inputs[i].defined())
+      throw Error(fmt::format("unit '{}' was given an undefined input {}", units_[unit].name, i),
+                  "pass only defined tensors to wanfw::run_unit; capture optional ones in the body");
+  if (current_.empty()) differentiated_ = torch::GradMode::is_enabled();
+  before_forward(unit);
+  std::vector<at::Tensor> outputs;
+  try {
+    if (!torch::GradMode::is_enabled()) {
+      outputs = body(inputs);
+    } else {
+      const at::Tensor anchor = at::empty({0}, inputs.empty() ? at::TensorOptions() : inputs.front().options())
+                                    .requires_grad_(true);
+      const variable_list entered =
+          UnitEntry::apply(at::TensorList(inputs), anchor, this, static_cast<std::int64_t>(unit));
+      outputs = UnitExit::apply(at::TensorList(body(entered)), this, static_cast<std::int64_t>(unit));
+    }
+  } catch (...) {
+    in_use_[unit] = false;
+    throw;
+  }
+  after_forward(unit);
+  return outputs;
+}
+
+}  // namespace wanfw

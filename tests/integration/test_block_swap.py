@@ -1,0 +1,99 @@
+"""Block swap (the block_swap section) in real runs: a LoRA of the tiny Wan DiT (six blocks,
+checkpointed) whose frozen block weights stream from host memory ends with the weights and losses of
+the same run without it, bit for bit, for any count of streamed blocks and ring size, on an fp8 base,
+with both A14B-style experts and under ddp; what cannot work is refused with the reason."""
+
+import pytest
+import torch
+from conftest import checkpoints, torchrun_tool, wanfw
+from safetensors.torch import load_file
+from test_distill import losses
+from test_layout_invariance import DDP, run_on
+from test_lora import experiment, run_dir
+from test_wan_parity import reference_model
+
+LAYERS = 6
+
+
+@pytest.fixture
+def base(tmp_path):
+    reference_model(tmp_path / "base", seed=5, num_layers=LAYERS)
+    return tmp_path / "base"
+
+
+def lora(base, **model):
+    return {"name": "wan22_flow_matching", "preset": "tiny", "num_layers": LAYERS, "weights": str(base),
+            "gradient_checkpointing": True, "lora": {"rank": 4, "alpha": 8}, **model}
+
+
+def trained(tmp_path, name, model, swap=None, steps=6, **sections):
+    path = experiment(tmp_path, name, model, steps=steps, checkpoint_every=steps,
+                      **({"block_swap": swap} if swap else {}), **sections)
+    result = wanfw("run", path, check=0)
+    step = checkpoints(run_dir(tmp_path, name))[-1]
+    return result.stdout + result.stderr, losses(tmp_path, name), load_file(step / "model.safetensors")
+
+
+def assert_same(a, b):
+    assert a[1] == b[1]  # every step's loss, as printed
+    assert a[2].keys() == b[2].keys() and all(torch.equal(a[2][k], b[2][k]) for k in a[2])
+
+
+@pytest.mark.parametrize("blocks", [1, LAYERS // 2, LAYERS - 1])
+def test_a_lora_run_with_block_swap_ends_bitwise_as_the_run_without_it(tmp_path, base, blocks):
+    reference = trained(tmp_path, "resident", lora(base))
+    for ring in (1, 2):
+        swapped = trained(tmp_path, f"swap{blocks}_{ring}", lora(base), {"blocks": blocks, "ring": ring})
+        assert f"block swap: {blocks} of {LAYERS} blocks stream from" in swapped[0]
+        assert_same(swapped, reference)
+
+
+def test_block_swap_on_an_fp8_base_ends_bitwise_as_the_fp8_run_without_it(tmp_path, base):
+    fp8 = lora(base, base_dtype="float8_e4m3fn")
+    assert_same(trained(tmp_path, "swap", fp8, {"blocks": 4}), trained(tmp_path, "resident", fp8))
+
+
+def test_block_swap_streams_both_experts_blocks_as_their_samples_route(tmp_path):
+    for folder, seed in (("transformer", 10), ("transformer_2", 11)):  # diffusers' A14B layout
+        reference_model(tmp_path / "pipeline" / folder, seed=seed, num_layers=LAYERS)
+    both = lora(tmp_path / "pipeline", expert="both", boundary=500)
+    swapped = trained(tmp_path, "swap", both, {"blocks": 7, "ring": 2})
+    assert "block swap: 7 of 12 blocks stream from" in swapped[0]
+    assert_same(swapped, trained(tmp_path, "resident", both))
+
+
+def test_two_ddp_ranks_each_streaming_their_own_copy_train_as_two_ranks_without_block_swap(tmp_path, base):
+    model = lora(base)
+    swapped = run_on(tmp_path, "ddp_swap", DDP, 2, model, ranks=2, block_swap={"blocks": 3},
+                     data={"num_samples": 32, "buckets": ["2x4x4"]})
+    resident = run_on(tmp_path, "ddp", DDP, 2, model, ranks=2, data={"num_samples": 32, "buckets": ["2x4x4"]})
+    assert "block_swap:\n  blocks: 3" in (tmp_path / "runs" / "ddp_swap" / "version_0" / "config.yaml").read_text()
+    assert swapped.step == resident.step
+    for part in ("weights", "exp_avg", "exp_avg_sq"):
+        a, b = getattr(swapped, part), getattr(resident, part)
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in b), part
+
+
+def test_block_swap_without_checkpointing_is_refused_naming_the_block_and_the_option(tmp_path, base):
+    path = experiment(tmp_path, "plain", lora(base, gradient_checkpointing=False), steps=1,
+                      block_swap={"blocks": 2})
+    result = wanfw("run", path)
+    text = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "unit 'blocks.1' keeps its streamed weights for backward" in text
+    assert "model.gradient_checkpointing: true" in text
+
+
+@pytest.mark.parametrize("case, swap, extra, message", [
+    ("all blocks", {"blocks": LAYERS}, {}, f"block_swap.blocks is {LAYERS}, but the model has {LAYERS} units"),
+    ("full fine-tuning", {"blocks": 2}, {"lora": {"rank": 0}}, "every weight of the 2 streamed blocks trains"),
+    ("fsdp", {"blocks": 2}, {"strategy": {"name": "fsdp", "timeout_s": 60}},
+     "block swap does not combine with a strategy that shards the weights"),
+])
+def test_block_swap_that_cannot_work_is_refused(tmp_path, base, case, swap, extra, message):
+    model = lora(base, **({"lora": extra["lora"]} if "lora" in extra else {}))
+    sections = {k: v for k, v in extra.items() if k != "lora"}
+    path = experiment(tmp_path, "refused", model, steps=1, block_swap=swap, **sections)
+    result = wanfw("run", path)
+    assert result.returncode != 0, case
+    assert message in result.stdout + result.stderr, case
