@@ -11,8 +11,19 @@ namespace {
 struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& e0,
                                const torch::Tensor& context, at::TensorList parameters, WanBlockImpl* block,
-                               const RopeTables* rope, LoraDropoutStreams* dropout) {
-    ctx->save_for_backward({x, e0, context});
+                               const RopeTables* rope, LoraDropoutStreams* dropout, bool offload) {
+    if (offload) {
+      // The block's input waits in host memory (pinned on a GPU, copied asynchronously on the
+      // compute stream, so backward's copy back is ordered after it); e0 and the context are the
+      // same tensors for every block, kept once on the device.
+      at::Tensor host = at::empty(x.sizes(), x.options().device(torch::kCPU).pinned_memory(x.is_cuda()));
+      host.copy_(x, /*non_blocking=*/x.is_cuda());
+      ctx->saved_data["x_host"] = host;
+      ctx->saved_data["x_requires_grad"] = x.requires_grad();
+      ctx->save_for_backward({torch::Tensor(), e0, context});
+    } else {
+      ctx->save_for_backward({x, e0, context});
+    }
     ctx->saved_data["dropout"] = reinterpret_cast<std::int64_t>(dropout);
     if (dropout != nullptr && dropout->samples()) {  // the recomputation draws the same masks
       const auto& samples = *dropout->samples();
@@ -37,7 +48,10 @@ struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
                           reinterpret_cast<const wanfw::SequenceSplit*>(ctx->saved_data["sequence"].toInt())};
     const auto saved = ctx->get_saved_variables();
     std::vector<torch::Tensor> inputs;
-    for (const auto& t : saved) inputs.push_back(t.detach().requires_grad_(t.requires_grad()));
+    for (const auto& t : saved) inputs.push_back(t.defined() ? t.detach().requires_grad_(t.requires_grad()) : t);
+    if (ctx->saved_data.count("x_host"))
+      inputs[0] = ctx->saved_data["x_host"].toTensor().to(inputs[1].device(), /*non_blocking=*/true)
+                      .requires_grad_(ctx->saved_data["x_requires_grad"].toBool());
 
     // Recompute under the forward's grad and autocast state.
     torch::Tensor output;
@@ -77,8 +91,8 @@ struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
     const auto parameters = block->parameters();
     for (std::size_t i = 0; i < parameters.size(); ++i)
       if (parameters[i].requires_grad()) wrt.push_back(parameters[i]), slot.push_back(inputs.size() + i);
-    // One gradient per forward argument: x, e0, context, each parameter, block, rope, dropout.
-    torch::autograd::variable_list result(inputs.size() + parameters.size() + 3);
+    // One gradient per forward argument: x, e0, context, each parameter, block, rope, dropout, offload.
+    torch::autograd::variable_list result(inputs.size() + parameters.size() + 4);
     if (!wrt.empty()) {
       const auto grads = torch::autograd::grad({output}, wrt, {grad_outputs[0]}, /*retain_graph=*/false,
                                                /*create_graph=*/false, /*allow_unused=*/true);
@@ -91,9 +105,10 @@ struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
 }  // namespace
 
 torch::Tensor checkpointed_block(WanBlockImpl& block, const torch::Tensor& x, const torch::Tensor& e0,
-                                 const torch::Tensor& context, const RopeTables& rope, LoraDropoutStreams* dropout) {
+                                 const torch::Tensor& context, const RopeTables& rope, LoraDropoutStreams* dropout,
+                                 bool offload) {
   const std::vector<torch::Tensor> parameters = block.parameters();
-  return BlockCheckpoint::apply(x, e0, context, at::TensorList(parameters), &block, &rope, dropout);
+  return BlockCheckpoint::apply(x, e0, context, at::TensorList(parameters), &block, &rope, dropout, offload);
 }
 
 }  // namespace wan

@@ -140,26 +140,6 @@ std::vector<double> validation_timesteps_from(const wanfw::Options& o, const Tim
   return kept;
 }
 
-wanfw::OptionSpec base_dtype_option(const std::string& prefix, const std::string& frozen) {
-  return wanfw::option(prefix + "base_dtype", T::Choice)
-      .value("dtype")
-      .choices({"dtype", "float8_e4m3fn"})
-      .doc("Storage of the frozen base's block Linear weights (" + frozen +
-           "): dtype keeps them in the weights' dtype; float8_e4m3fn stores them in fp8 with float32 scales "
-           "(one per 64 inputs), half of bfloat16's bytes, dequantized for each product; norms, modulation, "
-           "embeddings and head stay in dtype. An fp8 checkpoint (ComfyUI, Kijai, musubi-tuner) is read as "
-           "stored, a wider one quantized while loading, tensor by tensor (docs/low-memory.md).");
-}
-
-bool fp8_base_from(const wanfw::Options& options, const std::string& prefix, bool trains_base) {
-  const std::string name = prefix + "base_dtype";
-  if (options.string(name) != "float8_e4m3fn") return false;
-  if (trains_base)
-    options.fail(name, "an fp8 base is frozen, but this run trains the base's weights (no adapters)",
-                 "train adapters on it (lora.rank > 0), or keep base_dtype: dtype");
-  return true;
-}
-
 wanfw::OptionSpec attention_option() {
   return wanfw::option("attention", T::Choice)
       .value("auto")

@@ -8,6 +8,7 @@
 
 #include "dmd/dmd_schema.hpp"
 #include "negative_context.hpp"
+#include "wan/memory_options.hpp"
 #include "wan/wan_options.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/log.hpp"
@@ -212,6 +213,7 @@ std::vector<wanfw::OptionSpec> distill_options() {
       wan::base_dtype_option("", "the student's, and under dmd the critic's, base below their adapters; dmd's "
                                  "shared base"),
       option("gradient_checkpointing", T::Boolean).value("false").doc("Recompute the student's blocks in backward."),
+      wan::activation_offload_option(),
       wan::attention_option(),
       option("task", T::Choice)
           .value("t2v")

@@ -18,6 +18,7 @@
 #include "wan/attention_backend.hpp"
 #include "wan/gpu_memory.hpp"
 #include "wan/lora.hpp"
+#include "wan/memory_options.hpp"
 #include "wan/wan_options.hpp"
 #include "wan/wan_weights.hpp"
 #include "wanfw/log.hpp"

@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "wan/lora_files.hpp"
+#include "wan/memory_options.hpp"
 #include "wan/wan_weights.hpp"
 #include "wanfw/log.hpp"
 
@@ -103,6 +104,7 @@ void prepare_student(const wanfw::Options& o, wan::WanDiTImpl& student, const Fr
   initialise_student(o, student, teacher);
   wan::apply_lora(student, lora, "");
   student.set_gradient_checkpointing(o.boolean("gradient_checkpointing"));
+  student.set_activation_offload(wan::activation_offload_from(o));
 }
 
 }  // namespace wan_distill

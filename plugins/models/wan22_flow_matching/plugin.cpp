@@ -12,6 +12,7 @@
 #include "flow_matching_model.hpp"
 #include "wan/attention_backend.hpp"
 #include "wan/gpu_memory.hpp"
+#include "wan/memory_options.hpp"
 #include "wan/wan_options.hpp"
 #include "wan/wan_weights.hpp"
 #include "wanfw/error.hpp"
@@ -79,7 +80,11 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
   const std::string weights = o.string("weights");
   if (!weights.empty()) denoiser.load_weights(weights, o.string("weights_subfolder"));
   denoiser.apply_lora(model->settings().lora);
-  for (auto& dit : denoiser.dits()) dit->set_gradient_checkpointing(o.boolean("gradient_checkpointing"));
+  const bool offload = wan::activation_offload_from(o);
+  for (auto& dit : denoiser.dits()) {
+    dit->set_gradient_checkpointing(o.boolean("gradient_checkpointing"));
+    dit->set_activation_offload(offload);
+  }
   return model;
 }
 
@@ -149,6 +154,7 @@ wanfw::PluginDescriptor describe() {
       option("gradient_checkpointing", T::Boolean)
           .value("false")
           .doc("Recompute each block in backward instead of storing its activations."),
+      wan::activation_offload_option(),
       wan::attention_option(),
   };
   d.options.insert(d.options.end(), rest.begin(), rest.end());

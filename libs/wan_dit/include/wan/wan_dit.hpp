@@ -134,6 +134,10 @@ class WanDiTImpl : public torch::nn::Cloneable<WanDiTImpl> {
   /// for activations drops to one block's, at the price of a second forward per block.
   void set_gradient_checkpointing(bool enabled) { gradient_checkpointing_ = enabled; }
   bool gradient_checkpointing() const { return gradient_checkpointing_; }
+  /// With gradient checkpointing: each block's saved input kept in host memory (pinned, copied
+  /// asynchronously on a GPU) instead of on the device, and copied back for its recomputation.
+  void set_activation_offload(bool enabled) { activation_offload_ = enabled; }
+  bool activation_offload() const { return activation_offload_; }
   /// Fully sharded training: each block is a unit (wanfw/sharded_units.hpp), its forward run
   /// through `runner` as unit `first_unit` + its index; null runs the blocks directly.
   void set_unit_runner(wanfw::UnitRunner* runner, std::size_t first_unit) {
@@ -170,6 +174,7 @@ class WanDiTImpl : public torch::nn::Cloneable<WanDiTImpl> {
   WanConfig config_;
   WanPlacement placement_;
   bool gradient_checkpointing_ = false;
+  bool activation_offload_ = false;
   wanfw::UnitRunner* unit_runner_ = nullptr;
   const wanfw::DistributedSession* sequence_group_ = nullptr;
   std::optional<wanfw::SequenceSplit> split_;  ///< the last forward's (its backward reads it)
@@ -184,9 +189,10 @@ TORCH_MODULE(WanDiT);
 /// saved inputs during backward (under the autocast state of the forward), and the gradients
 /// of the inputs and of the block's parameters are returned from there.
 /// With `dropout` (adapters with dropout), the recomputation draws the masks of the forward's samples.
+/// With `offload`, the saved input `x` waits in host memory (pinned on a GPU) until backward.
 torch::Tensor checkpointed_block(WanBlockImpl& block, const torch::Tensor& x, const torch::Tensor& e0,
                                  const torch::Tensor& context, const RopeTables& rope,
-                                 LoraDropoutStreams* dropout = nullptr);
+                                 LoraDropoutStreams* dropout = nullptr, bool offload = false);
 
 /// Sinusoidal embedding of timesteps `t` (any shape) into `dim` channels, cos half first,
 /// computed in float64 and returned as float32: [..., dim].

@@ -52,15 +52,6 @@ std::vector<wanfw::OptionSpec> lora_options(const std::string& trained);
 /// adapter file that is missing, an expert the model does not have: errors pointing at them).
 LoraSettings lora_settings_from(const wanfw::Options& options, const WanConfig& config, Expert expert);
 
-/// `<prefix>base_dtype`: "dtype" (the frozen base in the weights' dtype) or "float8_e4m3fn" (the
-/// blocks' Linear weights in fp8 with scales, WanPlacement::fp8_base); `frozen` says in the docs
-/// what stays frozen on it.
-wanfw::OptionSpec base_dtype_option(const std::string& prefix, const std::string& frozen);
-
-/// Whether that option asks for an fp8 base; an error pointing at it when a weight of the base
-/// trains (no adapters: `trains_base`).
-bool fp8_base_from(const wanfw::Options& options, const std::string& prefix, bool trains_base);
-
 /// `attention`: the scaled-dot-product attention kernel the DiT runs (wan/attention_backend.hpp).
 wanfw::OptionSpec attention_option();
 

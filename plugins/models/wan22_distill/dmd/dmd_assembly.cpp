@@ -8,6 +8,7 @@
 #include "dmd/dmd_summary.hpp"
 #include "student_init.hpp"
 #include "wan/lora.hpp"
+#include "wan/memory_options.hpp"
 #include "wanfw/log.hpp"
 
 namespace wan_distill {
@@ -36,6 +37,7 @@ std::unique_ptr<wanfw::Model> make_dmd_model(const wanfw::Options& o, wan::WanDi
     generator.set_state(*after_generator);
     if (dmd.critic_lora.enabled()) wan::attach_adapters(*critic, dmd.critic_lora);
     critic->set_gradient_checkpointing(checkpointing);
+    critic->set_activation_offload(wan::activation_offload_from(o));
     wanfw::log::info(
         fmt::format("dmd: the critic is a copy of the teacher{}, trained {} optimizer steps per generator step",
                     dmd.critic_lora.enabled() ? fmt::format(" with adapters of rank {}", dmd.critic_lora.rank)

@@ -1,0 +1,27 @@
+#pragma once
+// The options that choose where a Wan DiT's memory goes, for every model plugin that builds one:
+// the frozen base's storage (fp8) and the checkpointed activations' place (host memory).
+
+#include <string>
+
+#include "wanfw/options.hpp"
+
+namespace wan {
+
+/// `<prefix>base_dtype`: "dtype" (the frozen base in the weights' dtype) or "float8_e4m3fn" (the
+/// blocks' Linear weights in fp8 with scales, WanPlacement::fp8_base); `frozen` says in the docs
+/// what stays frozen on it.
+wanfw::OptionSpec base_dtype_option(const std::string& prefix, const std::string& frozen);
+
+/// Whether that option asks for an fp8 base; an error pointing at it when a weight of the base
+/// trains (no adapters: `trains_base`).
+bool fp8_base_from(const wanfw::Options& options, const std::string& prefix, bool trains_base);
+
+/// `activation_offload`: with gradient checkpointing, each block's saved input in host memory.
+wanfw::OptionSpec activation_offload_option();
+
+/// Whether that option is on; an error pointing at it when gradient_checkpointing is off (without
+/// checkpointing every activation stays, and offloading one input per block saves nothing).
+bool activation_offload_from(const wanfw::Options& options);
+
+}  // namespace wan

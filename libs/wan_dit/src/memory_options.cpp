@@ -1,0 +1,44 @@
+#include "wan/memory_options.hpp"
+
+namespace wan {
+
+using T = wanfw::OptionType;
+
+wanfw::OptionSpec base_dtype_option(const std::string& prefix, const std::string& frozen) {
+  return wanfw::option(prefix + "base_dtype", T::Choice)
+      .value("dtype")
+      .choices({"dtype", "float8_e4m3fn"})
+      .doc("Storage of the frozen base's block Linear weights (" + frozen +
+           "): dtype keeps them in the weights' dtype; float8_e4m3fn stores them in fp8 with float32 scales "
+           "(one per 64 inputs), half of bfloat16's bytes, dequantized for each product; norms, modulation, "
+           "embeddings and head stay in dtype. An fp8 checkpoint (ComfyUI, Kijai, musubi-tuner) is read as "
+           "stored, a wider one quantized while loading, tensor by tensor (docs/low-memory.md).");
+}
+
+bool fp8_base_from(const wanfw::Options& options, const std::string& prefix, bool trains_base) {
+  const std::string name = prefix + "base_dtype";
+  if (options.string(name) != "float8_e4m3fn") return false;
+  if (trains_base)
+    options.fail(name, "an fp8 base is frozen, but this run trains the base's weights (no adapters)",
+                 "train adapters on it (lora.rank > 0), or keep base_dtype: dtype");
+  return true;
+}
+
+wanfw::OptionSpec activation_offload_option() {
+  return wanfw::option("activation_offload", T::Boolean)
+      .value("false")
+      .doc("With gradient_checkpointing: each block's saved input waits in host memory (pinned, copied "
+           "asynchronously on a GPU) instead of on the device until backward recomputes the block; saves "
+           "num_layers x tokens x dim values of device memory for two copies of them a step (docs/low-memory.md).");
+}
+
+bool activation_offload_from(const wanfw::Options& options) {
+  if (!options.boolean("activation_offload")) return false;
+  if (!options.boolean("gradient_checkpointing"))
+    options.fail("activation_offload", "activation offload keeps checkpointed blocks' inputs on the host, but "
+                                       "gradient_checkpointing is off",
+                 "set gradient_checkpointing: true as well");
+  return true;
+}
+
+}  // namespace wan
