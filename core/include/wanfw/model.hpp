@@ -122,6 +122,10 @@ class Model {
   /// The runner the model passes each unit's forward through (wanfw::run_unit), from the strategy
   /// that shards it; null takes it away. Models that declare units keep it; the default ignores it.
   virtual void set_unit_runner(UnitRunner* runner) {}
+  /// The device bytes the model's memory plan predicts the caching allocator holds at the peak of a
+  /// step (max_memory_reserved); a CUDA run logs it beside the measured peak after its first step.
+  /// 0: no plan (the default).
+  virtual double planned_device_bytes() const { return 0; }
   /// Sequence parallelism: split each sample's tokens over `group` (a session of the ranks that
   /// share each sample; wanfw/sequence_parallel.hpp) from now on; null: whole sequences. Returns
   /// false when the model cannot (the default): the strategy then refuses the run. Throws

@@ -51,6 +51,26 @@ struct PluginRecord {
 };
 inline constexpr char kPluginRecordMagic[16] = "wanfw-plugin";
 
+/// The run `wanfw model-info` estimates memory for, from the config and the command line.
+struct TrainingLayout {
+  std::string strategy = "single";   ///< the strategy plugin (a wrapper's inner one: grad_accum's)
+  int gpus = 1;                      ///< ranks the run is started on (model-info --gpus)
+  int sequence_parallel = 1;         ///< ranks sharing each sample (strategy.sequence_parallel)
+  std::int64_t batch_size = 1;       ///< samples a rank takes per micro-batch (data.batch_size)
+  std::vector<std::int64_t> latent;  ///< the largest bucket's frames, height, width; empty when the config names none
+  at::ScalarType dtype = at::kFloat; ///< what precision.mode computes in
+  /// precision.mode bf16_weights: trained weights and gradients in bf16, fp32 masters and AdamW state.
+  bool master_weights = false;
+  /// block_swap: units streamed from host memory, and the device slots they share.
+  std::int64_t swapped_blocks = 0;
+  std::int64_t swap_ring = 2;
+  /// model-info --fit and --host-ram: the device and host bytes per rank a plan must fit; 0: none asked.
+  double fit_device_bytes = 0;
+  double fit_host_bytes = 0;
+  /// True when the strategy shards parameters, gradients and optimizer state across the GPUs.
+  bool sharded() const { return strategy == "fsdp"; }
+};
+
 /// What the host hands a factory besides the plugin's own options.
 struct PluginContext {
   /// The run's seed (run.seed).
@@ -69,20 +89,8 @@ struct PluginContext {
   std::function<std::shared_ptr<Strategy>(const std::string& key)> build_strategy;
   /// Data sets: the fields the model declared (what every sample must carry).
   std::vector<FieldSpec> fields;
-};
-
-/// The run `wanfw model-info` estimates memory for, from the config and the command line.
-struct TrainingLayout {
-  std::string strategy = "single";   ///< the strategy plugin (a wrapper's inner one: grad_accum's)
-  int gpus = 1;                      ///< ranks the run is started on (model-info --gpus)
-  int sequence_parallel = 1;         ///< ranks sharing each sample (strategy.sequence_parallel)
-  std::int64_t batch_size = 1;       ///< samples a rank takes per micro-batch (data.batch_size)
-  std::vector<std::int64_t> latent;  ///< the largest bucket's frames, height, width; empty when the config names none
-  at::ScalarType dtype = at::kFloat; ///< what precision.mode computes in
-  /// precision.mode bf16_weights: trained weights and gradients in bf16, fp32 masters and AdamW state.
-  bool master_weights = false;
-  /// True when the strategy shards parameters, gradients and optimizer state across the GPUs.
-  bool sharded() const { return strategy == "fsdp"; }
+  /// Models: the run as model-info lays it out (batch, largest bucket, block swap), for a memory plan.
+  TrainingLayout layout;
 };
 
 struct PluginDescriptor {

@@ -11,4 +11,8 @@ double peak_memory_mib();
 /// 0 for a device that is not a GPU.
 double peak_gpu_memory_mib(const c10::Device& device);
 
+/// The peak of memory LibTorch's caching allocator has reserved from the driver on `device` (what
+/// torch.cuda.max_memory_reserved reports), in bytes; 0 off CUDA.
+double peak_gpu_reserved_bytes(const c10::Device& device);
+
 }  // namespace wanfw

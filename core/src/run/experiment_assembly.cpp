@@ -42,6 +42,8 @@ TrainingLayout training_layout(const Config& config, const CoreSettings& setting
   layout.batch_size = settings.data.batch_size;
   layout.dtype = compute_dtype(settings.precision.mode);
   layout.master_weights = settings.precision.mode == PrecisionMode::BF16Weights;
+  layout.swapped_blocks = settings.block_swap.blocks;
+  layout.swap_ring = settings.block_swap.ring;
   if (config.has("data.buckets"))
     for (std::size_t i = 0; i < config.sequence_size("data.buckets"); ++i) {
       std::string text = config.string_at(fmt::format("data.buckets.{}", i));
@@ -109,6 +111,7 @@ Experiment assemble(const RunRequest& request, ModelAssembly assembly) {
     context.device = c10::Device(c10::kCPU);
   }
   context.dtype = compute_dtype(e.settings.precision.mode);
+  context.layout = training_layout(e.config, e.settings, e.strategy->world_size());
 
   if (!e.config.has("model"))
     throw ConfigError(e.config.where("model"), "the config has no 'model' section",

@@ -19,13 +19,15 @@ std::vector<fs::path> config_plugin_path(const fs::path& config_file) {
   return CoreSettings::from(config).plugin_path;
 }
 
-std::string inspect_model(const RunRequest& request, int gpus) {
+std::string inspect_model(const RunRequest& request, const InspectRequest& inspect) {
   Config config = Config::load(request.config, request.overrides);
   const CoreSettings settings = CoreSettings::from(config);
   const PluginHost host(PluginHost::search_path(settings.plugin_path));
   const PluginInfo* info = nullptr;
-  if (std::optional<std::string> summary =
-          describe_model(config, host, training_layout(config, settings, gpus), &info))
+  TrainingLayout layout = training_layout(config, settings, inspect.gpus);
+  layout.fit_device_bytes = inspect.fit_device_bytes;
+  layout.fit_host_bytes = inspect.fit_host_bytes;
+  if (std::optional<std::string> summary = describe_model(config, host, layout, &info))
     return *summary;
   throw PluginError(fmt::format("the model plugin '{}' ({}) cannot describe itself without being built",
                                 info->descriptor->name, info->path.string()),

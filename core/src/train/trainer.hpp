@@ -128,6 +128,8 @@ class Trainer {
   /// After the update of step state_.step: the logging window (and at a logging step, or when
   /// the run `stops`, its means to the progress line, the loggers and `result`), validation and
   /// its previews, parameter histograms.
+  /// A CUDA run's memory plan beside the peak its first step reserved (Model::planned_device_bytes).
+  void log_planned_memory() const;
   void report_step(const MicroBatchTotals& totals, const Gradients& gradients, double lr, double step_seconds,
                    bool stops, TrainingResult& result);
   std::filesystem::path save_checkpoint();
@@ -157,6 +159,7 @@ class Trainer {
   std::unique_ptr<StepProfiler> profiler_;  ///< trainer.profile_steps
   MetricWindow window_;  ///< the steps since the last log
   std::int64_t window_first_ = 0;  ///< the logging window's first step
+  std::int64_t first_step_ = 0;    ///< the first step this process trains (after a resume: the next one)
   Precision precision_;
   std::int64_t skipped_steps_ = 0;  ///< fp16 steps skipped on overflow, this process
   std::optional<std::filesystem::path> last_checkpoint_;

@@ -2,6 +2,8 @@
 // validation and its previews, parameter histograms.
 #include <cmath>
 
+#include <spdlog/spdlog.h>
+
 #include "host/peak_memory.hpp"
 #include "reporting/progress.hpp"
 #include "train/trainer.hpp"
@@ -25,6 +27,7 @@ void Trainer::report_step(const MicroBatchTotals& totals, const Gradients& gradi
     window_first_ = state_.step + 1;
   }
   if (strategy_->is_main()) progress_->update(state_.step, logged);
+  if (state_.step == first_step_) log_planned_memory();
   // Validation results go into the step's row when it is a logging step, else into one of their own.
   const bool validating = validation_->due(state_.step, total);
   const bool histograms = settings_.trainer.histogram_every > 0 && state_.step % settings_.trainer.histogram_every == 0;
@@ -34,6 +37,16 @@ void Trainer::report_step(const MicroBatchTotals& totals, const Gradients& gradi
   if (validating && settings_.validation.preview) validation_->previews(state_.step, loggers_);
   if (histograms) loggers_.parameter_histograms(state_.step, trained_);  // bf16_weights: the masters
   if (validating || histograms) strategy_->end_evaluation(*model_);
+}
+
+void Trainer::log_planned_memory() const {
+  const double planned = model_->planned_device_bytes();
+  const double measured = peak_gpu_reserved_bytes(strategy_->device());
+  if (planned <= 0 || measured <= 0 || !strategy_->is_main()) return;
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  spdlog::info("memory: the plan predicted {:.2f} GiB a GPU; the first step reserved {:.2f} GiB "
+               "(max_memory_reserved; the plan is off by {:+.1f}%)",
+               planned / kGiB, measured / kGiB, 100.0 * (planned - measured) / measured);
 }
 
 std::map<std::string, double> Trainer::report(const MicroBatchTotals& totals, double lr, double grad_norm,

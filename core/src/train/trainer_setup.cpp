@@ -43,6 +43,7 @@ void Trainer::set_up(const Checkpoint* checkpoint) {
   profiler_ = std::make_unique<StepProfiler>(settings_.trainer.profile_from, settings_.trainer.profile_steps,
                                              strategy_->device(), run_dir_ / "profile", strategy_->rank(), main);
   window_first_ = state_.step + 1;
+  first_step_ = state_.step + 1;
 }
 
 void Trainer::restore(const Checkpoint& checkpoint) {

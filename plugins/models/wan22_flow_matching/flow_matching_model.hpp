@@ -60,6 +60,9 @@ class WanFlowMatchingModel final : public wanfw::Model {
   std::unique_ptr<wanfw::Model> replicate(const c10::Device& device) override;
   /// Each DiT block a unit (fsdp).
   std::vector<wanfw::ShardUnit> shard_units() override { return denoiser_.shard_units(); }
+  double planned_device_bytes() const override { return planned_device_bytes_; }
+  /// What the memory plan (wan/memory_plan.hpp) predicts for this run.
+  void set_planned_device_bytes(double bytes) { planned_device_bytes_ = bytes; }
   void set_unit_runner(wanfw::UnitRunner* runner) override { denoiser_.set_unit_runner(runner); }
   /// Each sample's tokens split over `group` (Ulysses); refused with LoRA dropout, whose masks
   /// are drawn over whole sequences.
@@ -88,6 +91,7 @@ class WanFlowMatchingModel final : public wanfw::Model {
 
   WanDenoiser denoiser_;
   FlowMatchingSettings settings_;
+  double planned_device_bytes_ = 0;
 };
 
 }  // namespace wan_fm

@@ -12,6 +12,7 @@
 #include "flow_matching_model.hpp"
 #include "wan/attention_backend.hpp"
 #include "wan/gpu_memory.hpp"
+#include "wan/memory_plan.hpp"
 #include "wan/memory_options.hpp"
 #include "wan/wan_options.hpp"
 #include "wan/wan_weights.hpp"
@@ -81,6 +82,12 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
   if (!weights.empty()) denoiser.load_weights(weights, o.string("weights_subfolder"));
   denoiser.apply_lora(model->settings().lora);
   const bool offload = wan::activation_offload_from(o);
+  if (model->settings().lora.enabled() && !ctx.layout.sharded()) {
+    const wan::PlannedRun run{config, model->settings().lora, o.string("dtype"), static_cast<int>(denoiser.dits().size()),
+                              model->settings().task};
+    model->set_planned_device_bytes(
+        wan::estimate_memory(run, wan::configured_memory(o, ctx.layout), ctx.layout).device);
+  }
   for (auto& dit : denoiser.dits()) {
     dit->set_gradient_checkpointing(o.boolean("gradient_checkpointing"));
     dit->set_activation_offload(offload);
@@ -106,18 +113,27 @@ std::string inspect(const wanfw::Options& o, const wanfw::TrainingLayout& layout
                                              o.string("expert"), s.boundary * 1000,
                                              models == 2 ? ", two DiTs" : "");
   const auto split = c.rope_split();
+  // LoRA on one device a rank: the memory plan (fp8, block swap, activation offload) says it all;
+  // otherwise the training state as the strategy lays it out.
+  std::string memory = wan::training_memory(c, s.lora, o.string("dtype"), models, o.boolean("gradient_checkpointing"));
+  const std::string plan =
+      wan::memory_plan({c, s.lora, o.string("dtype"), models, s.task}, wan::configured_memory(o, layout), layout);
+  if (plan.empty())
+    memory += wan::gpu_memory(c, s.lora, o.string("dtype"), models, o.boolean("gradient_checkpointing"), layout);
+  else
+    memory = memory.substr(0, memory.find('\n') + 1);  // the adapters' line
   return fmt::format(
-      "Wan DiT, preset {}: dim {}, ffn_dim {}, {} heads (head dim {}, RoPE {}/{}/{}), {} layers, in {}, out {}, "
-      "text_dim {} (contexts padded to {} tokens)\n"
-      "{}parameters: {}\n"
-      "size of the weights: {:.2f} GiB in float32, {:.2f} GiB in bfloat16\n"
-      "{}{}"
-      "task {}; batches: latents [{}, frames, height, width], text [tokens <= {}, {}]\n{}",
-      c.preset, c.dim, c.ffn_dim, c.num_heads, c.head_dim(), split[0], split[1], split[2], c.num_layers, c.in_dim,
-      c.out_dim, c.text_dim, c.text_len, experts, wan::with_thousands(c.parameter_count() * models), n * 4 / kGiB,
-      n * 2 / kGiB, wan::training_memory(c, s.lora, o.string("dtype"), models, o.boolean("gradient_checkpointing")),
-      wan::gpu_memory(c, s.lora, o.string("dtype"), models, o.boolean("gradient_checkpointing"), layout),
-      wan::task_name(s.task), c.out_dim, c.text_len, c.text_dim, weights_summary(o, c, s.expert));
+             "Wan DiT, preset {}: dim {}, ffn_dim {}, {} heads (head dim {}, RoPE {}/{}/{}), {} layers, in {}, out "
+             "{}, text_dim {} (contexts padded to {} tokens)\n"
+             "{}parameters: {}\n"
+             "size of the weights: {:.2f} GiB in float32, {:.2f} GiB in bfloat16\n"
+             "{}"
+             "task {}; batches: latents [{}, frames, height, width], text [tokens <= {}, {}]\n{}",
+             c.preset, c.dim, c.ffn_dim, c.num_heads, c.head_dim(), split[0], split[1], split[2], c.num_layers,
+             c.in_dim, c.out_dim, c.text_dim, c.text_len, experts, wan::with_thousands(c.parameter_count() * models),
+             n * 4 / kGiB, n * 2 / kGiB, memory, wan::task_name(s.task), c.out_dim, c.text_len, c.text_dim,
+             weights_summary(o, c, s.expert)) +
+         plan;
 }
 
 wanfw::PluginDescriptor describe() {

@@ -1,0 +1,63 @@
+#pragma once
+// The memory plan of a Wan DiT LoRA run, per rank: device and host bytes for the frozen base (in
+// its dtype or fp8), the streamed blocks (block swap), the adapters with their gradients and AdamW
+// moments, and the activations (checkpointed, or with their inputs offloaded to the host); with
+// and without each option, and the cheapest settings that fit a device (model-info --fit). The
+// formulas are in docs/low-memory.md.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "wan/lora.hpp"
+#include "wan/task.hpp"
+#include "wan/wan_config.hpp"
+#include "wanfw/plugin.hpp"
+
+namespace wan {
+
+/// The memory options a plan varies.
+struct MemorySettings {
+  bool fp8 = false;            ///< model.base_dtype: float8_e4m3fn
+  bool checkpointing = false;  ///< model.gradient_checkpointing
+  bool offload = false;        ///< model.activation_offload
+  std::int64_t swapped = 0;    ///< block_swap.blocks
+  std::int64_t ring = 2;       ///< block_swap.ring
+  bool operator==(const MemorySettings&) const = default;
+};
+
+/// The run a plan is for: the DiT, its adapters, its weights' dtype ("float32" or "bfloat16"), the
+/// DiTs it holds (two experts: 2) and its task (ti2v embeds a timestep per token).
+struct PlannedRun {
+  WanConfig config;
+  LoraSettings lora;
+  std::string dtype = "float32";
+  int models = 1;
+  Task task = Task::T2V;
+};
+
+struct MemoryEstimate {
+  double device = 0;  ///< bytes the caching allocator holds at the peak (max_memory_reserved)
+  double host = 0;    ///< host bytes while training (streamed weights, offloaded activations)
+  double host_build = 0;  ///< host bytes while the model is built on the host (block swap)
+  std::vector<std::pair<std::string, double>> device_parts, host_parts;
+};
+
+/// Bytes a CUDA context and the allocator's fragmentation take beside the plan's tensors, counted
+/// when a plan is checked against a device's size.
+constexpr double kDeviceReserve = 1.0 * 1024 * 1024 * 1024;
+
+/// The estimate for `run` with `settings`, laid out as `layout` says (batch, largest bucket,
+/// sequence parallelism, compute dtype).
+MemoryEstimate estimate_memory(const PlannedRun& run, const MemorySettings& settings,
+                               const wanfw::TrainingLayout& layout);
+
+/// The settings layout.block_swap_* and the options say, read into MemorySettings.
+MemorySettings configured_memory(const wanfw::Options& options, const wanfw::TrainingLayout& layout);
+
+/// model-info's memory plan: the configured run's device and host bytes by part, the same with
+/// each option changed alone, and with layout.fit_device_bytes (model-info --fit, and --host-ram)
+/// the fewest changes that fit, as the YAML to set. "" for a strategy that shards (fsdp).
+std::string memory_plan(const PlannedRun& run, const MemorySettings& configured, const wanfw::TrainingLayout& layout);
+
+}  // namespace wan
