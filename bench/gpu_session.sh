@@ -7,7 +7,8 @@
 #
 #   bench/gpu_session.sh DEPS.tar.xz OUT [STAGE...]
 #     DEPS.tar.xz  scripts/pack-deps.sh's tarball (the C++ packages)
-#     STAGE        build kernels paths bench-1.3b bench-5b attention (default: all, in this order)
+#     STAGE        build kernels paths bench-1.3b bench-5b attention low-memory-check bench-low-memory
+#                  (default: build kernels paths bench-1.3b bench-5b attention, in this order)
 # Python packages the machine lacks (diffusers for the benchmarks) may sit as wheels in .whl/.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -81,6 +82,10 @@ for s in "${stages[@]}"; do
     bench-1.3b-wanfw) stage bench-1.3b-wanfw 60 python3 bench/gpu_step.py --shape 1.3b --steps 3 --warmup 1 \
                   --sides wanfw ;;
     bench-5b) stage bench-5b 180 python3 bench/gpu_step.py --shape 5b-lora --steps 2 --warmup 1 ;;
+    low-memory-check) stage low-memory-check 120 python3 bench/low_memory_step.py --size small --device cuda \
+                        --steps 6 --check ;;
+    bench-low-memory) stage bench-low-memory 360 python3 bench/low_memory_step.py --size 5b --device cuda \
+                        --steps 5 ;;
     *) echo "unknown stage $s" | tee -a "$summary" ;;
   esac
 done

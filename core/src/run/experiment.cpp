@@ -89,6 +89,8 @@ RunOutcome run_experiment(const RunRequest& request) {
   LoggerSet loggers(e.loggers, main, run_dir.path(), run_dir.resume_step(), e.resolved_yaml);
   Trainer trainer(e.settings, e.resolved_yaml, e.model, e.strategy, *e.data, loggers, run_dir.path(), masters.get());
   const TrainingResult result = trainer.fit(run_dir.checkpoint().get());
+  if (e.block_swap && main)
+    spdlog::info("{}", e.block_swap->summary(result.final_step - run_dir.resume_step()));
   loggers.close();
   if (main) log_summary(result, run_dir);
 

@@ -204,6 +204,14 @@ const std::vector<at::Tensor>& BlockSwap::streamed_parameters(std::size_t unit) 
   return plans_.at(unit)->parameters;
 }
 
+std::string BlockSwap::summary(std::int64_t steps) {
+  const double per_step = steps > 0 ? 1.0 / static_cast<double>(steps) : 0.0;
+  return fmt::format("block swap: {} unit copies ({:.1f} a step, {:.1f} MiB each), the compute waited {:.2f} ms a "
+                     "step for them",
+                     copies_, static_cast<double>(copies_) * per_step, static_cast<double>(slot_bytes_) / (1 << 20),
+                     take_stall_seconds() * 1000.0 * per_step);
+}
+
 std::string BlockSwap::describe() const {
   std::vector<std::string> names;
   for (const std::size_t u : streamed_) names.push_back(std::to_string(u));

@@ -64,6 +64,8 @@ class BlockSwap final : public UnitFetcher {
   double take_stall_seconds() { return copier_ ? copier_->take_stall_seconds() : 0.0; }
   std::int64_t unit_bytes() const { return slot_bytes_; }
   std::string describe() const;
+  /// "block swap: 1,234 copies (64 a step), the compute waited 3.1 ms a step for them" over `steps`.
+  std::string summary(std::int64_t steps);
 
  private:
   struct Piece {

@@ -20,7 +20,7 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 at::Tensor pinned_bytes(std::int64_t bytes, std::string& why) {
 #ifdef WANFW_CUDA_RUNTIME
   void* data = nullptr;
-  const cudaError_t status = cudaHostAlloc(&data, static_cast<std::size_t>(bytes), cudaHostAllocDefault);
+  const cudaError_t status = cudaHostAlloc(&data, static_cast<std::size_t>(bytes), cudaHostAllocPortable);
   if (status != cudaSuccess) {
     why = cudaGetErrorString(status);
     (void)cudaGetLastError();  // clear it

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <future>
 #include <mutex>
@@ -45,7 +46,12 @@ class ThreadCopier final : public UnitCopier {
         free.wait();  // the slot's last reader is done
         if (delay_) delay_();
         try {
-          target.copy_(source);
+          // One thread's memcpy: a parallel copy_ here would contend with the compute's threads.
+          if (target.device().is_cpu() && target.is_contiguous() && source.is_contiguous() &&
+              target.nbytes() == source.nbytes())
+            std::memcpy(target.data_ptr(), source.data_ptr(), source.nbytes());
+          else
+            target.copy_(source);
           done->set_value();
         } catch (...) {
           done->set_exception(std::current_exception());
