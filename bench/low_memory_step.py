@@ -54,6 +54,7 @@ def main():
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--rank", type=int, default=16)
     parser.add_argument("--check", action="store_true")
+    parser.add_argument("--only", help="run only the variants whose names start with this (no ratios then)")
     args = parser.parse_args()
     dims, bucket, batch, precision, dtype = SIZES[args.size]
     layers = dims.get("num_layers", 30)
@@ -71,6 +72,8 @@ def main():
                            check=True, capture_output=True)
             weights = {"weights": str(tmp / "weights")}
         for i, (name, model, swap) in enumerate(variants(layers)):
+            if args.only and not name.startswith(args.only):
+                continue
             config = experiment(tmp, f"v{i}", {"name": "wan22_flow_matching", **dims, "dtype": dtype,
                                                "gradient_checkpointing": True, **weights,
                                                "lora": {"rank": args.rank, "alpha": args.rank}, **model},

