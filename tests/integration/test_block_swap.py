@@ -97,3 +97,30 @@ def test_block_swap_that_cannot_work_is_refused(tmp_path, base, case, swap, extr
     result = wanfw("run", path)
     assert result.returncode != 0, case
     assert message in result.stdout + result.stderr, case
+
+
+def test_predict_with_block_swap_gives_the_outputs_without_it(tmp_path, base):
+    from test_lora import inputs, predict
+    path = experiment(tmp_path, "plain", lora(base), steps=1)
+    swapped = experiment(tmp_path, "swapped", lora(base), steps=1, block_swap={"blocks": 3, "ring": 1})
+    assert torch.equal(predict(tmp_path, swapped, inputs()), predict(tmp_path, path, inputs()))
+
+
+def test_dmd_on_a_shared_base_with_block_swap_trains_as_without_it(tmp_path):
+    from test_dmd import config as dmd_config, read_csv, run_dir as dmd_run
+    reference_model(tmp_path / "teacher", seed=3, num_layers=4)
+    model = {"teacher_num_layers": 4, "lora": {"rank": 4}, "critic_lora": {"rank": 4}, "shared_base": True,
+             "gradient_checkpointing": True}
+    wanfw("run", dmd_config(tmp_path, tmp_path / "teacher", name="plain", **model), check=0)
+    path = dmd_config(tmp_path, tmp_path / "teacher", name="swapped", **model)
+    import json
+    c = json.loads(path.read_text())
+    c["block_swap"] = {"blocks": 2}
+    path.write_text(json.dumps(c))
+    result = wanfw("run", path, check=0)
+    assert "block swap: 2 of 4 blocks stream from" in result.stdout + result.stderr
+    a, b = read_csv(dmd_run(tmp_path, "plain") / "metrics.csv"), read_csv(dmd_run(tmp_path, "swapped") / "metrics.csv")
+    assert [r["loss"] for r in a] == [r["loss"] for r in b]
+    x = load_file(checkpoints(dmd_run(tmp_path, "plain"))[-1] / "model.safetensors")
+    y = load_file(checkpoints(dmd_run(tmp_path, "swapped"))[-1] / "model.safetensors")
+    assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)

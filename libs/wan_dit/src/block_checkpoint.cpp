@@ -11,7 +11,15 @@ namespace {
 struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& e0,
                                const torch::Tensor& context, at::TensorList parameters, WanBlockImpl* block,
-                               const RopeTables* rope, LoraDropoutStreams* dropout, bool offload) {
+                               const RopeTables* rope, LoraDropoutStreams* dropout, AdapterSelection* selection,
+                               bool offload) {
+    // The recomputation adds the adapters this forward adds (a DMD critic's on a shared base),
+    // whichever the DiT selects when backward runs.
+    ctx->saved_data["selection"] = reinterpret_cast<std::int64_t>(selection);
+    if (selection != nullptr) {
+      ctx->saved_data["first"] = selection->first;
+      ctx->saved_data["second"] = selection->second;
+    }
     if (offload) {
       // The block's input waits in host memory (pinned on a GPU, copied asynchronously on the
       // compute stream, so backward's copy back is ordered after it); e0 and the context are the
@@ -77,7 +85,11 @@ struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
         }
         dropout->set(samples);
       }
+      auto* selection = reinterpret_cast<AdapterSelection*>(ctx->saved_data["selection"].toInt());
+      const AdapterSelection selection_before = selection != nullptr ? *selection : AdapterSelection{};
+      if (selection != nullptr) *selection = {ctx->saved_data["first"].toBool(), ctx->saved_data["second"].toBool()};
       output = block->forward(inputs[0], inputs[1], inputs[2], rope);
+      if (selection != nullptr) *selection = selection_before;
       if (dropout != nullptr) dropout->set(samples_before);
       at::autocast::set_autocast_enabled(device_type, autocast_before);
       at::autocast::set_autocast_dtype(device_type, dtype_before);
@@ -91,8 +103,9 @@ struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
     const auto parameters = block->parameters();
     for (std::size_t i = 0; i < parameters.size(); ++i)
       if (parameters[i].requires_grad()) wrt.push_back(parameters[i]), slot.push_back(inputs.size() + i);
-    // One gradient per forward argument: x, e0, context, each parameter, block, rope, dropout, offload.
-    torch::autograd::variable_list result(inputs.size() + parameters.size() + 4);
+    // One gradient per forward argument: x, e0, context, each parameter, block, rope, dropout,
+    // selection, offload.
+    torch::autograd::variable_list result(inputs.size() + parameters.size() + 5);
     if (!wrt.empty()) {
       const auto grads = torch::autograd::grad({output}, wrt, {grad_outputs[0]}, /*retain_graph=*/false,
                                                /*create_graph=*/false, /*allow_unused=*/true);
@@ -106,9 +119,10 @@ struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
 
 torch::Tensor checkpointed_block(WanBlockImpl& block, const torch::Tensor& x, const torch::Tensor& e0,
                                  const torch::Tensor& context, const RopeTables& rope, LoraDropoutStreams* dropout,
-                                 bool offload) {
+                                 AdapterSelection* selection, bool offload) {
   const std::vector<torch::Tensor> parameters = block.parameters();
-  return BlockCheckpoint::apply(x, e0, context, at::TensorList(parameters), &block, &rope, dropout, offload);
+  return BlockCheckpoint::apply(x, e0, context, at::TensorList(parameters), &block, &rope, dropout, selection,
+                                offload);
 }
 
 }  // namespace wan

@@ -189,10 +189,13 @@ TORCH_MODULE(WanDiT);
 /// saved inputs during backward (under the autocast state of the forward), and the gradients
 /// of the inputs and of the block's parameters are returned from there.
 /// With `dropout` (adapters with dropout), the recomputation draws the masks of the forward's samples.
-/// With `offload`, the saved input `x` waits in host memory (pinned on a GPU) until backward.
+/// With `selection` (a second adapter set attached), the recomputation adds the adapters the forward
+/// added, whatever is selected when backward runs. With `offload`, the saved input `x` waits in host
+/// memory (pinned on a GPU) until backward.
 torch::Tensor checkpointed_block(WanBlockImpl& block, const torch::Tensor& x, const torch::Tensor& e0,
                                  const torch::Tensor& context, const RopeTables& rope,
-                                 LoraDropoutStreams* dropout = nullptr, bool offload = false);
+                                 LoraDropoutStreams* dropout = nullptr, AdapterSelection* selection = nullptr,
+                                 bool offload = false);
 
 /// Sinusoidal embedding of timesteps `t` (any shape) into `dim` channels, cos half first,
 /// computed in float64 and returned as float32: [..., dim].
