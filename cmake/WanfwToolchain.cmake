@@ -165,11 +165,12 @@ include_directories(BEFORE SYSTEM ${WANFW_INCLUDE_SHIM})
 add_library(wanfw_warnings INTERFACE)
 target_compile_options(wanfw_warnings INTERFACE -Wall -Wextra -Wno-unused-parameter
                        $<$<BOOL:${WANFW_WERROR}>:-Werror>)
-# GCC 13 reports -Warray-bounds inside libstdc++'s vector<bool>::reserve and fmt's format_dragon
-# when they are inlined into our units (from LibTorch's autograd Function::apply): false positives
-# in third-party code that -isystem cannot hide, since the middle end warns after inlining.
+# GCC 13 reports -Warray-bounds and -Wstringop-overflow inside libstdc++'s vector<bool>::reserve
+# and fmt's format_dragon when they are inlined into our units (from LibTorch's autograd
+# Function::apply, every custom autograd function): false positives in third-party code that
+# -isystem cannot hide, since the middle end warns after inlining.
 if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_GREATER_EQUAL 13)
-  target_compile_options(wanfw_warnings INTERFACE -Wno-array-bounds)
+  target_compile_options(wanfw_warnings INTERFACE -Wno-array-bounds -Wno-stringop-overflow)
 endif()
 
 # One precompiled header for every LibTorch translation unit.
