@@ -10,6 +10,7 @@
 
 #include <torch/torch.h>
 
+#include "tiny_dit.hpp"
 #include "units/block_swap.hpp"
 #include "wan/lora.hpp"
 #include "wan/wan_dit.hpp"
@@ -20,14 +21,8 @@
 
 namespace {
 
-struct Inputs {
-  torch::Tensor x, t, context;
-};
-
-Inputs tiny_inputs(const wan::WanConfig& c) {
-  torch::manual_seed(7);
-  return {torch::randn({2, c.in_dim, 3, 4, 4}), torch::rand({2}) * 1000, torch::randn({2, 5, c.text_dim})};
-}
+using Inputs = wanfw::testing::TinyInputs;
+using wanfw::testing::tiny_inputs;
 
 /// The tiny DiT with `layers` blocks, every weight random, adapters of rank 4 (B random too, so
 /// they change the output), checkpointing on.

@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include "temp_dir.hpp"
+#include "tiny_dit.hpp"
 #include "wan/lora.hpp"
 #include "wan/wan_dit.hpp"
 #include "wan/wan_weights.hpp"
@@ -18,23 +19,9 @@
 
 namespace {
 
-struct Inputs {
-  torch::Tensor x, t, context;
-};
-
-Inputs tiny_inputs(const wan::WanConfig& c) {
-  torch::manual_seed(7);
-  return {torch::randn({2, c.in_dim, 3, 4, 4}), torch::rand({2}) * 1000, torch::randn({2, 5, c.text_dim})};
-}
-
-/// The tiny DiT with every weight random (the official init zeroes the head, which hides errors).
-wan::WanDiT random_tiny_dit() {
-  torch::manual_seed(3);
-  wan::WanDiT dit(wan::wan_preset("tiny"));
-  torch::NoGradGuard no_grad;
-  for (auto& p : dit->parameters()) p.normal_(0.0, 0.2);
-  return dit;
-}
+using Inputs = wanfw::testing::TinyInputs;
+using wanfw::testing::random_tiny_dit;
+using wanfw::testing::tiny_inputs;
 
 /// The blocks' Linear layers, by name.
 std::map<std::string, wan::WanLinearImpl*> block_linears(wan::WanDiTImpl& dit) {

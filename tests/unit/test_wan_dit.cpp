@@ -1,6 +1,7 @@
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
+#include "tiny_dit.hpp"
 #include "wan/wan_config.hpp"
 #include "wan/wan_dit.hpp"
 #include "wanfw/error.hpp"
@@ -9,23 +10,9 @@
 
 namespace {
 
-struct Inputs {
-  torch::Tensor x, t, context;
-};
-
-Inputs tiny_inputs(const wan::WanConfig& c, std::uint64_t seed = 7) {
-  torch::manual_seed(seed);
-  return {torch::randn({2, c.in_dim, 3, 4, 4}), torch::rand({2}) * 1000, torch::randn({2, 5, c.text_dim})};
-}
-
-/// A DiT with every weight random (the official init zeroes the head, which would hide errors).
-wan::WanDiT random_tiny_dit() {
-  torch::manual_seed(3);
-  wan::WanDiT dit(wan::wan_preset("tiny"));
-  torch::NoGradGuard no_grad;
-  for (auto& p : dit->parameters()) p.normal_(0.0, 0.2);
-  return dit;
-}
+using Inputs = wanfw::testing::TinyInputs;
+using wanfw::testing::random_tiny_dit;
+using wanfw::testing::tiny_inputs;
 
 /// Every parameter's gradient after backward of the sum of squares of the output.
 std::map<std::string, torch::Tensor> gradients(wan::WanDiT& dit, const Inputs& in) {
