@@ -2,8 +2,9 @@
 // The life cycle of a model's units (wanfw/sharded_units.hpp) as one mechanism. A unit's
 // parameters are fetched to the device before its forward and again before its backward, and
 // released after each; fetches of the units used next start ahead, in the order of use the
-// runtime recorded. How a unit is fetched is its UnitFetcher's business: block swap copies its
-// frozen weights from host memory into a ring of device slots.
+// runtime recorded. How a unit is fetched is its UnitFetcher's business: fsdp all-gathers its
+// shards (and reduce-scatters its gradients after its backward), block swap copies its frozen
+// weights from host memory into a ring of device slots.
 //
 // The hooks, around every run of a unit's body:
 //   pre-forward:  fetch (unless under way) and wait      post-forward:  release, prefetch
@@ -52,6 +53,14 @@ class UnitFetcher {
   virtual void acquire(std::size_t unit, const std::vector<UnitUse>& upcoming) = 0;
   /// The compute queued so far is the last to read `unit` until its next acquire.
   virtual void release(std::size_t unit) = 0;
+  /// The unit's backward is over: its parameters' gradients are whole (fsdp reduce-scatters them).
+  /// Called before release.
+  virtual void after_backward(std::size_t unit) {}
+  /// Whether some parameter of `unit` trains: a unit that trains nothing and whose inputs need no
+  /// gradient runs without the backward hooks (no backward reaches it).
+  virtual bool trains(std::size_t unit) const { return true; }
+  /// Whether fetching is a collective (UnitRunner::collective).
+  virtual bool collective() const { return false; }
 };
 
 /// Runs a model's units through a fetcher (Model::set_unit_runner takes it).
@@ -61,8 +70,7 @@ class UnitRuntime final : public UnitRunner {
   ~UnitRuntime() override;
 
   std::vector<at::Tensor> run(std::size_t unit, const std::vector<at::Tensor>& inputs, const Body& body) override;
-  /// Block swap's fetches are copies on each rank, not collectives.
-  bool collective() const override { return false; }
+  bool collective() const override { return fetcher_->collective(); }
 
   UnitState state(std::size_t unit) const;
   /// The index of the unit named `name` (as Model::shard_units names it); throws wanfw::Error.

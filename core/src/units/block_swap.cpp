@@ -58,6 +58,12 @@ BlockSwap::BlockSwap(torch::nn::Module& module, const std::vector<ShardUnit>& un
   for (const auto& unit : units) names_.push_back(unit.name);
   std::map<std::string, at::Tensor> parameters;
   for (const auto& item : module.named_parameters()) parameters.emplace(item.key(), item.value());
+  for (const auto& unit : units) {
+    bool trains = false;
+    for (const std::string& name : unit.parameters)
+      if (auto it = parameters.find(name); it != parameters.end()) trains |= it->second.requires_grad();
+    trains_.push_back(trains);
+  }
   std::int64_t total = 0;
   for (const std::size_t u : streamed_) {
     UnitPlan plan;

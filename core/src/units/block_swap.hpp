@@ -50,6 +50,7 @@ class BlockSwap final : public UnitFetcher {
   bool prefetch(std::size_t unit, const std::vector<UnitUse>& upcoming) override;
   void acquire(std::size_t unit, const std::vector<UnitUse>& upcoming) override;
   void release(std::size_t unit) override;
+  bool trains(std::size_t unit) const override { return trains_.at(unit); }
 
   const std::vector<std::size_t>& streamed() const { return streamed_; }
   bool is_streamed(std::size_t unit) const { return plans_.at(unit).has_value(); }
@@ -91,6 +92,7 @@ class BlockSwap final : public UnitFetcher {
   void bind(UnitPlan& plan, std::optional<std::size_t> slot);
 
   std::vector<std::optional<UnitPlan>> plans_;
+  std::vector<bool> trains_;  ///< per unit: whether any of its parameters requires grad
   std::vector<std::size_t> streamed_;
   std::vector<std::string> names_;
   std::int64_t ring_ = 2;

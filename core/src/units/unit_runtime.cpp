@@ -145,6 +145,7 @@ void UnitRuntime::before_backward(std::size_t unit) {
 
 void UnitRuntime::after_backward(std::size_t unit) {
   in_use_[unit] = false;
+  fetcher_->after_backward(unit);
   fetcher_->release(unit);
   prefetch_after({unit, true});
   // The pass's first unit ends its backward: the next forward starts a new pass.
@@ -166,7 +167,9 @@ std::vector<at::Tensor> UnitRuntime::run(std::size_t unit, const std::vector<at:
   before_forward(unit);
   std::vector<at::Tensor> outputs;
   try {
-    if (!torch::GradMode::is_enabled()) {
+    bool differentiable = fetcher_->trains(unit);
+    for (const at::Tensor& input : inputs) differentiable |= input.requires_grad();
+    if (!torch::GradMode::is_enabled() || !differentiable) {  // no backward will reach the unit
       outputs = body(inputs);
     } else {
       const at::Tensor anchor = at::empty({0}, inputs.empty() ? at::TensorOptions() : inputs.front().options())

@@ -53,11 +53,11 @@ FlatShard::FlatShard(std::string name, std::vector<std::pair<std::string, at::Te
   std::vector<at::Tensor> values;
   for (const at::Tensor& p : parameters_) values.push_back(p.detach());
   shard_ = layout_.pack(values, session.rank(), dtype).requires_grad_(trainable_);
-  gathered_ = true;  // the parameters still hold the values the shard was cut from
+  state_ = State::Gathered;  // the parameters still hold the values the shard was cut from
 }
 
 void FlatShard::start_gather(std::optional<at::ScalarType> wanted) {
-  if (gathered_ || in_flight_) return;
+  if (state_ != State::Released) return;
   const at::ScalarType compute = wanted.value_or(shard_.scalar_type());
   at::NoGradGuard no_grad;
   if (!full_.defined() || full_.scalar_type() != compute) {
@@ -77,29 +77,29 @@ void FlatShard::start_gather(std::optional<at::ScalarType> wanted) {
   sent_ = shard_.detach().to(compute).contiguous();
   gathered_buffer_ = at::empty({layout_.world() * layout_.shard_numel()}, sent_.options());
   pending_ = session_.start_all_gather(gathered_buffer_, sent_);
-  in_flight_ = true;
+  state_ = State::Gathering;
 }
 
 void FlatShard::finish_gather() {
-  if (gathered_) return;
-  if (!in_flight_) throw wanfw::Error("fsdp: flat shard '" + name_ + "' finished a gather it never started");
+  if (state_ == State::Gathered) return;
+  if (state_ != State::Gathering)
+    throw wanfw::Error("fsdp: flat shard '" + name_ + "' finished a gather it never started");
   at::NoGradGuard no_grad;
   pending_.wait();
   layout_.unpack_into(gathered_buffer_, views_);
   gathered_buffer_.reset();
   sent_.reset();
-  in_flight_ = false;
   for (std::size_t i = 0; i < parameters_.size(); ++i) parameters_[i].set_data(views_[i]);
-  gathered_ = true;
+  state_ = State::Gathered;
 }
 
 void FlatShard::release() {
-  if (in_flight_) finish_gather();
-  if (!gathered_) return;
+  if (state_ == State::Gathering) finish_gather();
+  if (state_ != State::Gathered) return;
   const at::Tensor empty = at::empty({0}, shard_.options().requires_grad(false));
   for (at::Tensor& p : parameters_) p.set_data(empty);
   if (full_.defined()) free_storage(full_);
-  gathered_ = false;
+  state_ = State::Released;
 }
 
 at::Tensor FlatShard::reduce_gradient(const std::vector<at::Tensor>& gradients, at::ScalarType reduce) const {

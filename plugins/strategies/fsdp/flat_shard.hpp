@@ -20,6 +20,10 @@ namespace wanfw_fsdp {
 
 class FlatShard {
  public:
+  /// Where the flat's whole values are: released (only this rank's shard), gathering (an all-gather
+  /// in flight) or gathered (the module's parameters hold them).
+  enum class State { Released, Gathering, Gathered };
+
   /// `members`: (name, the module's parameter tensor holding its full value now), all of one
   /// dtype. Takes this rank's shard of them; the parameters keep their values until release().
   FlatShard(std::string name, std::vector<std::pair<std::string, at::Tensor>> members, bool trainable,
@@ -32,7 +36,7 @@ class FlatShard {
   const at::Tensor& shard() const { return shard_; }
   const std::vector<at::Tensor>& parameters() const { return parameters_; }
   const std::vector<std::string>& names() const { return names_; }
-  bool gathered() const { return gathered_; }
+  State state() const { return state_; }
   /// Whether this step reduces the flat's gradients: false in a step of a training phase that
   /// does not train it (wanfw::TrainingPhase), whose shard then gets no gradient at all.
   bool reduces_gradients() const { return reduces_gradients_; }
@@ -65,7 +69,7 @@ class FlatShard {
   std::vector<at::Tensor> views_;  ///< the parameters' views of full_
   at::Tensor gathered_buffer_, sent_;  ///< the all-gather's output and input while one is in flight
   wanfw::DistributedSession::PendingGather pending_;
-  bool gathered_ = false, in_flight_ = false;
+  State state_ = State::Gathered;
 };
 
 }  // namespace wanfw_fsdp

@@ -40,8 +40,10 @@ void FsdpStrategy::setup(wanfw::Model& model) {
     session_->broadcast(state, 0);
   });
   build_units(model);
-  runner_ = std::make_unique<GatheringUnitRunner>(units_, settings_.runner);
-  if (!units_.empty()) model.set_unit_runner(runner_.get());
+  fetcher_ = std::make_shared<AllGatherFetcher>(units_, settings_.runner);
+  std::vector<wanfw::ShardUnit> declared = model.shard_units();
+  runtime_ = std::make_unique<wanfw::UnitRuntime>(std::move(declared), fetcher_);
+  if (!units_.empty()) model.set_unit_runner(runtime_.get());
 
   std::int64_t kept = 0;
   for (FlatShard* flat : flats()) {
@@ -134,12 +136,11 @@ wanfw::StepOutput FsdpStrategy::micro_step(wanfw::Model& model, const wanfw::Bat
   // Every micro-batch reduce-scatters: accumulated gradients add up sharded.
   if (micro.phase != phase_) select_phase(micro.phase);
   session_->guarded("the forward and backward pass", [&] {
-    runner_->begin_micro_step();
     rest_.gather(settings_.runner.compute);
     out = forward(model, batch, micro);
     backward(out, micro);
-    reduce_rest_gradients();
-    runner_->end_micro_step();
+    rest_.reduce_gradients(settings_.runner.reduce);  // the parameters in no unit: their full gradients
+    fetcher_->release_all();
     rest_.release();
   });
   return out;
@@ -151,20 +152,6 @@ void FsdpStrategy::select_phase(int phase) {
     if (auto it = flat_group_.find(flat); it != flat_group_.end())
       flat->set_reduces_gradients(phase_groups_.empty() ||
                                   phase_groups_.at(static_cast<std::size_t>(phase)).count(it->second));
-}
-
-void FsdpStrategy::reduce_rest_gradients() {
-  torch::NoGradGuard no_grad;
-  for (auto& flat : rest_.flats) {
-    if (!flat->trainable() || !flat->reduces_gradients()) continue;
-    std::vector<at::Tensor> grads;
-    for (const at::Tensor& p : flat->parameters()) grads.push_back(p.grad());
-    const at::Tensor piece = flat->reduce_gradient(grads, settings_.runner.reduce);
-    at::Tensor shard = flat->shard();
-    if (shard.grad().defined()) shard.mutable_grad().add_(piece);
-    else shard.mutable_grad() = piece;
-    for (const at::Tensor& p : flat->parameters()) const_cast<at::Tensor&>(p).mutable_grad().reset();
-  }
 }
 
 std::vector<wanfw::ParameterGroup> FsdpStrategy::parameter_groups(wanfw::Model&) {
@@ -216,13 +203,13 @@ void FsdpStrategy::begin_evaluation(wanfw::Model& model) {
     for (auto& unit : units_) unit.gather(settings_.runner.compute);
     rest_.gather(settings_.runner.compute);
   });
-  runner_->hold(true);
+  fetcher_->hold(true);
   sequence_.detach(model);  // whole sequences: the main process alone draws previews
 }
 
 void FsdpStrategy::end_evaluation(wanfw::Model& model) {
   sequence_.attach(model);
-  runner_->hold(false);
+  fetcher_->hold(false);
   for (auto& unit : units_) unit.release();
   rest_.release();
 }

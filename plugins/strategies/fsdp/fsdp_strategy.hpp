@@ -1,8 +1,9 @@
 #pragma once
 // Strategy `fsdp` (ZeRO-3): every parameter, gradient and AdamW moment is sharded across the
-// ranks; each rank keeps 1/N of them between uses. A model's units (wanfw::ShardUnit) are gathered
-// just before their forward and again before their backward (the next one's gather started
-// ahead), and their gradients reduce-scattered as backward leaves them; the parameters in no unit
+// ranks; each rank keeps 1/N of them between uses. A model's units (wanfw::ShardUnit) run through
+// the core's wanfw::UnitRuntime with an AllGatherFetcher: gathered just before their forward and
+// again before their backward (the next one's gather started ahead), and their gradients
+// reduce-scattered as backward leaves them; the parameters in no unit
 // are gathered for the whole step. The optimizer steps this rank's shards; clipping uses the norm
 // of the whole gradient; checkpoints are written in pieces, a piece a rank (wanfw/state_pieces.hpp).
 // A model that trains in phases reduces, in each step, the flats of that phase's groups only.
@@ -14,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "gathering_unit_runner.hpp"
+#include "all_gather_fetcher.hpp"
 #include "unit_shards.hpp"
 #include "wanfw/distributed.hpp"
 #include "wanfw/sequence_parallel.hpp"
@@ -69,8 +70,6 @@ class FsdpStrategy final : public wanfw::Strategy {
   void cut_unit(UnitShards& unit, const std::vector<std::pair<std::string, at::Tensor>>& parameters);
   /// A step of training phase `phase` follows: only the flats of its groups reduce gradients.
   void select_phase(int phase);
-  /// After backward: the parameters in no unit have full gradients; each rank keeps its piece.
-  void reduce_rest_gradients();
   /// Every flat shard, units first, the rest last.
   std::vector<FlatShard*> flats();
 
@@ -79,7 +78,8 @@ class FsdpStrategy final : public wanfw::Strategy {
   wanfw::SequenceGroups sequence_;  ///< sequence parallelism: the ranks sharing each sample
   std::vector<UnitShards> units_;
   UnitShards rest_;
-  std::unique_ptr<GatheringUnitRunner> runner_;
+  std::shared_ptr<AllGatherFetcher> fetcher_;
+  std::unique_ptr<wanfw::UnitRuntime> runtime_;  ///< runs the model's units through fetcher_
   std::vector<wanfw::ParameterGroup> model_groups_;
   std::map<const void*, int> group_of_;      ///< parameter -> its group's index (trainable ones)
   std::vector<std::set<int>> phase_groups_;  ///< per training phase, its groups' indices (none: no phases)
