@@ -130,7 +130,7 @@ TEST_CASE("block swap gives every block its host weights at compute time, keeps 
   }
 }
 
-TEST_CASE("block swap gives the loss and gradients of the model without it, bit for bit") {
+TEST_CASE("block swap leaves the loss and gradients bitwise those of the model without it") {
   for (const std::int64_t streamed : {1, 3, 5}) {
     for (const std::int64_t ring : {1, 2}) {
       CAPTURE(streamed);
