@@ -25,12 +25,13 @@ struct WeightBytes {
 
 WeightBytes weight_bytes(const WanConfig& c, double value_bytes, bool fp8) {
   WeightBytes out;
-  double all = 0;
+  double all = 0, block_numel = 0;
   for (const auto& [name, shape] : c.parameter_shapes()) {
     double numel = 1;
     for (const std::int64_t d : shape) numel *= static_cast<double>(d);
     all += numel;
     if (name.rfind("blocks.0.", 0) != 0) continue;
+    block_numel += numel;
     const bool linear = shape.size() == 2 && name.ends_with(".weight");
     if (fp8 && linear) {
       const double out_features = static_cast<double>(shape[0]);
@@ -40,13 +41,6 @@ WeightBytes weight_bytes(const WanConfig& c, double value_bytes, bool fp8) {
       out.block += numel * value_bytes;
     }
   }
-  double block_numel = 0;
-  for (const auto& [name, shape] : c.parameter_shapes())
-    if (name.rfind("blocks.0.", 0) == 0) {
-      double numel = 1;
-      for (const std::int64_t d : shape) numel *= static_cast<double>(d);
-      block_numel += numel;
-    }
   out.rest = (all - block_numel * static_cast<double>(c.num_layers)) * value_bytes;
   return out;
 }
