@@ -13,8 +13,8 @@ import torch
 from conftest import SOURCE, checkpoints, wanfw
 from safetensors.torch import load_file
 from equivalence import assert_same_training, assert_same_training_history, checkpoint_file, trained
-from test_distributed import torchrun
-from test_layout_invariance import CPU, DDP, FSDP, LR, TINY_WAN, experiment, largest_relative_difference, run_on, \
+from test_distributed import metrics, torchrun
+from test_layout_invariance import CPU, DDP, FSDP, LR, STEPS, TINY_WAN, experiment, largest_relative_difference, run_on, \
     history, state, tiny_wan, weights
 from test_lora import lora_model
 from test_wan_parity import reference_model
@@ -57,6 +57,44 @@ def test_fsdp_trains_lora_adapters_on_a_sharded_frozen_base_as_one_device_does(t
     c = assert_same_training_history(history(tmp_path, "fsdp_2x2"), history(tmp_path, "one_x4"), lr=LR,
                                      tolerance=TINY_WAN)
     print(f"adapters, fsdp 2x2 vs 1x4: {c}")
+
+
+def grad_norms(tmp_path, name):
+    return [float(r["grad_norm"]) for r in metrics(tmp_path, name)]
+
+
+@pytest.mark.every_vector_unit
+def test_fsdp_clips_by_the_norm_of_the_whole_gradient_as_one_device_does(tmp_path):
+    # A clip far below the tiny DiT's gradient norms binds at every step: each rank scales its
+    # shards by the norm of every rank's pieces together, not of its own.
+    model, clip = tiny_wan("t2v"), {"trainer": {"grad_clip": 0.01}}
+    one = run_on(tmp_path, "one_x4", CPU, 4, model, **clip)
+    sharded = run_on(tmp_path, "fsdp_2x2", FSDP, 2, model, ranks=2, **clip)
+    norms, expected = grad_norms(tmp_path, "fsdp_2x2"), grad_norms(tmp_path, "one_x4")
+    assert len(norms) == STEPS and min(expected) > 10 * 0.01, expected
+    # The same gradients summed over two ranks in pieces: fp32 rounding of the sum, no more.
+    assert norms == pytest.approx(expected, rel=1e-5), (norms, expected)
+    c = assert_same_training(sharded, one, lr=LR, tolerance=TINY_WAN)
+    print(f"clipped to 0.01, fsdp 2x2 vs 1x4: {c}; norms {norms}")
+
+
+@pytest.mark.every_vector_unit
+def test_fsdp_gathering_in_bfloat16_gives_the_gradient_of_a_float32_gather_within_bf16_rounding(tmp_path):
+    # Under bf16 autocast the matrix products round their float32 weights to bfloat16 anyway;
+    # param_dtype bfloat16 rounds them once, at the gather, and the norms, modulation and biases
+    # then compute with bfloat16 values too. bf16 keeps 8 significant bits: the first step's
+    # gradient (AdamW's first moment over 1 - beta1) moves by a few 2^-8 relative through the
+    # blocks, while the shards, their AdamW state and the checkpoints stay float32.
+    model, every_step = tiny_wan("t2v"), {"precision": {"mode": "bf16"}, "checkpoint": {"every": 1}}
+    run_on(tmp_path, "gather_fp32", {**FSDP, "param_dtype": "float32"}, 2, model, ranks=2, **every_step)
+    halved = run_on(tmp_path, "gather_bf16", {**FSDP, "param_dtype": "bfloat16"}, 2, model, ranks=2, **every_step)
+    assert all(t.dtype == torch.float32 for t in halved.weights.values())
+    assert all(t.dtype == torch.float32 for t in halved.exp_avg.values())
+    a, b = state(tmp_path, "gather_bf16", step=1).exp_avg, state(tmp_path, "gather_fp32", step=1).exp_avg
+    difference = torch.cat([(a[k] - b[k]).flatten() for k in b]).norm()
+    whole = torch.cat([b[k].flatten() for k in b]).norm()
+    print(f"first gradients of the bf16 and fp32 gathers: {difference / whole:.3g} of their norm apart")
+    assert 0 < difference <= 0.05 * whole
 
 
 HOLDS = re.compile(r"fsdp: rank (\d) holds (\d+) bytes of parameters \(the model has (\d+)\), (\d+) bytes of gradients "

@@ -38,8 +38,27 @@ void AllGatherFetcher::release(std::size_t unit) {
 
 void AllGatherFetcher::after_backward(std::size_t unit) { units_.at(unit).reduce_gradients(settings_.reduce); }
 
+void AllGatherFetcher::begin_step() { rest_.gather(settings_.compute); }
+
+void AllGatherFetcher::end_step() {
+  rest_.reduce_gradients(settings_.reduce);
+  release_all();
+}
+
+void AllGatherFetcher::begin_evaluation() {
+  for (auto& unit : units_) unit.gather(settings_.compute);
+  rest_.gather(settings_.compute);
+  held_ = true;
+}
+
+void AllGatherFetcher::end_evaluation() {
+  held_ = false;
+  release_all();
+}
+
 void AllGatherFetcher::release_all() {
   for (auto& unit : units_) unit.release();
+  rest_.release();
 }
 
 }  // namespace wanfw_fsdp

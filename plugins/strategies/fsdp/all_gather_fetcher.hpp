@@ -3,6 +3,9 @@
 // units through it. A unit's flat shards are all-gathered before its forward and again before its
 // backward, released after each; one unit's gather runs ahead, in the recorded order of use; after a
 // unit's backward its parameters' gradients are reduce-scattered into gradients of its shards.
+// The parameters in no unit ("the rest": embeddings, head) go through the same flat shards, held
+// for a whole micro-step: gathered when it begins, reduce-scattered and released when its backward
+// is over (as FSDP2 keeps its root's parameters between forward and backward).
 
 #include <cstddef>
 #include <optional>
@@ -22,7 +25,8 @@ struct RunnerSettings {
 
 class AllGatherFetcher final : public wanfw::UnitFetcher {
  public:
-  AllGatherFetcher(std::vector<UnitShards>& units, RunnerSettings settings) : units_(units), settings_(settings) {}
+  AllGatherFetcher(std::vector<UnitShards>& units, UnitShards& rest, RunnerSettings settings)
+      : units_(units), rest_(rest), settings_(settings) {}
 
   wanfw::UnitState state(std::size_t unit) const override;
   /// Starts the gather of `unit` while no other gather is under way (one unit ahead).
@@ -34,14 +38,21 @@ class AllGatherFetcher final : public wanfw::UnitFetcher {
   /// Every gather and reduce-scatter is a collective: the ranks run the same units in the same order.
   bool collective() const override { return true; }
 
-  /// While held (evaluation), every unit stays gathered: the main process alone may then run the
-  /// model (previews) without collectives.
-  void hold(bool held) { held_ = held; }
-  /// A micro-batch is over: every unit released.
-  void release_all();
+  /// A micro-step begins: the rest is gathered for all of it.
+  void begin_step();
+  /// The micro-step's backward is over: the rest's gradients are reduce-scattered, and every unit
+  /// (a prefetched one too) and the rest released.
+  void end_step();
+  /// Evaluation: every unit and the rest gathered and held until end_evaluation, so that the main
+  /// process alone may run the model (previews) without collectives.
+  void begin_evaluation();
+  void end_evaluation();
 
  private:
+  void release_all();
+
   std::vector<UnitShards>& units_;
+  UnitShards& rest_;
   RunnerSettings settings_;
   bool held_ = false;
 };

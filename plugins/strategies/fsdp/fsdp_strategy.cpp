@@ -40,7 +40,7 @@ void FsdpStrategy::setup(wanfw::Model& model) {
     session_->broadcast(state, 0);
   });
   build_units(model);
-  fetcher_ = std::make_shared<AllGatherFetcher>(units_, settings_.runner);
+  fetcher_ = std::make_shared<AllGatherFetcher>(units_, rest_, settings_.runner);
   std::vector<wanfw::ShardUnit> declared = model.shard_units();
   runtime_ = std::make_unique<wanfw::UnitRuntime>(std::move(declared), fetcher_);
   if (!units_.empty()) model.set_unit_runner(runtime_.get());
@@ -136,12 +136,10 @@ wanfw::StepOutput FsdpStrategy::micro_step(wanfw::Model& model, const wanfw::Bat
   // Every micro-batch reduce-scatters: accumulated gradients add up sharded.
   if (micro.phase != phase_) select_phase(micro.phase);
   session_->guarded("the forward and backward pass", [&] {
-    rest_.gather(settings_.runner.compute);
+    fetcher_->begin_step();
     out = forward(model, batch, micro);
     backward(out, micro);
-    rest_.reduce_gradients(settings_.runner.reduce);  // the parameters in no unit: their full gradients
-    fetcher_->release_all();
-    rest_.release();
+    fetcher_->end_step();
   });
   return out;
 }
@@ -199,19 +197,13 @@ void FsdpStrategy::after_optimizer_step(wanfw::Model& model, const wanfw::Optimi
 }
 
 void FsdpStrategy::begin_evaluation(wanfw::Model& model) {
-  session_->guarded("gathering the weights for evaluation", [&] {
-    for (auto& unit : units_) unit.gather(settings_.runner.compute);
-    rest_.gather(settings_.runner.compute);
-  });
-  fetcher_->hold(true);
+  session_->guarded("gathering the weights for evaluation", [&] { fetcher_->begin_evaluation(); });
   sequence_.detach(model);  // whole sequences: the main process alone draws previews
 }
 
 void FsdpStrategy::end_evaluation(wanfw::Model& model) {
   sequence_.attach(model);
-  fetcher_->hold(false);
-  for (auto& unit : units_) unit.release();
-  rest_.release();
+  fetcher_->end_evaluation();
 }
 
 }  // namespace wanfw_fsdp
