@@ -128,13 +128,13 @@ UnitState BlockSwap::state(std::size_t unit) const {
 }
 
 std::optional<std::size_t> BlockSwap::slot_for(const std::vector<UnitUse>& upcoming,
-                                               std::optional<std::size_t> not_before) const {
+                                               std::optional<std::size_t> not_before, bool needed_now) const {
   std::optional<std::size_t> best;
   std::size_t best_use = 0;
   for (std::size_t s = 0; s < slot_unit_.size(); ++s) {
     if (!slot_unit_[s]) return s;
     const UnitPlan& holder = *plans_[*slot_unit_[s]];
-    if (holder.in_use || holder.state != UnitState::Ready) continue;  // busy, or its copy not yet used
+    if (holder.in_use || (holder.state != UnitState::Ready && !needed_now)) continue;  // busy, or not yet used
     const std::size_t use = next_use(*slot_unit_[s], upcoming);
     if ((!not_before || use > *not_before) && (!best || use > best_use)) best = s, best_use = use;
   }
@@ -144,6 +144,7 @@ std::optional<std::size_t> BlockSwap::slot_for(const std::vector<UnitUse>& upcom
 void BlockSwap::load(std::size_t unit, std::size_t slot) {
   if (const auto& holder = slot_unit_[slot]) {
     UnitPlan& evicted = *plans_[*holder];
+    if (evicted.state == UnitState::Fetching) copier_->wait(slot);  // a prefetch the compute did not use
     bind(evicted, std::nullopt);
     evicted.state = UnitState::Released;
     evicted.slot.reset();
@@ -169,7 +170,7 @@ void BlockSwap::acquire(std::size_t unit, const std::vector<UnitUse>& upcoming) 
   auto& plan = plans_.at(unit);
   if (!plan) return;
   if (plan->state == UnitState::Released) {
-    const std::optional<std::size_t> slot = slot_for(upcoming, std::nullopt);
+    const std::optional<std::size_t> slot = slot_for(upcoming, std::nullopt, /*needed_now=*/true);
     if (!slot)
       throw Error(fmt::format("block swap: no slot is free for unit '{}' (ring {})", names_[unit], ring_),
                   "a unit's body ran another unit inside it; run units one after another");

@@ -85,9 +85,11 @@ class BlockSwap final : public UnitFetcher {
     std::vector<std::size_t> use_counts;  ///< each parameter's, when acquired
   };
   /// A slot: a free one, or the one whose unit's next use is the latest (and after `not_before`, a
-  /// position in `upcoming`, when given); none when every slot is busy.
-  std::optional<std::size_t> slot_for(const std::vector<UnitUse>& upcoming,
-                                      std::optional<std::size_t> not_before) const;
+  /// position in `upcoming`, when given); none when every slot is busy. A prefetched unit not yet
+  /// used keeps its slot unless `needed_now` (a unit the compute waits for: the order of use was
+  /// not the one recorded, as when a model runs its networks in turns).
+  std::optional<std::size_t> slot_for(const std::vector<UnitUse>& upcoming, std::optional<std::size_t> not_before,
+                                      bool needed_now = false) const;
   void load(std::size_t unit, std::size_t slot);
   void bind(UnitPlan& plan, std::optional<std::size_t> slot);
 
