@@ -7,7 +7,8 @@
 One DiT trained one variant after the other on this machine, adapters of --rank on every block
 Linear, gradient checkpointing on: the base in the compute dtype; in fp8 (model.base_dtype); with
 the checkpointed activations in host memory (model.activation_offload); with half the blocks
-streamed from host memory (block_swap, ring 2); and with all three. Sizes: --size small (CPU: dim
+streamed from host memory (block_swap, ring 2), pinned and pageable (staged through pinned
+buffers on a GPU); and with all three. Sizes: --size small (CPU: dim
 256, 8 blocks, latents [16, 5, 16, 16], batch 2, fp32); --size 5b (Wan2.2 TI2V-5B, ti2v, 81 frames
 at 480x832: latents [48, 21, 30, 52], 8,190 tokens, batch 1, bf16 autocast over a bf16 base; random
 weights, which time like real ones). For each: the median step time after two warm-up steps, the
@@ -43,6 +44,7 @@ def variants(layers: int):
             ("fp8 base", {"base_dtype": "float8_e4m3fn"}, {}),
             ("activation offload", {"activation_offload": True}, {}),
             (f"block swap {half}", {}, {"blocks": half, "ring": 2}),
+            (f"block swap {half}, pageable", {}, {"blocks": half, "ring": 2, "host_memory": "pageable"}),
             (f"all three ({half} swapped)", {"base_dtype": "float8_e4m3fn", "activation_offload": True},
              {"blocks": half, "ring": 2})]
 

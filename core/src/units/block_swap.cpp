@@ -108,7 +108,8 @@ void BlockSwap::start(c10::Device device, std::unique_ptr<UnitCopier> copier) {
     slots_.push_back(at::empty({slot_bytes_}, at::TensorOptions().dtype(at::kByte).device(device)));
   slot_unit_.assign(ring, std::nullopt);
   copier_ = copier ? std::move(copier)
-                   : device.is_cuda() ? make_cuda_copier(ring, device, arena_.pinned) : make_thread_copier(ring);
+                   : device.is_cuda() ? make_cuda_copier(ring, device, arena_.pinned, slot_bytes_)
+                                      : make_thread_copier(ring);
   torch::NoGradGuard no_grad;
   for (const std::size_t u : streamed_) bind(*plans_[u], std::nullopt);  // placeholders on the device
 }
@@ -222,10 +223,11 @@ std::string BlockSwap::summary(std::int64_t steps) {
 std::string BlockSwap::describe() const {
   std::vector<std::string> names;
   for (const std::size_t u : streamed_) names.push_back(std::to_string(u));
-  return fmt::format("block swap: {} of {} blocks stream from {} ({:.1f} MiB each) through {} device slot(s); "
+  const std::string copies = copier_ ? copier_->describe() : std::string();
+  return fmt::format("block swap: {} of {} blocks stream from {} ({:.1f} MiB each) through {} device slot(s){}; "
                      "streamed: {}",
                      streamed_.size(), plans_.size(), arena_.note, static_cast<double>(slot_bytes_) / (1 << 20), ring_,
-                     fmt::format("{}", fmt::join(names, " ")));
+                     copies.empty() ? "" : ", " + copies, fmt::format("{}", fmt::join(names, " ")));
 }
 
 }  // namespace wanfw

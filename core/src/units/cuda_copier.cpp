@@ -1,18 +1,24 @@
 // The GPU's copier: each copy on a copy stream, after the event the compute stream recorded when it
 // last read the slot; the compute stream waits on the copy's event. Pageable host memory (where
-// pinning failed) is copied from a worker thread, so the driver's staging never blocks the compute
-// thread; the stream then waits on an event recorded after it.
+// pinning the arena failed) goes through one pinned staging buffer a slot: a worker thread copies
+// the unit's bytes there once the slot's last copy out of it is done, then issues the asynchronous
+// copy to the device, so neither the compute thread nor the copy stream waits on host memcpy. Where
+// the staging buffers cannot be pinned either, the worker thread lets the driver stage the copy.
 
+#include <cstring>
 #include <future>
-#include <utility>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <fmt/format.h>
 
+#include "units/host_arena.hpp"
 #include "units/unit_copier.hpp"
 
 namespace wanfw {
@@ -21,14 +27,24 @@ namespace {
 
 class CudaCopier final : public UnitCopier {
  public:
-  CudaCopier(std::size_t slots, c10::Device device, bool pinned_source)
+  CudaCopier(std::size_t slots, c10::Device device, bool pinned_source, std::int64_t slot_bytes)
       : device_(device),
         pinned_(pinned_source),
+        slot_bytes_(slot_bytes),
         copy_stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index())),
         ready_(slots),
         free_(slots),
         free_recorded_(slots, false),
-        pending_(slots) {}
+        pending_(slots) {
+    if (pinned_) return;
+    std::string why;
+    const std::int64_t bytes = static_cast<std::int64_t>(slots) * slot_bytes;
+    staging_ = pin_host_bytes(bytes, why);
+    note_ = staging_.defined()
+                ? fmt::format("copies staged through {} pinned buffer(s) of {:.1f} MiB", slots, slot_bytes / 1048576.0)
+                : fmt::format("pinning {:.1f} MiB of staging buffers failed too ({}): the driver stages every copy",
+                              bytes / 1048576.0, why);
+  }
 
   void copy(std::size_t slot, const at::Tensor& source, const at::Tensor& target) override {
     const c10::cuda::CUDAGuard guard(device_);
@@ -36,13 +52,22 @@ class CudaCopier final : public UnitCopier {
       issue(slot, source, target);
       return;
     }
-    // Pageable bytes: the driver stages them synchronously, so a worker thread issues the copy.
+    if (pending_[slot].valid()) pending_[slot].get();  // the slot's last copy has been issued
     pending_[slot] = std::async(std::launch::async, [this, slot, source, target] {
       const c10::cuda::CUDAGuard inner(device_);
-      issue(slot, source, target);
-      copy_stream_.synchronize();
+      if (!staging_.defined()) {  // the driver stages pageable bytes synchronously
+        issue(slot, source, target);
+        copy_stream_.synchronize();
+        return;
+      }
+      const at::Tensor stage = staging_.narrow(0, static_cast<std::int64_t>(slot) * slot_bytes_, source.numel());
+      ready_[slot].synchronize();  // the slot's last copy out of its staging buffer is done
+      std::memcpy(stage.data_ptr(), source.data_ptr(), static_cast<std::size_t>(source.nbytes()));
+      issue(slot, stage, target);
     });
   }
+
+  std::string describe() const override { return note_; }
 
   void wait(std::size_t slot) override {
     const c10::cuda::CUDAGuard guard(device_);
@@ -85,6 +110,9 @@ class CudaCopier final : public UnitCopier {
 
   c10::Device device_;
   bool pinned_;
+  std::int64_t slot_bytes_;
+  at::Tensor staging_;  ///< pageable arena: one pinned buffer of slot_bytes_ a slot (undefined: none)
+  std::string note_;
   c10::cuda::CUDAStream copy_stream_;
   std::vector<at::cuda::CUDAEvent> ready_, free_;
   std::vector<bool> free_recorded_;
@@ -95,8 +123,9 @@ class CudaCopier final : public UnitCopier {
 
 }  // namespace
 
-std::unique_ptr<UnitCopier> make_cuda_copier(std::size_t slots, c10::Device device, bool pinned_source) {
-  return std::make_unique<CudaCopier>(slots, device, pinned_source);
+std::unique_ptr<UnitCopier> make_cuda_copier(std::size_t slots, c10::Device device, bool pinned_source,
+                                             std::int64_t slot_bytes) {
+  return std::make_unique<CudaCopier>(slots, device, pinned_source, slot_bytes);
 }
 
 }  // namespace wanfw

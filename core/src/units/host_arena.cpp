@@ -15,9 +15,9 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-/// Page-locked bytes from the CUDA runtime, exactly `bytes` (the caching host allocator rounds
-/// each block up to a power of two); an undefined tensor and the reason when that fails.
-at::Tensor pinned_bytes(std::int64_t bytes, std::string& why) {
+}  // namespace
+
+at::Tensor pin_host_bytes(std::int64_t bytes, std::string& why) {
 #ifdef WANFW_CUDA_RUNTIME
   void* data = nullptr;
   const cudaError_t status = cudaHostAlloc(&data, static_cast<std::size_t>(bytes), cudaHostAllocPortable);
@@ -33,8 +33,6 @@ at::Tensor pinned_bytes(std::int64_t bytes, std::string& why) {
 #endif
 }
 
-}  // namespace
-
 HostMemory parse_host_memory(const std::string& name) {
   if (name == "pinned") return HostMemory::Pinned;
   if (name == "pageable") return HostMemory::Pageable;
@@ -46,7 +44,7 @@ HostArena allocate_host_arena(std::int64_t bytes, HostMemory mode, c10::Device d
   const double gib = static_cast<double>(bytes) / kGiB;
   if (device.is_cuda() && mode != HostMemory::Pageable) {
     std::string why;
-    arena.bytes = pinned_bytes(bytes, why);
+    arena.bytes = pin_host_bytes(bytes, why);
     if (arena.bytes.defined()) {
       arena.pinned = true;
       arena.note = fmt::format("{:.2f} GiB of pinned host memory", gib);
@@ -54,11 +52,9 @@ HostArena allocate_host_arena(std::int64_t bytes, HostMemory mode, c10::Device d
     }
     if (mode == HostMemory::Pinned)
       throw Error(fmt::format("block swap: pinning {:.2f} GiB of host memory failed: {}", gib, why),
-                  "free host memory, swap fewer blocks, or set block_swap.host_memory: pageable (slower: the "
-                  "driver stages every copy; WSL and Windows cap pinned memory)");
-    arena.note = fmt::format("{:.2f} GiB of pageable host memory (pinning failed: {}; copies run on a worker "
-                             "thread through the driver's staging, slower)",
-                             gib, why);
+                  "free host memory, swap fewer blocks, or set block_swap.host_memory: pageable (slower: every "
+                  "copy is staged through a small pinned buffer; WSL and Windows cap pinned memory)");
+    arena.note = fmt::format("{:.2f} GiB of pageable host memory (pinning it failed: {})", gib, why);
   } else {
     arena.note = fmt::format("{:.2f} GiB of {} host memory", gib, device.is_cuda() ? "pageable" : "CPU");
   }

@@ -22,6 +22,10 @@ struct HostArena {
   std::string note;  ///< what was allocated, and why pageable when it is
 };
 
+/// Page-locked host bytes from the CUDA runtime, exactly `bytes` (the caching host allocator rounds
+/// each block up to a power of two); an undefined tensor, and the reason in `why`, when that fails.
+at::Tensor pin_host_bytes(std::int64_t bytes, std::string& why);
+
 /// `bytes` of host memory for a run on `device`. Throws wanfw::Error when `mode` is Pinned and
 /// pinning fails.
 HostArena allocate_host_arena(std::int64_t bytes, HostMemory mode, c10::Device device);

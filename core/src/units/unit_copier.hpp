@@ -6,8 +6,10 @@
 // worker thread and futures, with optional delays that a test randomises.
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
@@ -26,14 +28,18 @@ class UnitCopier {
   virtual void release(std::size_t slot) = 0;
   /// Seconds the compute waited for copies since the last call (the copy stall).
   virtual double take_stall_seconds() = 0;
+  /// How copies reach the device, where it is worth saying (pageable host memory's staging).
+  virtual std::string describe() const { return {}; }
 };
 
 /// A worker thread copies; `delay`, when given, runs before each copy (tests: random sleeps).
 std::unique_ptr<UnitCopier> make_thread_copier(std::size_t slots, std::function<void()> delay = {});
 
 /// Copies on a copy stream of `device` with CUDA events. `pinned_source`: the host bytes are pinned,
-/// so a copy is asynchronous; otherwise each copy runs on a worker thread (the driver stages
-/// pageable memory) and the stream waits for its event.
-std::unique_ptr<UnitCopier> make_cuda_copier(std::size_t slots, c10::Device device, bool pinned_source);
+/// so a copy is asynchronous. Otherwise a worker thread copies each unit's pageable bytes into its
+/// slot's pinned staging buffer (`slot_bytes` each, allocated here) and issues the asynchronous copy
+/// from there; where even those cannot be pinned, the driver stages each copy on the worker thread.
+std::unique_ptr<UnitCopier> make_cuda_copier(std::size_t slots, c10::Device device, bool pinned_source,
+                                             std::int64_t slot_bytes);
 
 }  // namespace wanfw
