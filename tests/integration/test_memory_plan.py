@@ -1,14 +1,16 @@
 """`wanfw model-info`'s memory plan for LoRA runs: the low-memory examples fit their GPUs and name
 their host memory; --fit picks the cheapest options and the fewest swapped blocks that fit (one
-fewer does not); a host too small for any plan is said."""
+fewer does not); a host too small for any plan is said; a distillation's plan counts every network
+its steps hold."""
 
 import re
 
+import pytest
 from conftest import SOURCE, wanfw
 
 A14B = SOURCE / "examples" / "lora-wan22-a14b-24gb.yaml"
 TI2V = SOURCE / "examples" / "lora-ti2v-5b-12gb.yaml"
-TOTAL = re.compile(r"total: device ([\d.]+) GiB, host ([\d.]+) GiB; with ([\d.]+) GiB for the CUDA context: (.*)")
+TOTAL = re.compile(r"total: device ([\d.]+) GiB, host ([\d.]+) GiB(?: \([\d.]+ GiB while building\))?; with ([\d.]+) GiB for the CUDA context: (.*)")
 
 
 def plan(config, *args):
@@ -47,3 +49,50 @@ def test_fit_says_so_when_no_setting_fits_the_host_memory_given():
     assert "does not fit even with every option" in out
     assert wanfw("model-info", A14B, "--host-ram", "8GB", check=2).returncode == 2  # --host-ram needs --fit
     assert "--fit needs a size such as 24GB" in wanfw("model-info", A14B, "--fit", "lots", check=2).stderr
+
+
+DMD_SHARED = SOURCE / "examples" / "dmd-wan22-ti2v-5b-shared-base.yaml"
+GIB = re.compile(r"device: (.*) ([\d.]+) GiB")
+
+
+def device_parts(out):
+    return {what: float(gib) for what, gib in GIB.findall(out)}
+
+
+def test_a_dmd_plan_holds_one_shared_base_and_both_adapter_sets_and_fit_picks_for_all_of_them():
+    out, device, _, verdict = plan(DMD_SHARED)
+    parts = device_parts(out)
+    # The shared base once (the real score is its blocks without adapters), the generator's and the
+    # critic's adapters (rank 64 each on 300 layers of the 5B DiT: 2 x 161,218,560 x 16 bytes).
+    assert parts["30 resident block(s) in bfloat16"] + parts["weights outside the blocks in bfloat16"] == \
+        pytest.approx(9.31, abs=0.02)
+    assert parts["adapters with gradients and AdamW moments (float32)"] == pytest.approx(2 * 161218560 * 16 / 2**30,
+                                                                                       abs=0.01)
+    assert not any("teacher" in what for what in parts)
+    assert "left for activations" not in out and "dmd per GPU" not in out  # the plan is the one verdict
+    assert "does not fit a 24 GB GPU" in verdict
+    fit = wanfw("model-info", DMD_SHARED, "--fit", "24GB", check=0).stdout
+    assert "--fit 22.35 GiB of device memory: fits with fp8 base, checkpointing" in fit
+    assert "fits a 24 GB GPU" in plan(DMD_SHARED, "--set", "model.base_dtype=float8_e4m3fn")[3]
+
+
+def test_a_dmd_plan_with_a_critic_of_its_own_streams_both_networks_and_holds_the_teacher_beside_them():
+    separate = ["--set", "model.shared_base=false", "--set", "block_swap.blocks=45"]
+    out, *_ = plan(DMD_SHARED, *separate)
+    parts = device_parts(out)
+    # Generator and critic: 60 units, 45 streamed; the frozen teacher stays whole on the device.
+    assert "15 resident block(s) in bfloat16" in parts and "2 slot(s) of streamed blocks" in parts
+    assert parts["the frozen teacher in bfloat16"] == pytest.approx(9.31, abs=0.01)
+    assert re.search(r"host: streamed blocks' weights \(pinned\) 13\.7\d GiB", out), out  # 45 x 9.15 / 30
+
+
+def test_a_velocity_distillation_plan_holds_its_teacher_in_fp8_when_asked():
+    velocity = SOURCE / "examples" / "distill-wan22-a14b-low-noise.yaml"
+    lora = ["--set", "model.lora.rank=32", "--set", 'model.teacher_device=""']  # the teacher beside the student
+    bf16 = device_parts(plan(velocity, *lora)[0])
+    fp8 = device_parts(plan(velocity, *lora, "--set", "model.teacher_base_dtype=float8_e4m3fn")[0])
+    teacher_bf16 = next(v for k, v in bf16.items() if k.startswith("the frozen teacher"))
+    teacher_fp8 = next(v for k, v in fp8.items() if k.startswith("the frozen teacher"))
+    assert 0.5 < teacher_fp8 / teacher_bf16 < 0.56  # e4m3 Linear weights and their scales; the rest in bf16
+    # Data-free: the activations of latent_size (21x60x104: 32,760 tokens), the student's 20 blocks.
+    assert "20 checkpointed block inputs" in bf16

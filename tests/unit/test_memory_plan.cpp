@@ -75,3 +75,52 @@ TEST_CASE("the memory plan's streamed bytes are what block swap moves to host me
   CHECK(static_cast<double>(swap.unit_bytes()) >= per_block);
   CHECK(static_cast<double>(swap.unit_bytes()) <= per_block + 256.0 * dit->blocks[0]->parameters().size());
 }
+
+TEST_CASE("the memory plan of a dmd run with a critic of its own counts both networks and the teacher as built") {
+  wan::WanConfig student = wan::wan_preset("tiny"), teacher = wan::wan_preset("tiny");
+  student.num_layers = 2;
+  teacher.num_layers = 3;  // the critic is the teacher's architecture: wider blocks than the student's
+  teacher.dim = 128;
+  teacher.ffn_dim = 256;
+  teacher.num_heads = 4;
+  wan::LoraSettings lora;
+  lora.rank = 4;
+  lora.alpha = 4;
+  lora.targets = {"blocks.*"};
+  const wan::WanPlacement fp8{torch::kCPU, torch::kBFloat16, true};
+  wan::WanDiT generator(student, fp8), critic(teacher, fp8), frozen_teacher(teacher, fp8);
+  wan::attach_adapters(*generator, lora);
+  wan::attach_adapters(*critic, lora);
+  double teacher_bytes = 0, adapters = 0;
+  for (const auto& p : frozen_teacher->parameters()) teacher_bytes += static_cast<double>(p.nbytes());
+  for (wan::WanDiT* dit : {&generator, &critic})
+    for (const auto& p : (*dit)->parameters())
+      if (p.requires_grad()) adapters += static_cast<double>(p.numel());
+  CHECK(wan::frozen_dit_bytes(teacher, "bfloat16", true) == teacher_bytes);
+
+  wan::PlannedRun run{student, lora, "bfloat16", 1, wan::Task::T2V};
+  run.critic = teacher;
+  run.critic_adapters = wan::adapter_parameter_count(teacher, lora);
+  run.held.emplace_back("the frozen teacher", wan::frozen_dit_bytes(teacher, "bfloat16", true));
+  const wan::MemoryEstimate resident = estimate_memory(run, {true, true, false, 0, 2}, {});
+  const double blocks = block_bytes(*generator) + block_bytes(*critic);
+  CHECK(part(resident, "5 resident block(s)") == blocks);
+  CHECK(part(resident, "adapters with gradients") == adapters * 16);
+  CHECK(part(resident, "the frozen teacher") == teacher_bytes);
+
+  // Streamed: units 0, 2 and 4 of the generator's 2 blocks and the critic's 3, as block swap picks them.
+  torch::nn::Module both;
+  both.register_module("generator", generator);
+  both.register_module("critic", critic);
+  std::vector<wanfw::ShardUnit> units = generator->shard_units("generator.");
+  for (auto& unit : critic->shard_units("critic.")) units.push_back(std::move(unit));
+  const wanfw::BlockSwap swap(both, units, {3, 2}, torch::kCPU);
+  double streamed = 0;
+  for (const std::size_t u : swap.streamed())
+    for (std::size_t i = 0; i < swap.streamed_parameters(u).size(); ++i)
+      streamed += static_cast<double>(swap.host_parameter(u, i).nbytes());
+  const wan::MemoryEstimate e = estimate_memory(run, {true, true, false, 3, 2}, {});
+  CHECK(part(e, "streamed blocks' weights") == streamed);
+  CHECK(part(e, "2 resident block(s)") + streamed == blocks);
+  CHECK(part(e, "2 resident block(s)") == block_bytes(*generator) + block_bytes(*critic));  // the rest: placeholders
+}

@@ -81,6 +81,11 @@ struct PluginContext {
   /// build its weights where they will live. Strategies are built first and choose it: for them
   /// it is the CPU.
   c10::Device device{c10::kCPU};
+  /// Models: the device the strategy places the model on. Equal to `device`, except under block
+  /// swap, where the model is built on the host (`device` is the CPU) and moved there after its
+  /// streamed weights have left for host memory: what is not in module() (a frozen teacher) goes
+  /// here directly.
+  c10::Device train_device{c10::kCPU};
   /// The precision the run computes in: kFloat (fp32), kBFloat16 (bf16 and bf16_weights), kHalf (fp16).
   at::ScalarType dtype = at::kFloat;
   /// Builds the strategy described by the subsection `key` of this plugin's section (a strategy

@@ -96,6 +96,7 @@ Experiment assemble(const RunRequest& request, ModelAssembly assembly) {
   // machine lacks (a config validated away from its GPUs) leaves them on the CPU; the strategy's
   // setup names the missing device when a run starts.
   context.device = usable(e.strategy->device()) ? e.strategy->device() : c10::Device(c10::kCPU);
+  context.train_device = context.device;
   if (e.settings.block_swap.blocks > 0) {
     if (e.strategy->shards_state())
       throw ConfigError(e.config.where("block_swap.blocks"),

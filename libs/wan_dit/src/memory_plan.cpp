@@ -73,14 +73,40 @@ bool fits(const MemoryEstimate& e, const wanfw::TrainingLayout& layout) {
          (layout.fit_host_bytes <= 0 || std::max(e.host, e.host_build) <= layout.fit_host_bytes);
 }
 
+/// One block's bytes before its recomputation, and during it: a block's input and the tensors a
+/// recomputed block holds, for `tokens` a rank.
+struct BlockActivations {
+  double input = 0, recompute = 0, layers = 0;
+};
+
+BlockActivations block_activations(const WanConfig& c, double tokens, double a) {
+  const double dim = static_cast<double>(c.dim), ffn = static_cast<double>(c.ffn_dim);
+  return {tokens * dim * a, tokens * (24 * dim + 2 * ffn) * a, static_cast<double>(c.num_layers)};
+}
+
 }  // namespace
+
+double frozen_dit_bytes(const WanConfig& config, const std::string& dtype, bool fp8) {
+  const WeightBytes w = weight_bytes(config, bytes_per_value(dtype), fp8);
+  return w.rest + w.block * static_cast<double>(config.num_layers);
+}
 
 MemoryEstimate estimate_memory(const PlannedRun& run, const MemorySettings& s, const wanfw::TrainingLayout& layout) {
   const WanConfig& c = run.config;
   const double value = bytes_per_value(run.dtype);
   const WeightBytes w = weight_bytes(c, value, s.fp8);
-  const double units = static_cast<double>(c.num_layers) * run.models;
-  const double swapped = static_cast<double>(s.swapped);
+  const WeightBytes critic = run.critic ? weight_bytes(*run.critic, value, s.fp8) : WeightBytes{};
+  // The units in the order the model declares them: the DiTs' blocks, then a critic's.
+  std::vector<double> units(static_cast<std::size_t>(c.num_layers * run.models), w.block);
+  if (run.critic) units.insert(units.end(), static_cast<std::size_t>(run.critic->num_layers), critic.block);
+  double streamed = 0, slot = 0, all_blocks = 0;
+  const std::size_t swapped = static_cast<std::size_t>(std::min<std::int64_t>(s.swapped, std::ssize(units)));
+  for (std::size_t k = 0; k < swapped; ++k) {  // block swap's spread: unit floor((2k+1)N/2S)
+    const double bytes = units[(2 * k + 1) * units.size() / (2 * swapped)];
+    streamed += bytes;
+    slot = std::max(slot, bytes);
+  }
+  for (const double bytes : units) all_blocks += bytes;
   MemoryEstimate e;
   const auto device = [&](const std::string& what, double bytes) {
     e.device_parts.emplace_back(what, bytes);
@@ -90,15 +116,18 @@ MemoryEstimate estimate_memory(const PlannedRun& run, const MemorySettings& s, c
     e.host_parts.emplace_back(what, bytes);
     e.host += bytes;
   };
-  device(fmt::format("weights outside the blocks in {}", run.dtype), run.models * w.rest);
-  device(fmt::format("{} resident block(s) in {}", units - swapped, s.fp8 ? "fp8 with scales" : run.dtype),
-         (units - swapped) * w.block);
-  if (s.swapped > 0) {
-    device(fmt::format("{} slot(s) of streamed blocks", std::min<std::int64_t>(s.ring, s.swapped)),
-           static_cast<double>(std::min<std::int64_t>(s.ring, s.swapped)) * w.block);
-    host("streamed blocks' weights (pinned)", swapped * w.block);
+  const double rest = run.models * w.rest + critic.rest;
+  device(fmt::format("weights outside the blocks in {}", run.dtype), rest);
+  device(fmt::format("{} resident block(s) in {}", units.size() - swapped, s.fp8 ? "fp8 with scales" : run.dtype),
+         all_blocks - streamed);
+  if (swapped > 0) {
+    const std::int64_t slots = std::min<std::int64_t>(s.ring, static_cast<std::int64_t>(swapped));
+    device(fmt::format("{} slot(s) of streamed blocks", slots), static_cast<double>(slots) * slot);
+    host("streamed blocks' weights (pinned)", streamed);
   }
-  const double adapters = static_cast<double>(adapter_parameter_count(c, run.lora)) * run.models;
+  for (const auto& [what, bytes] : run.held) device(what, bytes);
+  const double adapters = static_cast<double>(adapter_parameter_count(c, run.lora) * run.models + run.more_adapters +
+                                              run.critic_adapters);
   device("adapters with gradients and AdamW moments (float32)", adapters * 16);
 
   if (layout.latent.size() == 3) {
@@ -107,31 +136,36 @@ MemoryEstimate estimate_memory(const PlannedRun& run, const MemorySettings& s, c
         static_cast<double>((layout.latent[0] / p[0]) * (layout.latent[1] / p[1]) * (layout.latent[2] / p[2]));
     const double per_rank = tokens * static_cast<double>(layout.batch_size) / layout.sequence_parallel;
     const double a = layout.dtype == at::kFloat ? 4.0 : 2.0;
-    const double dim = static_cast<double>(c.dim), ffn = static_cast<double>(c.ffn_dim);
-    const double input = per_rank * dim * a;  // one block's input
-    const double recompute = per_rank * (24 * dim + 2 * ffn) * a;
-    const double layers = static_cast<double>(c.num_layers);
-    if (!s.checkpointing) {
-      device("activations of every block, kept for backward", layers * recompute);
-    } else if (!s.offload) {
-      device(fmt::format("{} checkpointed block inputs", c.num_layers), layers * input);
-      device("one block recomputed", recompute);
-    } else {
-      device("one block's input back from the host, and the block recomputed", input + recompute);
-      host(fmt::format("{} checkpointed block inputs (pinned, each rounded up to a power of two)", c.num_layers),
-           layers * power_of_two(input));
+    // A step keeps the graph of one network at a time: the largest one that back-propagates.
+    BlockActivations act = block_activations(c, per_rank, a);
+    for (const auto& other : {run.critic, run.held_graph}) {
+      if (!other) continue;
+      const BlockActivations b = block_activations(*other, per_rank, a);
+      if (b.layers * (b.input + b.recompute) > act.layers * (act.input + act.recompute)) act = b;
     }
-    if (run.task == Task::TI2V) device("the per-token time embedding (ti2v)", per_rank * 7 * dim * a);
+    const int layers = static_cast<int>(act.layers);
+    if (!s.checkpointing) {
+      device("activations of every block, kept for backward", act.layers * act.recompute);
+    } else if (!s.offload) {
+      device(fmt::format("{} checkpointed block inputs", layers), act.layers * act.input);
+      device("one block recomputed", act.recompute);
+    } else {
+      device("one block's input back from the host, and the block recomputed", act.input + act.recompute);
+      host(fmt::format("{} checkpointed block inputs (pinned, each rounded up to a power of two)", layers),
+           act.layers * power_of_two(act.input));
+    }
+    if (run.task == Task::TI2V) device("the per-token time embedding (ti2v)", 7 * act.input);
   }
   if (s.fp8) {
     // A product dequantizes its weight (a float32 product, rounded to the compute dtype); the
     // recomputation's and the backward's of the largest Linear can be alive together.
-    const double largest = static_cast<double>(std::max(c.ffn_dim * c.dim, c.dim * c.dim));
-    device("dequantized copies of the largest Linear weight (fp8)", 2 * largest * (4 + value));
+    std::int64_t largest = std::max(c.ffn_dim * c.dim, c.dim * c.dim);
+    if (run.critic) largest = std::max({largest, run.critic->ffn_dim * run.critic->dim, run.critic->dim * run.critic->dim});
+    device("dequantized copies of the largest Linear weight (fp8)", 2 * static_cast<double>(largest) * (4 + value));
   }
   device("CUDA workspaces and allocator slack", kAllocatorSlack);
   // Blocks streamed from the host: the model is built there first, whole, in its storage dtype.
-  if (s.swapped > 0) e.host_build = run.models * w.rest + units * w.block;
+  if (swapped > 0) e.host_build = rest + all_blocks;
   return e;
 }
 
@@ -160,7 +194,7 @@ std::string memory_plan(const PlannedRun& run, const MemorySettings& configured,
   for (const auto& [what, bytes] : now.host_parts) out += fmt::format("  host: {} {:.2f} GiB\n", what, gib(bytes));
   out += fmt::format("  total: {}; with {:.1f} GiB for the CUDA context: {}\n", line(configured),
                      gib(kDeviceReserve), device_fit(now.device + kDeviceReserve));
-  const std::int64_t units = run.config.num_layers * run.models;
+  const std::int64_t units = run.config.num_layers * run.models + (run.critic ? run.critic->num_layers : 0);
   std::vector<std::pair<std::string, MemorySettings>> variants;
   MemorySettings v = configured;
   v.fp8 = !configured.fp8;

@@ -57,6 +57,9 @@ class DistillModel final : public wanfw::Model {
   /// The student's blocks, each a unit (fsdp); the frozen teacher stays whole on every rank.
   std::vector<wanfw::ShardUnit> shard_units() override { return student_->shard_units(""); }
   void set_unit_runner(wanfw::UnitRunner* runner) override { student_->set_unit_runner(runner, 0); }
+  /// The memory plan's device bytes (distill_memory.hpp), logged beside the first step's peak.
+  double planned_device_bytes() const override { return planned_device_bytes_; }
+  void set_planned_device_bytes(double bytes) { planned_device_bytes_ = bytes; }
 
  private:
   struct Point {
@@ -79,6 +82,7 @@ class DistillModel final : public wanfw::Model {
   wan::WanDiT student_{nullptr};
   DistillSettings settings_;
   std::shared_ptr<FrozenTeacher> teacher_;
+  double planned_device_bytes_ = 0;
 };
 
 }  // namespace wan_distill

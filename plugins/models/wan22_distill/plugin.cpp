@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 #include <torch/torch.h>
 
+#include "distill_memory.hpp"
 #include "distill_model.hpp"
 #include "distill_options.hpp"
 #include "dmd/dmd_assembly.hpp"
@@ -19,6 +20,7 @@
 #include "wan/gpu_memory.hpp"
 #include "wan/lora.hpp"
 #include "wan/memory_options.hpp"
+#include "wan/memory_plan.hpp"
 #include "wan/wan_options.hpp"
 #include "wan/wan_weights.hpp"
 #include "wanfw/log.hpp"
@@ -30,11 +32,17 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
   const wan_distill::Networks n = wan_distill::networks_from(o);
   wan::use_attention_backend(wan::parse_attention_backend(o.string("attention")));
   wan_distill::DistillSettings settings = wan_distill::settings_from(o, n, true);
+  const auto planned = ctx.layout.sharded() ? std::nullopt : wan_distill::planned_run(o, n, settings);
+  const double planned_bytes =
+      planned ? wan::estimate_memory(*planned, wan::configured_memory(o, ctx.layout),
+                                     wan_distill::planned_layout(ctx.layout, settings))
+                    .device
+              : 0;
   const std::string teacher_weights = o.string("teacher_weights");
   if (teacher_weights.empty())
     o.fail("teacher_weights", "a teacher needs its weights",
            "point teacher_weights at an official or diffusers Wan checkpoint (or `wanfw export`'s output)");
-  const wan_distill::TeacherPlacement where{wan_distill::teacher_device(o, ctx.device),
+  const wan_distill::TeacherPlacement where{wan_distill::teacher_device(o, ctx.train_device),
                                             wan_distill::dtype_of(o, "teacher_dtype"), o.boolean("teacher_offload"),
                                             wan::fp8_base_from(o, "teacher_", /*trains_base=*/false)};
   auto teacher = std::make_shared<wan_distill::FrozenTeacher>(n.teacher, n.expert, n.boundary, where);
@@ -49,11 +57,14 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
     wan_distill::DmdSettings dmd = wan_distill::dmd_settings_from(o, n.student, n.teacher, settings, false);
     wan::WanDiT generator(n.student, placement);
     wan_distill::prepare_student(o, *generator, *teacher, settings.lora);
-    return wan_distill::make_dmd_model(o, std::move(generator), std::move(teacher), std::move(settings), std::move(dmd),
-                                       placement);
+    auto model = wan_distill::make_dmd_model(o, std::move(generator), std::move(teacher), std::move(settings),
+                                             std::move(dmd), placement);
+    model->set_planned_device_bytes(planned_bytes);
+    return model;
   }
   auto model = std::make_unique<wan_distill::DistillModel>(n.student, std::move(settings), teacher, placement);
   wan_distill::prepare_student(o, *model->student(), *teacher, model->settings().lora);
+  model->set_planned_device_bytes(planned_bytes);
   return model;
 }
 
@@ -78,8 +89,17 @@ std::string inspect(const wanfw::Options& o, const wanfw::TrainingLayout& layout
   const std::string objective =
       dmd ? std::string("objective dmd (the student is the generator)")
           : fmt::format("target: the teacher's {}; loss = {} x velocity{}", target, s.velocity_weight, fm);
+  // Adapters on one device a rank: the memory plan counts every network a step holds.
+  const auto planned = wan_distill::planned_run(o, n, s);
+  const std::string plan =
+      planned ? wan::memory_plan(*planned, wan::configured_memory(o, layout), wan_distill::planned_layout(layout, s))
+              : "";
+  std::string memory = wan::training_memory(n.student, s.lora, o.string("dtype"), 1, o.boolean("gradient_checkpointing"));
+  // The adapters' line; what is left for activations is the plan's, or dmd's, with every network.
+  if (!plan.empty() || dmd) memory = memory.substr(0, memory.find('\n') + 1);
   const std::string dmd_lines =
-      dmd ? wan_distill::dmd_summary(o, n.student, n.teacher, s, n.expert != wan::Expert::None, layout) : std::string();
+      dmd ? wan_distill::dmd_summary(o, n.student, n.teacher, s, n.expert != wan::Expert::None, layout, plan.empty())
+          : std::string();
   return fmt::format(
              "teacher: preset {}, dim {}, {} layers, {} parameters, frozen: {:.2f} GiB in {} (no gradients, no "
              "optimizer "
@@ -93,12 +113,12 @@ std::string inspect(const wanfw::Options& o, const wanfw::TrainingLayout& layout
              n.expert == wan::Expert::None ? "" : fmt::format(", the {} expert", o.string("teacher_expert")),
              n.student.dim, n.student.num_layers, wan::with_thousands(n.student.parameter_count()), o.string("dtype"),
              o.string("student_init"), fmt::join(pairs, " "),
-             wan::training_memory(n.student, s.lora, o.string("dtype"), 1, o.boolean("gradient_checkpointing")),
-             dmd ? std::string()  // dmd_summary's verdict counts every network a step holds
-                 : "student " + wan::gpu_memory(n.student, s.lora, o.string("dtype"), 1,
-                                                o.boolean("gradient_checkpointing"), layout),
+             memory,
+             dmd || !plan.empty() ? std::string()  // dmd_summary's verdict, or the plan, counts every network
+                                  : "student " + wan::gpu_memory(n.student, s.lora, o.string("dtype"), 1,
+                                                                 o.boolean("gradient_checkpointing"), layout),
              wan::task_name(s.task), wan_distill::inputs_name(s.inputs), objective, weights_line) +
-         dmd_lines;
+         dmd_lines + plan;
 }
 
 wanfw::PluginDescriptor describe() {

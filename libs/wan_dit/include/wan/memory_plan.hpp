@@ -6,6 +6,7 @@
 // formulas are in docs/low-memory.md.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,14 +28,32 @@ struct MemorySettings {
 };
 
 /// The run a plan is for: the DiT, its adapters, its weights' dtype ("float32" or "bfloat16"), the
-/// DiTs it holds (two experts: 2) and its task (ti2v embeds a timestep per token).
+/// DiTs it holds (two experts: 2) and its task (ti2v embeds a timestep per token); and, for a
+/// distillation, every other network its steps hold.
 struct PlannedRun {
   WanConfig config;
   LoraSettings lora;
   std::string dtype = "float32";
   int models = 1;
   Task task = Task::T2V;
+  /// Adapter parameters trained on the same base beside `lora`'s (a DMD critic sharing the base).
+  std::int64_t more_adapters = 0;
+  /// A DiT of its own whose blocks are units after the first's, with adapters on a frozen base in
+  /// `dtype` (a DMD critic: the teacher's architecture), and its adapter parameters. A step's graph
+  /// is the larger network's.
+  std::optional<WanConfig> critic{};
+  std::int64_t critic_adapters = 0;
+  /// Networks a step holds on the device whatever the options (a distillation teacher, a critic
+  /// that trains every weight): what, and bytes.
+  std::vector<std::pair<std::string, double>> held{};
+  /// The activations of a network held there that back-propagates (a critic trained whole); none: the DiTs'.
+  std::optional<WanConfig> held_graph{};
 };
+
+/// Bytes of a frozen DiT's weights: every parameter in `dtype`, or with `fp8` the blocks' Linear
+/// weights in e4m3 with their float32 scales (block-64 along the input where it divides, one a
+/// row otherwise).
+double frozen_dit_bytes(const WanConfig& config, const std::string& dtype, bool fp8);
 
 struct MemoryEstimate {
   double device = 0;  ///< bytes the caching allocator holds at the peak (max_memory_reserved)

@@ -13,7 +13,7 @@
 
 namespace wan_distill {
 
-std::unique_ptr<wanfw::Model> make_dmd_model(const wanfw::Options& o, wan::WanDiT student,
+std::unique_ptr<DmdModel> make_dmd_model(const wanfw::Options& o, wan::WanDiT student,
                                              std::shared_ptr<FrozenTeacher> teacher, DistillSettings common,
                                              DmdSettings dmd, const wan::WanPlacement& placement) {
   const bool checkpointing = o.boolean("gradient_checkpointing");

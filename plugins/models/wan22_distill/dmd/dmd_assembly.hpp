@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "distill_settings.hpp"
+#include "dmd/dmd_model.hpp"
 #include "dmd/dmd_settings.hpp"
 #include "frozen_teacher.hpp"
 #include "wan/wan_dit.hpp"
@@ -14,7 +15,7 @@ namespace wan_distill {
 
 /// The generator (`student`, prepared: prepare_student) and the critic (a copy of the teacher, or
 /// adapters on the generator's base), with the teacher (dropped when the base is shared).
-std::unique_ptr<wanfw::Model> make_dmd_model(const wanfw::Options& o, wan::WanDiT student,
+std::unique_ptr<DmdModel> make_dmd_model(const wanfw::Options& o, wan::WanDiT student,
                                              std::shared_ptr<FrozenTeacher> teacher, DistillSettings common,
                                              DmdSettings dmd, const wan::WanPlacement& placement);
 

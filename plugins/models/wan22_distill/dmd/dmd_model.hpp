@@ -72,6 +72,9 @@ class DmdModel final : public wanfw::Model {
   std::unique_ptr<wanfw::Model> replicate(const c10::Device& device) override;
   std::vector<wanfw::ShardUnit> shard_units() override;
   void set_unit_runner(wanfw::UnitRunner* runner) override;
+  /// The memory plan's device bytes (distill_memory.hpp), logged beside the first step's peak.
+  double planned_device_bytes() const override { return planned_device_bytes_; }
+  void set_planned_device_bytes(double bytes) { planned_device_bytes_ = bytes; }
 
  private:
   /// G's input for each sample: x_k [B, C, F, H, W] and its level s_k [B].
@@ -118,6 +121,7 @@ class DmdModel final : public wanfw::Model {
   DistillSettings common_;
   DmdSettings dmd_;
   Phase phase_ = Phase::Generator;
+  double planned_device_bytes_ = 0;
 };
 
 }  // namespace wan_distill

@@ -37,13 +37,15 @@ DmdBytes dmd_bytes(const DmdSettings& dmd, const wan::WanConfig& student, const 
 }
 
 std::string dmd_summary(const wanfw::Options& o, const wan::WanConfig& student, const wan::WanConfig& teacher,
-                        const DistillSettings& common, bool expert_teacher, const wanfw::TrainingLayout& layout) {
+                        const DistillSettings& common, bool expert_teacher, const wanfw::TrainingLayout& layout,
+                        bool verdict) {
   const DmdSettings dmd = dmd_settings_from(o, student, teacher, common, expert_teacher);
   const DmdBytes bytes = dmd_bytes(dmd, student, teacher, common.lora, o.string("dtype"), o.string("teacher_dtype"));
   return fmt::format("dmd: generator {} steps at levels {}, critic {} steps per generator step, real guidance {}\n{}{}",
                      dmd.generator_steps, levels_text(dmd), dmd.critic_updates, dmd.real_guidance,
                      dmd_memory(dmd, bytes),
-                     dmd_gpu_memory(dmd, bytes, student, teacher, o.boolean("gradient_checkpointing"), layout));
+                     verdict ? dmd_gpu_memory(dmd, bytes, student, teacher, o.boolean("gradient_checkpointing"), layout)
+                             : std::string());
 }
 
 std::string dmd_memory(const DmdSettings& dmd, const DmdBytes& b) {

@@ -26,9 +26,11 @@ struct DmdBytes {
 DmdBytes dmd_bytes(const DmdSettings& dmd, const wan::WanConfig& student, const wan::WanConfig& teacher,
                    const wan::LoraSettings& generator_lora, const std::string& dtype, const std::string& teacher_dtype);
 
-/// The phases, the generator's levels, guidance, dmd_memory and dmd_gpu_memory of the config.
+/// The phases, the generator's levels, guidance, dmd_memory and (`verdict`: where no memory plan
+/// gives one) dmd_gpu_memory of the config.
 std::string dmd_summary(const wanfw::Options& o, const wan::WanConfig& student, const wan::WanConfig& teacher,
-                        const DistillSettings& common, bool expert_teacher, const wanfw::TrainingLayout& layout);
+                        const DistillSettings& common, bool expert_teacher, const wanfw::TrainingLayout& layout,
+                        bool verdict);
 
 /// Before activations, the memory of the arrangement the config chose and of the others.
 std::string dmd_memory(const DmdSettings& dmd, const DmdBytes& bytes);

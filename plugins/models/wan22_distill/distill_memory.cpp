@@ -1,0 +1,44 @@
+#include "distill_memory.hpp"
+
+#include <fmt/format.h>
+
+#include "dmd/dmd_schema.hpp"
+#include "wan/lora.hpp"
+
+namespace wan_distill {
+
+std::optional<wan::PlannedRun> planned_run(const wanfw::Options& o, const Networks& n, const DistillSettings& s) {
+  if (!s.lora.enabled()) return std::nullopt;
+  wan::PlannedRun run{n.student, s.lora, o.string("dtype"), 1, s.task};
+  bool teacher_held = o.string("teacher_device").empty();  // elsewhere: on another device, or the CPU
+  if (s.objective == Objective::Dmd) {
+    const DmdSettings dmd = dmd_settings_from(o, n.student, n.teacher, s, n.expert != wan::Expert::None);
+    if (dmd.shared_base) {
+      run.more_adapters = wan::adapter_parameter_count(n.teacher, dmd.critic_lora);
+      teacher_held = false;  // the base without adapters is the real score
+    } else if (dmd.critic_lora.enabled()) {
+      run.critic = n.teacher;
+      run.critic_adapters = wan::adapter_parameter_count(n.teacher, dmd.critic_lora);
+    } else {
+      const double weights = static_cast<double>(n.teacher.parameter_count()) * wan::bytes_per_value(run.dtype);
+      run.held.emplace_back(fmt::format("the critic trained whole in {} (weights, gradients, AdamW moments)", run.dtype),
+                            4 * weights);
+      run.held_graph = n.teacher;
+    }
+  }
+  if (teacher_held) {
+    const bool fp8 = o.string("teacher_base_dtype") == "float8_e4m3fn";
+    const std::string dtype = o.string("teacher_dtype");
+    run.held.emplace_back(fmt::format("the frozen teacher in {}", fp8 ? dtype + ", its blocks' Linear weights in fp8" : dtype),
+                          wan::frozen_dit_bytes(n.teacher, dtype, fp8));
+  }
+  return run;
+}
+
+wanfw::TrainingLayout planned_layout(wanfw::TrainingLayout layout, const DistillSettings& s) {
+  if (layout.latent.empty() && s.latent_size)
+    layout.latent = {s.latent_size->frames, s.latent_size->height, s.latent_size->width};
+  return layout;
+}
+
+}  // namespace wan_distill
