@@ -30,17 +30,29 @@ double block_bytes(wan::WanDiTImpl& dit) {
   return bytes;
 }
 
-}  // namespace
-
-TEST_CASE("the memory plan's block bytes are those of the built blocks, in bfloat16 and in fp8 with scales") {
+/// The tiny preset widened so that 64 divides every input size: block-64 scales, as the real presets have.
+wan::WanConfig wide_tiny() {
   wan::WanConfig config = wan::wan_preset("tiny");
-  config.dim = 128;  // 64 divides every input size: block-64 scales, as the real presets have
+  config.dim = 128;
   config.ffn_dim = 256;
   config.num_heads = 4;
+  return config;
+}
+
+/// Rank-4 adapters on every block Linear.
+wan::LoraSettings block_adapters() {
   wan::LoraSettings lora;
   lora.rank = 4;
   lora.alpha = 4;
   lora.targets = {"blocks.*"};
+  return lora;
+}
+
+}  // namespace
+
+TEST_CASE("the memory plan's block bytes are those of the built blocks, in bfloat16 and in fp8 with scales") {
+  const wan::WanConfig config = wide_tiny();
+  const wan::LoraSettings lora = block_adapters();
   const wanfw::TrainingLayout layout;
   for (const bool fp8 : {false, true}) {
     CAPTURE(fp8);
@@ -59,10 +71,7 @@ TEST_CASE("the memory plan's block bytes are those of the built blocks, in bfloa
 TEST_CASE("the memory plan's streamed bytes are what block swap moves to host memory") {
   wan::WanConfig config = wan::wan_preset("tiny");
   config.num_layers = 4;
-  wan::LoraSettings lora;
-  lora.rank = 4;
-  lora.alpha = 4;
-  lora.targets = {"blocks.*"};
+  const wan::LoraSettings lora = block_adapters();
   wan::WanDiT dit(config, wan::WanPlacement{torch::kCPU, torch::kFloat32, true});
   wan::attach_adapters(*dit, lora);
   const double per_block = block_bytes(*dit) / 4;
@@ -77,16 +86,10 @@ TEST_CASE("the memory plan's streamed bytes are what block swap moves to host me
 }
 
 TEST_CASE("the memory plan of a dmd run with a critic of its own counts both networks and the teacher as built") {
-  wan::WanConfig student = wan::wan_preset("tiny"), teacher = wan::wan_preset("tiny");
+  wan::WanConfig student = wan::wan_preset("tiny"), teacher = wide_tiny();
   student.num_layers = 2;
   teacher.num_layers = 3;  // the critic is the teacher's architecture: wider blocks than the student's
-  teacher.dim = 128;
-  teacher.ffn_dim = 256;
-  teacher.num_heads = 4;
-  wan::LoraSettings lora;
-  lora.rank = 4;
-  lora.alpha = 4;
-  lora.targets = {"blocks.*"};
+  const wan::LoraSettings lora = block_adapters();
   const wan::WanPlacement fp8{torch::kCPU, torch::kBFloat16, true};
   wan::WanDiT generator(student, fp8), critic(teacher, fp8), frozen_teacher(teacher, fp8);
   wan::attach_adapters(*generator, lora);
