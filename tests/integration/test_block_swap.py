@@ -1,11 +1,12 @@
 """Block swap (the block_swap section) in real runs: a LoRA of the tiny Wan DiT (six blocks,
 checkpointed) whose frozen block weights stream from host memory ends with the weights and losses of
 the same run without it, bit for bit, for any count of streamed blocks and ring size, on an fp8 base,
-with both A14B-style experts and under ddp; what cannot work is refused with the reason."""
+with both A14B-style experts, under ddp and with sequence parallelism; what cannot work is refused
+with the reason. Distillation's networks: test_block_swap_distill.py."""
 
 import pytest
 import torch
-from conftest import checkpoints, torchrun_tool, wanfw
+from conftest import checkpoints, wanfw
 from safetensors.torch import load_file
 from test_distill import losses
 from test_layout_invariance import DDP, run_on
@@ -74,6 +75,17 @@ def test_two_ddp_ranks_each_streaming_their_own_copy_train_as_two_ranks_without_
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in b), part
 
 
+def test_ddp_ranks_sharing_each_sample_by_sequence_parallelism_train_with_block_swap_as_without_it(tmp_path, base):
+    # Two ranks split each sample's 8 tokens (Ulysses all-to-alls inside every streamed block).
+    model, data = lora(base), {"num_samples": 32, "buckets": ["2x4x4"]}
+    sp = {**DDP, "sequence_parallel": 2}
+    swapped = run_on(tmp_path, "sp_swap", sp, 2, model, ranks=2, block_swap={"blocks": 4, "ring": 1}, data=data)
+    resident = run_on(tmp_path, "sp", sp, 2, model, ranks=2, data=data)
+    for part in ("weights", "exp_avg", "exp_avg_sq"):
+        a, b = getattr(swapped, part), getattr(resident, part)
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in b), part
+
+
 def test_block_swap_without_checkpointing_is_refused_naming_the_block_and_the_option(tmp_path, base):
     path = experiment(tmp_path, "plain", lora(base, gradient_checkpointing=False), steps=1,
                       block_swap={"blocks": 2})
@@ -104,23 +116,3 @@ def test_predict_with_block_swap_gives_the_outputs_without_it(tmp_path, base):
     path = experiment(tmp_path, "plain", lora(base), steps=1)
     swapped = experiment(tmp_path, "swapped", lora(base), steps=1, block_swap={"blocks": 3, "ring": 1})
     assert torch.equal(predict(tmp_path, swapped, inputs()), predict(tmp_path, path, inputs()))
-
-
-def test_dmd_on_a_shared_base_with_block_swap_trains_as_without_it(tmp_path):
-    from test_dmd import config as dmd_config, read_csv, run_dir as dmd_run
-    reference_model(tmp_path / "teacher", seed=3, num_layers=4)
-    model = {"teacher_num_layers": 4, "lora": {"rank": 4}, "critic_lora": {"rank": 4}, "shared_base": True,
-             "gradient_checkpointing": True}
-    wanfw("run", dmd_config(tmp_path, tmp_path / "teacher", name="plain", **model), check=0)
-    path = dmd_config(tmp_path, tmp_path / "teacher", name="swapped", **model)
-    import json
-    c = json.loads(path.read_text())
-    c["block_swap"] = {"blocks": 2}
-    path.write_text(json.dumps(c))
-    result = wanfw("run", path, check=0)
-    assert "block swap: 2 of 4 blocks stream from" in result.stdout + result.stderr
-    a, b = read_csv(dmd_run(tmp_path, "plain") / "metrics.csv"), read_csv(dmd_run(tmp_path, "swapped") / "metrics.csv")
-    assert [r["loss"] for r in a] == [r["loss"] for r in b]
-    x = load_file(checkpoints(dmd_run(tmp_path, "plain"))[-1] / "model.safetensors")
-    y = load_file(checkpoints(dmd_run(tmp_path, "swapped"))[-1] / "model.safetensors")
-    assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
