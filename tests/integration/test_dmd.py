@@ -275,6 +275,7 @@ def test_the_4_step_dmd_student_samples_closer_to_the_teachers_40_steps_than_4_s
     assert dmd_distance < 0.5 * distances["velocity-matching student, 4 steps"]
 
 
+@pytest.mark.every_vector_unit
 def test_a_shared_base_with_gradient_checkpointing_trains_as_without_it(tmp_path, teacher):
     # The critic's blocks recompute with the critic's adapters, whatever the shared DiT selects by
     # the time backward runs (the generator's adapters got the critic's gradients before).
