@@ -1,0 +1,108 @@
+// Loading a Wan VAE: where its config and weights are, their names in diffusers' form, and a strict
+// check of every name and shape before anything is copied.
+
+#include <map>
+#include <optional>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/torch.h>
+
+#include "vae_names.hpp"
+#include "wan/vae/wan_vae.hpp"
+#include "wanfw/error.hpp"
+#include "wanfw/log.hpp"
+#include "wanfw/safetensors.hpp"
+
+namespace fs = std::filesystem;
+
+namespace wan {
+
+namespace {
+
+constexpr const char* kConvertHint =
+    "convert it once to safetensors (its names are kept): python -c \"import torch, safetensors.torch as st; "
+    "st.save_file({k: v.contiguous() for k, v in torch.load('Wan2.1_VAE.pth', map_location='cpu').items()}, "
+    "'Wan2.1_VAE.safetensors')\"; or use the vae/ folder of a -Diffusers repository";
+
+/// The folder holding the VAE's config.json for `path`: a vae/ folder, a pipeline folder holding
+/// one, the folder of diffusers' weights file; none for another safetensors file.
+std::optional<fs::path> config_folder(const fs::path& path) {
+  if (fs::is_directory(path)) {
+    if (fs::exists(path / "config.json")) return path;
+    if (fs::exists(path / "vae" / "config.json")) return path / "vae";
+    return std::nullopt;
+  }
+  if (path.filename().string().starts_with("diffusion_pytorch_model") && fs::exists(path.parent_path() / "config.json"))
+    return path.parent_path();
+  return std::nullopt;
+}
+
+}  // namespace
+
+WanVae load_vae(const fs::path& path, at::ScalarType dtype, const c10::Device& device) {
+  const std::string ext = path.extension().string();
+  if (ext == ".pth" || ext == ".pt" || ext == ".ckpt")
+    throw wanfw::FileError(fmt::format("{}: a PyTorch pickle; wanfw reads VAE weights from safetensors only", path.string()),
+                           kConvertHint);
+  if (!fs::exists(path))
+    throw wanfw::FileError(fmt::format("VAE weights {}: no such file or folder", path.string()),
+                           "point it at diffusers' vae/ folder, a pipeline folder, or a VAE safetensors file");
+  const std::optional<fs::path> folder = config_folder(path);
+  const fs::path weights = fs::is_directory(path) && folder ? *folder : path;
+  const wanfw::SafetensorsCheckpoint file = wanfw::SafetensorsCheckpoint::open(weights);
+  VaeConfig config;
+  if (folder) {
+    config = read_vae_config(*folder / "config.json");
+  } else {  // one file without its config: the version from the latent width
+    const std::string post = file.contains("post_quant_conv.weight") ? "post_quant_conv.weight" : "conv2.weight";
+    if (!file.contains(post))
+      throw wanfw::FileError(fmt::format("{}: holds neither post_quant_conv.weight nor conv2.weight: not a Wan VAE",
+                                         weights.string()),
+                             "point it at a Wan VAE's safetensors, or diffusers' vae/ folder");
+    const std::int64_t z = file.record(post).shape.at(0);
+    if (z != 16 && z != 48)
+      throw wanfw::FileError(fmt::format("{}: {} latent channels; the Wan VAEs have 16 (2.1) or 48 (2.2)",
+                                         weights.string(), z),
+                             "give the VAE's config.json beside the file");
+    config = vae_preset(z == 16 ? "wan2.1-vae" : "wan2.2-vae");
+  }
+
+  WanVae vae(config);
+  std::map<std::string, std::string> source;  // diffusers name -> name in the file
+  for (const std::string& name : file.names()) {
+    const std::string ours = diffusers_vae_name(name, config);
+    if (!source.emplace(ours, name).second)
+      throw wanfw::FileError(fmt::format("{}: tensors {} and {} are the same parameter {}", weights.string(),
+                                         source.at(ours), name, ours));
+  }
+  std::set<std::string> expected;
+  for (const auto& p : vae->named_parameters()) {
+    expected.insert(p.key());
+    const auto it = source.find(p.key());
+    if (it == source.end())
+      throw wanfw::FileError(fmt::format("{}: the {} VAE's parameter {} is missing", weights.string(), config.name,
+                                         p.key()),
+                             "use the VAE the model was trained with (Wan2.1's for 2.1 and A14B, Wan2.2's for TI2V-5B)");
+    const auto& shape = file.record(it->second).shape;
+    if (std::vector<std::int64_t>(p.value().sizes().begin(), p.value().sizes().end()) != shape)
+      throw wanfw::FileError(fmt::format("{}: {} has shape {}; the {} VAE's {} is {}", weights.string(), it->second,
+                                         fmt::join(shape, "x"), config.name, p.key(), c10::str(p.value().sizes())));
+  }
+  for (const auto& [ours, theirs] : source)
+    if (!expected.count(ours))
+      throw wanfw::FileError(fmt::format("{}: tensor {} is no parameter of the {} VAE", weights.string(), theirs,
+                                         config.name),
+                             "is this a Wan VAE? its config.json must match its weights");
+  torch::NoGradGuard no_grad;
+  for (auto& p : vae->named_parameters()) p.value().set_data(file.tensor(source.at(p.key())).to(at::kFloat).clone());
+  vae->to(device, dtype);
+  vae->eval();
+  wanfw::log::info(fmt::format("VAE: {} ({} tensors, z {}, {}x{}x{} pixels a latent) from {}, {} on {}", config.name,
+                               expected.size(), config.z_dim, config.scale_factor_temporal, config.scale_factor_spatial,
+                               config.scale_factor_spatial, weights.string(), c10::toString(dtype), device.str()));
+  return vae;
+}
+
+}  // namespace wan
