@@ -93,3 +93,91 @@ def test_the_model_latents_are_unnormalised_with_the_configs_mean_and_std(tmp_pa
     normalised = torch.randn(1, 48, 2, 3, 3, generator=torch.Generator().manual_seed(3))
     out = run_tool(tmp_path, tmp_path / "vae", {"normalised": normalised, "latents": normalised * std + mean})
     assert torch.equal(out["video_from_normalised"], out["video"])
+
+
+RESNET_LEAF = {"norm1": "residual.0", "conv1": "residual.2", "norm2": "residual.3", "conv2": "residual.6",
+               "conv_shortcut": "shortcut"}
+
+
+def official_name(name, residual, blocks=2):
+    """diffusers' name -> the official checkpoints' (wan/modules/vae2_1.py, vae2_2.py)."""
+    parts = name.split(".")
+    if parts[0] in ("quant_conv", "post_quant_conv"):
+        return ".".join(["conv1" if parts[0] == "quant_conv" else "conv2"] + parts[1:])
+    side, rest = parts[0], parts[1:]
+    if rest[0] == "conv_in":
+        return ".".join([side, "conv1"] + rest[1:])
+    if rest[0] == "norm_out":
+        return ".".join([side, "head.0"] + rest[1:])
+    if rest[0] == "conv_out":
+        return ".".join([side, "head.2"] + rest[1:])
+    if rest[0] == "mid_block":
+        kind, index, leaf = rest[1], int(rest[2]), rest[3:]
+        position = 1 if kind == "attentions" else 2 * index
+        return ".".join([side, "middle", str(position)] + (resnet_leaf(leaf) if kind == "resnets" else leaf))
+    stage = int(rest[1])
+    if side == "encoder" and not residual:  # a flat list: resnets and resamples alike
+        return ".".join(["encoder.downsamples", str(stage)] + resnet_leaf(rest[2:]))
+    if side == "encoder":
+        if rest[2] == "resnets":
+            return ".".join(["encoder.downsamples", str(stage), "downsamples", rest[3]] + resnet_leaf(rest[4:]))
+        return ".".join(["encoder.downsamples", str(stage), "downsamples", str(blocks)] + rest[3:])
+    if not residual:  # decoder stages of blocks + 1 resnets and an upsampler, flattened
+        index = stage * (blocks + 2) + (int(rest[3]) if rest[2] == "resnets" else blocks + 1)
+        leaf = resnet_leaf(rest[4:]) if rest[2] == "resnets" else rest[4:]
+        return ".".join(["decoder.upsamples", str(index)] + leaf)
+    if rest[2] == "resnets":
+        return ".".join(["decoder.upsamples", str(stage), "upsamples", rest[3]] + resnet_leaf(rest[4:]))
+    return ".".join(["decoder.upsamples", str(stage), "upsamples", str(blocks + 1)] + rest[3:])
+
+
+def resnet_leaf(leaf):
+    return RESNET_LEAF.get(leaf[0], leaf[0]).split(".") + leaf[1:] if leaf else leaf
+
+
+def test_the_official_names_of_wan21_are_what_diffusers_converts_from():
+    from diffusers.loaders.single_file_utils import convert_wan_vae_to_diffusers
+    state = AutoencoderKLWan(**WAN21).state_dict()
+    official = {official_name(k, residual=False): v for k, v in state.items()}
+    assert len(official) == len(state)
+    assert set(convert_wan_vae_to_diffusers(official)) == set(state)
+
+
+@pytest.mark.parametrize("version", ["wan2.1", "wan2.2"])
+def test_weights_under_the_official_names_decode_as_under_diffusers_names(tmp_path, version):
+    reference_vae(tmp_path / "vae", version)
+    state = load_file(tmp_path / "vae" / "diffusion_pytorch_model.safetensors")
+    official = tmp_path / "official"
+    official.mkdir()
+    (official / "config.json").write_text((tmp_path / "vae" / "config.json").read_text())
+    save_file({official_name(k, residual=version == "wan2.2"): v for k, v in state.items()},
+              official / "wan_vae.safetensors")
+    latents = torch.randn(1, 16 if version == "wan2.1" else 48, 2, 3, 3, generator=torch.Generator().manual_seed(4))
+    expected = run_tool(tmp_path, tmp_path / "vae", {"latents": latents})["video"]
+    assert torch.equal(run_tool(tmp_path, official, {"latents": latents})["video"], expected)
+
+
+def tool_error(tmp_path, vae):
+    save_file({"latents": torch.zeros(1, 16, 1, 2, 2)}, tmp_path / "in.safetensors")
+    result = subprocess.run([str(TOOL), str(vae), str(tmp_path / "in.safetensors"), str(tmp_path / "out.safetensors")],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    return result.stderr
+
+
+def test_weights_that_are_not_the_configs_vae_are_refused_naming_the_tensor(tmp_path):
+    reference_vae(tmp_path / "vae", "wan2.1")
+    weights = tmp_path / "vae" / "diffusion_pytorch_model.safetensors"
+    state = load_file(weights)
+    missing = dict(state)
+    del missing["decoder.up_blocks.1.upsamplers.0.time_conv.weight"]
+    save_file(missing, weights)
+    assert "parameter decoder.up_blocks.1.upsamplers.0.time_conv.weight is missing" in tool_error(tmp_path, tmp_path / "vae")
+    save_file({**state, "decoder.conv_in.weight": state["decoder.conv_in.weight"][:5]}, weights)
+    assert "decoder.conv_in.weight has shape 5x16x3x3x3" in tool_error(tmp_path, tmp_path / "vae")
+    save_file({**state, "decoder.extra.weight": torch.zeros(1)}, weights)
+    assert "tensor decoder.extra.weight is no parameter of the" in tool_error(tmp_path, tmp_path / "vae")
+    pickle = tmp_path / "Wan2.1_VAE.pth"
+    torch.save(state, pickle)
+    message = tool_error(tmp_path, pickle)
+    assert "a PyTorch pickle" in message and "st.save_file" in message
