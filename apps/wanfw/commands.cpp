@@ -19,6 +19,7 @@ const Command kCommands[] = {
     {"predict", kPredictHelp, predict_command},
     {"sample", kSampleHelp, sample_command},
     {"export", kExportHelp, export_command},
+    {"decode", kDecodeHelp, decode_command},
     {"model-info", kModelInfoHelp, model_info_command},
     {"plugins", kPluginsHelp, plugins_command},
     {"config-reference", kConfigReferenceHelp, config_reference_command},

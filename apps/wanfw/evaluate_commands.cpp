@@ -46,6 +46,18 @@ pytorch_lora_weights.safetensors (the diffusers PEFT keys), per expert for A14B.
   --merge             fold the adapters into the weights and write the full official layout
 )";
 
+const char* const kDecodeHelp =
+    R"(usage: wanfw decode CONFIG --inputs LATENTS.safetensors --out OUT.safetensors [--vae PATH]
+                    [--device DEVICE] [--set key=value]...
+
+Decodes the latents of LATENTS (its tensor `latents`, as `wanfw sample` writes it) to pixels with
+the config's model plugin's decoder, without building the model: `video` [B, 3, F, H, W] in
+[-1, 1], float32, in OUT. For the Wan models: the Wan VAE of model.vae (diffusers' vae/ folder,
+a pipeline folder, or a VAE safetensors file), 1 + 4 (T - 1) frames for T latent frames.
+  --vae PATH          the VAE (sets model.vae)
+  --device DEVICE     where to decode: cpu (default), cuda, cuda:N
+)";
+
 int predict_command(const std::vector<std::string>& args) {
   const EvaluateRequest request = parse_evaluate_request(args, kPredictHelp, {});
   if (request.inputs.empty()) usage_error("--inputs is required", kPredictHelp);
@@ -55,6 +67,18 @@ int predict_command(const std::vector<std::string>& args) {
 
 int sample_command(const std::vector<std::string>& args) {
   sample_experiment(parse_evaluate_request(args, kSampleHelp, {{"--seed", ""}, {"--count", ""}}));
+  return kSuccess;
+}
+
+int decode_command(const std::vector<std::string>& args) {
+  EvaluateRequest request = parse_evaluate_request(args, kDecodeHelp, {{"--vae", ""}, {"--device", ""}});
+  if (request.inputs.empty()) usage_error("--inputs is required", kDecodeHelp);
+  std::string device = "cpu";  // the values of --vae and --device (parse_evaluate_request checked them)
+  for (std::size_t i = 0; i + 1 < args.size(); ++i) {
+    if (args[i] == "--vae") request.run.overrides.push_back("model.vae=" + args[i + 1]);
+    if (args[i] == "--device") device = args[i + 1];
+  }
+  decode_experiment(request, device);
   return kSuccess;
 }
 

@@ -5,7 +5,6 @@ import os
 import re
 import signal
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -61,13 +60,11 @@ def wanfw(*args, timeout=300, check=None, **kwargs) -> subprocess.CompletedProce
 
 def torchrun_tool(tool: str, world: int, *args, timeout=120) -> subprocess.CompletedProcess:
     """Runs build/bin/<tool> on `world` processes of the real torchrun (Gloo on loopback, a free port)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return subprocess.run([str(Path(sys.executable).parent / "torchrun"), "--no-python", f"--nproc-per-node={world}",
-                           "--master-addr=127.0.0.1", f"--master-port={port}", str(BUILD / "bin" / tool),
-                           *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    from test_distributed import run_on_free_port
+    return run_on_free_port(lambda port: [str(Path(sys.executable).parent / "torchrun"), "--no-python",
+                                          f"--nproc-per-node={world}", "--master-addr=127.0.0.1",
+                                          f"--master-port={port}", str(BUILD / "bin" / tool), *map(str, args)],
+                            timeout, {**os.environ, "OMP_NUM_THREADS": "1"})
 
 
 def plugin_abi() -> int:

@@ -28,6 +28,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def run_on_free_port(command, timeout, env):
+    """Runs command(port) on a free port. A port probed free can be taken before torchrun's
+    rendezvous listens on it (another process's outgoing connection): torchrun then fails before
+    any rank starts, saying EADDRINUSE, and the launch is retried on another port."""
+    for attempt in range(3):
+        result = subprocess.run(command(free_port()), capture_output=True, text=True, timeout=timeout, env=env)
+        if result.returncode == 0 or "failed to listen on any local network address" not in result.stderr:
+            return result
+    return result
+
+
 WAN_DATA = {"buckets": ["2x4x4"]}  # the tiny Wan model's synthetic latents
 
 
@@ -41,10 +52,10 @@ def config(tmp_path, name, strategy, batch, data=None, **sections):
 
 
 def torchrun(*args, nproc=2, timeout=240, extra=(), env=None):
-    command = [str(TORCHRUN), "--no-python", f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1",
-               f"--master-port={free_port()}", *extra, str(WANFW), *map(str, args)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+    return run_on_free_port(lambda port: [str(TORCHRUN), "--no-python", f"--nproc-per-node={nproc}",
+                                          "--master-addr=127.0.0.1", f"--master-port={port}", *extra, str(WANFW),
+                                          *map(str, args)], timeout, env)
 
 
 def final_state(tmp_path, name):

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 import torch
-from conftest import BUILD
+from conftest import BUILD, base_config, wanfw, write_config
 from diffusers import AutoencoderKLWan
 from safetensors.torch import load_file, save_file
 
@@ -181,3 +181,35 @@ def test_weights_that_are_not_the_configs_vae_are_refused_naming_the_tensor(tmp_
     torch.save(state, pickle)
     message = tool_error(tmp_path, pickle)
     assert "a PyTorch pickle" in message and "st.save_file" in message
+
+
+def decode_config(tmp_path, **model):
+    model = {"name": "wan22_flow_matching", "preset": "tiny", **model}
+    return write_config(tmp_path / "decode.json", base_config(tmp_path / "runs", model=model))
+
+
+def test_wanfw_decode_turns_sampled_latents_into_the_video_diffusers_decodes(tmp_path):
+    # The model's latents are normalised: the decoder un-normalises them with the VAE's statistics
+    # (as the Wan pipelines do: latents / (1 / std) + mean) before decoding.
+    vae = reference_vae(tmp_path / "vae", "wan2.1")
+    latents = torch.randn(2, 16, 3, 4, 5, generator=torch.Generator().manual_seed(5))
+    save_file({"latents": latents}, tmp_path / "latents.safetensors")
+    result = wanfw("decode", decode_config(tmp_path), "--inputs", tmp_path / "latents.safetensors", "--out",
+                   tmp_path / "video.safetensors", "--vae", tmp_path / "vae", check=0)
+    assert "decoded 2 sample(s) of 3 latent frames to 9 frames of 32x40" in result.stdout
+    mean = torch.tensor(vae.config.latents_mean).view(1, -1, 1, 1, 1)
+    inv_std = 1.0 / torch.tensor(vae.config.latents_std).view(1, -1, 1, 1, 1)
+    with torch.no_grad():
+        expected = vae.decode(latents / inv_std + mean).sample
+    video = load_file(tmp_path / "video.safetensors")["video"]
+    assert video.shape == expected.shape == (2, 3, 9, 32, 40)
+    # x * std against x / (1 / std): an ulp of the latents apart, well inside 1e-4 after decoding.
+    assert (video - expected).abs().max().item() <= 1e-4
+
+
+def test_wanfw_decode_without_a_vae_is_refused_naming_the_option(tmp_path):
+    save_file({"latents": torch.zeros(1, 16, 1, 2, 2)}, tmp_path / "latents.safetensors")
+    result = wanfw("decode", decode_config(tmp_path), "--inputs", tmp_path / "latents.safetensors", "--out",
+                   tmp_path / "video.safetensors")
+    assert result.returncode == 2
+    assert "model.vae" in result.stderr and "names no VAE to decode with" in result.stderr

@@ -27,6 +27,7 @@
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
+#include "wanfw/decoder.hpp"
 #include "wanfw/logger.hpp"
 #include "wanfw/model.hpp"
 #include "wanfw/options.hpp"
@@ -120,6 +121,10 @@ struct PluginDescriptor {
   /// Optional, for models: a summary (size, parameter count, memory estimate per GPU for `layout`)
   /// worked out from the options alone, without allocating weights (`wanfw model-info`).
   std::string (*inspect_model)(const Options&, const TrainingLayout& layout) = nullptr;
+  /// Optional, for models: the decoder from the model's latents to pixels (wanfw/decoder.hpp),
+  /// built from the model's options alone, on `context.device`; it throws ConfigError (through
+  /// Options::fail) when the options name no decoder.
+  std::unique_ptr<VideoDecoder> (*make_decoder)(const Options&, const PluginContext&) = nullptr;
 
   static PluginDescriptor for_model(std::string name, std::string version, std::string summary);
   static PluginDescriptor for_strategy(std::string name, std::string version, std::string summary);

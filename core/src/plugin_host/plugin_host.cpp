@@ -270,6 +270,18 @@ std::shared_ptr<Logger> PluginHost::make_logger(Config& config, const std::strin
                        config.string_at(section + ".name"), {});
 }
 
+std::shared_ptr<VideoDecoder> PluginHost::make_decoder(Config& config, const std::string& section,
+                                                       const PluginContext& context) const {
+  const std::string name = config.string_at(section + ".name");
+  const PluginInfo& info = find(PluginKind::Model, name, config.where(section + ".name"));
+  if (info.descriptor->make_decoder == nullptr)
+    throw PluginError(fmt::format("{}: the model plugin '{}' has no decoder from its latents to pixels",
+                                  info.path.string(), name),
+                      "decode with the model family's own tools, or give the plugin a make_decoder");
+  return build<VideoDecoder>(*this, config, section, PluginKind::Model, context, &PluginDescriptor::make_decoder, name,
+                             {});
+}
+
 std::shared_ptr<Dataset> PluginHost::make_dataset(Config& config, const std::string& section, const std::string& name,
                                                   const std::vector<std::string>& core_keys,
                                                   const PluginContext& context) const {

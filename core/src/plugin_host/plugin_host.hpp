@@ -61,6 +61,10 @@ class PluginHost {
   std::shared_ptr<Strategy> make_strategy(Config& config, const std::string& section,
                                           const PluginContext& context) const;
   std::shared_ptr<Logger> make_logger(Config& config, const std::string& section, const PluginContext& context) const;
+  /// The decoder of the model plugin the section names (PluginDescriptor::make_decoder); throws
+  /// PluginError when that plugin has none.
+  std::shared_ptr<VideoDecoder> make_decoder(Config& config, const std::string& section,
+                                             const PluginContext& context) const;
   /// The data set plugin `name` (the data section's `name`, or the default the core chose), built
   /// from `section`, whose `core_keys` belong to the core and are not the plugin's options.
   std::shared_ptr<Dataset> make_dataset(Config& config, const std::string& section, const std::string& name,

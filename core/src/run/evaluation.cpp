@@ -1,13 +1,19 @@
 // `wanfw predict`, `sample` and `export`: the experiment's model, with a checkpoint's weights,
-// evaluated once.
+// evaluated once; `wanfw decode`: its plugin's decoder alone.
 
 #include "run/evaluation.hpp"
+
+#include <chrono>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "checkpoint/checkpoint.hpp"
 #include "checkpoint/run_directory.hpp"
+#include "config/config.hpp"
+#include "config/core_sections.hpp"
+#include "host/console.hpp"
+#include "plugin_host/plugin_host.hpp"
 #include "run/experiment_assembly.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/safetensors.hpp"
@@ -70,6 +76,37 @@ void sample_experiment(const EvaluateRequest& request) {
   }
   const std::uint64_t seed = request.seed.value_or(e.settings.run.seed);
   write_results(request.outputs, e.model->sample(inputs, seed), "wanfw sample");
+}
+
+void decode_experiment(const EvaluateRequest& request, const std::string& device_name) {
+  Config config = Config::load(request.run.config, request.run.overrides);
+  const CoreSettings settings = CoreSettings::from(config);
+  configure_console(settings.run.log_level, 0);
+  const PluginHost host(PluginHost::search_path(settings.plugin_path));
+  PluginContext context;
+  context.seed = settings.run.seed;
+  try {
+    context.device = context.train_device = c10::Device(device_name);
+  } catch (const std::exception&) {
+    throw ConfigError(SourceLocation{"command line", 0, 0}, fmt::format("--device '{}' is not a device", device_name),
+                      "use cpu, cuda or cuda:N");
+  }
+  if (!config.has("model"))
+    throw ConfigError(config.where("model"), "the config has no 'model' section",
+                      "decode with the config the latents were sampled with");
+  const std::shared_ptr<VideoDecoder> decoder = host.make_decoder(config, "model", context);
+  const std::map<std::string, at::Tensor> inputs = read_tensors(request.inputs);
+  const auto latents = inputs.find("latents");
+  if (latents == inputs.end())
+    throw FileError(fmt::format("{}: holds no tensor 'latents'", request.inputs.string()),
+                    "decode what `wanfw sample` wrote, or a file with the model's latents under 'latents'");
+  spdlog::info("{}", decoder->describe());
+  const auto started = std::chrono::steady_clock::now();
+  const at::Tensor video = decoder->decode(latents->second);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  spdlog::info("decoded {} sample(s) of {} latent frames to {} frames of {}x{} in {:.2f} s", video.size(0),
+               latents->second.size(2), video.size(2), video.size(3), video.size(4), seconds);
+  write_results(request.outputs, {{"video", video}}, "wanfw decode");
 }
 
 void export_experiment(const EvaluateRequest& request) {

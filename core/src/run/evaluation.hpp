@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <string>
 #include <optional>
 
 #include "run/run_request.hpp"
@@ -30,6 +31,11 @@ void predict_experiment(const EvaluateRequest& request);
 /// Builds the model like predict_experiment and draws samples (Model::sample). The conditioning
 /// comes from `inputs`, or, without it, from the first `count` samples of the config's data set.
 void sample_experiment(const EvaluateRequest& request);
+
+/// The model plugin's decoder (PluginDescriptor::make_decoder, from the config's model options) on
+/// `device`, decoding the `latents` of `request.inputs` (as `wanfw sample` writes them) to
+/// `video` [B, 3, F, H, W] in [-1, 1] in `request.outputs`. Builds no model and no strategy.
+void decode_experiment(const EvaluateRequest& request, const std::string& device);
 
 /// Builds the model like predict_experiment and writes its weights in the model family's
 /// release layout (Model::export_weights) to `request.outputs`, a folder.

@@ -9,6 +9,7 @@
 #include "dmd/dmd_schema.hpp"
 #include "negative_context.hpp"
 #include "wan/memory_options.hpp"
+#include "wan/vae/vae_decoding.hpp"
 #include "wan/wan_options.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/log.hpp"
@@ -256,6 +257,8 @@ std::vector<wanfw::OptionSpec> distill_options() {
       1.0, "Guidance of the student's samples; 1: one forward per step (a guidance-distilled student).",
       "Latent F x H x W `wanfw sample` draws when its inputs give no shape; empty: latent_size.");
   options.insert(options.end(), sampler.begin(), sampler.end());
+  const auto vae = wan::vae_options();
+  options.insert(options.end(), vae.begin(), vae.end());
   return options;
 }
 

@@ -21,6 +21,7 @@
 #include "wan/lora.hpp"
 #include "wan/memory_options.hpp"
 #include "wan/memory_plan.hpp"
+#include "wan/vae/vae_decoding.hpp"
 #include "wan/wan_options.hpp"
 #include "wan/wan_weights.hpp"
 #include "wanfw/log.hpp"
@@ -127,6 +128,7 @@ wanfw::PluginDescriptor describe() {
   d.options = wan_distill::distill_options();
   d.make_model = make_model;
   d.inspect_model = inspect;
+  d.make_decoder = wan::make_vae_decoder;
   return d;
 }
 

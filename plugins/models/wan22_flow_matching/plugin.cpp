@@ -13,6 +13,7 @@
 #include "wan/attention_backend.hpp"
 #include "wan/gpu_memory.hpp"
 #include "wan/memory_plan.hpp"
+#include "wan/vae/vae_decoding.hpp"
 #include "wan/memory_options.hpp"
 #include "wan/wan_options.hpp"
 #include "wan/wan_weights.hpp"
@@ -183,11 +184,14 @@ wanfw::PluginDescriptor describe() {
       "Latent frames x height x width (\"21x60x104\") `wanfw sample` draws when its inputs hold neither noise nor "
       "latents to take the shape from.");
   d.options.insert(d.options.end(), sampler.begin(), sampler.end());
+  const auto vae = wan::vae_options();
+  d.options.insert(d.options.end(), vae.begin(), vae.end());
   const char* moved = "the data set holds the shapes now: data.buckets: [\"FxHxW\"] (latent frames x height x width) "
                       "for the synthetic set; a data set folder's manifest for your own data (docs/data.md)";
   d.removed_options = {{"latent_frames", moved}, {"latent_height", moved}, {"latent_width", moved}};
   d.make_model = make_model;
   d.inspect_model = inspect;
+  d.make_decoder = wan::make_vae_decoder;
   return d;
 }
 
