@@ -21,14 +21,20 @@ CausalConv3dImpl::CausalConv3dImpl(std::int64_t in, std::int64_t out, std::array
 }
 
 at::Tensor CausalConv3dImpl::forward(const at::Tensor& x, const at::Tensor& previous) {
-  std::vector<std::int64_t> pad = {padding_[2], padding_[2], padding_[1], padding_[1], 2 * padding_[0], 0};
-  at::Tensor input = x;
-  if (previous.defined() && pad[4] > 0) {
-    input = at::cat({previous.to(x.device()), x}, 2);
-    pad[4] -= previous.size(2);
-  }
-  input = at::constant_pad_nd(input, pad, 0);
-  return at::conv3d(input, weight, bias, {stride_[0], stride_[1], stride_[2]});
+  const std::int64_t front = 2 * padding_[0], ph = padding_[1], pw = padding_[2];
+  const std::vector<std::int64_t> stride = {stride_[0], stride_[1], stride_[2]};
+  if (front == 0 && ph == 0 && pw == 0) return at::conv3d(x, weight, bias, stride);
+  // One padded input: zeros, the previous chunk's frames, then x, framed by zero pixels (as
+  // concatenating and then padding, without the concatenation's copy).
+  const std::int64_t cached = previous.defined() && front > 0 ? previous.size(2) : 0;
+  const std::int64_t t = x.size(2), h = x.size(3), w = x.size(4);
+  at::Tensor input = at::zeros({x.size(0), x.size(1), front + t, h + 2 * ph, w + 2 * pw}, x.options());
+  const auto inside = [&](std::int64_t first, std::int64_t frames) {
+    return input.narrow(2, first, frames).narrow(3, ph, h).narrow(4, pw, w);
+  };
+  if (cached > 0) inside(front - cached, cached).copy_(previous);
+  inside(front, t).copy_(x);
+  return at::conv3d(input, weight, bias, stride);
 }
 
 at::Tensor last_frames(const at::Tensor& x, std::int64_t count) {

@@ -15,9 +15,10 @@ VaeResidualBlockImpl::VaeResidualBlockImpl(std::int64_t in, std::int64_t out) {
 
 at::Tensor VaeResidualBlockImpl::forward(const at::Tensor& x, FeatureCache* cache) {
   const at::Tensor h = shortcut_ ? shortcut_->forward(x) : x;
-  at::Tensor y = cached_conv(*conv1_, at::silu(norm1_->forward(x)), cache);
-  y = cached_conv(*conv2_, at::silu(norm2_->forward(y)), cache);
-  return y + h;
+  // The norms' outputs are fresh tensors: SiLU and the residual add go in place.
+  at::Tensor y = cached_conv(*conv1_, silu_in_place(norm1_->forward(x)), cache);
+  y = cached_conv(*conv2_, silu_in_place(norm2_->forward(y)), cache);
+  return y.add_(h);
 }
 
 }  // namespace wan

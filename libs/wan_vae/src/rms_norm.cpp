@@ -16,7 +16,14 @@ at::Tensor VaeRmsNormImpl::forward(const at::Tensor& x) {
   const at::Tensor wide = narrow ? x.to(at::kFloat) : x;
   // F.normalize: x / max(||x||_2, eps) along the channels.
   const at::Tensor norm = at::linalg_vector_norm(wide, 2, {1}, /*keepdim=*/true).clamp_min(1e-12);
-  return (wide / norm).to(x.scalar_type()) * scale_ * gamma;
+  // In place after the division: the same products in the same order, one tensor of x's size.
+  at::Tensor y = (wide / norm).to(x.scalar_type());
+  return y.mul_(scale_).mul_(gamma);
+}
+
+at::Tensor silu_in_place(at::Tensor x) {
+  at::silu_(x);
+  return x;
 }
 
 }  // namespace wan

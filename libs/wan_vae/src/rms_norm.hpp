@@ -22,4 +22,7 @@ class VaeRmsNormImpl : public torch::nn::Module {
 };
 TORCH_MODULE(VaeRmsNorm);
 
+/// SiLU of `x` (a norm's fresh output) in place.
+at::Tensor silu_in_place(at::Tensor x);
+
 }  // namespace wan

@@ -79,7 +79,7 @@ VaeDecoderImpl::VaeDecoderImpl(const VaeConfig& c) {
 at::Tensor VaeDecoderImpl::forward(const at::Tensor& input, FeatureCache* cache, bool first_chunk) {
   at::Tensor x = mid_->forward(cached_conv(*conv_in_, input, cache), cache);
   for (const Step& step : up_) x = step(x, cache, first_chunk);
-  return cached_conv(*conv_out_, at::silu(norm_out_->forward(x)), cache);
+  return cached_conv(*conv_out_, silu_in_place(norm_out_->forward(x)), cache);
 }
 
 }  // namespace wan

@@ -79,7 +79,7 @@ at::Tensor VaeEncoderImpl::forward(const at::Tensor& input, FeatureCache* cache)
   at::Tensor x = cached_conv(*conv_in_, input, cache);
   for (const Step& step : down_) x = step(x, cache);
   x = mid_->forward(x, cache);
-  return cached_conv(*conv_out_, at::silu(norm_out_->forward(x)), cache);
+  return cached_conv(*conv_out_, silu_in_place(norm_out_->forward(x)), cache);
 }
 
 }  // namespace wan

@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""Benchmark: decoding latents to video with wanfw's Wan VAE against diffusers' AutoencoderKLWan.
+
+    .venv/bin/python bench/vae_decode.py [--vae wan2.1|wan2.2] [--frames 3] [--size 16x16] [--device cpu]
+
+One VAE of the released dimensions with random weights (they time like real ones), saved as a
+diffusers vae/ folder; the same latents [1, z, T, h, w] decoded by `wanfw decode` and by diffusers
+(no tiling, fp32, `torch.no_grad`), each in a process of its own, one after the other on this
+machine. Time: the decode alone (wanfw's log line; diffusers' timed around `vae.decode`), the best
+of --repeat runs. Memory: each process's peak resident set (ru_maxrss, the median of the runs), and
+what decoding adds to it: the same process decoding one latent pixel of one frame instead (the
+weights loaded, the activations next to nothing). The outputs are compared too.
+"""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+ROOT = Path(__file__).resolve().parents[1]
+WANFW = ROOT / "build" / "bin" / "wanfw"
+CONFIGS = {
+    "wan2.1": {},
+    "wan2.2": dict(base_dim=160, decoder_base_dim=256, z_dim=48, is_residual=True, in_channels=12, out_channels=12,
+                   patch_size=2, scale_factor_spatial=16),
+}
+
+DIFFUSERS = textwrap.dedent("""
+    import sys, time, torch
+    from diffusers import AutoencoderKLWan
+    from safetensors.torch import load_file, save_file
+    torch.set_grad_enabled(False)
+    vae = AutoencoderKLWan.from_pretrained(sys.argv[1]).eval().to(sys.argv[4])
+    z = load_file(sys.argv[2])["raw"].to(sys.argv[4])
+    started = time.perf_counter()
+    video = vae.decode(z).sample
+    if sys.argv[4].startswith("cuda"):
+        torch.cuda.synchronize()
+    print(f"seconds {time.perf_counter() - started:.4f}")
+    save_file({"video": video.float().cpu().contiguous()}, sys.argv[3])
+""")
+
+
+def measured(command, env=None):
+    """(stdout + stderr, peak resident MiB) of one process."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    output = process.stdout.read()
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode != 0:
+        sys.exit(f"{command[0]} failed:\n{output[-3000:]}")
+    return output, usage.ru_maxrss / 1024
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--vae", choices=sorted(CONFIGS), default="wan2.1")
+    parser.add_argument("--frames", type=int, default=3, help="latent frames")
+    parser.add_argument("--size", default="16x16", help="latent height x width")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    h, w = map(int, args.size.split("x"))
+    from diffusers import AutoencoderKLWan
+    with tempfile.TemporaryDirectory() as t:
+        tmp = Path(t)
+        torch.manual_seed(0)
+        vae = AutoencoderKLWan(**CONFIGS[args.vae])
+        vae.save_pretrained(tmp / "vae")
+        c = vae.config
+        del vae
+        latents = torch.randn(1, c.z_dim, args.frames, h, w)
+        raw = latents * torch.tensor(c.latents_std).view(1, -1, 1, 1, 1) + torch.tensor(c.latents_mean).view(1, -1, 1, 1, 1)
+        save_file({"latents": latents, "raw": raw}, tmp / "latents.safetensors")
+        save_file({"latents": latents[:, :, :1, :1, :1].contiguous(), "raw": raw[:, :, :1, :1, :1].contiguous()},
+                  tmp / "pixel.safetensors")
+        (tmp / "config.yaml").write_text(f"model:\n  name: wan22_flow_matching\n  preset: tiny\n  vae: {tmp / 'vae'}\n")
+        env = {**os.environ, "OMP_NUM_THREADS": str(os.cpu_count())}
+        def wanfw_cmd(inputs, out):
+            return [str(WANFW), "decode", str(tmp / "config.yaml"), "--inputs", str(tmp / inputs), "--out",
+                    str(tmp / out), "--device", args.device]
+
+        def diffusers_cmd(inputs, out):
+            return [sys.executable, "-c", DIFFUSERS, str(tmp / "vae"), str(tmp / inputs), str(tmp / out), args.device]
+
+        results = {}
+        for name, command, seconds in (("wanfw", wanfw_cmd, r"in ([\d.]+) s"),
+                                       ("diffusers", diffusers_cmd, r"seconds ([\d.]+)")):
+            runs = [measured(command("latents.safetensors", f"{name}.safetensors"), env) for _ in range(args.repeat)]
+            loaded = statistics.median(measured(command("pixel.safetensors", "pixel_out.safetensors"), env)[1]
+                                       for _ in range(args.repeat))
+            best = min(float(re.search(seconds, out).group(1)) for out, _ in runs)
+            peak = statistics.median(p for _, p in runs)
+            results[name] = (best, peak, peak - loaded)
+            print(f"{name:10} decode {best:8.2f} s   peak RSS {peak:8.0f} MiB   decoding adds {results[name][2]:8.0f} MiB",
+                  flush=True)
+        a = load_file(tmp / "wanfw.safetensors")["video"]
+        b = load_file(tmp / "diffusers.safetensors")["video"]
+        frames = 1 + 4 * (args.frames - 1)
+        s = c.scale_factor_spatial
+        print(f"\n{args.vae} VAE, {frames} frames at {h * s}x{w * s}, fp32 on {args.device}; "
+              f"outputs {tuple(a.shape)}, max |wanfw - diffusers| {(a - b).abs().max().item():.2e}")
+        print(f"wanfw / diffusers: time {results['wanfw'][0] / results['diffusers'][0]:.2f}x, "
+              f"memory decoding adds {results['wanfw'][2] / results['diffusers'][2]:.2f}x "
+              f"(peak RSS {results['wanfw'][1] / results['diffusers'][1]:.2f}x)")
+
+
+if __name__ == "__main__":
+    main()
