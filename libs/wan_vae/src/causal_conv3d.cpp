@@ -20,7 +20,7 @@ CausalConv3dImpl::CausalConv3dImpl(std::int64_t in, std::int64_t out, std::array
   torch::nn::init::uniform_(bias, -bound, bound);
 }
 
-at::Tensor CausalConv3dImpl::forward(const at::Tensor& x, const at::Tensor& previous) {
+at::Tensor CausalConv3dImpl::forward(at::Tensor x, const at::Tensor& previous) {
   const std::int64_t front = 2 * padding_[0], ph = padding_[1], pw = padding_[2];
   const std::vector<std::int64_t> stride = {stride_[0], stride_[1], stride_[2]};
   if (front == 0 && ph == 0 && pw == 0) return at::conv3d(x, weight, bias, stride);
@@ -34,6 +34,7 @@ at::Tensor CausalConv3dImpl::forward(const at::Tensor& x, const at::Tensor& prev
   };
   if (cached > 0) inside(front - cached, cached).copy_(previous);
   inside(front, t).copy_(x);
+  x.reset();
   return at::conv3d(input, weight, bias, stride);
 }
 
@@ -42,13 +43,13 @@ at::Tensor last_frames(const at::Tensor& x, std::int64_t count) {
   return x.narrow(2, std::max<std::int64_t>(frames - count, 0), std::min(frames, count));
 }
 
-at::Tensor cached_conv(CausalConv3dImpl& conv, const at::Tensor& x, FeatureCache* cache) {
-  if (cache == nullptr) return conv.forward(x);
+at::Tensor cached_conv(CausalConv3dImpl& conv, at::Tensor x, FeatureCache* cache) {
+  if (cache == nullptr) return conv.forward(std::move(x));
   FeatureCache::Slot& slot = cache->next();
   at::Tensor keep = last_frames(x, 2).clone();
   if (keep.size(2) < 2 && slot.kind == FeatureCache::Slot::Kind::Frames)
     keep = at::cat({last_frames(slot.frames, 1), keep}, 2);
-  at::Tensor y = conv.forward(x, slot.kind == FeatureCache::Slot::Kind::Frames ? slot.frames : at::Tensor());
+  at::Tensor y = conv.forward(std::move(x), slot.kind == FeatureCache::Slot::Kind::Frames ? slot.frames : at::Tensor());
   slot.kind = FeatureCache::Slot::Kind::Frames;
   slot.frames = std::move(keep);
   return y;

@@ -17,7 +17,9 @@ at::Tensor VaeResidualBlockImpl::forward(const at::Tensor& x, FeatureCache* cach
   const at::Tensor h = shortcut_ ? shortcut_->forward(x) : x;
   // The norms' outputs are fresh tensors: SiLU and the residual add go in place.
   at::Tensor y = cached_conv(*conv1_, silu_in_place(norm1_->forward(x)), cache);
-  y = cached_conv(*conv2_, silu_in_place(norm2_->forward(y)), cache);
+  at::Tensor normed = silu_in_place(norm2_->forward(y));
+  y.reset();  // each activation lets go as soon as the next is made
+  y = cached_conv(*conv2_, std::move(normed), cache);
   return y.add_(h);
 }
 
