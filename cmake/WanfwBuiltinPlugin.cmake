@@ -20,5 +20,6 @@ function(wanfw_add_builtin_plugin name)
   wanfw_use_pch(${name})
   if(NOT ARG_TEST AND NOT ARG_OUTPUT_DIRECTORY)
     install(TARGETS ${name} LIBRARY DESTINATION ${WANFW_INSTALL_PLUGIN_DIR})
+    set_property(GLOBAL APPEND PROPERTY WANFW_RUNTIME_PLUGINS ${name})  # the wanfw_runtime target's
   endif()
 endfunction()

@@ -2,7 +2,9 @@
 # Idempotent set-up from nothing: Debian packages, the pinned Python environment (our LibTorch),
 # and a configured + built tree. On a ready machine it takes seconds.
 #
-#   scripts/setup.sh            set up and build (build/)
+#   scripts/setup.sh            set up and build everything (build/), the tests' tools included
+#   scripts/setup.sh --runtime  only what `wanfw run` needs: no test-only packages, the
+#                               wanfw_runtime target (the quick start)
 #   WANFW_BUILD_TYPE=Debug ...  another build type
 #
 # The virtual environment lives in a per-user cache keyed by the pinned requirements, and
@@ -11,11 +13,14 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 log() { printf '[wanfw setup] %s\n' "$*"; }
+runtime_only=false
+[ "${1:-}" = "--runtime" ] && runtime_only=true
 
 # --- 1. Debian packages -------------------------------------------------------------------
 debs=(build-essential cmake ninja-build ccache pkg-config python3-venv time
       libboost-dev libboost-filesystem-dev libyaml-cpp-dev libspdlog-dev libfmt-dev
-      doctest-dev nlohmann-json3-dev libgloo-dev zlib1g-dev
+      doctest-dev nlohmann-json3-dev libgloo-dev zlib1g-dev)
+$runtime_only || debs+=(
       strace  # the test that counts what a resumed run opens of its checkpoint
       clang libclang-rt-dev llvm)  # clang, its libFuzzer/sanitizer runtimes, llvm-cov: the fuzz targets
 missing=()
@@ -61,5 +66,10 @@ if [ ! -f "$build_dir/build.ninja" ]; then
     -DWANFW_PYTHON="$root/.venv/bin/python" \
     ${WANFW_CMAKE_ARGS:-}
 fi
-log "building $build_dir"
-cmake --build "$build_dir"
+if $runtime_only; then
+  log "building $build_dir (what wanfw run needs: the wanfw_runtime target)"
+  cmake --build "$build_dir" --target wanfw_runtime
+else
+  log "building $build_dir"
+  cmake --build "$build_dir"
+fi
