@@ -70,7 +70,8 @@ std::vector<std::filesystem::path> plugin_path_flags(const std::vector<std::stri
 }
 
 EvaluateRequest parse_evaluate_request(const std::vector<std::string>& args, const char* help,
-                                       std::map<std::string, std::string> named) {
+                                       std::map<std::string, std::string> named,
+                                       std::map<std::string, std::string>* values) {
   for (const char* flag : {"--inputs", "--out", "--checkpoint"}) named.emplace(flag, "");
   EvaluateRequest request;
   request.run = parse_run_request(args, false, help, &named);
@@ -95,6 +96,7 @@ EvaluateRequest parse_evaluate_request(const std::vector<std::string>& args, con
     if (*bytes < 1) usage_error("--max-shard-size needs a positive number of bytes", help);
     request.max_shard_bytes = *bytes;
   }
+  if (values != nullptr) *values = named;
   return request;
 }
 

@@ -27,8 +27,10 @@ std::vector<std::filesystem::path> plugin_path_flags(const std::vector<std::stri
                                                      std::vector<std::string>* rest, const char* help);
 
 /// The flags `predict`, `sample` and `export` share (--inputs, --out, --checkpoint, and those in
-/// `named`: --seed, --count, --max-shard-size), parsed into an EvaluateRequest.
+/// `named`: --seed, --count, --max-shard-size), parsed into an EvaluateRequest; `values`, when
+/// given, receives every named flag's value (its default when absent).
 EvaluateRequest parse_evaluate_request(const std::vector<std::string>& args, const char* help,
-                                       std::map<std::string, std::string> named);
+                                       std::map<std::string, std::string> named,
+                                       std::map<std::string, std::string>* values = nullptr);
 
 }  // namespace wanfw::cli

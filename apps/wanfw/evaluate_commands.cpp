@@ -71,14 +71,12 @@ int sample_command(const std::vector<std::string>& args) {
 }
 
 int decode_command(const std::vector<std::string>& args) {
-  EvaluateRequest request = parse_evaluate_request(args, kDecodeHelp, {{"--vae", ""}, {"--device", ""}});
+  std::map<std::string, std::string> values;
+  EvaluateRequest request =
+      parse_evaluate_request(args, kDecodeHelp, {{"--vae", ""}, {"--device", "cpu"}}, &values);
   if (request.inputs.empty()) usage_error("--inputs is required", kDecodeHelp);
-  std::string device = "cpu";  // the values of --vae and --device (parse_evaluate_request checked them)
-  for (std::size_t i = 0; i + 1 < args.size(); ++i) {
-    if (args[i] == "--vae") request.run.overrides.push_back("model.vae=" + args[i + 1]);
-    if (args[i] == "--device") device = args[i + 1];
-  }
-  decode_experiment(request, device);
+  if (!values["--vae"].empty()) request.run.overrides.push_back("model.vae=" + values["--vae"]);
+  decode_experiment(request, values["--device"]);
   return kSuccess;
 }
 
