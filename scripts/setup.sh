@@ -2,9 +2,10 @@
 # Idempotent set-up from nothing: Debian packages, the pinned Python environment (our LibTorch),
 # and a configured + built tree. On a ready machine it takes seconds.
 #
-#   scripts/setup.sh            set up and build everything (build/), the tests' tools included
-#   scripts/setup.sh --runtime  only what `wanfw run` needs: no test-only packages, the
-#                               wanfw_runtime target (the quick start)
+#   scripts/setup.sh               set up and build everything (build/), the tests' tools included
+#   scripts/setup.sh --runtime     only what `wanfw run` needs: no test-only packages, the
+#                                  wanfw_runtime target (every built-in plugin)
+#   scripts/setup.sh --quickstart  as --runtime, building only what examples/quickstart.yaml runs
 #   WANFW_BUILD_TYPE=Debug ...  another build type
 #
 # The virtual environment lives in a per-user cache keyed by the pinned requirements, and
@@ -14,13 +15,20 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 log() { printf '[wanfw setup] %s\n' "$*"; }
 runtime_only=false
-[ "${1:-}" = "--runtime" ] && runtime_only=true
+target=""
+case "${1:-}" in
+  --runtime) runtime_only=true; target=wanfw_runtime ;;
+  --quickstart) runtime_only=true; target=wanfw_quickstart ;;
+esac
 
 # --- 1. Debian packages -------------------------------------------------------------------
 debs=(build-essential cmake ninja-build ccache pkg-config python3-venv time
       libboost-dev libboost-filesystem-dev libyaml-cpp-dev libspdlog-dev libfmt-dev
-      doctest-dev nlohmann-json3-dev libgloo-dev zlib1g-dev)
+      doctest-dev nlohmann-json3-dev libgloo-dev zlib1g-dev
+      libavformat-dev libavcodec-dev libavutil-dev libswscale-dev  # mp4 previews and decodes (FFmpeg)
+      libgif-dev)  # animated GIF previews in TensorBoard
 $runtime_only || debs+=(
+      ffmpeg  # ffprobe: the tests read our mp4 files with an independent reader
       strace  # the test that counts what a resumed run opens of its checkpoint
       clang libclang-rt-dev llvm)  # clang, its libFuzzer/sanitizer runtimes, llvm-cov: the fuzz targets
 missing=()
@@ -67,8 +75,8 @@ if [ ! -f "$build_dir/build.ninja" ]; then
     ${WANFW_CMAKE_ARGS:-}
 fi
 if $runtime_only; then
-  log "building $build_dir (what wanfw run needs: the wanfw_runtime target)"
-  cmake --build "$build_dir" --target wanfw_runtime
+  log "building $build_dir (the $target target)"
+  cmake --build "$build_dir" --target "$target"
 else
   log "building $build_dir"
   cmake --build "$build_dir"

@@ -2,6 +2,7 @@
 // run once, sampled, or written in its family's release layout.
 #include "command_line.hpp"
 #include "commands.hpp"
+#include "run/decoding.hpp"
 
 namespace wanfw::cli {
 
@@ -18,7 +19,7 @@ gradients, on the tensors in IN; writes what the model returns to OUT. For the W
 
 const char* const kSampleHelp =
     R"(usage: wanfw sample CONFIG --out OUT.safetensors [--inputs IN.safetensors] [--checkpoint PATH]
-                    [--seed N] [--count N] [--set key=value]...
+                    [--seed N] [--count N] [--video OUT.mp4] [--set key=value]...
 
 Builds the config's model like `predict` and draws samples with its sampler, writing them to
 OUT. For the Wan model: a flow-matching Euler sampler with classifier-free guidance (options
@@ -29,6 +30,8 @@ IN holds the conditioning (context [B,L,text_dim]; optionally negative_context, 
   --checkpoint PATH   take the weights from a training checkpoint or run folder
   --seed N            seed of the initial noise (default: run.seed)
   --count N           samples drawn when there is no IN (default 1)
+  --video OUT.mp4     also decode the samples with the model plugin's decoder (the Wan models:
+                      model.vae) to OUT.mp4, or OUT-<i>.mp4 for several
 )";
 
 const char* const kExportHelp =
@@ -47,14 +50,19 @@ pytorch_lora_weights.safetensors (the diffusers PEFT keys), per expert for A14B.
 )";
 
 const char* const kDecodeHelp =
-    R"(usage: wanfw decode CONFIG --inputs LATENTS.safetensors --out OUT.safetensors [--vae PATH]
-                    [--device DEVICE] [--set key=value]...
+    R"(usage: wanfw decode LATENTS.safetensors --out OUT --vae PATH [--model NAME] [--device DEVICE]
+       wanfw decode CONFIG --inputs LATENTS.safetensors --out OUT [--vae PATH] [--device DEVICE]
+                    [--set key=value]...
 
-Decodes the latents of LATENTS (its tensor `latents`, as `wanfw sample` writes it) to pixels with
-the config's model plugin's decoder, without building the model: `video` [B, 3, F, H, W] in
-[-1, 1], float32, in OUT. For the Wan models: the Wan VAE of model.vae (diffusers' vae/ folder,
-a pipeline folder, or a VAE safetensors file), 1 + 4 (T - 1) frames for T latent frames.
+Decodes the latents of LATENTS (its tensor `latents`, as `wanfw sample` writes it) to video with
+the model plugin's decoder, without building the model: OUT/sample-<i>.mp4, one a sample (H.264,
+or MPEG-4 part 2 where FFmpeg has no H.264 encoder); an OUT ending in .safetensors gets the
+frames instead, `video` [B, 3, F, H, W] in [-1, 1], float32. The model plugin is the CONFIG's,
+else --model, else the one `wanfw sample` recorded in LATENTS. For the Wan models: the Wan VAE
+of model.vae (diffusers' vae/ folder, a pipeline folder, or a VAE safetensors file), 1 + 4 (T - 1)
+frames for T latent frames, at model.vae_fps.
   --vae PATH          the VAE (sets model.vae)
+  --model NAME        the model plugin whose decoder decodes, when there is no CONFIG
   --device DEVICE     where to decode: cpu (default), cuda, cuda:N
 )";
 
@@ -66,17 +74,33 @@ int predict_command(const std::vector<std::string>& args) {
 }
 
 int sample_command(const std::vector<std::string>& args) {
-  sample_experiment(parse_evaluate_request(args, kSampleHelp, {{"--seed", ""}, {"--count", ""}}));
+  std::map<std::string, std::string> values;
+  EvaluateRequest request =
+      parse_evaluate_request(args, kSampleHelp, {{"--seed", ""}, {"--count", ""}, {"--video", ""}}, &values);
+  request.video = values["--video"];
+  sample_experiment(request);
   return kSuccess;
 }
 
 int decode_command(const std::vector<std::string>& args) {
   std::map<std::string, std::string> values;
-  EvaluateRequest request =
-      parse_evaluate_request(args, kDecodeHelp, {{"--vae", ""}, {"--device", "cpu"}}, &values);
-  if (request.inputs.empty()) usage_error("--inputs is required", kDecodeHelp);
+  const EvaluateRequest parsed =
+      parse_evaluate_request(args, kDecodeHelp, {{"--vae", ""}, {"--device", "cpu"}, {"--model", ""}}, &values);
+  DecodeRequest request;
+  request.run = parsed.run;
+  request.out = parsed.outputs;
+  request.model = values["--model"];
+  request.device = values["--device"];
+  if (parsed.inputs.empty()) {  // wanfw decode LATENTS ...
+    if (parsed.run.config.extension() != ".safetensors")
+      usage_error("give LATENTS.safetensors, or CONFIG with --inputs LATENTS.safetensors", kDecodeHelp);
+    request.latents = parsed.run.config;
+    request.run.config.clear();
+  } else {
+    request.latents = parsed.inputs;
+  }
   if (!values["--vae"].empty()) request.run.overrides.push_back("model.vae=" + values["--vae"]);
-  decode_experiment(request, values["--device"]);
+  decode_experiment(request);
   return kSuccess;
 }
 

@@ -1,7 +1,8 @@
 """The build enforces core/src's folder graph: a unit that includes a header of a folder its own
 folder does not use fails to compile, with the compiler's own words, while the same unit with an
 include of a folder it does use compiles. Each case compiles a scratch copy of a real unit with the
-exact command the build uses for it (compile_commands.json)."""
+exact command the build uses for it (compile_commands.json; in a unity build, the command of its
+folder's batch, whose flags are the unit's)."""
 
 import json
 import shlex
@@ -16,7 +17,8 @@ UNIT = SOURCE / "core" / "src" / "plan" / "lr_schedule.cpp"  # plan/ uses config
 def compile_scratch(tmp_path: Path, extra_include: str) -> subprocess.CompletedProcess:
     """Compiles a copy of UNIT with `#include "<extra_include>"` on top, as the build compiles UNIT."""
     entries = json.loads((BUILD / "compile_commands.json").read_text())
-    entry = next(e for e in entries if Path(e["file"]).resolve() == UNIT.resolve())
+    batch = f"/wanfw_core_{UNIT.parent.name}.dir/Unity/"
+    entry = next(e for e in entries if Path(e["file"]).resolve() == UNIT.resolve() or batch in e["file"])
     scratch = tmp_path / UNIT.name
     scratch.write_text(f'#include "{extra_include}"\n' + UNIT.read_text())
     args = shlex.split(entry["command"]) if "command" in entry else list(entry["arguments"])

@@ -212,4 +212,4 @@ def test_wanfw_decode_without_a_vae_is_refused_naming_the_option(tmp_path):
     result = wanfw("decode", decode_config(tmp_path), "--inputs", tmp_path / "latents.safetensors", "--out",
                    tmp_path / "video.safetensors")
     assert result.returncode == 2
-    assert "model.vae" in result.stderr and "names no VAE to decode with" in result.stderr
+    assert "model.vae" in result.stderr and "built no decoder" in result.stderr

@@ -31,6 +31,9 @@ class Logger {
   virtual void log_hparams(const std::map<std::string, std::string>& hparams) {}
   /// An image: [H, W, C] uint8 with C = 1 (grey), 3 (RGB) or 4 (RGBA), on the CPU.
   virtual void log_image(std::int64_t step, const std::string& tag, const at::Tensor& image) {}
+  /// A short video: frames [F, H, W, 3] uint8 RGB on the CPU, played at `fps` (previews of what
+  /// the model generates; the tensorboard logger writes an animated GIF image).
+  virtual void log_video(std::int64_t step, const std::string& tag, const at::Tensor& frames, double fps) {}
   /// The distribution of a tensor's values (weights, gradients), on the CPU.
   virtual void log_histogram(std::int64_t step, const std::string& tag, const at::Tensor& values) {}
   virtual void flush() {}

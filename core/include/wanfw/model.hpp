@@ -111,6 +111,10 @@ class Model {
   /// a strip of frames), [H, W, C] uint8 per tag, conditioned on `batch` (held-out samples on the
   /// module's device). Called on the main process only, without gradients. Default: none.
   virtual std::map<std::string, at::Tensor> preview(const Batch& batch, std::uint64_t seed);
+  /// What the model generates for the first sample of `batch`, as sample() writes it (the Wan
+  /// models: latents [1, C, T, h, w]), for the run's decoder (PluginDescriptor::make_decoder) to
+  /// turn into the preview video. Same conditions as preview(). Default: undefined (no video).
+  virtual at::Tensor preview_sample(const Batch& batch, std::uint64_t seed) { return {}; }
   /// An independent copy of this model (same configuration, its own module and weights) on
   /// `device`, for strategies that run replicas side by side (data_parallel). The strategy keeps
   /// the replica's weights equal to this model's. Default: null, the model cannot be replicated.

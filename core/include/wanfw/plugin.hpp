@@ -122,8 +122,8 @@ struct PluginDescriptor {
   /// worked out from the options alone, without allocating weights (`wanfw model-info`).
   std::string (*inspect_model)(const Options&, const TrainingLayout& layout) = nullptr;
   /// Optional, for models: the decoder from the model's latents to pixels (wanfw/decoder.hpp),
-  /// built from the model's options alone, on `context.device`; it throws ConfigError (through
-  /// Options::fail) when the options name no decoder.
+  /// built from the model's options alone, on `context.device`; null when the options name none
+  /// (the Wan models: no `vae`), so previews stay images.
   std::unique_ptr<VideoDecoder> (*make_decoder)(const Options&, const PluginContext&) = nullptr;
 
   static PluginDescriptor for_model(std::string name, std::string version, std::string summary);

@@ -130,8 +130,13 @@ const std::vector<std::pair<std::string, OptionSchema>>& core_schemas() {
         option("batch_size", T::Integer).value("0").doc("Samples per validation batch; 0 uses data.batch_size."),
         option("preview", T::Boolean)
             .value("true")
-            .doc("At each validation, also log the model's preview images (the Wan model: a sampled latent "
-                 "video as a strip of frames).")}},
+            .doc("At each validation, also show what the model generates: with a decoder (the Wan models: "
+                 "model.vae) each preview sample as a video (an animated GIF and a strip of frames to the "
+                 "loggers, <run>/previews/step-NNNNNNNN/sample-N.mp4), else the model's preview images (the Wan "
+                 "models: latent channels 0-2 in false colour)."),
+        option("preview_samples", T::Integer)
+            .value("1")
+            .doc("Held-out samples previewed at each validation (their text and shape; 1 to 16).")}},
       {"precision",
        {option("mode", T::Choice)
             .value("fp32")

@@ -73,7 +73,8 @@ struct ValidationSettings {
   std::int64_t every = 0;  ///< 0: no validation
   std::int64_t num_samples = 16;
   std::int64_t batch_size = 0;  ///< 0: data.batch_size
-  bool preview = true;          ///< log the model's preview images at each validation
+  bool preview = true;          ///< log the model's previews at each validation
+  std::int64_t preview_samples = 1;  ///< held-out samples previewed
 };
 
 /// The block_swap section (the core's units runtime streams the model's blocks: units/block_swap.hpp).

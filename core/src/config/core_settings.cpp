@@ -150,9 +150,11 @@ CoreSettings CoreSettings::from(Config& config) {
   s.validation.num_samples = validation.integer("num_samples");
   s.validation.batch_size = validation.integer("batch_size");
   s.validation.preview = validation.boolean("preview");
+  s.validation.preview_samples = validation.integer("preview_samples");
   require_positive(validation, "every", s.validation.every, 0);
   require_range(validation, "num_samples", s.validation.num_samples, 1, kMaxSamples);
   require_range(validation, "batch_size", s.validation.batch_size, 0, kMaxSamples);
+  require_range(validation, "preview_samples", s.validation.preview_samples, 1, 16);
   if (s.validation.batch_size == 0) s.validation.batch_size = s.data.batch_size;
 
   Options precision = section("precision");

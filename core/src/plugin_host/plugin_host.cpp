@@ -221,7 +221,7 @@ namespace {
 template <typename Object, typename Factory>
 std::shared_ptr<Object> build(const PluginHost& host, Config& config, const std::string& section, PluginKind kind,
                               const PluginContext& context, Factory PluginDescriptor::*factory,
-                              const std::string& name, std::vector<std::string> extra_keys) {
+                              const std::string& name, std::vector<std::string> extra_keys, bool may_be_null = false) {
   const PluginInfo& info = host.find(kind, name, config.where(section + ".name"));
   extra_keys.push_back("name");
   refuse_removed_options(config, section, info);
@@ -246,6 +246,7 @@ std::shared_ptr<Object> build(const PluginHost& host, Config& config, const std:
     return host.make_strategy(config, path, context);
   };
   std::unique_ptr<Object> object = (info.descriptor->*factory)(options, ctx);
+  if (!object && may_be_null) return nullptr;
   if (!object)
     throw PluginError(fmt::format("{}: the {} plugin '{}' returned no object", info.path.string(),
                                   plugin_kind_name(kind), name));
@@ -274,12 +275,9 @@ std::shared_ptr<VideoDecoder> PluginHost::make_decoder(Config& config, const std
                                                        const PluginContext& context) const {
   const std::string name = config.string_at(section + ".name");
   const PluginInfo& info = find(PluginKind::Model, name, config.where(section + ".name"));
-  if (info.descriptor->make_decoder == nullptr)
-    throw PluginError(fmt::format("{}: the model plugin '{}' has no decoder from its latents to pixels",
-                                  info.path.string(), name),
-                      "decode with the model family's own tools, or give the plugin a make_decoder");
+  if (info.descriptor->make_decoder == nullptr) return nullptr;
   return build<VideoDecoder>(*this, config, section, PluginKind::Model, context, &PluginDescriptor::make_decoder, name,
-                             {});
+                             {}, /*may_be_null=*/true);
 }
 
 std::shared_ptr<Dataset> PluginHost::make_dataset(Config& config, const std::string& section, const std::string& name,

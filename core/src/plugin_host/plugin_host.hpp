@@ -61,8 +61,8 @@ class PluginHost {
   std::shared_ptr<Strategy> make_strategy(Config& config, const std::string& section,
                                           const PluginContext& context) const;
   std::shared_ptr<Logger> make_logger(Config& config, const std::string& section, const PluginContext& context) const;
-  /// The decoder of the model plugin the section names (PluginDescriptor::make_decoder); throws
-  /// PluginError when that plugin has none.
+  /// The decoder of the model plugin the section names (PluginDescriptor::make_decoder); null when
+  /// that plugin has none or its options name none.
   std::shared_ptr<VideoDecoder> make_decoder(Config& config, const std::string& section,
                                              const PluginContext& context) const;
   /// The data set plugin `name` (the data section's `name`, or the default the core chose), built

@@ -60,6 +60,10 @@ void LoggerSet::image(std::int64_t step, const std::string& tag, const at::Tenso
   for (auto& logger : loggers_) logger->log_image(step, tag, image);
 }
 
+void LoggerSet::video(std::int64_t step, const std::string& tag, const at::Tensor& frames, double fps) {
+  for (auto& logger : loggers_) logger->log_video(step, tag, frames, fps);
+}
+
 void LoggerSet::parameter_histograms(std::int64_t step, Model& model) {
   if (loggers_.empty()) return;
   for (const auto& [name, parameter] : model.trainable_parameters()) {

@@ -28,6 +28,7 @@ class LoggerSet {
   bool empty() const { return loggers_.empty(); }
   void scalars(std::int64_t step, const std::map<std::string, double>& values);
   void image(std::int64_t step, const std::string& tag, const at::Tensor& image);
+  void video(std::int64_t step, const std::string& tag, const at::Tensor& frames, double fps);
   /// Histograms of every trainable parameter ("weights/<name>") and its gradient ("grads/<name>").
   void parameter_histograms(std::int64_t step, Model& model);
   void flush();

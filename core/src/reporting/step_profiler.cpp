@@ -38,7 +38,8 @@ void log_table(const profiler::ProfilerResult& result, bool kernels, std::int64_
                kernels ? fmt::format(", {:.2f} ms of kernels a step", total / 1e6 / steps) : "");
   for (std::size_t i = 0; i < std::min(rows.size(), kTableRows); ++i) {
     const auto& [name, entry] = rows[i];
-    const std::string shown = name.size() > 90 ? name.substr(0, 87) + "..." : name;
+    std::string shown = name;
+    if (shown.size() > 90) shown.replace(87, std::string::npos, "...");
     const std::string share = kernels ? fmt::format("{:5.1f}%", total > 0 ? 100.0 * entry.first / total : 0.0) : "";
     spdlog::info("  {:9.3f} ms {:>6} {:6} calls  {}", entry.first / 1e6 / steps, share, entry.second / steps, shown);
   }

@@ -1,9 +1,7 @@
 // `wanfw predict`, `sample` and `export`: the experiment's model, with a checkpoint's weights,
-// evaluated once; `wanfw decode`: its plugin's decoder alone.
+// evaluated once.
 
 #include "run/evaluation.hpp"
-
-#include <chrono>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -14,6 +12,7 @@
 #include "config/core_sections.hpp"
 #include "host/console.hpp"
 #include "plugin_host/plugin_host.hpp"
+#include "run/decoding.hpp"
 #include "run/experiment_assembly.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/safetensors.hpp"
@@ -46,9 +45,11 @@ std::map<std::string, at::Tensor> read_tensors(const fs::path& path) {
   return tensors;
 }
 
-void write_results(const fs::path& path, const std::map<std::string, at::Tensor>& results, const char* writer) {
+void write_results(const fs::path& path, const std::map<std::string, at::Tensor>& results, const char* writer,
+                   std::map<std::string, std::string> metadata = {}) {
   std::vector<std::pair<std::string, at::Tensor>> ordered(results.begin(), results.end());
-  write_safetensors(path, ordered, {{"written_by", writer}});
+  metadata["written_by"] = writer;
+  write_safetensors(path, ordered, metadata);
   spdlog::info("wrote {} tensor(s) to {}", ordered.size(), path.string());
 }
 
@@ -75,38 +76,17 @@ void sample_experiment(const EvaluateRequest& request) {
     spdlog::info("conditioning on the first {} sample(s) of the data set's first bucket", first.size);
   }
   const std::uint64_t seed = request.seed.value_or(e.settings.run.seed);
-  write_results(request.outputs, e.model->sample(inputs, seed), "wanfw sample");
-}
-
-void decode_experiment(const EvaluateRequest& request, const std::string& device_name) {
-  Config config = Config::load(request.run.config, request.run.overrides);
-  const CoreSettings settings = CoreSettings::from(config);
-  configure_console(settings.run.log_level, 0);
-  const PluginHost host(PluginHost::search_path(settings.plugin_path));
-  PluginContext context;
-  context.seed = settings.run.seed;
-  try {
-    context.device = context.train_device = c10::Device(device_name);
-  } catch (const std::exception&) {
-    throw ConfigError(SourceLocation{"command line", 0, 0}, fmt::format("--device '{}' is not a device", device_name),
-                      "use cpu, cuda or cuda:N");
-  }
-  if (!config.has("model"))
-    throw ConfigError(config.where("model"), "the config has no 'model' section",
-                      "decode with the config the latents were sampled with");
-  const std::shared_ptr<VideoDecoder> decoder = host.make_decoder(config, "model", context);
-  const std::map<std::string, at::Tensor> inputs = read_tensors(request.inputs);
-  const auto latents = inputs.find("latents");
-  if (latents == inputs.end())
-    throw FileError(fmt::format("{}: holds no tensor 'latents'", request.inputs.string()),
-                    "decode what `wanfw sample` wrote, or a file with the model's latents under 'latents'");
-  spdlog::info("{}", decoder->describe());
-  const auto started = std::chrono::steady_clock::now();
-  const at::Tensor video = decoder->decode(latents->second);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  spdlog::info("decoded {} sample(s) of {} latent frames to {} frames of {}x{} in {:.2f} s", video.size(0),
-               latents->second.size(2), video.size(2), video.size(3), video.size(4), seconds);
-  write_results(request.outputs, {{"video", video}}, "wanfw decode");
+  const std::map<std::string, at::Tensor> samples = e.model->sample(inputs, seed);
+  // The model plugin's name lets `wanfw decode LATENTS` find the decoder without the config.
+  write_results(request.outputs, samples, "wanfw sample", {{"model", e.config.string_at("model.name")}});
+  if (request.video.empty()) return;
+  const auto latents = samples.find("latents");
+  if (latents == samples.end())
+    throw PluginError(fmt::format("--video: the model '{}' sampled no 'latents' to decode",
+                                  e.config.string_at("model.name")));
+  const std::shared_ptr<VideoDecoder> decoder =
+      required_decoder(*e.host, e.config, e.strategy->device(), e.settings.run.seed);
+  write_videos(decoder->decode(latents->second), request.video, decoder->fps());
 }
 
 void export_experiment(const EvaluateRequest& request) {

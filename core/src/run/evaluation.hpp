@@ -22,6 +22,7 @@ struct EvaluateRequest {
   std::int64_t count = 1;             ///< sample without inputs: how many data-set samples condition it
   std::int64_t max_shard_bytes = 5'000'000'000;  ///< export: the largest weight file
   bool merge_adapters = false;                   ///< export --merge: adapters folded into full weights
+  std::filesystem::path video;  ///< sample --video: the samples decoded to mp4 (<stem>-<i>.mp4 for several)
 };
 
 /// Builds the experiment's model (with its weights) on the strategy's device, runs it once
@@ -30,12 +31,8 @@ void predict_experiment(const EvaluateRequest& request);
 
 /// Builds the model like predict_experiment and draws samples (Model::sample). The conditioning
 /// comes from `inputs`, or, without it, from the first `count` samples of the config's data set.
+/// With `video`, the model plugin's decoder turns the sampled latents into mp4 files.
 void sample_experiment(const EvaluateRequest& request);
-
-/// The model plugin's decoder (PluginDescriptor::make_decoder, from the config's model options) on
-/// `device`, decoding the `latents` of `request.inputs` (as `wanfw sample` writes them) to
-/// `video` [B, 3, F, H, W] in [-1, 1] in `request.outputs`. Builds no model and no strategy.
-void decode_experiment(const EvaluateRequest& request, const std::string& device);
 
 /// Builds the model like predict_experiment and writes its weights in the model family's
 /// release layout (Model::export_weights) to `request.outputs`, a folder.

@@ -88,6 +88,13 @@ RunOutcome run_experiment(const RunRequest& request) {
   // 4. Train, logging on the main process.
   LoggerSet loggers(e.loggers, main, run_dir.path(), run_dir.resume_step(), e.resolved_yaml);
   Trainer trainer(e.settings, e.resolved_yaml, e.model, e.strategy, *e.data, loggers, run_dir.path(), masters.get());
+  if (main && e.settings.validation.preview)
+    trainer.set_preview_decoder([&e] {
+      PluginContext context;
+      context.seed = e.settings.run.seed;
+      context.device = context.train_device = e.strategy->device();
+      return e.host->make_decoder(e.config, "model", context);
+    });
   const TrainingResult result = trainer.fit(run_dir.checkpoint().get());
   if (e.block_swap && main)
     spdlog::info("{}", e.block_swap->summary(result.final_step - run_dir.resume_step()));

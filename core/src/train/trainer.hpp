@@ -28,6 +28,7 @@
 #include "reporting/step_profiler.hpp"
 #include "plan/phase_schedule.hpp"
 #include "plan/training_plan.hpp"
+#include "train/preview_video.hpp"
 #include "wanfw/strategy.hpp"
 
 namespace wanfw {
@@ -75,6 +76,8 @@ class Trainer {
   /// Trains to the end (or to an agreed stop signal), continuing from `checkpoint`'s optimizer and
   /// trainer state when given.
   TrainingResult fit(const Checkpoint* checkpoint);
+  /// Where validation previews get their decoder (null or absent: the model's preview images).
+  void set_preview_decoder(DecoderFactory make_decoder) { make_decoder_ = std::move(make_decoder); }
 
  private:
   /// What one step's micro-batches produced on this process.
@@ -156,6 +159,7 @@ class Trainer {
   std::unique_ptr<TrainingOptimizer> optimizer_;
   std::unique_ptr<ProgressReporter> progress_;  ///< rank 0's progress line (off elsewhere)
   std::unique_ptr<Validation> validation_;
+  DecoderFactory make_decoder_;
   std::unique_ptr<StepProfiler> profiler_;  ///< trainer.profile_steps
   MetricWindow window_;  ///< the steps since the last log
   std::int64_t window_first_ = 0;  ///< the logging window's first step

@@ -34,7 +34,7 @@ void Trainer::report_step(const MicroBatchTotals& totals, const Gradients& gradi
   if (validating || histograms) strategy_->begin_evaluation(*model_);  // sharded weights gathered
   if (validating) logged.merge(validation_->run(state_.step));
   loggers_.scalars(state_.step, logged);
-  if (validating && settings_.validation.preview) validation_->previews(state_.step, loggers_);
+  if (validating && settings_.validation.preview) validation_->previews(state_.step, loggers_, make_decoder_, run_dir_);
   if (histograms) loggers_.parameter_histograms(state_.step, trained_);  // bf16_weights: the masters
   if (validating || histograms) strategy_->end_evaluation(*model_);
 }

@@ -1,5 +1,6 @@
 #include "train/validation.hpp"
 
+#include <algorithm>
 #include <chrono>
 
 #include <spdlog/spdlog.h>
@@ -64,16 +65,37 @@ std::map<std::string, double> Validation::run(std::int64_t step) {
   return sums;
 }
 
-void Validation::previews(std::int64_t step, LoggerSet& loggers) {
-  if (loggers.empty()) return;
-  const Batch batch = data_.validation_batch({0}).to(strategy_.device());
-  std::map<std::string, at::Tensor> images;
-  {
+void Validation::previews(std::int64_t step, LoggerSet& loggers, const DecoderFactory& make_decoder,
+                          const std::filesystem::path& run_dir) {
+  if (!strategy_.is_main()) return;
+  const auto started = std::chrono::steady_clock::now();
+  const std::shared_ptr<VideoDecoder> decoder = make_decoder ? make_decoder() : nullptr;
+  if (!decoder && loggers.empty()) return;
+  const std::filesystem::path folder = run_dir / "previews" / fmt::format("step-{:08d}", step);
+  const auto count = std::min<std::int64_t>(settings_.validation.preview_samples,
+                                            static_cast<std::int64_t>(data_.validation_set()->size()));
+  double decoding = 0;
+  bool videos = false;
+  for (std::int64_t i = 0; i < count; ++i) {
+    const Batch batch = data_.validation_batch({i}).to(strategy_.device());
+    const std::uint64_t seed = settings_.run.seed + static_cast<std::uint64_t>(i);
     EvaluationScope scope(model_);
-    SeededGenerators seeded(settings_.run.seed);
-    images = model_.preview(batch, settings_.run.seed);
+    SeededGenerators seeded(seed);
+    if (decoder) {
+      const at::Tensor latents = model_.preview_sample(batch, seed);
+      if (latents.defined()) {
+        decoding += show_preview_video(step, fmt::format("sample-{}", i), latents, *decoder, loggers, folder);
+        videos = true;
+        continue;
+      }
+    }
+    for (const auto& [tag, image] : model_.preview(batch, seed))
+      loggers.image(step, i == 0 ? "preview/" + tag : fmt::format("preview/{}-{}", tag, i), image.cpu());
   }
-  for (const auto& [tag, image] : images) loggers.image(step, "preview/" + tag, image.cpu());
+  if (videos)
+    spdlog::info("previews at step {}: {} sample(s) decoded by {} in {:.1f} s ({:.1f} s in all) -> {}", step, count,
+                 decoder->describe(), decoding,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), folder.string());
 }
 
 }  // namespace wanfw

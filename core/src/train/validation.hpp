@@ -3,12 +3,14 @@
 // preview images.
 
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <string>
 
 #include "config/core_sections.hpp"
 #include "data/training_data.hpp"
 #include "reporting/logger_set.hpp"
+#include "train/preview_video.hpp"
 #include "wanfw/strategy.hpp"
 
 namespace wanfw {
@@ -22,8 +24,11 @@ class Validation {
   /// Every rank scores its shard (padded to equal length, so collectives stay matched); returns
   /// "val/<metric>" averaged over samples and ranks.
   std::map<std::string, double> run(std::int64_t step);
-  /// The model's preview images of the first held-out sample, to the loggers (main process).
-  void previews(std::int64_t step, LoggerSet& loggers);
+  /// The main process's previews of the first `validation.preview_samples` held-out samples: with
+  /// a decoder from `make_decoder`, videos (preview_video.hpp) into `run_dir`/previews/step-N/;
+  /// else the model's preview images, to the loggers. The other ranks return at once.
+  void previews(std::int64_t step, LoggerSet& loggers, const DecoderFactory& make_decoder,
+                const std::filesystem::path& run_dir);
 
  private:
   const CoreSettings& settings_;

@@ -6,8 +6,6 @@ namespace wan {
 
 namespace {
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-
 double bytes_of(at::ScalarType dtype) { return dtype == at::kFloat ? 4.0 : 2.0; }
 
 struct PerParameter {

@@ -5,12 +5,11 @@
 
 #include <fmt/format.h>
 
+#include "wan/gpu_memory.hpp"
 
 namespace wan {
 
 namespace {
-
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 double gib(double bytes) { return bytes / kGiB; }
 

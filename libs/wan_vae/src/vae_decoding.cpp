@@ -53,9 +53,7 @@ std::vector<wanfw::OptionSpec> vae_options() {
 
 std::unique_ptr<wanfw::VideoDecoder> make_vae_decoder(const wanfw::Options& o, const wanfw::PluginContext& context) {
   const std::string path = o.string("vae");
-  if (path.empty())
-    o.fail("vae", "names no VAE to decode with",
-           "set model.vae to the Wan VAE's folder or file (or pass --vae PATH)");
+  if (path.empty()) return nullptr;  // previews stay latent images
   const at::ScalarType dtype = o.string("vae_dtype") == "bfloat16" ? at::kBFloat16 : at::kFloat;
   WanVae vae = load_vae(path, dtype, context.device);
   double fps = o.number("vae_fps");

@@ -1,7 +1,7 @@
 // Logger `tensorboard`: TensorBoard event files in the run folder, one new file per process start.
-// Scalars, histograms, images (PNG), text (the resolved config) and the hparams plugin's session
-// info; on resume, a SessionLog START at the resume step makes TensorBoard drop what the earlier
-// process logged beyond it.
+// Scalars, histograms, images (PNG), videos (animated GIF), text (the resolved config) and the
+// hparams plugin's session info; on resume, a SessionLog START at the resume step makes
+// TensorBoard drop what the earlier process logged beyond it.
 
 #include <optional>
 
@@ -10,6 +10,7 @@
 
 #include "event_file.hpp"
 #include "events.hpp"
+#include "gif.hpp"
 #include "png.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/log.hpp"
@@ -45,6 +46,17 @@ class TensorBoardLogger final : public wanfw::Logger {
   void log_hparams(const std::map<std::string, std::string>& hparams) override {
     file().write(hparams_start_event(wall_time_now(), hparams));
     wrote_hparams_ = true;
+  }
+
+  void log_video(std::int64_t step, const std::string& tag, const at::Tensor& frames, double fps) override {
+    const at::Tensor pixels = frames.to(at::kCPU).contiguous();
+    if (pixels.dim() != 4 || pixels.scalar_type() != at::kByte || pixels.size(3) != 3)
+      throw wanfw::Error(fmt::format("tensorboard: video '{}' has shape {} and dtype {}; expected [F, H, W, 3] uint8",
+                                     tag, c10::str(pixels.sizes()), c10::toString(pixels.scalar_type())));
+    const int count = static_cast<int>(pixels.size(0)), height = static_cast<int>(pixels.size(1)),
+              width = static_cast<int>(pixels.size(2));
+    file().write(image_event(wall_time_now(), step, tag, height, width, 3,
+                             encode_gif(pixels.data_ptr<std::uint8_t>(), count, height, width, fps)));
   }
 
   void log_image(std::int64_t step, const std::string& tag, const at::Tensor& image) override {
@@ -98,7 +110,8 @@ std::unique_ptr<wanfw::Logger> make_logger(const wanfw::Options& o, const wanfw:
 wanfw::PluginDescriptor describe() {
   auto d = wanfw::PluginDescriptor::for_logger(
       "tensorboard", "0.1.0",
-      "TensorBoard event files in the run folder: scalars, histograms, images, the config as text, hparams.");
+      "TensorBoard event files in the run folder: scalars, histograms, images, videos (GIF), the config as text, "
+      "hparams.");
   d.options = {
       option("flush_every", T::Integer).value("20").doc("Write buffered events to the file after this many."),
       option("flush_secs", T::Number)

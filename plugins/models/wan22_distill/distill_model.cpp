@@ -151,8 +151,12 @@ std::map<std::string, at::Tensor> DistillModel::draw(const std::map<std::string,
 }
 
 std::map<std::string, at::Tensor> DistillModel::preview(const wanfw::Batch& batch, std::uint64_t seed) {
+  return {{"latents", wan::latent_strip(preview_sample(batch, seed)[0])}};
+}
+
+at::Tensor DistillModel::preview_sample(const wanfw::Batch& batch, std::uint64_t seed) {
   const auto inputs = preview_conditioning(batch, settings_.task, noise_of(batch));
-  return {{"latents", wan::latent_strip(draw(inputs, seed, settings_.sampler.preview_steps).at("latents")[0])}};
+  return draw(inputs, seed, settings_.sampler.preview_steps).at("latents");
 }
 
 void DistillModel::export_weights(const std::filesystem::path& folder, const wanfw::ExportSettings& settings) {

@@ -150,8 +150,11 @@ std::map<std::string, at::Tensor> WanFlowMatchingModel::sample(const std::map<st
 }
 
 std::map<std::string, at::Tensor> WanFlowMatchingModel::preview(const wanfw::Batch& batch, std::uint64_t seed) {
-  const torch::Tensor video = draw(wan::preview_inputs(batch, settings_.task), seed, settings_.sampler.preview_steps).at("latents")[0];
-  return {{"latents", wan::latent_strip(video)}};
+  return {{"latents", wan::latent_strip(preview_sample(batch, seed)[0])}};
+}
+
+at::Tensor WanFlowMatchingModel::preview_sample(const wanfw::Batch& batch, std::uint64_t seed) {
+  return draw(wan::preview_inputs(batch, settings_.task), seed, settings_.sampler.preview_steps).at("latents");
 }
 
 std::map<std::string, at::Tensor> WanFlowMatchingModel::draw(const std::map<std::string, at::Tensor>& inputs,

@@ -70,6 +70,8 @@ class WanFlowMatchingModel final : public wanfw::Model {
   /// "latents": the first sample's latent video drawn with `preview_steps` guided Euler steps, as
   /// a strip of frames in false colour (latent channels 0-2 as RGB, each scaled to its range).
   std::map<std::string, at::Tensor> preview(const wanfw::Batch& batch, std::uint64_t seed) override;
+  /// That latent video [1, C, T, h, w], for the VAE (model.vae) to decode.
+  at::Tensor preview_sample(const wanfw::Batch& batch, std::uint64_t seed) override;
 
  private:
   struct Objective {

@@ -11,6 +11,9 @@
 
 namespace wan {
 
+/// Bytes in a GiB, the unit the memory plans print.
+inline constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
 /// The activations one training forward and backward of a DiT of `config` holds per GPU on the
 /// largest bucket (`layout.latent`), and the text gpu_memory prints for them (" + activations
 /// 9.89 GiB (...)"); 0 bytes when the layout names no bucket.

@@ -140,8 +140,11 @@ std::map<std::string, at::Tensor> DmdModel::sample(const std::map<std::string, a
 }
 
 std::map<std::string, at::Tensor> DmdModel::preview(const wanfw::Batch& batch, std::uint64_t seed) {
-  const auto inputs = preview_conditioning(batch, common_.task, noise_of(batch));
-  return {{"latents", wan::latent_strip(sample(inputs, seed).at("latents")[0])}};
+  return {{"latents", wan::latent_strip(preview_sample(batch, seed)[0])}};
+}
+
+at::Tensor DmdModel::preview_sample(const wanfw::Batch& batch, std::uint64_t seed) {
+  return sample(preview_conditioning(batch, common_.task, noise_of(batch)), seed).at("latents");
 }
 
 void DmdModel::export_weights(const std::filesystem::path& folder, const wanfw::ExportSettings& settings) {

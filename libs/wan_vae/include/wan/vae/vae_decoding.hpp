@@ -14,7 +14,7 @@ namespace wan {
 /// `vae` (the VAE's folder or file; "" for none), `vae_dtype`, `vae_fps`.
 std::vector<wanfw::OptionSpec> vae_options();
 
-/// The VAE of option `vae` on `context.device`; refuses, naming `vae`, when it is empty.
+/// The VAE of option `vae` on `context.device`; null when `vae` is empty.
 std::unique_ptr<wanfw::VideoDecoder> make_vae_decoder(const wanfw::Options& options, const wanfw::PluginContext& context);
 
 }  // namespace wan

@@ -1,0 +1,108 @@
+#include "run/decoding.hpp"
+
+#include <chrono>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "config/core_sections.hpp"
+#include "host/console.hpp"
+#include "media/mp4_file.hpp"
+#include "media/video_frames.hpp"
+#include "wanfw/error.hpp"
+#include "wanfw/safetensors.hpp"
+#include "wanfw/tensor_check.hpp"
+
+namespace fs = std::filesystem;
+
+namespace wanfw {
+
+namespace {
+
+c10::Device parse_device(const std::string& name) {
+  try {
+    return c10::Device(name);
+  } catch (const std::exception&) {
+    throw ConfigError(SourceLocation{"command line", 0, 0}, fmt::format("--device '{}' is not a device", name),
+                      "use cpu, cuda or cuda:N");
+  }
+}
+
+/// The config of the request, or (none given) a model section naming the plugin.
+Config decode_config(const DecodeRequest& request, const std::map<std::string, std::string>& metadata) {
+  if (!request.run.config.empty()) return Config::load(request.run.config, request.run.overrides);
+  std::string model = request.model;
+  if (model.empty()) {
+    const auto named = metadata.find("model");
+    if (named == metadata.end())
+      throw ConfigError(SourceLocation{"command line", 0, 0},
+                        fmt::format("{} does not say which model wrote it", request.latents.string()),
+                        "pass --model NAME (the model plugin, e.g. wan22_flow_matching) or a CONFIG");
+    model = named->second;
+  }
+  return Config::parse(fmt::format("model:\n  name: {}\n", model), "wanfw decode", request.run.overrides);
+}
+
+}  // namespace
+
+std::shared_ptr<VideoDecoder> required_decoder(const PluginHost& host, Config& config, const c10::Device& device,
+                                               std::uint64_t seed) {
+  if (!config.has("model"))
+    throw ConfigError(config.where("model"), "the config has no 'model' section",
+                      "decode with the config the latents were sampled with");
+  PluginContext context;
+  context.seed = seed;
+  context.device = context.train_device = device;
+  std::shared_ptr<VideoDecoder> decoder = host.make_decoder(config, "model", context);
+  if (!decoder)
+    throw PluginError(fmt::format("the model plugin '{}' built no decoder from the model section",
+                                  config.string_at("model.name")),
+                      "name the decoder in the model section (the Wan models: model.vae) or pass --vae PATH");
+  spdlog::info("{}", decoder->describe());
+  return decoder;
+}
+
+std::vector<fs::path> write_videos(const at::Tensor& video, const fs::path& path, double fps) {
+  std::vector<fs::path> written;
+  if (!path.parent_path().empty()) fs::create_directories(path.parent_path());
+  for (std::int64_t i = 0; i < video.size(0); ++i) {
+    const fs::path file = video.size(0) == 1
+                              ? path
+                              : path.parent_path() / fmt::format("{}-{}{}", path.stem().string(), i,
+                                                                 path.has_extension() ? path.extension().string() : ".mp4");
+    const Mp4Written mp4 = write_mp4(file, video_frames(video[i]), fps);
+    spdlog::info("wrote {} ({} frames of {}x{}, {}, {} fps)", file.string(), mp4.frames, mp4.width, mp4.height,
+                 mp4.encoder, fps);
+    written.push_back(file);
+  }
+  return written;
+}
+
+void decode_experiment(const DecodeRequest& request) {
+  const SafetensorsFile file = SafetensorsFile::open(request.latents);
+  Config config = decode_config(request, file.metadata());
+  const CoreSettings settings = CoreSettings::from(config);
+  configure_console(settings.run.log_level, 0);
+  const PluginHost host(PluginHost::search_path(settings.plugin_path));
+  const c10::Device device = parse_device(request.device);
+  const std::shared_ptr<VideoDecoder> decoder = required_decoder(host, config, device, settings.run.seed);
+  if (!file.contains("latents"))
+    throw FileError(fmt::format("{}: holds no tensor 'latents'", request.latents.string()),
+                    "decode what `wanfw sample` wrote, or a file with the model's latents under 'latents'");
+  const at::Tensor latents = read_checked(file.tensor("latents"), TensorRole::input(), request.latents, "latents");
+  const auto started = std::chrono::steady_clock::now();
+  const at::Tensor video = decoder->decode(latents);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  spdlog::info("decoded {} sample(s) of {} latent frames to {} frames of {}x{} in {:.2f} s", video.size(0),
+               latents.size(2), video.size(2), video.size(3), video.size(4), seconds);
+  if (request.out.extension() == ".safetensors") {
+    write_safetensors(request.out, {{"video", video}}, {{"written_by", "wanfw decode"}});
+    spdlog::info("wrote the frames to {}", request.out.string());
+    return;
+  }
+  fs::create_directories(request.out);
+  for (std::int64_t i = 0; i < video.size(0); ++i)
+    write_videos(video.narrow(0, i, 1), request.out / fmt::format("sample-{}.mp4", i), decoder->fps());
+}
+
+}  // namespace wanfw

@@ -1,0 +1,166 @@
+"""Previews as video. A tiny Wan run with model.vae logs each preview sample to TensorBoard as an
+animated GIF and a strip of frames (read back with TensorBoard's own reader and PIL) and writes
+previews/step-N/sample-I.mp4 (read back with ffprobe and PyAV) beside its latents; the frames are
+those latents decoded by diffusers' AutoencoderKLWan, within what each format loses. `wanfw decode`
+(without a config) and `wanfw sample --video` write the same kind of file."""
+
+import io
+import json
+import subprocess
+
+import av
+import numpy as np
+import pytest
+import torch
+from conftest import base_config, wanfw, write_config
+from PIL import Image, ImageSequence
+from safetensors.torch import load_file, save_file
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from test_wan_vae import reference_vae
+
+LATENT_FRAMES, FRAMES, SIZE, FPS = 3, 9, 32, 16  # 1 + 4 (T - 1) frames of 8 x 4 pixels; Wan2.1's 16 fps
+# The random VAE's frames are busy (neighbouring pixels 28 levels of 255 apart on average), so the
+# formats' losses are judged where they keep detail: luma (BT.601), and each frame's mean colour.
+# yuv420p keeps luma at full resolution and chroma at half, and H.264 at CRF 18 quantises both:
+# luma measured 3.7 levels from the decoded frames on average, frame means within 1.7. A GIF frame's
+# 256-colour palette (median cut, entries the means of their pixels): luma 5.5, means within 0.2.
+# The bounds leave about 2x.
+MP4_LUMA_BOUND, GIF_LUMA_BOUND, FRAME_MEAN_BOUND = 7.0, 10.0, 4.0
+
+
+def wan_model(vae, **extra):
+    return {"name": "wan22_flow_matching", "preset": "tiny", "in_dim": 16, "out_dim": 16, "text_len": 4,
+            "preview_steps": 2, "sample_steps": 2, "vae": str(vae), **extra}
+
+
+def expected_frames(vae, latents):
+    """diffusers' decode of the model's (normalised) latents as uint8 frames [B, F, H, W, 3]."""
+    mean = torch.tensor(vae.config.latents_mean).view(1, -1, 1, 1, 1)
+    std = torch.tensor(vae.config.latents_std).view(1, -1, 1, 1, 1)
+    with torch.no_grad():
+        video = vae.decode(latents * std + mean).sample
+    return ((video.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).permute(0, 2, 3, 4, 1).numpy()
+
+
+def probe(path):
+    out = subprocess.run(["ffprobe", "-v", "error", "-select_streams", "v:0", "-count_frames", "-show_entries",
+                          "stream=codec_name,width,height,pix_fmt,nb_read_frames,r_frame_rate", "-of", "json",
+                          str(path)], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)["streams"][0]
+
+
+def mp4_frames(path):
+    with av.open(str(path)) as container:
+        return np.stack([frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)])
+
+
+def errors(frames, expected):
+    """(mean |diff| of BT.601 luma, the largest |diff| of a frame's mean colour), in levels of 255."""
+    frames, expected = frames.astype(np.float64), expected.astype(np.float64)
+    luma = np.array([0.299, 0.587, 0.114])
+    return (np.abs(frames @ luma - expected @ luma).mean(),
+            np.abs(frames.mean(axis=(1, 2)) - expected.mean(axis=(1, 2))).max())
+
+
+def assert_close(frames, expected, what, luma_bound=MP4_LUMA_BOUND):
+    assert frames.shape == expected.shape
+    luma, means = errors(frames, expected)
+    print(f"{what}: luma mean |diff| {luma:.2f}, frame mean colours within {means:.2f} levels")
+    assert luma <= luma_bound and means <= FRAME_MEAN_BOUND
+
+
+@pytest.fixture(scope="module")
+def preview_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("preview")
+    vae = reference_vae(tmp / "vae", "wan2.1")
+    config = base_config(tmp / "runs", model=wan_model(tmp / "vae"),
+                         data={"num_samples": 16, "batch_size": 2, "workers": 0,
+                               "buckets": [f"{LATENT_FRAMES}x4x4"]},
+                         trainer={"max_steps": 2, "log_every": 1, "progress": "lines"},
+                         validation={"every": 2, "num_samples": 4, "preview_samples": 2},
+                         checkpoint={"every": 0, "keep_last": 0},
+                         loggers=[{"name": "csv"}, {"name": "tensorboard", "flush_every": 1}])
+    result = wanfw("run", write_config(tmp / "wan.json", config), check=0)
+    run_dir = tmp / "runs" / "exp" / "version_0"
+    accumulator = EventAccumulator(str(run_dir), size_guidance={"images": 0})
+    accumulator.Reload()
+    return vae, run_dir, accumulator, result.stdout
+
+
+def preview_latents(run_dir, sample):
+    return load_file(run_dir / "previews" / "step-00000002" / f"sample-{sample}.safetensors")["latents"]
+
+
+@pytest.mark.parametrize("sample", [0, 1])
+def test_each_preview_sample_is_an_animated_gif_of_its_decoded_frames_in_tensorboard(preview_run, sample):
+    vae, run_dir, tb, _ = preview_run
+    images = tb.Images(f"preview/sample-{sample}")
+    assert [i.step for i in images] == [2]
+    gif = images[0].encoded_image_string
+    assert gif[:6] == b"GIF89a" and (images[0].width, images[0].height) == (SIZE, SIZE)
+    with Image.open(io.BytesIO(gif)) as image:
+        assert image.n_frames == FRAMES and image.size == (SIZE, SIZE)
+        assert image.info["duration"] == 60 and image.info["loop"] == 0  # 6 hundredths: GIF's nearest to 16 fps
+        frames = np.stack([np.asarray(f.convert("RGB")) for f in ImageSequence.Iterator(image)])
+    assert_close(frames, expected_frames(vae, preview_latents(run_dir, sample))[0], f"GIF sample {sample}",
+                 GIF_LUMA_BOUND)
+
+
+def test_the_preview_strip_is_eight_evenly_spaced_decoded_frames(preview_run):
+    vae, run_dir, tb, _ = preview_run
+    strip = tb.Images("preview/sample-0/frames")[0]
+    assert strip.encoded_image_string[:8] == b"\x89PNG\r\n\x1a\n"
+    with Image.open(io.BytesIO(strip.encoded_image_string)) as image:
+        pixels = np.asarray(image.convert("RGB"))
+    expected = expected_frames(vae, preview_latents(run_dir, 0))[0]
+    chosen = [0, 1, 2, 3, 5, 6, 7, 8]  # round(i * 8 / 7): first and last included
+    assert pixels.shape == (SIZE, 8 * SIZE, 3)
+    # Lossless PNG of the C++ decode, which equals diffusers' within 1e-4 before rounding: 1 level.
+    assert np.abs(pixels.astype(int) - np.concatenate(expected[chosen], axis=1).astype(int)).max() <= 1
+
+
+@pytest.mark.parametrize("sample", [0, 1])
+def test_each_preview_sample_is_an_mp4_of_its_decoded_frames_at_the_vaes_fps(preview_run, sample):
+    vae, run_dir, _, stdout = preview_run
+    path = run_dir / "previews" / "step-00000002" / f"sample-{sample}.mp4"
+    stream = probe(path)
+    assert (stream["codec_name"], stream["width"], stream["height"], stream["pix_fmt"]) == ("h264", SIZE, SIZE,
+                                                                                          "yuv420p")
+    assert int(stream["nb_read_frames"]) == FRAMES and stream["r_frame_rate"] == f"{FPS}/1"
+    assert_close(mp4_frames(path), expected_frames(vae, preview_latents(run_dir, sample))[0], f"mp4 sample {sample}")
+    assert "previews at step 2: 2 sample(s) decoded by" in stdout
+
+
+def test_wanfw_decode_writes_an_mp4_a_sample_without_a_config(tmp_path):
+    vae = reference_vae(tmp_path / "vae", "wan2.1")
+    latents = torch.randn(2, 16, LATENT_FRAMES, 4, 5, generator=torch.Generator().manual_seed(3))
+    save_file({"latents": latents}, tmp_path / "latents.safetensors")
+    wanfw("decode", tmp_path / "latents.safetensors", "--vae", tmp_path / "vae", "--model", "wan22_flow_matching",
+          "--out", tmp_path / "videos", check=0)
+    expected = expected_frames(vae, latents)
+    for i in range(2):
+        stream = probe(tmp_path / "videos" / f"sample-{i}.mp4")
+        assert (stream["width"], stream["height"], int(stream["nb_read_frames"])) == (40, SIZE, FRAMES)
+        assert_close(mp4_frames(tmp_path / "videos" / f"sample-{i}.mp4"), expected[i], f"decoded sample {i}")
+
+
+def test_wanfw_sample_video_decodes_what_it_samples_and_records_the_model_for_decode(tmp_path):
+    reference_vae(tmp_path / "vae", "wan2.1")
+    config = write_config(tmp_path / "wan.json", base_config(
+        tmp_path / "runs", model=wan_model(tmp_path / "vae"),
+        data={"num_samples": 4, "batch_size": 2, "workers": 0, "buckets": [f"{LATENT_FRAMES}x4x4"]}))
+    wanfw("sample", config, "--out", tmp_path / "s.safetensors", "--count", "2", "--video", tmp_path / "s.mp4",
+          check=0)
+    for i in range(2):
+        assert int(probe(tmp_path / f"s-{i}.mp4")["nb_read_frames"]) == FRAMES
+    # The latents name their model: `wanfw decode` needs no --model and writes the same videos.
+    wanfw("decode", tmp_path / "s.safetensors", "--vae", tmp_path / "vae", "--out", tmp_path / "again", check=0)
+    for i in range(2):
+        assert np.array_equal(mp4_frames(tmp_path / f"s-{i}.mp4"), mp4_frames(tmp_path / "again" / f"sample-{i}.mp4"))
+
+
+def test_wanfw_decode_without_the_model_or_a_config_is_refused_saying_what_to_pass(tmp_path):
+    save_file({"latents": torch.zeros(1, 16, 1, 2, 2)}, tmp_path / "latents.safetensors")
+    result = wanfw("decode", tmp_path / "latents.safetensors", "--vae", tmp_path / "vae", "--out", tmp_path / "out")
+    assert result.returncode == 2 and "does not say which model wrote it" in result.stderr
+    assert "--model NAME" in result.stderr
