@@ -18,7 +18,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${WANFW_BUILD_DIR:-$root/build}"
 case "$build" in /*) ;; *) build="$root/$build" ;; esac
 fuzz_build="$build/fuzz"
-all_targets=(safetensors_reader sharded_index piece_index config_loader dataset_manifest adapter_reader fp8_reader)
+all_targets=(safetensors_reader sharded_index piece_index config_loader dataset_manifest adapter_reader fp8_reader
+             vae_config)
 log() { printf '[wanfw fuzz] %s\n' "$*"; }
 
 build_only=0
@@ -63,7 +64,7 @@ if [ $coverage -eq 1 ]; then
       "$corpora/$t" "$root/tests/fuzz/corpus/$t" >"$fuzz_build/$t.log" 2>&1
     llvm-profdata merge -sparse "$fuzz_build/$t.profraw" -o "$fuzz_build/$t.profdata"
     log "$t: lines of wanfw's sources run by its corpus ($(ls "$corpora/$t" | wc -l) inputs + seeds)"
-    llvm-cov report "$fuzz_build/bin/fuzz_$t" -instr-profile="$fuzz_build/$t.profdata" "$root/core/src" "$root/libs/wan_dit/src" "$root/plugins/datasets/latent_shards/src" |
+    llvm-cov report "$fuzz_build/bin/fuzz_$t" -instr-profile="$fuzz_build/$t.profdata" "$root/core/src" "$root/libs/wan_dit/src" "$root/libs/wan_vae/src" "$root/plugins/datasets/latent_shards/src" |
       awk '$1 ~ /\.(cpp|hpp)$|^TOTAL$/ { printf "  %-26s lines %5d  missed %4d  %7s  branches %7s\n", $1, $8, $9, $10, $13 }' 
   done
   exit 0

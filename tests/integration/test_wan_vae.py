@@ -183,6 +183,20 @@ def test_weights_that_are_not_the_configs_vae_are_refused_naming_the_tensor(tmp_
     assert "a PyTorch pickle" in message and "st.save_file" in message
 
 
+@pytest.mark.parametrize("change, words", [
+    ({"z_dim": 100000}, "z_dim must be 1 to 1024, not 100000"),
+    ({"scale_factor_spatial": 16}, "4 blocks and patch_size 1 give 8 pixels a latent, scale_factor_spatial says 16"),
+    ({"latents_std": [1.0] * 15 + [0.0]}, "latent channel 15: mean -0.2921 and std 0 must be finite, the std positive"),
+    ({"dim_mult": [1, 2, 4, 4, 4, 4, 4, 4, 4], "temperal_downsample": [False] * 8}, "9 dim_mult entries (2 to 8)"),
+])
+def test_a_config_whose_dimensions_do_not_fit_is_refused_saying_which(tmp_path, change, words):
+    import json
+    reference_vae(tmp_path / "vae", "wan2.1")
+    config = json.loads((tmp_path / "vae" / "config.json").read_text())
+    (tmp_path / "vae" / "config.json").write_text(json.dumps({**config, **change}))
+    assert words in tool_error(tmp_path, tmp_path / "vae")
+
+
 def decode_config(tmp_path, **model):
     model = {"name": "wan22_flow_matching", "preset": "tiny", **model}
     return write_config(tmp_path / "decode.json", base_config(tmp_path / "runs", model=model))

@@ -1,5 +1,7 @@
 #include "wan/vae/vae_config.hpp"
 
+#include <cmath>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -34,20 +36,40 @@ std::int64_t VaeConfig::frames(std::int64_t latent_frames) const {
 
 void VaeConfig::validate() const {
   const auto fail = [&](const std::string& what) { throw wanfw::Error(fmt::format("VAE {}: {}", name, what)); };
-  if (base_dim < 1 || decoder_base_dim < 1 || z_dim < 1 || num_res_blocks < 1) fail("widths and counts must be positive");
-  if (dim_mult.size() < 2 || temporal_downsample.size() + 1 != dim_mult.size())
-    fail(fmt::format("{} dim_mult entries need {} temperal_downsample entries", dim_mult.size(), dim_mult.size() - 1));
-  if (patch_size < 1 || in_channels != 3 * patch_size * patch_size || out_channels != in_channels)
+  // Bounds far above the released VAEs (widths 96 to 256, 16 or 48 latent channels), so that a
+  // config cannot ask for more than memory holds or overflow the arithmetic below.
+  const auto within = [&](const char* key, std::int64_t value, std::int64_t most) {
+    if (value < 1 || value > most) fail(fmt::format("{} must be 1 to {}, not {}", key, most, value));
+  };
+  within("base_dim", base_dim, 4096);
+  within("decoder_base_dim", decoder_base_dim, 4096);
+  within("z_dim", z_dim, 1024);
+  within("num_res_blocks", num_res_blocks, 16);
+  within("patch_size", patch_size, 8);
+  if (dim_mult.size() < 2 || dim_mult.size() > 8 || temporal_downsample.size() + 1 != dim_mult.size())
+    fail(fmt::format("{} dim_mult entries (2 to 8) need {} temperal_downsample entries", dim_mult.size(),
+                     dim_mult.size() - 1));
+  for (const std::int64_t m : dim_mult) within("each dim_mult", m, 16);
+  if (in_channels != 3 * patch_size * patch_size || out_channels != in_channels)
     fail(fmt::format("in_channels and out_channels must be 3 x patch_size^2 ({}), not {} and {}",
                      3 * patch_size * patch_size, in_channels, out_channels));
   if (static_cast<std::int64_t>(latents_mean.size()) != z_dim || static_cast<std::int64_t>(latents_std.size()) != z_dim)
     fail(fmt::format("latents_mean and latents_std need z_dim = {} values, not {} and {}", z_dim, latents_mean.size(),
                      latents_std.size()));
+  for (std::size_t i = 0; i < latents_mean.size(); ++i)
+    if (!std::isfinite(latents_mean[i]) || !std::isfinite(latents_std[i]) || !(latents_std[i] > 0))
+      fail(fmt::format("latent channel {}: mean {} and std {} must be finite, the std positive", i, latents_mean[i],
+                       latents_std[i]));
   std::int64_t temporal = 1;
   for (const bool down : temporal_downsample) temporal *= down ? 2 : 1;
   if (temporal != scale_factor_temporal)
     fail(fmt::format("temperal_downsample gives {} frames a latent, scale_factor_temporal says {}", temporal,
                      scale_factor_temporal));
+  // Each block but the last halves height and width, and the patchify divides them again.
+  const std::int64_t spatial = (std::int64_t{1} << (dim_mult.size() - 1)) * patch_size;
+  if (spatial != scale_factor_spatial)
+    fail(fmt::format("{} blocks and patch_size {} give {} pixels a latent, scale_factor_spatial says {}",
+                     dim_mult.size(), patch_size, spatial, scale_factor_spatial));
 }
 
 VaeConfig vae_preset(const std::string& name) {
