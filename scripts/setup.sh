@@ -49,12 +49,19 @@ pyver="$("$python_bin" -c 'import sys; print(f"{sys.version_info[0]}.{sys.versio
 key="$(cat "$req" | sha256sum | cut -c1-12)"
 cache="${WANFW_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/wanfw}"
 venv="$cache/venv-py$pyver-$key"
-if [ ! -f "$venv/.complete" ]; then
+# What training needs (the requirements above the tests' marker) first; the tests' packages when
+# the whole set-up runs. .complete marks an environment with both.
+if [ ! -f "$venv/.complete" ] && [ ! -f "$venv/.runtime-complete" ]; then
   log "creating Python environment $venv (one-time; downloads the pinned torch wheel)"
   rm -rf "$venv"
   mkdir -p "$cache"
   "$python_bin" -m venv "$venv"
   "$venv/bin/python" -m pip install -q --upgrade pip
+  "$venv/bin/python" -m pip install -q -r <(sed '/^# --- tests/q' "$req")
+  touch "$venv/.runtime-complete"
+fi
+if ! $runtime_only && [ ! -f "$venv/.complete" ]; then
+  log "installing the tests' Python packages into $venv"
   "$venv/bin/python" -m pip install -q -r "$req"
   touch "$venv/.complete"
 fi
