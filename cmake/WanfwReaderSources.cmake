@@ -11,9 +11,8 @@ set(WANFW_SAFETENSORS_SOURCES
   ${_core_src}/io/safetensors_header.cpp
   ${_core_src}/io/safetensors_index.cpp
   ${_core_src}/io/safetensors_writer.cpp)
-# The data set folder reader (manifest, shards: the latent_shards plugin's library) and what it
-# builds on.
-set(_shards_src ${CMAKE_CURRENT_LIST_DIR}/../plugins/datasets/latent_shards/src)
+# The data set folder reader (manifest, shards: libs/latent_shards) and what it builds on.
+set(_shards_src ${CMAKE_CURRENT_LIST_DIR}/../libs/latent_shards/src)
 set(WANFW_DATASET_SOURCES
   ${_core_src}/data/data.cpp
   ${_core_src}/data/sample_conform.cpp
