@@ -9,7 +9,8 @@ diffusers vae/ folder; the same latents [1, z, T, h, w] decoded by `wanfw decode
 machine. Time: the decode alone (wanfw's log line; diffusers' timed around `vae.decode`), the best
 of --repeat runs. Memory: each process's peak resident set (ru_maxrss, the median of the runs), and
 what decoding adds to it: the same process decoding one latent pixel of one frame instead (the
-weights loaded, the activations next to nothing). The outputs are compared too.
+weights loaded, the activations next to nothing), and the causal cache both keep between latent
+frames (diffusers' after decoding), a floor under what decoding adds. The outputs are compared too.
 """
 import argparse
 import os
@@ -39,11 +40,19 @@ DIFFUSERS = textwrap.dedent("""
     torch.set_grad_enabled(False)
     vae = AutoencoderKLWan.from_pretrained(sys.argv[1]).eval().to(sys.argv[4])
     z = load_file(sys.argv[2])["raw"].to(sys.argv[4])
+    cached = [0]
+    clear = vae.clear_cache
+    def measure_then_clear():  # the causal cache as decoding leaves it: each conv's last 2 input frames
+        held = getattr(vae, "_feat_map", None) or []
+        cached[0] = max(cached[0], sum(t.numel() * t.element_size() for t in held if isinstance(t, torch.Tensor)))
+        clear()
+    vae.clear_cache = measure_then_clear
     started = time.perf_counter()
     video = vae.decode(z).sample
     if sys.argv[4].startswith("cuda"):
         torch.cuda.synchronize()
     print(f"seconds {time.perf_counter() - started:.4f}")
+    print(f"cache {cached[0]}")
     save_file({"video": video.float().cpu().contiguous()}, sys.argv[3])
 """)
 
@@ -99,6 +108,8 @@ def main():
             best = min(float(re.search(seconds, out).group(1)) for out, _ in runs)
             peak = statistics.median(p for _, p in runs)
             results[name] = (best, peak, peak - loaded)
+            if name == "diffusers":
+                cache_mib = int(re.search(r"cache (\d+)", runs[0][0]).group(1)) / 2**20
             print(f"{name:10} decode {best:8.2f} s   peak RSS {peak:8.0f} MiB   decoding adds {results[name][2]:8.0f} MiB",
                   flush=True)
         a = load_file(tmp / "wanfw.safetensors")["video"]
@@ -111,6 +122,11 @@ def main():
                  else "- (loading peaks above decoding at this size)")
         print(f"wanfw / diffusers: time {results['wanfw'][0] / results['diffusers'][0]:.2f}x, "
               f"memory decoding adds {added} (peak RSS {results['wanfw'][1] / results['diffusers'][1]:.2f}x)")
+        # Both decoders keep the same causal cache (2 input frames of every causal conv) from one
+        # latent frame to the next: a floor under what any untiled decode adds.
+        print(f"the causal cache: {cache_mib:.0f} MiB, {cache_mib / max(results['diffusers'][2], 1):.2f}x of what "
+              f"decoding adds to diffusers; wanfw adds {results['wanfw'][2] - cache_mib:.0f} MiB beside it, "
+              f"diffusers {results['diffusers'][2] - cache_mib:.0f} MiB")
 
 
 if __name__ == "__main__":

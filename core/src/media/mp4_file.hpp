@@ -1,6 +1,7 @@
 #pragma once
-// Video files through FFmpeg's libavformat/libavcodec: frames to an mp4 that players, browsers
-// and editors open.
+// Video files: frames to an mp4 that players, browsers and editors open, through
+// libwanfw_mp4_writer (libs/mp4_writer: FFmpeg's libraries), which is opened the first time a
+// video is written, so processes that write none do not load FFmpeg.
 
 #include <cstdint>
 #include <filesystem>
