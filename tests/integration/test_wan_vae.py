@@ -185,6 +185,8 @@ def test_weights_that_are_not_the_configs_vae_are_refused_naming_the_tensor(tmp_
 
 @pytest.mark.parametrize("change, words", [
     ({"z_dim": 100000}, "z_dim must be 1 to 1024, not 100000"),
+    ({"dim_mult": [1, 2.5, 4, 4]}, "'dim_mult' is"),  # an integer field takes integers alone
+    ({"base_dim": 1e48}, "'base_dim' is"),
     ({"scale_factor_spatial": 16}, "4 blocks and patch_size 1 give 8 pixels a latent, scale_factor_spatial says 16"),
     ({"latents_std": [1.0] * 15 + [0.0]}, "latent channel 15: mean -0.2921 and std 0 must be finite, the std positive"),
     ({"dim_mult": [1, 2, 4, 4, 4, 4, 4, 4, 4], "temperal_downsample": [False] * 8}, "9 dim_mult entries (2 to 8)"),

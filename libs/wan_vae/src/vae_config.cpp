@@ -1,6 +1,8 @@
 #include "wan/vae/vae_config.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -104,13 +106,25 @@ VaeConfig read_vae_config(const std::filesystem::path& path) {
   if (!j.is_object()) fail("is not a JSON object");
   VaeConfig c = vae_preset("wan2.1-vae");
   c.name = path.string();
+  // Each value's JSON type is checked before converting: an integer field refuses 2.5 (and 1e48,
+  // whose conversion to an integer would be undefined), a flag anything but true and false.
+  const auto fits = [](const nlohmann::json& v, const auto& into) {
+    using T = std::decay_t<decltype(into)>;
+    const auto each = [&v](auto&& test) { return v.is_array() && std::all_of(v.begin(), v.end(), test); };
+    if constexpr (std::is_same_v<T, std::int64_t>) return v.is_number_integer();
+    else if constexpr (std::is_same_v<T, bool>) return v.is_boolean();
+    else if constexpr (std::is_same_v<T, std::vector<std::int64_t>>)
+      return each([](const nlohmann::json& e) { return e.is_number_integer(); });
+    else if constexpr (std::is_same_v<T, std::vector<bool>>)
+      return each([](const nlohmann::json& e) { return e.is_boolean(); });
+    else
+      return each([](const nlohmann::json& e) { return e.is_number(); });
+  };
   const auto read = [&](const char* key, auto& into) {
     if (!j.contains(key) || j.at(key).is_null()) return;
-    try {
-      j.at(key).get_to(into);
-    } catch (const nlohmann::json::exception&) {
+    if (!fits(j.at(key), into))
       fail(fmt::format("'{}' is {}, which is not what a Wan VAE takes", key, wanfw::describe_json(j.at(key))));
-    }
+    j.at(key).get_to(into);
   };
   read("base_dim", c.base_dim);
   c.decoder_base_dim = c.base_dim;
