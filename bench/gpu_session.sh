@@ -8,6 +8,7 @@
 #   bench/gpu_session.sh DEPS.tar.xz OUT [STAGE...]
 #     DEPS.tar.xz  scripts/pack-deps.sh's tarball (the C++ packages)
 #     STAGE        build kernels paths bench-1.3b bench-5b attention low-memory-check bench-low-memory
+#                  build-decode vae (the CLI and the model plugins alone; the VAE decode beside diffusers)
 #                  (default: build kernels paths bench-1.3b bench-5b attention, in this order)
 # Python packages the machine lacks (diffusers for the benchmarks) may sit as wheels in .whl/.
 set -uo pipefail
@@ -40,16 +41,19 @@ stage() {  # stage NAME SECONDS COMMAND...: runs it, logs it, one line in the su
   return "$rc"
 }
 
-build() {
-  mkdir -p "$deps" && tar xJf "$deps_tar" -C "$deps"
+build() {  # build [TARGET...]: the CLI, the unit tests and every plugin unless targets are named
+  [ -d "$deps/usr" ] || { mkdir -p "$deps" && tar xJf "$deps_tar" -C "$deps"; }
   local torch_prefix
   torch_prefix="$(python3 -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')"
-  # Warnings are counted, not fatal: a gcc 13 warning must not cost the rest of the session.
+  # Warnings are counted, not fatal: a gcc 13 warning must not cost the rest of the session. The
+  # machine has no FFmpeg: no mp4 writer (the benchmarks write frames, previews GIFs).
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DWANFW_WERROR=OFF -DTORCH_CUDA_ARCH_LIST=9.0 \
-    -DCMAKE_PREFIX_PATH="$deps/usr;$torch_prefix" -DWANFW_PYTHON="$(command -v python3)" >/dev/null || return 1
-  local targets
-  targets=(wanfw wanfw_unit_tests $(grep -rhoE 'wanfw_add_builtin_plugin\(\w+' plugins | sed 's/.*(//' | grep -v '_$'))
-  time cmake --build build -j16 -- -k 0 "${targets[@]}" >"$out/build.log" 2>&1
+    -DWANFW_MP4_WRITER=OFF -DCMAKE_PREFIX_PATH="$deps/usr;$torch_prefix" -DWANFW_PYTHON="$(command -v python3)" \
+    >/dev/null || return 1
+  local targets=("$@")
+  ((${#targets[@]})) ||
+    targets=(wanfw wanfw_unit_tests $(grep -rhoE 'wanfw_add_builtin_plugin\(\w+' plugins | sed 's/.*(//' | grep -v '_$'))
+  time cmake --build build -j16 -- -k 0 "${targets[@]}" >>"$out/build.log" 2>&1
   local rc=$?
   echo "warnings: $(grep -c 'warning:' "$out/build.log")"
   grep -A3 'warning:\|error:' "$out/build.log" | head -60
@@ -68,6 +72,14 @@ export deps deps_tar out
 for s in "${stages[@]}"; do
   case "$s" in
     build) stage build 300 build ;;
+    build-decode) stage build-decode 240 build wanfw wanfw_model_wan22_flow_matching ;;
+    vae)  # 81 frames at 480x832 (21 latent frames), each VAE, bf16 then fp32
+      for dtype in bfloat16 float32; do
+        for vae in wan2.1 wan2.2; do
+          stage "vae-$vae-$dtype" 150 python3 bench/vae_decode.py --vae "$vae" --frames 21 --video-size 480x832 \
+            --device cuda --dtype "$dtype" --repeat 1
+        done
+      done ;;
     kernels) stage kernels 90 kernels ;;
     paths) stage paths 150 python3 bench/gpu_paths.py --steps 40 ;;
     bench-1.3b) stage bench-1.3b 330 python3 bench/gpu_step.py --shape 1.3b --steps 4 --warmup 2 --profile 1 \

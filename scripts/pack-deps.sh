@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Packs the third-party C++ packages the build needs (headers, shared libraries, CMake package
-# files of Boost, yaml-cpp, spdlog, fmt, nlohmann-json, doctest, Gloo, zlib), as scripts/setup.sh
+# files of Boost, yaml-cpp, spdlog, fmt, nlohmann-json, doctest, Gloo, zlib, giflib), as scripts/setup.sh
 # installs them, into one relocatable tarball: for building wanfw on a machine that has a
 # compiler, CMake and a PyTorch but no package registry (an air-gapped GPU node, say).
 #
@@ -8,7 +8,7 @@
 #
 # On the other machine (x86-64 Linux, glibc >= this one's):
 #   mkdir -p deps && tar xJf OUT.tar.xz -C deps
-#   cmake -S . -B build -G Ninja -DCMAKE_PREFIX_PATH="$PWD/deps/usr;$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')"
+#   cmake -S . -B build -G Ninja -DWANFW_MP4_WRITER=OFF -DCMAKE_PREFIX_PATH="$PWD/deps/usr;$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')"
 #   cmake --build build
 #   LD_LIBRARY_PATH=$PWD/deps/usr/lib/x86_64-linux-gnu build/bin/wanfw run ...
 set -euo pipefail
@@ -18,7 +18,7 @@ out="$(realpath -m "$out")"
 # The -dev packages of scripts/setup.sh and the run-time libraries they link against.
 packages=(libboost1.74-dev libboost-filesystem1.74-dev libboost-filesystem1.74.0 libboost-system1.74-dev
           libboost-system1.74.0 libyaml-cpp-dev libyaml-cpp0.7 libspdlog-dev libspdlog1.10 libfmt-dev libfmt9
-          nlohmann-json3-dev doctest-dev libgloo-dev zlib1g-dev)
+          nlohmann-json3-dev doctest-dev libgloo-dev zlib1g-dev libgif-dev libgif7)
 stage="$(mktemp -d)"
 trap 'rm -rf "$stage"' EXIT
 for p in "${packages[@]}"; do

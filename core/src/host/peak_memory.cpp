@@ -20,6 +20,17 @@ double peak_gpu_memory_mib(const c10::Device& device) {
   return static_cast<double>(stats.allocated_bytes[aggregate].peak) / (1024.0 * 1024.0);
 }
 
+double gpu_memory_mib(const c10::Device& device) {
+  if (!device.is_cuda()) return 0;
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+  const auto aggregate = static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  return static_cast<double>(stats.allocated_bytes[aggregate].current) / (1024.0 * 1024.0);
+}
+
+void reset_gpu_peaks(const c10::Device& device) {
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+}
+
 double peak_gpu_reserved_bytes(const c10::Device& device) {
   if (!device.is_cuda()) return 0;
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());

@@ -20,14 +20,21 @@ using WriteMp4 = int (*)(const char* path, const std::uint8_t* rgb, std::int64_t
                          double fps, char* encoder, std::size_t encoder_size, char* error, std::size_t error_size,
                          char* hint, std::size_t hint_size);
 
-/// The writer, from the library beside libwanfw_core, opened the first time a video is written.
-WriteMp4 mp4_writer() {
+/// The writer, from the library beside libwanfw_core, opened the first time it is asked for; null
+/// (and `problem` says why) where this build has none.
+struct OpenedWriter {
+  WriteMp4 writer = nullptr;
+  std::string problem;
+};
+
+const OpenedWriter& opened_writer() {
   static std::once_flag once;
-  static WriteMp4 writer = nullptr;
-  static std::string problem;
+  static OpenedWriter opened;
   std::call_once(once, [] {
+    WriteMp4& writer = opened.writer;
+    std::string& problem = opened.problem;
     Dl_info self{};
-    if (dladdr(reinterpret_cast<const void*>(&mp4_writer), &self) == 0 || self.dli_fname == nullptr) {
+    if (dladdr(reinterpret_cast<const void*>(&opened_writer), &self) == 0 || self.dli_fname == nullptr) {
       problem = "cannot tell where libwanfw_core is";
       return;
     }
@@ -41,13 +48,21 @@ WriteMp4 mp4_writer() {
     writer = reinterpret_cast<WriteMp4>(::dlsym(handle, "wanfw_write_mp4"));
     if (writer == nullptr) problem = fmt::format("{} has no wanfw_write_mp4", library.string());
   });
-  if (writer == nullptr)
-    throw FileError(fmt::format("writing mp4 files: {}", problem),
-                    "build the wanfw_mp4_writer target (FFmpeg's libav* development packages; scripts/setup.sh)");
-  return writer;
+  return opened;
+}
+
+WriteMp4 mp4_writer() {
+  const OpenedWriter& opened = opened_writer();
+  if (opened.writer == nullptr)
+    throw FileError(fmt::format("writing mp4 files: {}", opened.problem),
+                    "build the wanfw_mp4_writer target: FFmpeg's libav* development packages "
+                    "(scripts/setup.sh), configured with -DWANFW_MP4_WRITER=ON (the default)");
+  return opened.writer;
 }
 
 }  // namespace
+
+bool mp4_writer_available() { return opened_writer().writer != nullptr; }
 
 Mp4Written write_mp4(const std::filesystem::path& path, const at::Tensor& frames, double fps) {
   if (frames.dim() != 4 || frames.size(3) != 3 || frames.scalar_type() != at::kByte || frames.size(0) < 1)

@@ -17,6 +17,10 @@ struct Mp4Written {
   std::int64_t width = 0, height = 0, frames = 0;
 };
 
+/// Whether this build can write mp4 files: libwanfw_mp4_writer sits beside libwanfw_core (a build
+/// configured with -DWANFW_MP4_WRITER=OFF, for a machine without FFmpeg, has none).
+bool mp4_writer_available();
+
 /// Writes frames [F, H, W, 3] uint8 (RGB, on the CPU) to `path` as an mp4 playing at `fps`.
 /// H.264 (libx264, CRF 18, yuv420p) where this libavcodec has it, else MPEG-4 part 2 (qscale 2).
 /// yuv420p halves chroma, so an odd width or height gets its last column or row repeated. The

@@ -7,6 +7,7 @@
 
 #include "config/core_sections.hpp"
 #include "host/console.hpp"
+#include "host/peak_memory.hpp"
 #include "media/mp4_file.hpp"
 #include "media/video_frames.hpp"
 #include "wanfw/error.hpp"
@@ -90,11 +91,16 @@ void decode_experiment(const DecodeRequest& request) {
     throw FileError(fmt::format("{}: holds no tensor 'latents'", request.latents.string()),
                     "decode what `wanfw sample` wrote, or a file with the model's latents under 'latents'");
   const at::Tensor latents = read_checked(file.tensor("latents"), TensorRole::input(), request.latents, "latents");
+  const double weights_mib = gpu_memory_mib(device);
+  reset_gpu_peaks(device);
   const auto started = std::chrono::steady_clock::now();
-  const at::Tensor video = decoder->decode(latents);
+  const at::Tensor video = decoder->decode(latents);  // on the CPU: the device is done with it
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   spdlog::info("decoded {} sample(s) of {} latent frames to {} frames of {}x{} in {:.2f} s", video.size(0),
                latents.size(2), video.size(2), video.size(3), video.size(4), seconds);
+  if (device.is_cuda())
+    spdlog::info("GPU memory: the decoder holds {:.0f} MiB; decoding peaked at {:.0f} MiB, {:.0f} MiB above it",
+                 weights_mib, peak_gpu_memory_mib(device), peak_gpu_memory_mib(device) - weights_mib);
   if (request.out.extension() == ".safetensors") {
     write_safetensors(request.out, {{"video", video}}, {{"written_by", "wanfw decode"}});
     spdlog::info("wrote the frames to {}", request.out.string());

@@ -1,8 +1,10 @@
 #include "train/preview_video.hpp"
 
 #include <chrono>
+#include <mutex>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
 #include "media/mp4_file.hpp"
@@ -22,7 +24,15 @@ double show_preview_video(std::int64_t step, const std::string& name, const at::
                             decoder.describe(), c10::str(video.sizes())));
   const at::Tensor frames = video_frames(video[0]);
   std::filesystem::create_directories(folder);
-  write_mp4(folder / (name + ".mp4"), frames, decoder.fps());
+  if (mp4_writer_available()) {
+    write_mp4(folder / (name + ".mp4"), frames, decoder.fps());
+  } else {
+    static std::once_flag warned;
+    std::call_once(warned, [] {
+      spdlog::warn("this wanfw was built without its mp4 writer (-DWANFW_MP4_WRITER=OFF): previews go to the "
+                   "loggers and their latents to the run folder, with no mp4");
+    });
+  }
   // The latents too, for `wanfw decode` (another VAE, another dtype) or the user's own tools.
   write_safetensors(folder / (name + ".safetensors"), {{"latents", latents.detach().cpu().contiguous()}},
                     {{"written_by", "wanfw preview"}});
