@@ -91,6 +91,7 @@ def preview_latents(run_dir, sample):
     return load_file(run_dir / "previews" / "step-00000002" / f"sample-{sample}.safetensors")["latents"]
 
 
+@pytest.mark.every_vector_unit
 @pytest.mark.parametrize("sample", [0, 1])
 def test_each_preview_sample_is_an_animated_gif_of_its_decoded_frames_in_tensorboard(preview_run, sample):
     vae, run_dir, tb, _ = preview_run
@@ -106,6 +107,7 @@ def test_each_preview_sample_is_an_animated_gif_of_its_decoded_frames_in_tensorb
                  GIF_LUMA_BOUND)
 
 
+@pytest.mark.every_vector_unit
 def test_the_preview_strip_is_eight_evenly_spaced_decoded_frames(preview_run):
     vae, run_dir, tb, _ = preview_run
     strip = tb.Images("preview/sample-0/frames")[0]
@@ -119,6 +121,7 @@ def test_the_preview_strip_is_eight_evenly_spaced_decoded_frames(preview_run):
     assert np.abs(pixels.astype(int) - np.concatenate(expected[chosen], axis=1).astype(int)).max() <= 1
 
 
+@pytest.mark.every_vector_unit
 @pytest.mark.parametrize("sample", [0, 1])
 def test_each_preview_sample_is_an_mp4_of_its_decoded_frames_at_the_vaes_fps(preview_run, sample):
     vae, run_dir, _, stdout = preview_run
@@ -131,6 +134,7 @@ def test_each_preview_sample_is_an_mp4_of_its_decoded_frames_at_the_vaes_fps(pre
     assert "previews at step 2: 2 sample(s) decoded by" in stdout
 
 
+@pytest.mark.every_vector_unit
 def test_wanfw_decode_writes_an_mp4_a_sample_without_a_config(tmp_path):
     vae = reference_vae(tmp_path / "vae", "wan2.1")
     latents = torch.randn(2, 16, LATENT_FRAMES, 4, 5, generator=torch.Generator().manual_seed(3))
@@ -144,6 +148,7 @@ def test_wanfw_decode_writes_an_mp4_a_sample_without_a_config(tmp_path):
         assert_close(mp4_frames(tmp_path / "videos" / f"sample-{i}.mp4"), expected[i], f"decoded sample {i}")
 
 
+@pytest.mark.every_vector_unit
 def test_wanfw_sample_video_decodes_what_it_samples_and_records_the_model_for_decode(tmp_path):
     reference_vae(tmp_path / "vae", "wan2.1")
     config = write_config(tmp_path / "wan.json", base_config(
