@@ -136,7 +136,14 @@ const std::vector<std::pair<std::string, OptionSchema>>& core_schemas() {
                  "models: latent channels 0-2 in false colour)."),
         option("preview_samples", T::Integer)
             .value("1")
-            .doc("Held-out samples previewed at each validation (their text and shape; 1 to 16).")}},
+            .doc("Samples previewed at each validation, 1 to 16: the first held-out samples (their text and shape), "
+                 "or the first prompts of preview_prompts."),
+        option("preview_prompts", T::String)
+            .value("\"\"")
+            .doc("A data set folder of prompts (tools/encode_dataset.py --prompts: text embeddings alone) whose first "
+                 "preview_samples prompts are previewed instead of held-out samples, as prompt-N; the video's shape "
+                 "comes from the model (the Wan models: model.sample_size). The data set plugin latent_shards reads it; "
+                 "relative paths are taken from where wanfw runs.")}},
       {"precision",
        {option("mode", T::Choice)
             .value("fp32")

@@ -74,7 +74,8 @@ struct ValidationSettings {
   std::int64_t num_samples = 16;
   std::int64_t batch_size = 0;  ///< 0: data.batch_size
   bool preview = true;          ///< log the model's previews at each validation
-  std::int64_t preview_samples = 1;  ///< held-out samples previewed
+  std::int64_t preview_samples = 1;  ///< held-out samples (or preview prompts) previewed
+  std::string preview_prompts;       ///< a data set folder of prompts previewed instead; empty: none
 };
 
 /// The block_swap section (the core's units runtime streams the model's blocks: units/block_swap.hpp).

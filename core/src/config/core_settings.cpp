@@ -151,6 +151,7 @@ CoreSettings CoreSettings::from(Config& config) {
   s.validation.batch_size = validation.integer("batch_size");
   s.validation.preview = validation.boolean("preview");
   s.validation.preview_samples = validation.integer("preview_samples");
+  s.validation.preview_prompts = validation.string("preview_prompts");
   require_positive(validation, "every", s.validation.every, 0);
   require_range(validation, "num_samples", s.validation.num_samples, 1, kMaxSamples);
   require_range(validation, "batch_size", s.validation.batch_size, 0, kMaxSamples);

@@ -1,5 +1,8 @@
 #include "data/training_data.hpp"
 
+#include <algorithm>
+#include <string>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -20,19 +23,21 @@ std::vector<std::string> padded_fields(const std::vector<FieldSpec>& fields) {
 }  // namespace
 
 TrainingData::TrainingData(const CoreSettings& settings, std::vector<FieldSpec> fields,
-                           std::shared_ptr<Dataset> training, SourceLocation data_section)
+                           std::shared_ptr<Dataset> training, SourceLocation data_section,
+                           std::shared_ptr<Dataset> preview_prompts)
     : settings_(settings), fields_(std::move(fields)), data_section_(std::move(data_section)),
-      training_(std::move(training)) {
+      training_(std::move(training)), preview_prompts_(std::move(preview_prompts)) {
   if (training_->size() < 1)
     throw DataError(fmt::format("the data set holds no samples ({})", training_->summary()),
                     "check data.path, or the data set plugin's options");
   if (settings_.validation.every > 0) {
     validation_ = training_->validation_set(settings_.validation.num_samples, validation_seed(settings_.run.seed));
-    if (!validation_)
+    if (!validation_ && !preview_prompts_)  // preview prompts alone: previews without scores
       throw ConfigError(data_section_,
                         fmt::format("validation.every is {}, but the data set has no validation set ({})",
                                     settings_.validation.every, training_->summary()),
-                        "give the data set one (latent_shards: validation_path), or set validation.every: 0");
+                        "give the data set one (latent_shards: validation_path), name validation.preview_prompts "
+                        "to preview without scores, or set validation.every: 0");
   }
 }
 
@@ -79,17 +84,24 @@ std::vector<std::vector<std::int64_t>> TrainingData::validation_batches(int rank
   return batches;
 }
 
-Batch TrainingData::batch_of(const Dataset& dataset, const std::vector<std::int64_t>& indices,
-                             std::uint64_t seed) const {
+std::vector<FieldSpec> TrainingData::prompt_fields(const std::vector<FieldSpec>& fields) {
+  std::vector<FieldSpec> kept;
+  for (const auto& field : fields)
+    if (field.name != "latents") kept.push_back(field);
+  return kept;
+}
+
+Batch TrainingData::batch_of(const Dataset& dataset, const std::vector<std::int64_t>& indices, std::uint64_t seed,
+                             const std::vector<FieldSpec>& fields) const {
   std::vector<Sample> samples;
   samples.reserve(indices.size());
   for (const std::int64_t index : indices) {
     const Bucket& bucket = dataset.buckets()[static_cast<std::size_t>(dataset.bucket_of(index))];
     Sample sample = dataset.get(index);
-    if (!fields_.empty()) sample = conform_sample(std::move(sample), fields_, bucket, dataset.describe_sample(index));
+    if (!fields.empty()) sample = conform_sample(std::move(sample), fields, bucket, dataset.describe_sample(index));
     samples.push_back(std::move(sample));
   }
-  Batch batch = collate(samples, padded_fields(fields_));
+  Batch batch = collate(samples, padded_fields(fields));
   batch.sample_ids = indices;
   batch.epoch = 0;
   batch.seed = seed;
@@ -97,7 +109,21 @@ Batch TrainingData::batch_of(const Dataset& dataset, const std::vector<std::int6
 }
 
 Batch TrainingData::validation_batch(const std::vector<std::int64_t>& indices) const {
-  return batch_of(*validation_, indices, validation_seed(settings_.run.seed));
+  return batch_of(*validation_, indices, validation_seed(settings_.run.seed), fields_);
+}
+
+std::int64_t TrainingData::preview_count() const {
+  const Dataset* set = preview_prompts_ ? preview_prompts_.get() : validation_.get();
+  return set ? std::min<std::int64_t>(settings_.validation.preview_samples, set->size()) : 0;
+}
+
+Batch TrainingData::preview_batch(std::int64_t i) const {
+  if (!preview_prompts_) return validation_batch({i});
+  return batch_of(*preview_prompts_, {i}, validation_seed(settings_.run.seed), prompt_fields(fields_));
+}
+
+std::string TrainingData::preview_name(std::int64_t i) const {
+  return fmt::format("{}-{}", preview_prompts_ ? "prompt" : "sample", i);
 }
 
 Batch TrainingData::first_training_samples(std::int64_t count) const {
@@ -105,7 +131,7 @@ Batch TrainingData::first_training_samples(std::int64_t count) const {
   const std::int64_t bucket = training_->bucket_of(0);
   for (std::int64_t i = 0; i < training_->size() && static_cast<std::int64_t>(indices.size()) < count; ++i)
     if (training_->bucket_of(i) == bucket) indices.push_back(i);
-  return batch_of(*training_, indices, settings_.run.seed);
+  return batch_of(*training_, indices, settings_.run.seed, fields_);
 }
 
 }  // namespace wanfw

@@ -19,10 +19,15 @@ namespace wanfw {
 class TrainingData {
  public:
   /// `training`: the data set plugin's set; `fields`: what the model declared; `data_section`: where
-  /// the config's data section was written (errors about it point there). Builds the validation
-  /// set when the run validates.
+  /// the config's data section was written (errors about it point there); `preview_prompts`: the
+  /// set validation.preview_prompts names (its samples carry prompt_fields), or null. Builds the
+  /// validation set when the run validates.
   TrainingData(const CoreSettings& settings, std::vector<FieldSpec> fields, std::shared_ptr<Dataset> training,
-               SourceLocation data_section);
+               SourceLocation data_section, std::shared_ptr<Dataset> preview_prompts = nullptr);
+
+  /// What a preview prompt carries: the model's fields but `latents` (the model takes the shape of
+  /// its video from elsewhere).
+  static std::vector<FieldSpec> prompt_fields(const std::vector<FieldSpec>& fields);
 
   const std::shared_ptr<Dataset>& training_set() const { return training_; }
   /// Null when the run does not validate.
@@ -42,18 +47,28 @@ class TrainingData {
   /// Validation samples `indices` (one bucket) as one batch: keyed by the validation seed at
   /// epoch 0, so every validation draws the same noise for a sample.
   Batch validation_batch(const std::vector<std::int64_t>& indices) const;
+  /// How many samples a preview shows: validation.preview_samples, at most the prompts of
+  /// validation.preview_prompts or else the held-out samples.
+  std::int64_t preview_count() const;
+  /// Preview `i` as a batch of one: prompt i of validation.preview_prompts, else held-out sample i
+  /// (keyed like validation_batch).
+  Batch preview_batch(std::int64_t i) const;
+  /// Its name in tags and files: prompt-<i>, else sample-<i>.
+  std::string preview_name(std::int64_t i) const;
   /// Up to `count` samples from the start of the training set that share the first sample's
   /// bucket, as one batch (conditioning for `wanfw sample`).
   Batch first_training_samples(std::int64_t count) const;
 
  private:
-  Batch batch_of(const Dataset& dataset, const std::vector<std::int64_t>& indices, std::uint64_t seed) const;
+  Batch batch_of(const Dataset& dataset, const std::vector<std::int64_t>& indices, std::uint64_t seed,
+                 const std::vector<FieldSpec>& fields) const;
 
   CoreSettings settings_;
   std::vector<FieldSpec> fields_;
   SourceLocation data_section_;
   std::shared_ptr<Dataset> training_;
   std::shared_ptr<Dataset> validation_;
+  std::shared_ptr<Dataset> preview_prompts_;
 };
 
 }  // namespace wanfw

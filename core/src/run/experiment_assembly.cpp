@@ -29,6 +29,32 @@ at::ScalarType compute_dtype(PrecisionMode mode) {
   return at::kFloat;
 }
 
+/// The set validation.preview_prompts names, read by the latent_shards plugin with the model's
+/// fields but its latents; null when none is named or the model was only described.
+std::shared_ptr<Dataset> open_preview_prompts(Experiment& e, const PluginContext& data_context) {
+  const std::string& path = e.settings.validation.preview_prompts;
+  if (path.empty() || !e.model) return nullptr;
+  const SourceLocation where = e.config.where("validation.preview_prompts");
+  if (e.settings.validation.every <= 0)
+    throw ConfigError(where, "validation.preview_prompts are previewed at each validation, and validation.every is 0",
+                      "set validation.every to how often to validate and preview");
+  std::string quoted = "'";
+  for (const char c : path) quoted += c == '\'' ? std::string("''") : std::string(1, c);
+  quoted += "'";
+  Config section = Config::parse(fmt::format("preview_prompts:\n  name: latent_shards\n  path: {}\n", quoted),
+                                 "validation.preview_prompts");
+  PluginContext context = data_context;
+  context.fields = TrainingData::prompt_fields(data_context.fields);
+  try {
+    return e.host->make_dataset(section, "preview_prompts", "latent_shards", {}, context);
+  } catch (const Error& error) {
+    const std::string what = error.what();
+    const std::string problem = what.substr(0, what.find("\n  hint:"));  // its hint speaks of data.path
+    throw ConfigError(where, fmt::format("the preview prompts cannot be read: {}", problem),
+                      "name a folder written by tools/encode_dataset.py --prompts with the model's text encoder");
+  }
+}
+
 }  // namespace
 
 TrainingLayout training_layout(const Config& config, const CoreSettings& settings, int gpus) {
@@ -138,7 +164,9 @@ Experiment assemble(const RunRequest& request, ModelAssembly assembly) {
       for (const auto& spec : schema) core_keys.push_back(spec.name);
   std::shared_ptr<Dataset> dataset =
       e.host->make_dataset(e.config, "data", e.settings.data.name, core_keys, data_context);
-  e.data = std::make_unique<TrainingData>(e.settings, data_context.fields, std::move(dataset), e.config.where("data"));
+  std::shared_ptr<Dataset> preview_prompts = open_preview_prompts(e, data_context);
+  e.data = std::make_unique<TrainingData>(e.settings, data_context.fields, std::move(dataset), e.config.where("data"),
+                                          std::move(preview_prompts));
   e.resolved_yaml = e.config.resolved_yaml();
   return e;
 }

@@ -34,10 +34,12 @@ Validation::Validation(const CoreSettings& settings, const TrainingData& data, M
 
 bool Validation::due(std::int64_t step, std::int64_t total_steps) const {
   const std::int64_t every = settings_.validation.every;
-  return data_.validation_set() && every > 0 && (step % every == 0 || step == total_steps);
+  return (data_.validation_set() || data_.preview_count() > 0) && every > 0 &&
+         (step % every == 0 || step == total_steps);
 }
 
 std::map<std::string, double> Validation::run(std::int64_t step) {
+  if (!data_.validation_set()) return {};  // preview prompts alone: nothing held out to score
   const auto started = std::chrono::steady_clock::now();
   const Dataset& set = *data_.validation_set();
   std::map<std::string, double> sums;
@@ -72,19 +74,18 @@ void Validation::previews(std::int64_t step, LoggerSet& loggers, const DecoderFa
   const std::shared_ptr<VideoDecoder> decoder = make_decoder ? make_decoder() : nullptr;
   if (!decoder && loggers.empty()) return;
   const std::filesystem::path folder = run_dir / "previews" / fmt::format("step-{:08d}", step);
-  const auto count = std::min<std::int64_t>(settings_.validation.preview_samples,
-                                            static_cast<std::int64_t>(data_.validation_set()->size()));
+  const std::int64_t count = data_.preview_count();
   double decoding = 0;
   bool videos = false;
   for (std::int64_t i = 0; i < count; ++i) {
-    const Batch batch = data_.validation_batch({i}).to(strategy_.device());
+    const Batch batch = data_.preview_batch(i).to(strategy_.device());
     const std::uint64_t seed = settings_.run.seed + static_cast<std::uint64_t>(i);
     EvaluationScope scope(model_);
     SeededGenerators seeded(seed);
     if (decoder) {
       const at::Tensor latents = model_.preview_sample(batch, seed);
       if (latents.defined()) {
-        decoding += show_preview_video(step, fmt::format("sample-{}", i), latents, *decoder, loggers, folder);
+        decoding += show_preview_video(step, data_.preview_name(i), latents, *decoder, loggers, folder);
         videos = true;
         continue;
       }

@@ -24,7 +24,8 @@ class Validation {
   /// Every rank scores its shard (padded to equal length, so collectives stay matched); returns
   /// "val/<metric>" averaged over samples and ranks.
   std::map<std::string, double> run(std::int64_t step);
-  /// The main process's previews of the first `validation.preview_samples` held-out samples: with
+  /// The main process's previews of the first `validation.preview_samples` held-out samples (or
+  /// prompts of validation.preview_prompts; TrainingData::preview_batch): with
   /// a decoder from `make_decoder`, videos (preview_video.hpp) into `run_dir`/previews/step-N/;
   /// else the model's preview images, to the loggers. The other ranks return at once.
   void previews(std::int64_t step, LoggerSet& loggers, const DecoderFactory& make_decoder,

@@ -210,10 +210,19 @@ torch::Tensor renoise_noise(std::uint64_t seed, std::int64_t step, at::IntArrayR
   return torch::randn(shape, generator, torch::TensorOptions().dtype(torch::kFloat32));
 }
 
-std::map<std::string, at::Tensor> preview_inputs(const wanfw::Batch& batch, Task task) {
-  const torch::Tensor latents = batch.at("latents").narrow(0, 0, 1);
-  std::map<std::string, at::Tensor> inputs = {{"context", batch.at("context").narrow(0, 0, 1)}, {"latents", latents}};
-  if (keeps_first_frame(task, latents)) inputs["image"] = latents.select(2, 0);
+std::map<std::string, at::Tensor> preview_inputs(const wanfw::Batch& batch, Task task,
+                                                 const std::optional<wanfw::Bucket>& sample_size) {
+  std::map<std::string, at::Tensor> inputs = {{"context", batch.at("context").narrow(0, 0, 1)}};
+  if (batch.fields.count("latents")) {  // a held-out sample: its shape (and ti2v: its first frame)
+    const torch::Tensor latents = batch.at("latents").narrow(0, 0, 1);
+    inputs["latents"] = latents;
+    if (keeps_first_frame(task, latents)) inputs["image"] = latents.select(2, 0);
+  } else if (!sample_size) {
+    throw wanfw::Error("previewing a prompt (validation.preview_prompts) needs the video's shape: model.sample_size "
+                       "is not set",
+                       "set model.sample_size to the latent FRAMESxHEIGHTxWIDTH of the preview videos, e.g. 21x60x104 "
+                       "for 81 frames of 480x832 with the Wan2.1 VAE");
+  }
   if (task == Task::I2V) inputs["image_condition"] = batch.at("image_condition").narrow(0, 0, 1);
   return inputs;
 }

@@ -27,15 +27,19 @@ torch::Tensor distill_noise(const wanfw::Batch& batch, const std::optional<wanfw
     shape = batch.at("latents").sizes().slice(1).vec();
   } else if (batch.fields.count("image_condition")) {
     shape = batch.at("image_condition").sizes().slice(1).vec();
-  } else {
+  } else if (latent_size) {
     shape = {channels, latent_size->frames, latent_size->height, latent_size->width};
+  } else {  // a preview prompt of a run that trains on data
+    throw wanfw::Error("the batch has no latents to take the video's shape from (a preview prompt, "
+                       "validation.preview_prompts), and model.latent_size is not set",
+                       "set model.latent_size to the latent FRAMESxHEIGHTxWIDTH of the preview videos");
   }
   return wanfw::sample_randn(batch, "noise", shape, torch::kFloat32);
 }
 
 std::map<std::string, at::Tensor> preview_conditioning(const wanfw::Batch& batch, wan::Task task,
                                                        const torch::Tensor& noise) {
-  if (batch.fields.count("latents")) return wan::preview_inputs(batch, task);
+  if (batch.fields.count("latents")) return wan::preview_inputs(batch, task, std::nullopt);
   std::map<std::string, at::Tensor> inputs = {{"context", batch.at("context").narrow(0, 0, 1)},
                                               {"noise", noise.narrow(0, 0, 1)}};
   if (task == wan::Task::I2V) inputs["image_condition"] = batch.at("image_condition").narrow(0, 0, 1);

@@ -154,7 +154,7 @@ std::map<std::string, at::Tensor> WanFlowMatchingModel::preview(const wanfw::Bat
 }
 
 at::Tensor WanFlowMatchingModel::preview_sample(const wanfw::Batch& batch, std::uint64_t seed) {
-  return draw(wan::preview_inputs(batch, settings_.task), seed, settings_.sampler.preview_steps).at("latents");
+  return draw(wan::preview_inputs(batch, settings_.task, settings_.sampler.size), seed, settings_.sampler.preview_steps).at("latents");
 }
 
 std::map<std::string, at::Tensor> WanFlowMatchingModel::draw(const std::map<std::string, at::Tensor>& inputs,

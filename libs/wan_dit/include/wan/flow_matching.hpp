@@ -134,8 +134,10 @@ std::map<std::string, at::Tensor> per_timestep(const std::vector<double>& timest
                                                const std::function<at::Tensor(double sigma)>& metric);
 
 /// The inputs of a preview sample from a validation batch's first sample (its shape, its text,
-/// its first frame for ti2v, its image_condition for i2v).
-std::map<std::string, at::Tensor> preview_inputs(const wanfw::Batch& batch, Task task);
+/// its first frame for ti2v, its image_condition for i2v). A batch without latents (a preview
+/// prompt) gives its text alone, its shape then being `sample_size`; throws when that is unset.
+std::map<std::string, at::Tensor> preview_inputs(const wanfw::Batch& batch, Task task,
+                                                 const std::optional<wanfw::Bucket>& sample_size);
 
 /// A latent video [C, F, H, W] as one image [H, F*W, 3] uint8: channels 0-2 (or the only one) as
 /// false-colour RGB, each stretched to its range, frames side by side, ~128 pixels high.
