@@ -169,3 +169,17 @@ def test_wanfw_decode_without_the_model_or_a_config_is_refused_saying_what_to_pa
     result = wanfw("decode", tmp_path / "latents.safetensors", "--vae", tmp_path / "vae", "--out", tmp_path / "out")
     assert result.returncode == 2 and "does not say which model wrote it" in result.stderr
     assert "--model NAME" in result.stderr
+
+
+@pytest.mark.parametrize("case, words", [("missing", "no such file or folder"),
+                                         ("wider", "is a VAE of 16 latent channels; this model's latents have 48")])
+def test_a_vae_the_model_cannot_use_is_refused_by_validate_and_run_before_training(tmp_path, case, words):
+    reference_vae(tmp_path / "vae", "wan2.1")
+    model = (wan_model(tmp_path / "absent") if case == "missing"
+             else wan_model(tmp_path / "vae", in_dim=48, out_dim=48))
+    config = write_config(tmp_path / "wan.json", base_config(tmp_path / "runs", model=model,
+                                                             data={"buckets": [f"{LATENT_FRAMES}x4x4"]}))
+    for command in ("validate", "run"):
+        result = wanfw(command, config)
+        assert result.returncode == 2 and "model.vae" in result.stderr and words in result.stderr, result.stderr
+        assert "step 1" not in result.stdout

@@ -51,6 +51,22 @@ std::vector<wanfw::OptionSpec> vae_options() {
   };
 }
 
+void check_vae_option(const wanfw::Options& o, std::int64_t latent_channels) {
+  const std::string path = o.string("vae");
+  if (path.empty()) return;
+  VaeConfig config;
+  try {
+    config = inspect_vae(path);
+  } catch (const wanfw::FileError& e) {
+    o.fail("vae", e.what());
+  }
+  if (config.z_dim != latent_channels)
+    o.fail("vae",
+           fmt::format("{} is a VAE of {} latent channels; this model's latents have {}", path, config.z_dim,
+                       latent_channels),
+           "use the VAE the model was trained with: Wan2.1's for Wan2.1 and the A14B models, Wan2.2's for TI2V-5B");
+}
+
 std::unique_ptr<wanfw::VideoDecoder> make_vae_decoder(const wanfw::Options& o, const wanfw::PluginContext& context) {
   const std::string path = o.string("vae");
   if (path.empty()) return nullptr;  // previews stay latent images

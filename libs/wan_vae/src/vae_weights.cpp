@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -54,9 +55,14 @@ void release_pages(const at::Tensor& mapped) {
   if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
 }
 
-}  // namespace
+/// A VAE's weights file, opened (its header), and its config.
+struct VaeSource {
+  fs::path weights;
+  wanfw::SafetensorsCheckpoint file;
+  VaeConfig config;
+};
 
-WanVae load_vae(const fs::path& path, at::ScalarType dtype, const c10::Device& device) {
+VaeSource open_vae(const fs::path& path) {
   const std::string ext = path.extension().string();
   if (ext == ".pth" || ext == ".pt" || ext == ".ckpt")
     throw wanfw::FileError(fmt::format("{}: a PyTorch pickle; wanfw reads VAE weights from safetensors only", path.string()),
@@ -66,7 +72,7 @@ WanVae load_vae(const fs::path& path, at::ScalarType dtype, const c10::Device& d
                            "point it at diffusers' vae/ folder, a pipeline folder, or a VAE safetensors file");
   const std::optional<fs::path> folder = config_folder(path);
   const fs::path weights = fs::is_directory(path) && folder ? *folder : path;
-  const wanfw::SafetensorsCheckpoint file = wanfw::SafetensorsCheckpoint::open(weights);
+  wanfw::SafetensorsCheckpoint file = wanfw::SafetensorsCheckpoint::open(weights);
   VaeConfig config;
   if (folder) {
     config = read_vae_config(*folder / "config.json");
@@ -83,7 +89,15 @@ WanVae load_vae(const fs::path& path, at::ScalarType dtype, const c10::Device& d
                              "give the VAE's config.json beside the file");
     config = vae_preset(z == 16 ? "wan2.1-vae" : "wan2.2-vae");
   }
+  return VaeSource{weights, std::move(file), std::move(config)};
+}
 
+}  // namespace
+
+VaeConfig inspect_vae(const fs::path& path) { return open_vae(path).config; }
+
+WanVae load_vae(const fs::path& path, at::ScalarType dtype, const c10::Device& device) {
+  const auto [weights, file, config] = open_vae(path);
   WanVae vae(config);
   std::map<std::string, std::string> source;  // diffusers name -> name in the file
   for (const std::string& name : file.names()) {

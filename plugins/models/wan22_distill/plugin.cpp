@@ -31,6 +31,7 @@ namespace {
 
 std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::PluginContext& ctx) {
   const wan_distill::Networks n = wan_distill::networks_from(o);
+  wan::check_vae_option(o, n.student.out_dim);  // before the weights: a wrong VAE costs no load
   wan::use_attention_backend(wan::parse_attention_backend(o.string("attention")));
   wan_distill::DistillSettings settings = wan_distill::settings_from(o, n, true);
   const auto planned = ctx.layout.sharded() ? std::nullopt : wan_distill::planned_run(o, n, settings);
@@ -71,6 +72,7 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
 
 std::string inspect(const wanfw::Options& o, const wanfw::TrainingLayout& layout) {
   const wan_distill::Networks n = wan_distill::networks_from(o);
+  wan::check_vae_option(o, n.student.out_dim);  // `wanfw validate` checks the VAE as a run would
   const wan_distill::DistillSettings s = wan_distill::settings_from(o, n, false);
   const auto blocks = wan_distill::block_mapping(n.student.num_layers, n.teacher.num_layers);
   std::vector<std::string> pairs;

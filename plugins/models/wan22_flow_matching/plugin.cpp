@@ -71,6 +71,7 @@ FlowMatchingSettings settings_from(const wanfw::Options& o, const wan::WanConfig
 
 std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::PluginContext& ctx) {
   const wan::WanConfig config = config_from(o);
+  wan::check_vae_option(o, config.out_dim);  // before the weights: a wrong VAE costs no load
   wan::use_attention_backend(wan::parse_attention_backend(o.string("attention")));
   // Built where it will train, in the weights' dtype, part by part: the checkpoint is then copied
   // straight into the final parameters, never held whole in fp32 on the CPU.
@@ -104,6 +105,7 @@ std::string weights_summary(const wanfw::Options& o, const wan::WanConfig& c, Ex
 
 std::string inspect(const wanfw::Options& o, const wanfw::TrainingLayout& layout) {
   const wan::WanConfig c = config_from(o);
+  wan::check_vae_option(o, c.out_dim);  // `wanfw validate` checks the VAE as a run would
   const FlowMatchingSettings s = settings_from(o, c);
   const int models = s.expert == Expert::Both ? 2 : 1;
   const double n = static_cast<double>(c.parameter_count() * models);
@@ -182,7 +184,7 @@ wanfw::PluginDescriptor describe() {
   const auto sampler = wan::sampler_options(
       5.0, "Classifier-free guidance scale; 1 disables.",
       "Latent frames x height x width (\"21x60x104\") `wanfw sample` draws when its inputs hold neither noise nor "
-      "latents to take the shape from.");
+      "latents to take the shape from, and the size of the previews of validation.preview_prompts.");
   d.options.insert(d.options.end(), sampler.begin(), sampler.end());
   const auto vae = wan::vae_options();
   d.options.insert(d.options.end(), vae.begin(), vae.end());

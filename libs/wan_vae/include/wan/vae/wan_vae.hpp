@@ -59,4 +59,9 @@ TORCH_MODULE(WanVae);
 /// The weights are cast to `dtype` on `device`.
 WanVae load_vae(const std::filesystem::path& path, at::ScalarType dtype, const c10::Device& device);
 
+/// The config of the VAE at `path` (as load_vae finds it), from the files' headers alone: nothing
+/// is loaded. Throws FileError as load_vae does for a missing path, a pickle or a file of another
+/// model.
+VaeConfig inspect_vae(const std::filesystem::path& path);
+
 }  // namespace wan
