@@ -15,10 +15,11 @@ namespace wanfw {
 
 namespace {
 
-/// libwanfw_mp4_writer's one function (libs/mp4_writer).
+/// libwanfw_mp4_writer's one function (libs/mp4_writer). Its name carries its version: a writer
+/// left from another build is refused by name rather than called with the wrong arguments.
 using WriteMp4 = int (*)(const char* path, const std::uint8_t* rgb, std::int64_t frames, int height, int width,
-                         double fps, char* encoder, std::size_t encoder_size, char* error, std::size_t error_size,
-                         char* hint, std::size_t hint_size);
+                         double fps, char* encoder, std::size_t encoder_size, int* stored_height, int* stored_width,
+                         char* error, std::size_t error_size, char* hint, std::size_t hint_size);
 
 /// The writer, from the library beside libwanfw_core, opened the first time it is asked for; null
 /// (and `problem` says why) where this build has none.
@@ -45,8 +46,8 @@ const OpenedWriter& opened_writer() {
       problem = fmt::format("cannot open {}: {}", library.string(), ::dlerror());
       return;
     }
-    writer = reinterpret_cast<WriteMp4>(::dlsym(handle, "wanfw_write_mp4"));
-    if (writer == nullptr) problem = fmt::format("{} has no wanfw_write_mp4", library.string());
+    writer = reinterpret_cast<WriteMp4>(::dlsym(handle, "wanfw_write_mp4_v2"));
+    if (writer == nullptr) problem = fmt::format("{} has no wanfw_write_mp4_v2", library.string());
   });
   return opened;
 }
@@ -72,11 +73,12 @@ Mp4Written write_mp4(const std::filesystem::path& path, const at::Tensor& frames
   const at::Tensor rgb = frames.to(at::kCPU).contiguous();
   const int height = static_cast<int>(rgb.size(1)), width = static_cast<int>(rgb.size(2));
   char encoder[64] = {}, error[1024] = {}, hint[512] = {};
+  int stored_height = 0, stored_width = 0;
   if (mp4_writer()(path.c_str(), rgb.data_ptr<std::uint8_t>(), rgb.size(0), height, width, fps, encoder,
-                   sizeof(encoder), error, sizeof(error), hint, sizeof(hint)) != 0)
+                   sizeof(encoder), &stored_height, &stored_width, error, sizeof(error), hint, sizeof(hint)) != 0)
     throw FileError(fmt::format("{}: {}", path.string(), error), hint);
   sync_directory(path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path());
-  return Mp4Written{encoder, width + width % 2, height + height % 2, rgb.size(0)};
+  return Mp4Written{encoder, stored_width, stored_height, rgb.size(0)};
 }
 
 }  // namespace wanfw

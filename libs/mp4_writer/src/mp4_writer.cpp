@@ -1,4 +1,4 @@
-// The mp4 writer behind libwanfw_mp4_writer's one C function, wanfw_write_mp4: RGB frames in,
+// The mp4 writer behind libwanfw_mp4_writer's one C function, wanfw_write_mp4_v2: RGB frames in,
 // H.264 (libx264) or MPEG-4 part 2 out, through FFmpeg's libraries.
 #include <unistd.h>
 
@@ -84,9 +84,12 @@ void even_frame(const std::uint8_t* rgb, int height, int width, int even_height,
   }
 }
 
+/// The size yuv420p can store: an odd one grows by a repeated last row or column.
+int even(int size) { return size + size % 2; }
+
 void write(const char* path, const std::uint8_t* rgb, std::int64_t frames, int height, int width, double fps,
            std::string& encoder_name) {
-  const int even_height = height + height % 2, even_width = width + width % 2;
+  const int even_height = even(height), even_width = even(width);
   const std::string temp = std::string(path) + ".tmp-" + std::to_string(::getpid()) + ".mp4";
   Muxer m;
   check(avformat_alloc_output_context2(&m.format, nullptr, "mp4", temp.c_str()), "no mp4 muxer");
@@ -165,17 +168,19 @@ void copy_out(const std::string& text, char* out, std::size_t size) {
 }  // namespace
 
 /// Writes `frames` RGB frames (height x width x 3 bytes each, back to back) to `path` as an mp4
-/// playing at `fps`. Returns 0 and the encoder's name in `encoder`; or 1 with what failed in
-/// `error` and what to do in `hint`.
-extern "C" __attribute__((visibility("default"))) int wanfw_write_mp4(const char* path, const std::uint8_t* rgb,
-                                                                      std::int64_t frames, int height, int width,
-                                                                      double fps, char* encoder, std::size_t encoder_size,
-                                                                      char* error, std::size_t error_size, char* hint,
-                                                                      std::size_t hint_size) {
+/// playing at `fps`. Returns 0, the encoder's name in `encoder` and the size the stream stores
+/// (odd sizes grow by one: yuv420p halves chroma) in `stored_height` x `stored_width`; or 1 with
+/// what failed in `error` and what to do in `hint`.
+extern "C" __attribute__((visibility("default"))) int wanfw_write_mp4_v2(
+    const char* path, const std::uint8_t* rgb, std::int64_t frames, int height, int width, double fps, char* encoder,
+    std::size_t encoder_size, int* stored_height, int* stored_width, char* error, std::size_t error_size, char* hint,
+    std::size_t hint_size) {
   try {
     std::string name;
     write(path, rgb, frames, height, width, fps, name);
     copy_out(name, encoder, encoder_size);
+    *stored_height = even(height);
+    *stored_width = even(width);
     return 0;
   } catch (const Failure& failure) {
     copy_out(failure.what(), error, error_size);
