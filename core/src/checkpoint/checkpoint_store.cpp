@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/fault_point.hpp"
 #include "checkpoint/state_piece_files.hpp"
 #include "numerics/generators.hpp"
 #include "wanfw/error.hpp"
@@ -88,6 +89,15 @@ void CheckpointStore::prepare(const fs::path& temp) const {
   if (ec)
     throw FileError(fmt::format("{}: cannot create the checkpoint folder: {}", folder_.string(), ec.message()));
   fs::remove_all(temp, ec);
+  // What a kill left behind: folders half deleted or moved aside (never a checkpoint's name).
+  for (fs::directory_iterator it(folder_, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.starts_with(".step-") && (name.ends_with(".deleting") || name.ends_with(".replaced"))) {
+      std::error_code ignored;
+      fs::remove_all(it->path(), ignored);
+    }
+  }
+  ec.clear();
   fs::create_directories(temp, ec);
   if (ec) throw FileError(fmt::format("{}: cannot create the folder: {}", temp.string(), ec.message()));
 }
@@ -107,14 +117,28 @@ void CheckpointStore::complete(const TrainerState& state, const fs::path& temp, 
     trainer_state["loss_scaler"] = {{"scale", state.loss_scaler->scale},
                                     {"growth_tracker", state.loss_scaler->growth_tracker}};
   write_file_atomically(temp / kStateFile, trainer_state.dump(2) + "\n");
+  fault_point("checkpoint-rename", 0, state.step);  // the main process
+  // A checkpoint of this step already there (a resume from an earlier one) moves aside first, so
+  // that a kill at any moment leaves one whole folder under the name.
+  const fs::path replaced = folder_ / fmt::format(".{}.replaced", final_path.filename().string());
   std::error_code ec;
-  fs::remove_all(final_path, ec);
+  if (fs::exists(final_path, ec)) fs::rename(final_path, replaced);
   fs::rename(temp, final_path);
   sync_directory(folder_);
+  fs::remove_all(replaced, ec);
   if (keep_last > 0) {
     auto all = list();
-    for (std::size_t i = 0; i + static_cast<std::size_t>(keep_last) < all.size(); ++i) fs::remove_all(all[i], ec);
+    for (std::size_t i = 0; i + static_cast<std::size_t>(keep_last) < all.size(); ++i) discard(all[i]);
   }
+}
+
+void CheckpointStore::discard(const fs::path& checkpoint) const {
+  // Renamed out of the checkpoints' names first: a kill while its files go leaves no folder that
+  // looks like a checkpoint with some of its files missing.
+  const fs::path doomed = folder_ / fmt::format(".{}.deleting", checkpoint.filename().string());
+  std::error_code ec;
+  fs::rename(checkpoint, doomed, ec);
+  fs::remove_all(ec ? checkpoint : doomed, ec);
 }
 
 fs::path CheckpointStore::save(const TrainerState& state, Model& model, torch::optim::AdamW& optimizer,
@@ -161,11 +185,13 @@ fs::path CheckpointStore::save_pieces(const TrainerState& state, const StatePiec
   phase("writing its pieces", [&] {
     write_piece_file(temp, "model", rank, world, pieces.model);
     write_piece_file(temp, "optimizer", rank, world, pieces.optimizer);
+    fault_point("checkpoint-pieces", rank, state.step);
   });
   phase("completing the checkpoint", [&] {
     if (!strategy.is_main()) return;
     write_piece_index(temp, "model", world);
     write_piece_index(temp, "optimizer", world);
+    fault_point("checkpoint-index", rank, state.step);
     complete(state, temp, final_path, keep_last);
   });
   return final_path;

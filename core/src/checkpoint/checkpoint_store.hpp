@@ -73,12 +73,14 @@ class CheckpointStore {
   static std::int64_t step_of(const std::filesystem::path& checkpoint);
 
  private:
-  /// Creates `temp` afresh.
+  /// Creates `temp` afresh, and removes what an earlier kill left aside.
   void prepare(const std::filesystem::path& temp) const;
   /// The generators and the trainer state into `temp`, then `temp` renamed to `final_path` and
   /// all but the newest `keep_last` checkpoints pruned.
   void complete(const TrainerState& state, const std::filesystem::path& temp, const std::filesystem::path& final_path,
                 std::int64_t keep_last) const;
+  /// Deletes an old checkpoint: out of the checkpoints' names first, then its files.
+  void discard(const std::filesystem::path& checkpoint) const;
 
   std::filesystem::path folder_;
 };

@@ -1,0 +1,70 @@
+#include "checkpoint/fault_point.hpp"
+
+#include <csignal>
+#include <cstdlib>
+#include <optional>
+#include <sstream>
+#include <string>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "wanfw/error.hpp"
+
+namespace wanfw {
+
+namespace {
+
+struct Fault {
+  std::string point;
+  std::optional<int> rank;
+  std::optional<std::int64_t> step;
+  int signal = SIGKILL;
+  std::string signal_name = "KILL";
+};
+
+std::optional<Fault> parse_fault(const std::string& text) {
+  Fault fault;
+  std::istringstream parts(text);
+  std::string part;
+  std::getline(parts, fault.point, ',');
+  while (std::getline(parts, part, ',')) {
+    const auto equals = part.find('=');
+    const std::string key = part.substr(0, equals), value = equals == std::string::npos ? "" : part.substr(equals + 1);
+    try {
+      if (key == "rank") fault.rank = std::stoi(value);
+      else if (key == "step") fault.step = std::stoll(value);
+      else if (key == "signal" && (value == "KILL" || value == "TERM" || value == "STOP")) {
+        fault.signal = value == "KILL" ? SIGKILL : value == "TERM" ? SIGTERM : SIGSTOP;
+        fault.signal_name = value;
+      } else {
+        throw Error("");
+      }
+    } catch (const std::exception&) {
+      throw Error(fmt::format("WANFW_FAULT='{}': '{}' is not rank=R, step=N or signal=KILL|TERM|STOP", text, part),
+                  "unset WANFW_FAULT (it exists for the reliability tests)");
+    }
+  }
+  return fault;
+}
+
+const std::optional<Fault>& configured_fault() {
+  static const std::optional<Fault> fault = [] {
+    const char* text = std::getenv("WANFW_FAULT");
+    return text == nullptr || *text == '\0' ? std::nullopt : parse_fault(text);
+  }();
+  return fault;
+}
+
+}  // namespace
+
+void fault_point(std::string_view point, int rank, std::int64_t step) {
+  const std::optional<Fault>& fault = configured_fault();
+  if (!fault || fault->point != point || (fault->rank && *fault->rank != rank) || (fault->step && *fault->step != step))
+    return;
+  spdlog::warn("WANFW_FAULT: rank {} sends itself SIG{} at {} (step {})", rank, fault->signal_name, point, step);
+  spdlog::default_logger()->flush();
+  std::raise(fault->signal);
+}
+
+}  // namespace wanfw

@@ -1,0 +1,21 @@
+#pragma once
+// Faults on purpose, for the reliability tests: a process signals itself at a named point of
+// writing a checkpoint, so that a test can kill a rank at exactly the worst moment instead of
+// hoping a random one reaches it. Off unless the environment asks:
+//
+//   WANFW_FAULT="POINT[,rank=R][,step=N][,signal=KILL|TERM|STOP]"
+//
+// POINT: checkpoint-pieces (a rank wrote its piece files, before the others learn it did),
+// checkpoint-index (the main process wrote the piece indexes, before the trainer state),
+// checkpoint-rename (the folder is whole, before it is renamed into place). rank and step: only
+// there (default: any); signal: what the process sends itself (default KILL).
+
+#include <cstdint>
+#include <string_view>
+
+namespace wanfw {
+
+/// Signals this process when WANFW_FAULT names `point` (and this rank and step, if it names them).
+void fault_point(std::string_view point, int rank, std::int64_t step);
+
+}  // namespace wanfw
