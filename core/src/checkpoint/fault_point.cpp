@@ -23,35 +23,41 @@ struct Fault {
   std::string signal_name = "KILL";
 };
 
-std::optional<Fault> parse_fault(const std::string& text) {
+/// One `key=value` of WANFW_FAULT into `fault`; false when it is none of those it takes.
+bool parse_setting(const std::string& part, Fault& fault) {
+  const auto equals = part.find('=');
+  if (equals == std::string::npos) return false;
+  const std::string key = part.substr(0, equals), value = part.substr(equals + 1);
+  std::size_t used = 0;
+  try {
+    if (key == "rank") fault.rank = std::stoi(value, &used);
+    if (key == "step") fault.step = std::stoll(value, &used);
+  } catch (const std::exception&) {
+    return false;
+  }
+  if (key == "rank" || key == "step") return !value.empty() && used == value.size();
+  if (key != "signal" || (value != "KILL" && value != "TERM" && value != "STOP")) return false;
+  fault.signal = value == "KILL" ? SIGKILL : value == "TERM" ? SIGTERM : SIGSTOP;
+  fault.signal_name = value;
+  return true;
+}
+
+Fault parse_fault(const std::string& text) {
   Fault fault;
   std::istringstream parts(text);
   std::string part;
   std::getline(parts, fault.point, ',');
-  while (std::getline(parts, part, ',')) {
-    const auto equals = part.find('=');
-    const std::string key = part.substr(0, equals), value = equals == std::string::npos ? "" : part.substr(equals + 1);
-    try {
-      if (key == "rank") fault.rank = std::stoi(value);
-      else if (key == "step") fault.step = std::stoll(value);
-      else if (key == "signal" && (value == "KILL" || value == "TERM" || value == "STOP")) {
-        fault.signal = value == "KILL" ? SIGKILL : value == "TERM" ? SIGTERM : SIGSTOP;
-        fault.signal_name = value;
-      } else {
-        throw Error("");
-      }
-    } catch (const std::exception&) {
+  while (std::getline(parts, part, ','))
+    if (!parse_setting(part, fault))
       throw Error(fmt::format("WANFW_FAULT='{}': '{}' is not rank=R, step=N or signal=KILL|TERM|STOP", text, part),
                   "unset WANFW_FAULT (it exists for the reliability tests)");
-    }
-  }
   return fault;
 }
 
 const std::optional<Fault>& configured_fault() {
   static const std::optional<Fault> fault = [] {
     const char* text = std::getenv("WANFW_FAULT");
-    return text == nullptr || *text == '\0' ? std::nullopt : parse_fault(text);
+    return text == nullptr || *text == '\0' ? std::nullopt : std::optional<Fault>(parse_fault(text));
   }();
   return fault;
 }

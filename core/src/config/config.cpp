@@ -186,4 +186,13 @@ std::vector<std::string> Config::keys_at(const std::string& path) const {
 
 const std::vector<std::string>& Config::notes() const { return impl_->notes; }
 
+std::string yaml_quoted(const std::string& text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
 }  // namespace wanfw

@@ -66,4 +66,7 @@ class Config {
 /// The closest candidate to `word` (edit distance), or "" when nothing is close.
 std::string closest_match(const std::string& word, const std::vector<std::string>& candidates);
 
+/// `text` as a double-quoted YAML scalar.
+std::string yaml_quoted(const std::string& text);
+
 }  // namespace wanfw

@@ -29,18 +29,6 @@ void require_range(const Options& o, const char* name, std::int64_t value, std::
 }
 }  // namespace
 
-namespace {
-/// `text` as a double-quoted YAML scalar.
-std::string yaml_quoted(const std::string& text) {
-  std::string out = "\"";
-  for (const char c : text) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
-}
-}  // namespace
-
 CoreSettings CoreSettings::from(Config& config) {
   config.check_top_level_keys(top_level_sections());
   CoreSettings s;

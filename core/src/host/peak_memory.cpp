@@ -15,6 +15,14 @@ c10::DeviceIndex gpu_index(const c10::Device& device) {
   return device.has_index() ? device.index() : c10::cuda::current_device();
 }
 
+/// The caching allocator's statistics of `device`, all pools together.
+auto gpu_stats(const c10::Device& device) {
+  return c10::cuda::CUDACachingAllocator::getDeviceStats(gpu_index(device));
+}
+
+constexpr auto kAll = static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+constexpr double kMiB = 1024.0 * 1024.0;
+
 }  // namespace
 
 double peak_memory_mib() {
@@ -25,16 +33,12 @@ double peak_memory_mib() {
 
 double peak_gpu_memory_mib(const c10::Device& device) {
   if (!device.is_cuda()) return 0;
-  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(gpu_index(device));
-  const auto aggregate = static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE);
-  return static_cast<double>(stats.allocated_bytes[aggregate].peak) / (1024.0 * 1024.0);
+  return static_cast<double>(gpu_stats(device).allocated_bytes[kAll].peak) / kMiB;
 }
 
 double gpu_memory_mib(const c10::Device& device) {
   if (!device.is_cuda()) return 0;
-  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(gpu_index(device));
-  const auto aggregate = static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE);
-  return static_cast<double>(stats.allocated_bytes[aggregate].current) / (1024.0 * 1024.0);
+  return static_cast<double>(gpu_stats(device).allocated_bytes[kAll].current) / kMiB;
 }
 
 void reset_gpu_peaks(const c10::Device& device) {
@@ -43,9 +47,7 @@ void reset_gpu_peaks(const c10::Device& device) {
 
 double peak_gpu_reserved_bytes(const c10::Device& device) {
   if (!device.is_cuda()) return 0;
-  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(gpu_index(device));
-  const auto aggregate = static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE);
-  return static_cast<double>(stats.reserved_bytes[aggregate].peak);
+  return static_cast<double>(gpu_stats(device).reserved_bytes[kAll].peak);
 }
 
 }  // namespace wanfw

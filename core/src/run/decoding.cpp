@@ -98,9 +98,11 @@ void decode_experiment(const DecodeRequest& request) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   spdlog::info("decoded {} sample(s) of {} latent frames to {} frames of {}x{} in {:.2f} s", video.size(0),
                latents.size(2), video.size(2), video.size(3), video.size(4), seconds);
-  if (device.is_cuda())
+  if (device.is_cuda()) {
+    const double peak_mib = peak_gpu_memory_mib(device);
     spdlog::info("GPU memory: the decoder holds {:.0f} MiB; decoding peaked at {:.0f} MiB, {:.0f} MiB above it",
-                 weights_mib, peak_gpu_memory_mib(device), peak_gpu_memory_mib(device) - weights_mib);
+                 weights_mib, peak_mib, peak_mib - weights_mib);
+  }
   if (request.out.extension() == ".safetensors") {
     write_safetensors(request.out, {{"video", video}}, {{"written_by", "wanfw decode"}});
     spdlog::info("wrote the frames to {}", request.out.string());

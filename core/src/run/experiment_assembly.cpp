@@ -38,11 +38,9 @@ std::shared_ptr<Dataset> open_preview_prompts(Experiment& e, const PluginContext
   if (e.settings.validation.every <= 0)
     throw ConfigError(where, "validation.preview_prompts are previewed at each validation, and validation.every is 0",
                       "set validation.every to how often to validate and preview");
-  std::string quoted = "'";
-  for (const char c : path) quoted += c == '\'' ? std::string("''") : std::string(1, c);
-  quoted += "'";
-  Config section = Config::parse(fmt::format("preview_prompts:\n  name: latent_shards\n  path: {}\n", quoted),
-                                 "validation.preview_prompts");
+  Config section = Config::parse(
+      fmt::format("preview_prompts:\n  name: latent_shards\n  path: {}\n", yaml_quoted(path)),
+      "validation.preview_prompts");
   PluginContext context = data_context;
   context.fields = TrainingData::prompt_fields(data_context.fields);
   try {
