@@ -1,18 +1,21 @@
 """Faults at the worst moments of writing a checkpoint: a rank killed between its piece files and
 the index, the main process killed before the folder is renamed into place, a rank that hangs
-instead of dying, a disk that fills up. Each must leave the previous checkpoint whole, be found
+instead of dying, a disk that fills up, a file that vanishes before the checkpoint is complete. Each must leave the previous checkpoint whole, be found
 and named, and (killed runs) resume to the uninterrupted run's weights. The moment is reached on
 purpose through WANFW_FAULT (checkpoint/fault_point.hpp). The tiny Wan DiT under fsdp on 2 ranks
 (real torchrun, Gloo on loopback, CPU); the disk through a file-size limit."""
+import os
+import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 import torch
 from conftest import WANFW, base_config, checkpoints, write_config
 from equivalence import trained
 from safetensors.torch import load_file
-from test_distributed import torchrun
+from test_distributed import TORCHRUN, free_port, torchrun
 from test_layout_invariance import experiment, tiny_wan
 
 FSDP = {"name": "fsdp", "timeout_s": 60}
@@ -81,3 +84,71 @@ def test_a_full_disk_at_a_checkpoint_names_the_file_and_the_free_space_and_keeps
     assert {p.name: p.read_bytes() for p in previous.iterdir()} == before
     assert not [p.name for p in (run_dir / "checkpoints").iterdir() if p.name.startswith(".")]
     assert load_file(previous / "model.safetensors")  # still loads
+
+
+def stopped_process(launched, timeout=120):
+    """The process of `launched` (itself or a descendant) that stopped itself with SIGSTOP."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and launched.poll() is None:
+        pending, seen = [launched.pid], []
+        while pending:
+            pid = pending.pop()
+            seen.append(pid)
+            for task in Path(f"/proc/{pid}/task").glob("*"):
+                try:
+                    pending += [int(child) for child in (task / "children").read_text().split()]
+                except OSError:
+                    pass
+        for pid in seen:
+            try:
+                if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T":
+                    return pid
+            except (OSError, IndexError):
+                pass
+        time.sleep(0.05)
+    raise AssertionError(f"no process stopped itself: {launched.communicate()[0][-3000:]}")
+
+
+@pytest.mark.parametrize("layout, fault, vanished", [
+    ("single", "checkpoint-rename,step=4", "model.safetensors"),
+    ("fsdp", "checkpoint-pieces,rank=1,step=4", "model-00001-of-00002.safetensors"),
+    ("fsdp", "checkpoint-rename,step=4", "optimizer.pieces.json"),
+])
+def test_a_file_that_vanishes_before_a_checkpoint_is_complete_is_named_with_the_free_space_and_the_last_one_stays(
+        tmp_path, layout, fault, vanished):
+    """The process stops itself at the point (SIGSTOP); the test deletes the file and continues it."""
+    if layout == "single":
+        config = base_config(tmp_path / "runs", trainer={"max_steps": 4}, checkpoint={"every": 2, "keep_last": 0})
+        config["run"]["name"] = "vanish"
+        command = [str(WANFW), "run", str(write_config(tmp_path / "vanish.json", config))]
+    else:
+        command = [str(TORCHRUN), "--no-python", "--nproc-per-node=2", "--master-addr=127.0.0.1",
+                   f"--master-port={free_port()}", str(WANFW), "run",
+                   str(experiment(tmp_path, "vanish", FSDP, 2, tiny_wan("t2v"), **FOUR_STEPS))]
+    launched = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env={**os.environ, "OMP_NUM_THREADS": "1", "WANFW_FAULT": f"{fault},signal=STOP"})
+    try:
+        stopped = stopped_process(launched)
+        run_dir = tmp_path / "runs" / "vanish" / "version_0"
+        partial = run_dir / "checkpoints" / ".step-00000004.partial"
+        (partial / vanished).unlink()
+        os.kill(stopped, signal.SIGCONT)
+        output, _ = launched.communicate(timeout=120)
+    finally:
+        if launched.poll() is None:
+            launched.kill()
+    assert launched.returncode != 0, output
+    assert f"checkpoint step-00000004: {partial / vanished} vanished before the checkpoint was complete (" in output
+    assert "MiB free on" in output and "the previous checkpoint is intact" in output, output
+    assert [p.name for p in checkpoints(run_dir)] == ["step-00000002"]
+    assert not [p.name for p in (run_dir / "checkpoints").iterdir() if p.name.startswith(".")]
+    assert trained(checkpoints(run_dir)[0]).step == 2  # the previous checkpoint still reads
+
+
+def test_a_malformed_fault_setting_is_refused_before_the_first_step(tmp_path):
+    path = write_config(tmp_path / "exp.json", base_config(tmp_path / "runs", trainer={"max_steps": 4}))
+    result = subprocess.run([str(WANFW), "run", str(path)], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "WANFW_FAULT": "checkpoint-renamed,step=2"})
+    assert result.returncode != 0
+    assert "no point 'checkpoint-renamed'; the points are checkpoint-pieces" in result.stderr, result.stderr
+    assert "step 1/4" not in result.stdout + result.stderr and checkpoints(tmp_path / "runs" / "exp" / "version_0") == []

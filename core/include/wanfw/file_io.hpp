@@ -3,6 +3,7 @@
 // or not at all; failures (a full disk, a read-only folder) raise FileError naming the file.
 
 #include <filesystem>
+#include <string>
 #include <string_view>
 
 namespace wanfw {
@@ -31,5 +32,7 @@ class AtomicFileWriter {
 void write_file_atomically(const std::filesystem::path& path, std::string_view text);
 /// fsyncs a folder so that renames inside it are durable.
 void sync_directory(const std::filesystem::path& folder);
+/// " (12.5 MiB free on /runs)": the room left in the folder that holds `path`; empty if unknown.
+std::string free_space_note(const std::filesystem::path& path);
 
 }  // namespace wanfw

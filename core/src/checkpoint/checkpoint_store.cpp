@@ -26,6 +26,41 @@ namespace wanfw {
 
 namespace {
 
+/// The tensor files of a checkpoint: whole (piece_world 0) or a file a rank, with their indexes.
+std::vector<std::string> tensor_files(int piece_world, bool with_indexes) {
+  if (piece_world == 0) return {CheckpointStore::kModelFile, CheckpointStore::kOptimizerFile};
+  std::vector<std::string> files;
+  for (const char* kind : {"model", "optimizer"}) {
+    for (int rank = 0; rank < piece_world; ++rank) files.push_back(piece_file_name(kind, rank, piece_world));
+    if (with_indexes) files.push_back(piece_index_name(kind));
+  }
+  return files;
+}
+
+/// Checks that `files` are still in `temp`, whole: one removed or cut short since it was written
+/// (a cleaner, a quota, another job on the same run folder) must not end up in a folder that
+/// looks like a complete checkpoint.
+void check_files(const fs::path& temp, const std::vector<std::string>& files, const std::string& name) {
+  const char* hint = "something removed or changed it while the checkpoint was written (a cleaner, a quota, another "
+                     "job writing this run folder); the previous checkpoint is intact: resume with --resume auto";
+  for (const std::string& file : files) {
+    const fs::path path = temp / file;
+    std::error_code ec;
+    if (!fs::is_regular_file(path, ec))
+      throw FileError(fmt::format("checkpoint {}: {} vanished before the checkpoint was complete{}", name,
+                                  path.string(), free_space_note(temp)),
+                      hint);
+    if (path.extension() != ".safetensors") continue;
+    try {
+      SafetensorsFile::open(path);
+    } catch (const Error& e) {
+      throw FileError(fmt::format("checkpoint {}: {} was damaged before the checkpoint was complete{}: {}", name,
+                                  path.string(), free_space_note(temp), e.what()),
+                      hint);
+    }
+  }
+}
+
 std::vector<std::pair<std::string, at::Tensor>> optimizer_tensors(Model& model, torch::optim::AdamW& optimizer) {
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   auto& state = optimizer.state();
@@ -103,7 +138,7 @@ void CheckpointStore::prepare(const fs::path& temp) const {
 }
 
 void CheckpointStore::complete(const TrainerState& state, const fs::path& temp, const fs::path& final_path,
-                               std::int64_t keep_last) const {
+                               std::int64_t keep_last, int piece_world) const {
   write_safetensors(temp / kGeneratorFile, generator_states());
   json trainer_state = {{"step", state.step},
                         {"epoch", state.epoch},
@@ -118,6 +153,9 @@ void CheckpointStore::complete(const TrainerState& state, const fs::path& temp, 
                                     {"growth_tracker", state.loss_scaler->growth_tracker}};
   write_file_atomically(temp / kStateFile, trainer_state.dump(2) + "\n");
   fault_point("checkpoint-rename", 0, state.step);  // the main process
+  std::vector<std::string> files = tensor_files(piece_world, true);
+  files.insert(files.end(), {kGeneratorFile, kStateFile});
+  check_files(temp, files, final_path.filename().string());
   // A checkpoint of this step already there (a resume from an earlier one) moves aside first, so
   // that a kill at any moment leaves one whole folder under the name.
   const fs::path replaced = folder_ / fmt::format(".{}.replaced", final_path.filename().string());
@@ -149,7 +187,7 @@ fs::path CheckpointStore::save(const TrainerState& state, Model& model, torch::o
   try {
     write_safetensors(temp / kModelFile, model.checkpoint_tensors(), {{"format", "pt"}});
     write_safetensors(temp / kOptimizerFile, optimizer_tensors(model, optimizer), {{"optimizer", "adamw"}});
-    complete(state, temp, final_path, keep_last);
+    complete(state, temp, final_path, keep_last, 0);
   } catch (...) {
     std::error_code ec;
     fs::remove_all(temp, ec);
@@ -189,10 +227,11 @@ fs::path CheckpointStore::save_pieces(const TrainerState& state, const StatePiec
   });
   phase("completing the checkpoint", [&] {
     if (!strategy.is_main()) return;
+    check_files(temp, tensor_files(world, false), name);
     write_piece_index(temp, "model", world);
     write_piece_index(temp, "optimizer", world);
     fault_point("checkpoint-index", rank, state.step);
-    complete(state, temp, final_path, keep_last);
+    complete(state, temp, final_path, keep_last, world);
   });
   return final_path;
 }

@@ -75,10 +75,11 @@ class CheckpointStore {
  private:
   /// Creates `temp` afresh, and removes what an earlier kill left aside.
   void prepare(const std::filesystem::path& temp) const;
-  /// The generators and the trainer state into `temp`, then `temp` renamed to `final_path` and
-  /// all but the newest `keep_last` checkpoints pruned.
+  /// The generators and the trainer state into `temp`, every file checked (`piece_world` ranks
+  /// wrote the tensors in pieces; 0: whole files), then `temp` renamed to `final_path` and all but
+  /// the newest `keep_last` checkpoints pruned.
   void complete(const TrainerState& state, const std::filesystem::path& temp, const std::filesystem::path& final_path,
-                std::int64_t keep_last) const;
+                std::int64_t keep_last, int piece_world) const;
   /// Deletes an old checkpoint: out of the checkpoints' names first, then its files.
   void discard(const std::filesystem::path& checkpoint) const;
 

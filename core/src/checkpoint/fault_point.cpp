@@ -47,6 +47,11 @@ Fault parse_fault(const std::string& text) {
   std::istringstream parts(text);
   std::string part;
   std::getline(parts, fault.point, ',');
+  if (fault.point != "checkpoint-pieces" && fault.point != "checkpoint-index" && fault.point != "checkpoint-rename")
+    throw Error(fmt::format("WANFW_FAULT='{}': no point '{}'; the points are checkpoint-pieces, checkpoint-index "
+                            "and checkpoint-rename",
+                            text, fault.point),
+                "unset WANFW_FAULT (it exists for the reliability tests)");
   while (std::getline(parts, part, ','))
     if (!parse_setting(part, fault))
       throw Error(fmt::format("WANFW_FAULT='{}': '{}' is not rank=R, step=N or signal=KILL|TERM|STOP", text, part),
@@ -63,6 +68,8 @@ const std::optional<Fault>& configured_fault() {
 }
 
 }  // namespace
+
+void check_fault_setting() { configured_fault(); }
 
 void fault_point(std::string_view point, int rank, std::int64_t step) {
   const std::optional<Fault>& fault = configured_fault();

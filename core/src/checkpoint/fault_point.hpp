@@ -15,6 +15,8 @@
 
 namespace wanfw {
 
+/// Throws Error when WANFW_FAULT is set and malformed (an unknown point, a setting it does not take).
+void check_fault_setting();
 /// Signals this process when WANFW_FAULT names `point` (and this rank and step, if it names them).
 void fault_point(std::string_view point, int rank, std::int64_t step);
 

@@ -15,20 +15,10 @@ namespace wanfw {
 
 namespace {
 
-/// " (12.5 MiB free on /runs)": the room left where `path` was being written; empty if unknown.
-std::string free_space(const std::filesystem::path& path) {
-  const std::filesystem::path folder = path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
-  std::error_code ec;
-  const std::filesystem::space_info space = std::filesystem::space(folder, ec);
-  if (ec) return "";
-  return fmt::format(" ({:.1f} MiB free on {})", static_cast<double>(space.available) / (1024.0 * 1024.0),
-                     folder.string());
-}
-
 [[noreturn]] void fail(const std::filesystem::path& path, const char* action, int error) {
   const bool full = error == ENOSPC || error == EDQUOT || error == EFBIG;
   throw FileError(fmt::format("{}: cannot {}: {}{}", path.string(), action, std::strerror(error),
-                              full ? free_space(path) : ""),
+                              full ? free_space_note(path) : ""),
                   error == ENOSPC   ? "the disk is full; free space and resume with --resume auto"
                   : error == EDQUOT ? "the disk quota is used up; free space and resume with --resume auto"
                   : error == EFBIG  ? "the file outgrew the largest this process may write (ulimit -f); raise the "
@@ -37,6 +27,15 @@ std::string free_space(const std::filesystem::path& path) {
 }
 
 }  // namespace
+
+std::string free_space_note(const std::filesystem::path& path) {
+  const std::filesystem::path folder = path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
+  std::error_code ec;
+  const std::filesystem::space_info space = std::filesystem::space(folder, ec);
+  if (ec) return "";
+  return fmt::format(" ({:.1f} MiB free on {})", static_cast<double>(space.available) / (1024.0 * 1024.0),
+                     folder.string());
+}
 
 AtomicFileWriter::AtomicFileWriter(std::filesystem::path path) : path_(std::move(path)) {
   temp_ = path_;

@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
+#include "checkpoint/fault_point.hpp"
 #include "data/sample_log.hpp"
 #include "host/cpu_memory_cache.hpp"
 #include "host/peak_memory.hpp"
@@ -47,6 +48,7 @@ Trainer::Trainer(const CoreSettings& settings, std::string resolved_yaml, std::s
       run_dir_(std::move(run_dir)),
       optimizer_(std::make_unique<TrainingOptimizer>(strategy_->parameter_groups(trained_), settings_.optimizer)),
       precision_(settings_.precision) {
+  check_fault_setting();  // a malformed WANFW_FAULT is refused now, not at the first checkpoint
   if (strategy_->is_main()) spdlog::info("optimizer: {}", optimizer_->describe());
   if (masters_ != nullptr) check_master_weights();
   if (const std::string groups = optimizer_->describe_groups(); !groups.empty() && strategy_->is_main())
