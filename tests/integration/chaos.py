@@ -55,7 +55,8 @@ LAYOUTS = {
 }
 # A resume may move to another world size: layouts whose checkpoints every other one here reads.
 RESIZABLE = ("single", "ddp_2", "fsdp_2", "fsdp_4")
-POINTS = ("checkpoint-pieces", "checkpoint-index", "checkpoint-rename")
+STEP_POINTS = ("step-forward", "step-gradients", "step-optimizer")  # WANFW_FAULT's points (host/fault_point.hpp)
+SHARDED_POINTS = ("checkpoint-pieces", "checkpoint-index")  # written by strategies that shard the state
 
 
 def dmd_model(teacher):
@@ -157,20 +158,23 @@ def rank_processes(process):
     return ranks
 
 
-def signal_rank(process, run_dir, rank, signum, delay, ranks):
-    """Sends `signum` to `rank` of `process` once `delay` seconds have passed and every rank runs.
-    Returns the newest checkpoint then (None: none yet), or False when the run ended first."""
-    started = time.monotonic()
+def signal_rank(process, run_dir, rank, signum, after, delay, ranks):
+    """Sends `signum` to `rank` of `process` `delay` seconds after its checkpoint of step `after`
+    appeared (None: after the launch), once every rank runs. Returns the newest checkpoint then
+    (None: none yet), or False when the run ended first."""
+    started = time.monotonic() if after is None else None
     while process.poll() is None:
+        saved = checkpoints(run_dir)
+        if started is None and f"step-{after:08d}" in [p.name for p in saved]:
+            started = time.monotonic()
         targets = rank_processes(process)
-        if time.monotonic() - started >= delay and len(targets) == ranks:
-            saved = checkpoints(run_dir)
+        if started is not None and time.monotonic() - started >= delay and len(targets) == ranks:
             try:
                 os.kill(targets[rank], signum)
             except ProcessLookupError:
                 return False
             return saved[-1].name if saved else None
-        time.sleep(0.05)
+        time.sleep(0.02)
     return False
 
 
@@ -179,33 +183,37 @@ def trial(workspace, rng, number, layout):
     name = f"trial_{number:03d}_{layout}"
     ranks = LAYOUTS[layout][2]
     sharded = LAYOUTS[layout][0].get("name") == "fsdp"
-    if rng.random() < 0.4:  # a named point of writing a checkpoint
+    if rng.random() < 0.5:  # a named point of a step or of writing a checkpoint
         signame = rng.choice(["KILL", "KILL", "TERM"])
-        point = rng.choice(POINTS if sharded else ("checkpoint-rename",))
-        rank = rng.randrange(ranks) if point == "checkpoint-pieces" else 0
-        step = rng.choice([EVERY * k for k in range(1, STEPS // EVERY + 1)])
+        point = rng.choice(STEP_POINTS + ("checkpoint-rename",) + (SHARDED_POINTS if sharded else ()))
+        rank = 0 if point in ("checkpoint-index", "checkpoint-rename") else rng.randrange(ranks)
+        step = rng.randrange(1, STEPS + 1) if point.startswith("step-") else rng.randrange(EVERY, STEPS + 1, EVERY)
         fault = f"{point},rank={rank},step={step},signal={signame}"
         process = launch(workspace.config(name, layout), ranks, [], {"WANFW_FAULT": fault})
         code, output = finish(process)
-    else:  # a random moment of the run: a step, a collective, a checkpoint, the start
+    else:  # a random moment of the run: the start, a step, a collective, a checkpoint
         # SIGSTOP: a rank that hangs instead of dying (on one rank nobody is left to notice).
         signame = rng.choice(["KILL", "KILL", "TERM"] + (["STOP"] if ranks > 1 else []))
-        # From before the first checkpoint to the end; a rank stopped after the last collective
-        # would be noticed by nobody, so SIGSTOP comes in the first half of the training.
-        delay = rng.uniform(0.6 * first, (first + seconds) / 2 if signame == "STOP" else seconds)
+        # Before the first checkpoint, or within the steps after one; a rank stopped after the last
+        # collective would be noticed by nobody, so SIGSTOP comes before the last checkpoint.
+        after = rng.choice([None, EVERY] if signame == "STOP" else [None, EVERY, 2 * EVERY])
+        between = (seconds - first) / (STEPS // EVERY)  # about the time from one checkpoint to the next
+        delay = rng.uniform(0.3 * first, first) if after is None else rng.uniform(0, between)
         rank = rng.randrange(ranks)
         for attempt in range(3):  # a run that ends before the signal is started again, the signal sooner
             shutil.rmtree(workspace.folder / "runs" / name, ignore_errors=True)
             process = launch(workspace.config(name, layout), ranks, [], {})
-            landed = signal_rank(process, workspace.run_dir(name), rank, getattr(signal, f"SIG{signame}"), delay,
-                                 ranks)
+            landed = signal_rank(process, workspace.run_dir(name), rank, getattr(signal, f"SIG{signame}"), after,
+                                 delay, ranks)
             code, output = finish(process)
             if landed is not False:
                 break
             delay /= 2
-        fault = f"SIG{signame} to rank {rank} after {delay:.1f} s " + (
-            "(the run ended first)" if landed is False else f"(after {landed or 'no checkpoint'})")
-        if signame == "STOP" and landed and code != 0 and f"rank {rank} stopped responding" not in output:
+        moment = f"step-{after:08d} appeared" if after else "the launch"
+        fault = f"SIG{signame} to rank {rank} {delay:.1f} s after {moment} " + (
+            "(the run ended first)" if landed is False else f"(landed with {landed or 'no checkpoint'} saved)")
+        named = f"rank {rank} stopped responding" in output or f"rank {rank} never joined" in output
+        if signame == "STOP" and landed is not False and code != 0 and not named:
             return layout, fault, "unnamed", output
     if code is None:
         return layout, fault, "hang", output

@@ -150,5 +150,5 @@ def test_a_malformed_fault_setting_is_refused_before_the_first_step(tmp_path):
     result = subprocess.run([str(WANFW), "run", str(path)], capture_output=True, text=True, timeout=120,
                             env={**os.environ, "WANFW_FAULT": "checkpoint-renamed,step=2"})
     assert result.returncode != 0
-    assert "no point 'checkpoint-renamed'; the points are checkpoint-pieces" in result.stderr, result.stderr
+    assert "no point 'checkpoint-renamed'; the points are step-forward, step-gradients" in result.stderr, result.stderr
     assert "step 1/4" not in result.stdout + result.stderr and checkpoints(tmp_path / "runs" / "exp" / "version_0") == []

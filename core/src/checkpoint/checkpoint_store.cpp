@@ -11,7 +11,7 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
-#include "checkpoint/fault_point.hpp"
+#include "host/fault_point.hpp"
 #include "checkpoint/state_piece_files.hpp"
 #include "numerics/generators.hpp"
 #include "wanfw/error.hpp"

@@ -6,7 +6,9 @@
 #include "wanfw/distributed.hpp"
 
 #include <chrono>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -95,11 +97,16 @@ std::string DistributedSession::Impl::lost_ranks() const {
     const auto before = counters();
     std::this_thread::sleep_for(std::chrono::milliseconds(2500));
     const auto after = counters();
-    std::vector<int> lost;
+    std::vector<int> lost, absent;  // beat once and stopped; never beat
     for (int r = 0; r < env.world_size; ++r)
-      if (r != env.rank && after[r] == before[r]) lost.push_back(r);
-    if (lost.empty()) return " (every rank is still alive: a rank may have hung or raised an error)";
-    return fmt::format(". Lost: rank {} stopped responding", fmt::join(lost, ", rank "));
+      if (r != env.rank && after[r] == before[r]) (after[r] == 0 ? absent : lost).push_back(r);
+    if (lost.empty() && absent.empty()) return " (every rank is still alive: a rank may have hung or raised an error)";
+    std::vector<std::string> parts;
+    if (!lost.empty()) parts.push_back(fmt::format("rank {} stopped responding", fmt::join(lost, ", rank ")));
+    if (!absent.empty())
+      parts.push_back(fmt::format("rank {} never joined (it did not start, or stopped before the rendezvous)",
+                                  fmt::join(absent, ", rank ")));
+    return fmt::format(". Lost: {}", fmt::join(parts, "; "));
   } catch (const std::exception&) {
     return fmt::format(". Lost: the rendezvous store at {}:{} is unreachable, so its host ({}) is gone",
                        env.master_addr, env.master_port, env.agent_store ? "the torchrun agent" : "rank 0");
@@ -130,9 +137,11 @@ std::unique_ptr<DistributedSession> DistributedSession::join(const ProcessGroupO
                 "use backend: gloo (or auto) on CPUs");
   impl->backend = backend;
   impl->store = impl->make_store();
-  impl->build_backend();
+  // Beating before the backend connects, so that a rank which stops or dies while the others wait
+  // for it there is named too.
   if (launch.world_size > 1) impl->heartbeat = std::make_unique<Heartbeat>(impl->make_store(), launch.rank);
   std::unique_ptr<DistributedSession> session(new DistributedSession(std::move(impl)));
+  session->guarded("forming the process group", [&] { session->impl_->build_backend(); });
   session->guarded("joining the process group", [&] { session->impl_->pg->barrier()->wait(); });
   return session;
 }

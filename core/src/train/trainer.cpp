@@ -8,7 +8,7 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
-#include "checkpoint/fault_point.hpp"
+#include "host/fault_point.hpp"
 #include "data/sample_log.hpp"
 #include "host/cpu_memory_cache.hpp"
 #include "host/peak_memory.hpp"
@@ -92,6 +92,7 @@ Trainer::MicroBatchTotals Trainer::run_micro_batches() {
     if (sample_log_) sample_log_->record(state_.step + 1, m, state_.epoch, loader_->last_bucket(), *batch);
     ++state_.batch_in_epoch;
     totals.samples += batch->size;
+    if (m == 0) fault_point("step-forward", strategy_->rank(), state_.step + 1);
     const StepOutput out = strategy_->micro_step(*model_, *batch, {m, count, m + 1 == count, &precision_, phase});
     const at::Tensor loss = out.loss.detach().to(at::kDouble);
     loss_sum = loss_sum.defined() ? loss_sum + loss : loss;
@@ -102,6 +103,7 @@ Trainer::MicroBatchTotals Trainer::run_micro_batches() {
       else it->second = it->second + v;
     }
   }
+  fault_point("step-gradients", strategy_->rank(), state_.step + 1);
   strategy_->before_optimizer_step(*model_);
   totals.loss = loss_sum.item<double>() / count;
   for (const auto& [name, sum] : metric_sums) totals.metrics[name] = sum.item<double>() / count;
@@ -116,6 +118,7 @@ void Trainer::apply_update(bool overflow, double lr) {
                    state_.step + 1, precision_.scaler().scale,
                    precision_.scaler().scale * settings_.precision.backoff_factor);
   } else {
+    fault_point("step-optimizer", strategy_->rank(), state_.step + 1);
     optimizer_->step();
     if (masters_ != nullptr) masters_->publish();
   }

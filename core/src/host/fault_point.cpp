@@ -1,12 +1,15 @@
-#include "checkpoint/fault_point.hpp"
+#include "host/fault_point.hpp"
 
+#include <algorithm>
 #include <csignal>
+#include <iterator>
 #include <cstdlib>
 #include <optional>
 #include <sstream>
 #include <string>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "wanfw/error.hpp"
@@ -14,6 +17,9 @@
 namespace wanfw {
 
 namespace {
+
+constexpr std::string_view kPoints[] = {"step-forward",      "step-gradients",   "step-optimizer",
+                                        "checkpoint-pieces", "checkpoint-index", "checkpoint-rename"};
 
 struct Fault {
   std::string point;
@@ -47,10 +53,9 @@ Fault parse_fault(const std::string& text) {
   std::istringstream parts(text);
   std::string part;
   std::getline(parts, fault.point, ',');
-  if (fault.point != "checkpoint-pieces" && fault.point != "checkpoint-index" && fault.point != "checkpoint-rename")
-    throw Error(fmt::format("WANFW_FAULT='{}': no point '{}'; the points are checkpoint-pieces, checkpoint-index "
-                            "and checkpoint-rename",
-                            text, fault.point),
+  if (std::find(std::begin(kPoints), std::end(kPoints), fault.point) == std::end(kPoints))
+    throw Error(fmt::format("WANFW_FAULT='{}': no point '{}'; the points are {}", text, fault.point,
+                            fmt::join(kPoints, ", ")),
                 "unset WANFW_FAULT (it exists for the reliability tests)");
   while (std::getline(parts, part, ','))
     if (!parse_setting(part, fault))
