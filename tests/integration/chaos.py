@@ -184,19 +184,20 @@ def trial(workspace, rng, number, layout):
     ranks = LAYOUTS[layout][2]
     sharded = LAYOUTS[layout][0].get("name") == "fsdp"
     if rng.random() < 0.5:  # a named point of a step or of writing a checkpoint
-        signame = rng.choice(["KILL", "KILL", "TERM"])
         point = rng.choice(STEP_POINTS + ("checkpoint-rename",) + (SHARDED_POINTS if sharded else ()))
+        # SIGSTOP: a rank that hangs in a step, where the others wait for it in a collective.
+        signame = rng.choice(["KILL", "KILL", "TERM"] + (["STOP"] if ranks > 1 and point in STEP_POINTS else []))
         rank = 0 if point in ("checkpoint-index", "checkpoint-rename") else rng.randrange(ranks)
         step = rng.randrange(1, STEPS + 1) if point.startswith("step-") else rng.randrange(EVERY, STEPS + 1, EVERY)
         fault = f"{point},rank={rank},step={step},signal={signame}"
         process = launch(workspace.config(name, layout), ranks, [], {"WANFW_FAULT": fault})
         code, output = finish(process)
     else:  # a random moment of the run: the start, a step, a collective, a checkpoint
-        # SIGSTOP: a rank that hangs instead of dying (on one rank nobody is left to notice).
+        # SIGSTOP: a rank that hangs instead of dying (on one rank nobody is left to notice). Only
+        # before the first checkpoint: a rank stopped after the last collective would be noticed
+        # by no other rank, and torchrun waits for its workers without a limit.
         signame = rng.choice(["KILL", "KILL", "TERM"] + (["STOP"] if ranks > 1 else []))
-        # Before the first checkpoint, or within the steps after one; a rank stopped after the last
-        # collective would be noticed by nobody, so SIGSTOP comes before the last checkpoint.
-        after = rng.choice([None, EVERY] if signame == "STOP" else [None, EVERY, 2 * EVERY])
+        after = None if signame == "STOP" else rng.choice([None, EVERY, 2 * EVERY])
         between = (seconds - first) / (STEPS // EVERY)  # about the time from one checkpoint to the next
         delay = rng.uniform(0.3 * first, first) if after is None else rng.uniform(0, between)
         rank = rng.randrange(ranks)
@@ -212,9 +213,9 @@ def trial(workspace, rng, number, layout):
         moment = f"step-{after:08d} appeared" if after else "the launch"
         fault = f"SIG{signame} to rank {rank} {delay:.1f} s after {moment} " + (
             "(the run ended first)" if landed is False else f"(landed with {landed or 'no checkpoint'} saved)")
-        named = f"rank {rank} stopped responding" in output or f"rank {rank} never joined" in output
-        if signame == "STOP" and landed is not False and code != 0 and not named:
-            return layout, fault, "unnamed", output
+    named = f"rank {rank} stopped responding" in output or f"rank {rank} never joined" in output
+    if signame == "STOP" and code is not None and code != 0 and not named:
+        return layout, fault, "unnamed", output
     if code is None:
         return layout, fault, "hang", output
     resumed_on = []
