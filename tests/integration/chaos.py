@@ -201,7 +201,7 @@ def trial(workspace, rng, number, layout):
         between = (seconds - first) / (STEPS // EVERY)  # about the time from one checkpoint to the next
         delay = rng.uniform(0.3 * first, first) if after is None else rng.uniform(0, between)
         rank = rng.randrange(ranks)
-        for attempt in range(3):  # a run that ends before the signal is started again, the signal sooner
+        for attempt in range(3):  # a run that ends before the signal lands is started again, the signal sooner
             shutil.rmtree(workspace.folder / "runs" / name, ignore_errors=True)
             process = launch(workspace.config(name, layout), ranks, [], {})
             landed = signal_rank(process, workspace.run_dir(name), rank, getattr(signal, f"SIG{signame}"), after,
@@ -209,7 +209,7 @@ def trial(workspace, rng, number, layout):
             code, output = finish(process)
             if landed is not False:
                 break
-            delay /= 2
+            after, delay = None, 0.5 * first / (attempt + 1)  # again, before the first checkpoint
         moment = f"step-{after:08d} appeared" if after else "the launch"
         fault = f"SIG{signame} to rank {rank} {delay:.1f} s after {moment} " + (
             "(the run ended first)" if landed is False else f"(landed with {landed or 'no checkpoint'} saved)")
@@ -220,7 +220,8 @@ def trial(workspace, rng, number, layout):
         return layout, fault, "hang", output
     resumed_on = []
     for _ in range(3):
-        if checkpoints(workspace.run_dir(name)) and checkpoints(workspace.run_dir(name))[-1].name == f"step-{STEPS:08d}":
+        saved = checkpoints(workspace.run_dir(name))
+        if saved and saved[-1].name == f"step-{STEPS:08d}":
             break
         target = rng.choice(RESIZABLE) if layout in RESIZABLE and rng.random() < 0.5 else layout
         resumed_on.append(target)
