@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""The chaos driver: trains the tiny Wan DiT under torchrun, kills a rank at a random moment (or
-at a named point of writing a checkpoint, WANFW_FAULT), resumes with `--resume auto` (sometimes
-on another world size) until the run ends, and compares the end with the uninterrupted run of the
+"""The chaos driver: trains the tiny Wan DiT under torchrun, kills, terminates or stops a rank at a
+random moment or at a named point of a step or of writing a checkpoint (WANFW_FAULT), resumes
+with `--resume auto` (sometimes on another world size) until the run ends, and compares the end with the uninterrupted run of the
 same layout: bitwise where every attempt ran on that layout, within equivalence.py's bound where
 one did not.
 
@@ -255,6 +255,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     layouts = args.layouts.split(",")
+    if unknown := [name for name in layouts if name not in LAYOUTS]:
+        parser.error(f"--layouts: no layout {', '.join(unknown)}; the layouts are {', '.join(LAYOUTS)}")
     print(f"chaos: seed {seed}, {args.trials} trials over {', '.join(layouts)}", flush=True)
     with tempfile.TemporaryDirectory() as temporary:
         workspace = Workspace(args.out or Path(temporary))
