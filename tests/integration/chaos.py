@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from conftest import WANFW, base_config, checkpoints, write_config  # noqa: E402
+from conftest import WANFW, base_config, checkpoints, launched_ranks, write_config  # noqa: E402
 from equivalence import assert_same_training, tiny_wan_rounding, trained  # noqa: E402
 from test_distributed import TORCHRUN, free_port  # noqa: E402
 
@@ -142,22 +142,6 @@ def finish(process, limit=TIME_LIMIT):
         return None, process.log.read_text(errors="replace")
 
 
-def rank_processes(process):
-    """{rank: pid} of the processes running wanfw for `process`: itself on one rank, else
-    torchrun's children by the RANK torchrun gave them."""
-    if process.args[0] == str(WANFW):
-        return {0: process.pid}
-    ranks = {}
-    for task in Path(f"/proc/{process.pid}/task").glob("*"):
-        try:
-            for pid in (task / "children").read_text().split():
-                environment = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-                ranks.update({int(v[5:]): int(pid) for v in environment if v.startswith(b"RANK=")})
-        except (OSError, ValueError):
-            pass
-    return ranks
-
-
 def signal_rank(process, run_dir, rank, signum, after, delay, ranks):
     """Sends `signum` to `rank` of `process` `delay` seconds after its checkpoint of step `after`
     appeared (None: after the launch), once every rank runs. Returns the newest checkpoint then
@@ -167,7 +151,7 @@ def signal_rank(process, run_dir, rank, signum, after, delay, ranks):
         saved = checkpoints(run_dir)
         if started is None and f"step-{after:08d}" in [p.name for p in saved]:
             started = time.monotonic()
-        targets = rank_processes(process)
+        targets = launched_ranks(process)
         if started is not None and time.monotonic() - started >= delay and len(targets) == ranks:
             try:
                 os.kill(targets[rank], signum)

@@ -86,6 +86,23 @@ def wait_for(predicate, timeout=120.0, interval=0.05, what="condition"):
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+def launched_ranks(process: subprocess.Popen) -> dict:
+    """{rank: pid} of the wanfw processes `process` runs: itself as rank 0 when it is wanfw, else
+    its children (torchrun's workers) by the RANK torchrun gave them. A rank not started yet, or
+    one that has just ended, is missing."""
+    if process.args[0] == str(WANFW):
+        return {0: process.pid}
+    ranks = {}
+    for task in Path(f"/proc/{process.pid}/task").glob("*"):
+        try:
+            for pid in (task / "children").read_text().split():
+                environment = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                ranks.update({int(v[5:]): int(pid) for v in environment if v.startswith(b"RANK=")})
+        except (OSError, ValueError):
+            pass
+    return ranks
+
+
 def checkpoints(run_dir: Path) -> list:
     folder = run_dir / "checkpoints"
     if not folder.is_dir():

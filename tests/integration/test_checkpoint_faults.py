@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import WANFW, base_config, checkpoints, write_config
+from conftest import WANFW, base_config, checkpoints, launched_ranks, write_config
 from equivalence import trained
 from safetensors.torch import load_file
 from test_distributed import TORCHRUN, free_port, torchrun
@@ -87,19 +87,10 @@ def test_a_full_disk_at_a_checkpoint_names_the_file_and_the_free_space_and_keeps
 
 
 def stopped_process(launched, timeout=120):
-    """The process of `launched` (itself or a descendant) that stopped itself with SIGSTOP."""
+    """The rank of `launched` that stopped itself with SIGSTOP."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and launched.poll() is None:
-        pending, seen = [launched.pid], []
-        while pending:
-            pid = pending.pop()
-            seen.append(pid)
-            for task in Path(f"/proc/{pid}/task").glob("*"):
-                try:
-                    pending += [int(child) for child in (task / "children").read_text().split()]
-                except OSError:
-                    pass
-        for pid in seen:
+        for pid in launched_ranks(launched).values():
             try:
                 if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T":
                     return pid

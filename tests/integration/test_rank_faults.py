@@ -6,11 +6,10 @@ import os
 import signal
 import subprocess
 import time
-from pathlib import Path
 
+from conftest import WANFW, launched_ranks
 from test_distributed import TORCHRUN, free_port
 from test_layout_invariance import experiment, tiny_wan
-from conftest import WANFW
 
 
 def test_a_rank_stopped_before_the_rendezvous_is_named_and_every_process_exits(tmp_path):
@@ -23,14 +22,9 @@ def test_a_rank_stopped_before_the_rendezvous_is_named_and_every_process_exits(t
     try:
         stopped = None
         while stopped is None and launched.poll() is None:  # rank 1 the moment torchrun starts it
-            for task in Path(f"/proc/{launched.pid}/task").glob("*"):
-                try:
-                    for pid in (task / "children").read_text().split():
-                        if b"RANK=1" in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
-                            os.kill(int(pid), signal.SIGSTOP)
-                            stopped = time.monotonic()
-                except OSError:  # a process that has just ended
-                    pass
+            if 1 in (ranks := launched_ranks(launched)):
+                os.kill(ranks[1], signal.SIGSTOP)
+                stopped = time.monotonic()
         output, _ = launched.communicate(timeout=150)
     finally:
         if launched.poll() is None:

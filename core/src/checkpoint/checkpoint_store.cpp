@@ -11,8 +11,8 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
-#include "host/fault_point.hpp"
 #include "checkpoint/state_piece_files.hpp"
+#include "host/fault_point.hpp"
 #include "numerics/generators.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/file_io.hpp"

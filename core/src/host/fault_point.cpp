@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <csignal>
-#include <iterator>
 #include <cstdlib>
+#include <iterator>
 #include <optional>
 #include <sstream>
 #include <string>

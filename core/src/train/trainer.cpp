@@ -8,9 +8,9 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
-#include "host/fault_point.hpp"
 #include "data/sample_log.hpp"
 #include "host/cpu_memory_cache.hpp"
+#include "host/fault_point.hpp"
 #include "host/peak_memory.hpp"
 #include "host/stop_signal.hpp"
 #include "numerics/generators.hpp"
