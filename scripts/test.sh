@@ -1,8 +1,21 @@
 #!/usr/bin/env bash
-# Set up (idempotent), build, and run the whole test suite through CTest.
+# Set up (idempotent), build, and run the whole test suite through CTest; then the ten slowest
+# tests (docs/building.md gives their budget), and CTest's verdict again as the last lines.
 # Extra arguments go to ctest (e.g. -R unit. to run the unit tests only).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/setup.sh"
 cd "$root/${WANFW_BUILD_DIR:-build}"
-exec ctest --output-on-failure --parallel "${WANFW_TEST_JOBS:-2}" --timeout 900 "$@"
+log="$PWD/ctest-last.log"
+status=0
+ctest --output-on-failure --parallel "${WANFW_TEST_JOBS:-2}" --timeout 900 "$@" 2>&1 | tee "$log" || status=$?
+# "  12/650 Test #123: integration.x.test_y ......   Passed   41.27 sec"
+slowest="$(awk '$2 == "Test" && $3 ~ /^#[0-9]+:$/ { for (i = NF; i > 4; --i) if ($i == "sec") { print $(i - 1), $4; break } }' \
+  "$log" | sort -rn | head -10)"
+if [ -n "$slowest" ]; then
+  echo
+  echo "The ten slowest tests (seconds):"
+  printf '%s\n' "$slowest" | awk '{ printf "  %8.1f  %s\n", $1, $2 }'
+  grep -E '^(100% tests passed|[0-9]+% tests passed, [0-9]+ tests failed|Total Test time)' "$log" || true
+fi
+exit "$status"

@@ -28,9 +28,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from conftest import WANFW, base_config, checkpoints, launched_ranks, write_config  # noqa: E402
-from equivalence import assert_same_training, tiny_wan_rounding, trained  # noqa: E402
-from test_distributed import TORCHRUN, free_port  # noqa: E402
+from harness.equivalence import assert_same_training, tiny_wan_rounding, trained  # noqa: E402
+from harness.launch import TORCHRUN, free_port, launched_ranks  # noqa: E402
+from harness.runs import WANFW, base_config, checkpoints, write_config  # noqa: E402
 
 LR = 1e-3
 STEPS, EVERY = 6, 2  # checkpoints at steps 2, 4 and 6
@@ -76,7 +76,7 @@ class Workspace:
         if model is not None:
             return model
         if self.teacher is None:
-            from test_wan_parity import reference_model
+            from harness.references import reference_model
             self.teacher = self.folder / "teacher"
             reference_model(self.teacher, seed=3)
         return dmd_model(self.teacher)

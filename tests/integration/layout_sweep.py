@@ -11,8 +11,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from equivalence import compare, tiny_wan_rounding
-from test_layout_invariance import CPU, DDP, FSDP, LR, run_on, tiny_wan
+from harness.equivalence import compare, tiny_wan_rounding
+from harness.layouts import CPU, DDP, FSDP, LR, run_on, tiny_wan
 
 DP2 = {"name": "data_parallel", "devices": ["cpu", "cpu"]}
 SP2 = {**DDP, "sequence_parallel": 2}

@@ -2,9 +2,9 @@
 memory until backward. A LoRA run of the tiny Wan DiT with it ends bitwise as without it, alone and
 together with block swap; without gradient checkpointing it is refused."""
 
-from conftest import wanfw
-from test_block_swap import assert_same, base, lora, trained  # noqa: F401 (base: a fixture)
-from test_lora import experiment
+from harness.block_swap import assert_same, base, lora, trained  # noqa: F401 (a fixture)
+from harness.lora import experiment
+from harness.runs import wanfw
 
 
 def test_a_lora_run_with_activation_offload_ends_bitwise_as_the_run_without_it(tmp_path, base):

@@ -3,9 +3,10 @@ the kernel that ran is logged, and a kernel that cannot run the call stops the r
 
 import pytest
 import torch
-from conftest import wanfw
 from safetensors.torch import load_file, save_file
-from test_wan_parity import TOLERANCE, reference_model, wan_config
+
+from harness.references import TOLERANCE, reference_model, wan_config
+from harness.runs import wanfw
 
 
 def predict_with(tmp_path, attention, inputs):

@@ -7,8 +7,10 @@ import hashlib
 
 import pytest
 import torch
-from conftest import base_config, checkpoints, wanfw, write_config
 from safetensors.torch import load_file, save_file
+
+from harness.references import reference_model, wan_config
+from harness.runs import base_config, checkpoints, wanfw, write_config
 
 FOREIGN_TEXT = ("Exception raised from", "c10::Error", "std::", "Expected a CPUGeneratorImplState",
                 "torch.ByteTensor", "Casting complex values")
@@ -144,7 +146,6 @@ def test_a_generator_state_of_the_wrong_size_or_dtype_is_refused_in_our_words(tm
 # --- files a run reads at start: weights, side tensors, inputs -------------------------------------
 
 def test_model_weights_holding_nan_are_refused_naming_the_shard_and_the_tensor(tmp_path):
-    from test_wan_parity import reference_model, wan_config
     reference_model(tmp_path / "weights", seed=2)
     shard = next((tmp_path / "weights").glob("*.safetensors"))
     tensors = load_file(shard)
@@ -159,7 +160,6 @@ def test_model_weights_holding_nan_are_refused_naming_the_shard_and_the_tensor(t
 
 
 def test_a_negative_prompt_holding_nan_is_refused_at_its_option_naming_the_file(tmp_path):
-    from test_wan_parity import reference_model
     reference_model(tmp_path / "teacher", seed=3)
     context = torch.randn(5, 32)
     context[2, 7] = float("nan")

@@ -4,23 +4,15 @@ DiT with its random noise and timesteps trains to the fp32 run's loss within bf1
 bitwise, and ends near one device's weights under ddp, accumulation and replicas; fsdp, which keeps fp32 shards as its
 masters already, refuses it with the mode to use instead."""
 
-import csv
 import math
 
 import pytest
 import torch
-from conftest import wanfw
-from equivalence import assert_same_training, compare
-from test_distributed import torchrun
-from test_layout_invariance import CPU, DDP, FSDP, LAYOUTS, checkpoint, experiment, run_on, state, tiny_wan
 
-WEIGHTS = {"mode": "bf16_weights"}
-BF16_U = 2.0 ** -8  # bfloat16 unit roundoff: 8 significant bits
-
-
-def losses(tmp_path, name):
-    rows = csv.DictReader(open(tmp_path / "runs" / name / "version_0" / "metrics.csv"))
-    return [float(r["loss"]) for r in rows if r.get("loss")]
+from harness.equivalence import assert_same_training, checkpoint, compare, state
+from harness.launch import torchrun
+from harness.layouts import BF16_U, CPU, DDP, FSDP, LAYOUTS, WEIGHTS, experiment, run_on, tiny_wan
+from harness.runs import losses, wanfw
 
 
 @pytest.mark.every_vector_unit

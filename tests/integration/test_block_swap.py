@@ -6,38 +6,12 @@ with the reason. Distillation's networks: test_block_swap_distill.py."""
 
 import pytest
 import torch
-from conftest import checkpoints, wanfw
-from safetensors.torch import load_file
-from test_distill import losses
-from test_layout_invariance import DDP, run_on
-from test_lora import experiment, run_dir
-from test_wan_parity import reference_model
 
-LAYERS = 6
-
-
-@pytest.fixture
-def base(tmp_path):
-    reference_model(tmp_path / "base", seed=5, num_layers=LAYERS)
-    return tmp_path / "base"
-
-
-def lora(base, **model):
-    return {"name": "wan22_flow_matching", "preset": "tiny", "num_layers": LAYERS, "weights": str(base),
-            "gradient_checkpointing": True, "lora": {"rank": 4, "alpha": 8}, **model}
-
-
-def trained(tmp_path, name, model, swap=None, steps=6, **sections):
-    path = experiment(tmp_path, name, model, steps=steps, checkpoint_every=steps,
-                      **({"block_swap": swap} if swap else {}), **sections)
-    result = wanfw("run", path, check=0)
-    step = checkpoints(run_dir(tmp_path, name))[-1]
-    return result.stdout + result.stderr, losses(tmp_path, name), load_file(step / "model.safetensors")
-
-
-def assert_same(a, b):
-    assert a[1] == b[1]  # every step's loss, as printed
-    assert a[2].keys() == b[2].keys() and all(torch.equal(a[2][k], b[2][k]) for k in a[2])
+from harness.block_swap import LAYERS, assert_same, base, lora, trained  # noqa: F401 (a fixture)
+from harness.layouts import DDP, run_on
+from harness.lora import experiment, inputs, predict
+from harness.references import reference_model
+from harness.runs import wanfw
 
 
 @pytest.mark.parametrize("blocks", [1, LAYERS // 2, LAYERS - 1])
@@ -112,7 +86,6 @@ def test_block_swap_that_cannot_work_is_refused(tmp_path, base, case, swap, extr
 
 
 def test_predict_with_block_swap_gives_the_outputs_without_it(tmp_path, base):
-    from test_lora import inputs, predict
     path = experiment(tmp_path, "plain", lora(base), steps=1)
     swapped = experiment(tmp_path, "swapped", lora(base), steps=1, block_swap={"blocks": 3, "ring": 1})
     assert torch.equal(predict(tmp_path, swapped, inputs()), predict(tmp_path, path, inputs()))

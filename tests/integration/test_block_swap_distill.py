@@ -7,12 +7,12 @@ import json
 
 import pytest
 import torch
-from conftest import checkpoints, wanfw, write_config
 from safetensors.torch import load_file
-import test_distill
-import test_dmd
-from test_training import read_csv
-from test_wan_parity import reference_model
+
+from harness.distill import config as distill_config
+from harness.dmd import config as dmd_config
+from harness.references import reference_model
+from harness.runs import checkpoints, read_csv, wanfw, write_config
 
 LAYERS = 4
 ADAPTERS = {"lora": {"rank": 4}, "gradient_checkpointing": True}
@@ -44,9 +44,9 @@ def assert_same(a, b):
 def test_a_dmd_run_with_block_swap_ends_bitwise_as_the_run_without_it(tmp_path, teacher, shared, units):
     model = {**ADAPTERS, "critic_lora": {"rank": 4}, "shared_base": shared,
              "teacher_num_layers": LAYERS, "student_num_layers": LAYERS}
-    reference = trained(tmp_path, test_dmd.config(tmp_path, teacher, "resident", **model), "resident", None)
+    reference = trained(tmp_path, dmd_config(tmp_path, teacher, "resident", **model), "resident", None)
     swap = {"blocks": units - 1, "ring": 1}  # every streamed block leaves its slot for the next
-    swapped = trained(tmp_path, test_dmd.config(tmp_path, teacher, "swapped", **model), "swapped", swap)
+    swapped = trained(tmp_path, dmd_config(tmp_path, teacher, "swapped", **model), "swapped", swap)
     assert f"block swap: {units - 1} of {units} blocks stream from" in swapped[0]
     assert_same(swapped, reference)
 
@@ -55,7 +55,7 @@ def test_a_lora_student_of_the_teachers_velocity_with_block_swap_ends_bitwise_as
     model = {**ADAPTERS, "teacher_num_layers": LAYERS, "student_num_layers": LAYERS}
 
     def run(name, swap=None):
-        path = test_distill.config(tmp_path, teacher, name=name, trainer={"max_steps": 6}, **model)
+        path = distill_config(tmp_path, teacher, name=name, trainer={"max_steps": 6}, **model)
         return trained(tmp_path, path, name, swap)
 
     reference, swapped = run("resident"), run("swapped", {"blocks": 2, "ring": 1})

@@ -2,7 +2,7 @@
 the index, the main process killed before the folder is renamed into place, a rank that hangs
 instead of dying, a disk that fills up, a file that vanishes before the checkpoint is complete. Each must leave the previous checkpoint whole, be found
 and named, and (killed runs) resume to the uninterrupted run's weights. The moment is reached on
-purpose through WANFW_FAULT (checkpoint/fault_point.hpp). The tiny Wan DiT under fsdp on 2 ranks
+purpose through WANFW_FAULT (host/fault_point.hpp). The tiny Wan DiT under fsdp on 2 ranks
 (real torchrun, Gloo on loopback, CPU); the disk through a file-size limit."""
 import os
 import signal
@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import WANFW, base_config, checkpoints, launched_ranks, write_config
-from equivalence import trained
 from safetensors.torch import load_file
-from test_distributed import TORCHRUN, free_port, torchrun
-from test_layout_invariance import experiment, tiny_wan
+
+from harness.equivalence import trained
+from harness.launch import TORCHRUN, free_port, launched_ranks, torchrun
+from harness.layouts import experiment, tiny_wan
+from harness.runs import WANFW, base_config, checkpoints, write_config
 
 FSDP = {"name": "fsdp", "timeout_s": 60}
 FOUR_STEPS = {"trainer": {"max_steps": 4}, "checkpoint": {"every": 2, "keep_last": 0}}

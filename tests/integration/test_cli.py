@@ -6,7 +6,8 @@ import shutil
 
 import pytest
 import torch
-from conftest import BAD_PLUGINS, SOURCE, TEST_PLUGINS, base_config, plugin_abi, wanfw, write_config
+
+from harness.runs import BAD_PLUGINS, SOURCE, TEST_PLUGINS, base_config, plugin_abi, wanfw, write_config
 
 
 def test_version_names_wanfw_and_libtorch():

@@ -7,53 +7,14 @@ import hashlib
 
 import pytest
 import torch
-from conftest import SOURCE, base_config, checkpoints, stop_after, wanfw, write_config
 from safetensors.torch import load_file, save_file
-from equivalence import assert_same_training, tiny_wan_rounding
-from test_layout_invariance import CPU, DDP, FSDP, GLOBAL_BATCH, LR, TOKENS, run_on
-from test_wan_parity import reference_model
+
+from harness.distill import config, distill, inputs, predict, teacher  # noqa: F401 (a fixture)
+from harness.equivalence import assert_same_training, tiny_wan_rounding
+from harness.layouts import CPU, DDP, FSDP, GLOBAL_BATCH, LR, TOKENS, run_on
+from harness.runs import SOURCE, base_config, checkpoints, losses, stop_after, wanfw, write_config
 
 TEACHER_LAYERS = 2  # the tiny preset's
-
-
-def distill(teacher, **model):
-    return {"name": "wan22_distill", "teacher_preset": "tiny", "teacher_weights": str(teacher), **model}
-
-
-def config(tmp_path, teacher, name="distill", data=None, trainer=None, **model):
-    c = base_config(tmp_path / "runs", model=distill(teacher, **model),
-                    data=data or {"num_samples": 32, "batch_size": 4, "workers": 0, "buckets": ["2x4x4"]},
-                    optimizer={"lr": 2e-3, "weight_decay": 0.0},
-                    trainer={"max_steps": 30, "log_every": 1, "progress": "lines", **(trainer or {})},
-                    checkpoint={"every": 0, "keep_last": 0})
-    c["run"]["name"] = name
-    return write_config(tmp_path / f"{name}.json", c)
-
-
-def losses(tmp_path, name, column="loss"):
-    rows = (tmp_path / "runs" / name / "version_0" / "metrics.csv").read_text().splitlines()
-    header = rows[0].split(",")
-    return [float(r.split(",")[header.index(column)]) for r in rows[1:] if r.split(",")[header.index(column)]]
-
-
-@pytest.fixture
-def teacher(tmp_path):
-    reference_model(tmp_path / "teacher", seed=3)
-    return tmp_path / "teacher"
-
-
-def inputs(seed=4, t=(300.0, 800.0)):
-    """Two tiny-DiT inputs: latents [2, 4, 2, 4, 4] and 5-token contexts from `seed`, at timesteps `t`."""
-    g = torch.Generator().manual_seed(seed)
-    return {"x": torch.randn(2, 4, 2, 4, 4, generator=g), "t": torch.tensor(t),
-            "context": torch.randn(2, 5, 32, generator=g)}
-
-
-def predict(tmp_path, path, given, *extra):
-    save_file(given, tmp_path / "in.safetensors")
-    wanfw("predict", path, "--inputs", tmp_path / "in.safetensors", "--out", tmp_path / "out.safetensors", *extra,
-          check=0)
-    return load_file(tmp_path / "out.safetensors")
 
 
 def test_a_student_initialised_as_a_copy_of_its_teacher_starts_at_zero_loss(tmp_path, teacher):

@@ -3,102 +3,55 @@ torchrun from the venv (or with the environment srun sets), grad_accum around an
 the mixed-precision modes. Parity tests use the deterministic linear_regression model: the
 updates of N ranks x B (or N micro-batches x B) must equal one batch of N x B."""
 
-import csv
 import json
 import os
-import socket
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
-from conftest import TEST_PLUGINS, WANFW, base_config, checkpoints, wanfw, write_config
 from safetensors.torch import load_file
-from equivalence import assert_same_training, rounding, tiny_wan_rounding, trained
 
-TORCHRUN = Path(sys.executable).parent / "torchrun"
-STEPS = 5
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def run_on_free_port(command, timeout, env):
-    """Runs command(port) on a free port. A port probed free can be taken before torchrun's
-    rendezvous listens on it (another process's outgoing connection): torchrun then fails before
-    any rank starts, saying EADDRINUSE, and the launch is retried on another port."""
-    for attempt in range(3):
-        result = subprocess.run(command(free_port()), capture_output=True, text=True, timeout=timeout, env=env)
-        if result.returncode == 0 or "failed to listen on any local network address" not in result.stderr:
-            return result
-    return result
+from harness.equivalence import assert_same_training, state, tiny_wan_rounding
+from harness.launch import TORCHRUN, free_port, torchrun
+from harness.layouts import DDP, LR, STEPS, TOKENS, assert_same_weights, experiment, linear_experiment, run_on
+from harness.runs import TEST_PLUGINS, WANFW, checkpoints, metrics, wanfw, write_config
 
 
 WAN_DATA = {"buckets": ["2x4x4"]}  # the tiny Wan model's synthetic latents
 
 
-def config(tmp_path, name, strategy, batch, data=None, **sections):
-    c = base_config(tmp_path / "runs", strategy=strategy,
-                    data={"num_samples": 256, "batch_size": batch, "workers": 0, **(data or {})},
-                    trainer={"max_steps": STEPS, "log_every": 1, "progress": "lines"},
-                    checkpoint={"every": 0, "keep_last": 0}, **sections)
-    c["run"]["name"] = name
-    return write_config(tmp_path / f"{name}.json", c)
-
-
-def torchrun(*args, nproc=2, timeout=240, extra=(), env=None):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
-    return run_on_free_port(lambda port: [str(TORCHRUN), "--no-python", f"--nproc-per-node={nproc}",
-                                          "--master-addr=127.0.0.1", f"--master-port={port}", *extra, str(WANFW),
-                                          *map(str, args)], timeout, env)
-
-
-def final_state(tmp_path, name):
-    return trained(checkpoints(tmp_path / "runs" / name / "version_0")[-1])
-
-
 def final_weights(tmp_path, name):
-    return final_state(tmp_path, name).weights
-
-
-def assert_same_weights(a, b, batch=16):
-    """The linear model's runs (base_config: lr 0.05, 8 inputs): its gradients are sums over the
-    global batch of products over the inputs (equivalence.py)."""
-    assert_same_training(a, b, lr=0.05, tolerance=rounding(batch * 8, 2))
+    return state(tmp_path, name).weights
 
 
 def reference_run(tmp_path, batch):
-    wanfw("run", config(tmp_path, "reference", {"name": "single", "device": "cpu"}, batch), check=0)
-    return final_state(tmp_path, "reference")
+    wanfw("run", linear_experiment(tmp_path, "reference", {"name": "single", "device": "cpu"}, batch), check=0)
+    return state(tmp_path, "reference")
 
 
 def test_two_ranks_of_batch_b_update_like_one_rank_of_batch_2b(tmp_path):
-    result = torchrun("run", config(tmp_path, "ddp", {"name": "ddp", "timeout_s": 60}, 8))
+    result = torchrun("run", linear_experiment(tmp_path, "ddp", {"name": "ddp", "timeout_s": 60}, 8))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "world size 2 | batch 8 per device x 1 accumulation = global batch 16" in result.stdout
-    assert_same_weights(final_state(tmp_path, "ddp"), reference_run(tmp_path, 16))
+    assert_same_weights(state(tmp_path, "ddp"), reference_run(tmp_path, 16))
 
 
 def test_four_accumulated_micro_batches_update_like_one_batch_four_times_larger(tmp_path):
     strategy = {"name": "grad_accum", "steps": 4, "inner": {"name": "single", "device": "cpu"}}
-    wanfw("run", config(tmp_path, "accumulated", strategy, 4), check=0)
-    assert_same_weights(final_state(tmp_path, "accumulated"), reference_run(tmp_path, 16))
+    wanfw("run", linear_experiment(tmp_path, "accumulated", strategy, 4), check=0)
+    assert_same_weights(state(tmp_path, "accumulated"), reference_run(tmp_path, 16))
 
 
 def test_ddp_with_accumulation_updates_like_one_batch_of_world_times_steps(tmp_path):
     strategy = {"name": "grad_accum", "steps": 2, "inner": {"name": "ddp", "timeout_s": 60}}
-    result = torchrun("run", config(tmp_path, "both", strategy, 4))
+    result = torchrun("run", linear_experiment(tmp_path, "both", strategy, 4))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert_same_weights(final_state(tmp_path, "both"), reference_run(tmp_path, 16))
+    assert_same_weights(state(tmp_path, "both"), reference_run(tmp_path, 16))
 
 
 def test_two_nodes_on_loopback_train_together(tmp_path):
-    path = config(tmp_path, "nodes", {"name": "ddp", "timeout_s": 60}, 8)
+    path = linear_experiment(tmp_path, "nodes", {"name": "ddp", "timeout_s": 60}, 8)
     port = free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     nodes = [subprocess.Popen([str(TORCHRUN), "--no-python", "--nnodes=2", f"--node-rank={node}", "--nproc-per-node=1",
@@ -108,7 +61,7 @@ def test_two_nodes_on_loopback_train_together(tmp_path):
     outputs = [node.communicate(timeout=240)[0] for node in nodes]
     assert [node.returncode for node in nodes] == [0, 0], outputs
     assert "ddp: rank 0 of 2" in outputs[0]
-    assert_same_weights(final_state(tmp_path, "nodes"), reference_run(tmp_path, 16))
+    assert_same_weights(state(tmp_path, "nodes"), reference_run(tmp_path, 16))
 
 
 def launch_by_environment(path, world, port, extra_env=lambda rank: {}):
@@ -122,7 +75,7 @@ def launch_by_environment(path, world, port, extra_env=lambda rank: {}):
 
 
 def test_the_slurm_environment_places_the_ranks(tmp_path):
-    path = config(tmp_path, "slurm", {"name": "ddp", "timeout_s": 60}, 8)
+    path = linear_experiment(tmp_path, "slurm", {"name": "ddp", "timeout_s": 60}, 8)
     port = free_port()
     processes = launch_by_environment(path, 2, port, lambda rank: {
         "SLURM_PROCID": str(rank), "SLURM_NTASKS": "2", "SLURM_LOCALID": str(rank), "SLURM_NTASKS_PER_NODE": "2",
@@ -130,11 +83,11 @@ def test_the_slurm_environment_places_the_ranks(tmp_path):
     results = [p.communicate(timeout=240) for p in processes]
     assert [p.returncode for p in processes] == [0, 0], results
     assert "launched by slurm" in results[0][0]
-    assert_same_weights(final_state(tmp_path, "slurm"), reference_run(tmp_path, 16))
+    assert_same_weights(state(tmp_path, "slurm"), reference_run(tmp_path, 16))
 
 
 def test_a_killed_rank_makes_the_others_fail_naming_it_without_hanging(tmp_path):
-    path = config(tmp_path, "killed", {"name": "ddp", "timeout_s": 30}, 8,
+    path = linear_experiment(tmp_path, "killed", {"name": "ddp", "timeout_s": 30}, 8,
                   model={"name": "linear_regression", "in_features": 8, "out_features": 2, "step_delay_ms": 20,
                          "kill_rank": 1, "kill_at_call": 3})
     port = free_port()
@@ -152,7 +105,7 @@ def test_a_killed_rank_makes_the_others_fail_naming_it_without_hanging(tmp_path)
 
 def test_torchrun_restarts_a_job_that_lost_a_rank_and_it_resumes_to_the_end(tmp_path):
     model = {"name": "linear_regression", "in_features": 8, "out_features": 2, "kill_rank": 1, "kill_at_call": 4}
-    c = json.loads(config(tmp_path, "restarted", {"name": "ddp", "timeout_s": 30}, 8, model=model).read_text())
+    c = json.loads(linear_experiment(tmp_path, "restarted", {"name": "ddp", "timeout_s": 30}, 8, model=model).read_text())
     c["checkpoint"] = {"every": 2, "keep_last": 0}
     c["trainer"]["max_steps"] = 6
     path = write_config(tmp_path / "restarted.json", c)
@@ -171,13 +124,9 @@ def test_torchrun_restarts_a_job_that_lost_a_rank_and_it_resumes_to_the_end(tmp_
     assert all(torch.equal(restarted[k], uninterrupted[k]) for k in uninterrupted)
 
 
-def metrics(tmp_path, name):
-    return list(csv.DictReader(open(tmp_path / "runs" / name / "version_0" / "metrics.csv")))
-
-
 def test_the_fp16_scaler_skips_a_step_with_an_inf_gradient_and_checkpoints_its_scale(tmp_path):
     model = {"name": "linear_regression", "in_features": 8, "out_features": 2, "inf_grad_at_call": 3}
-    path = config(tmp_path, "fp16", {"name": "single", "device": "cpu"}, 8, model=model,
+    path = linear_experiment(tmp_path, "fp16", {"name": "single", "device": "cpu"}, 8, model=model,
                   precision={"mode": "fp16", "init_scale": 1024})
     c = json.loads(path.read_text())
     c["checkpoint"] = {"every": 1, "keep_last": 0}
@@ -200,7 +149,7 @@ def test_the_fp16_scaler_skips_a_step_with_an_inf_gradient_and_checkpoints_its_s
 @pytest.mark.parametrize("mode", ["bf16", "fp16"])
 def test_mixed_precision_trains_the_tiny_wan_model_on_the_cpu(tmp_path, mode):
     model = {"name": "wan22_flow_matching", "preset": "tiny", "text_len": 4}
-    path = config(tmp_path, mode, {"name": "single", "device": "cpu"}, 4, model=model, data=WAN_DATA,
+    path = linear_experiment(tmp_path, mode, {"name": "single", "device": "cpu"}, 4, model=model, data=WAN_DATA,
                   precision={"mode": mode},
                   optimizer={"lr": 2e-3, "weight_decay": 0.0})
     c = json.loads(path.read_text())
@@ -215,13 +164,12 @@ def test_mixed_precision_trains_the_tiny_wan_model_on_the_cpu(tmp_path, mode):
 
 def test_the_tiny_wan_model_trains_under_ddp(tmp_path):
     model = {"name": "wan22_flow_matching", "preset": "tiny", "text_len": 4}
-    result = torchrun("run", config(tmp_path, "wan", {"name": "ddp", "timeout_s": 60}, 2, model=model, data=WAN_DATA))
+    result = torchrun("run", linear_experiment(tmp_path, "wan", {"name": "ddp", "timeout_s": 60}, 2, model=model, data=WAN_DATA))
     assert result.returncode == 0, result.stdout + result.stderr
     assert len(metrics(tmp_path, "wan")) == STEPS
 
 
 def test_parameters_one_rank_leaves_without_a_gradient_stop_ddp_naming_the_option_and_train_with_it(tmp_path):
-    from test_layout_invariance import DDP, LR, TOKENS, experiment, run_on
     # One sample a rank and two experts: every step leaves one expert without a gradient on each rank.
     model = {"name": "wan22_flow_matching", "preset": "tiny", "expert": "both", "boundary": 500, "text_len": 4}
     result = torchrun("run", experiment(tmp_path, "unused", DDP, 1, model))
@@ -237,7 +185,7 @@ def test_parameters_one_rank_leaves_without_a_gradient_stop_ddp_naming_the_optio
 
 def test_linear_lr_scaling_multiplies_the_peak_lr_by_the_global_batch_ratio(tmp_path):
     strategy = {"name": "grad_accum", "steps": 4, "inner": {"name": "single", "device": "cpu"}}
-    path = config(tmp_path, "scaled", strategy, 4, optimizer={"lr": 0.01, "lr_scaling": "linear"},
+    path = linear_experiment(tmp_path, "scaled", strategy, 4, optimizer={"lr": 0.01, "lr_scaling": "linear"},
                   scheduler={"decay": "constant"})
     result = wanfw("run", path, check=0)
     assert "lr scaled linear with the global batch: 0.01 x 4 = 0.04" in result.stdout
@@ -245,38 +193,38 @@ def test_linear_lr_scaling_multiplies_the_peak_lr_by_the_global_batch_ratio(tmp_
 
 
 def test_ddp_without_a_launcher_runs_one_process_and_says_so(tmp_path):
-    result = wanfw("run", config(tmp_path, "alone", {"name": "ddp"}, 8), check=0)
+    result = wanfw("run", linear_experiment(tmp_path, "alone", {"name": "ddp"}, 8), check=0)
     assert "no launcher in the environment" in result.stdout
-    assert_same_weights(final_state(tmp_path, "alone"), reference_run(tmp_path, 8), batch=8)
+    assert_same_weights(state(tmp_path, "alone"), reference_run(tmp_path, 8), batch=8)
 
 
 def test_grad_accum_without_an_inner_strategy_is_a_config_error(tmp_path):
-    result = wanfw("validate", config(tmp_path, "bad", {"name": "grad_accum", "steps": 2}, 8), check=2)
+    result = wanfw("validate", linear_experiment(tmp_path, "bad", {"name": "grad_accum", "steps": 2}, 8), check=2)
     assert "'strategy.inner' is missing" in result.stderr
 
 
 def test_data_parallel_replicas_update_like_one_device_with_the_whole_batch(tmp_path):
     # Two replicas on the CPU exercise replicate, split, parallel backward and the gradient sum.
-    result = wanfw("run", config(tmp_path, "dp", {"name": "data_parallel", "devices": ["cpu", "cpu"]}, 16), check=0)
+    result = wanfw("run", linear_experiment(tmp_path, "dp", {"name": "data_parallel", "devices": ["cpu", "cpu"]}, 16), check=0)
     assert "data_parallel over 2 devices (cpu, cpu)" in result.stdout
-    assert_same_weights(final_state(tmp_path, "dp"), reference_run(tmp_path, 16))
+    assert_same_weights(state(tmp_path, "dp"), reference_run(tmp_path, 16))
 
 
 def test_data_parallel_with_accumulation_and_an_odd_batch_updates_like_one_device(tmp_path):
     strategy = {"name": "grad_accum", "steps": 2, "inner": {"name": "data_parallel", "devices": ["cpu", "cpu", "cpu"]}}
-    wanfw("run", config(tmp_path, "dp3", strategy, 5), check=0)  # slices of 2, 2 and 1
-    assert_same_weights(final_state(tmp_path, "dp3"), reference_run(tmp_path, 10), batch=10)
+    wanfw("run", linear_experiment(tmp_path, "dp3", strategy, 5), check=0)  # slices of 2, 2 and 1
+    assert_same_weights(state(tmp_path, "dp3"), reference_run(tmp_path, 10), batch=10)
 
 
 def test_data_parallel_without_gpus_runs_as_single_and_says_so(tmp_path):
-    result = wanfw("run", config(tmp_path, "dp1", {"name": "data_parallel"}, 8), check=0)
+    result = wanfw("run", linear_experiment(tmp_path, "dp1", {"name": "data_parallel"}, 8), check=0)
     assert result.stdout.count("running as single") == 1
-    assert_same_weights(final_state(tmp_path, "dp1"), reference_run(tmp_path, 8), batch=8)
+    assert_same_weights(state(tmp_path, "dp1"), reference_run(tmp_path, 8), batch=8)
 
 
 def test_data_parallel_replicates_the_wan_model(tmp_path):
     model = {"name": "wan22_flow_matching", "preset": "tiny", "text_len": 4, "gradient_checkpointing": True}
-    wanfw("run", config(tmp_path, "wan_dp", {"name": "data_parallel", "devices": ["cpu", "cpu"]}, 4, model=model,
+    wanfw("run", linear_experiment(tmp_path, "wan_dp", {"name": "data_parallel", "devices": ["cpu", "cpu"]}, 4, model=model,
                         data=WAN_DATA), check=0)
     losses = [float(r["loss"]) for r in metrics(tmp_path, "wan_dp")]
     assert len(losses) == STEPS and all(l == l for l in losses)

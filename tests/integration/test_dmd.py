@@ -6,41 +6,14 @@ separate copies train."""
 
 import pytest
 import torch
-from conftest import SOURCE, base_config, checkpoints, wanfw, write_config
-from equivalence import assert_same_training_history, tiny_wan_rounding, trained
 from safetensors.torch import load_file, save_file
-from test_distill import predict
-from test_layout_invariance import CPU, DDP, FSDP, GLOBAL_BATCH, LR, TOKENS, run_on
-from test_training import read_csv
-from test_wan_parity import reference_model
 
-CYCLE = 3  # generator 1 step, critic 2
-
-
-@pytest.fixture
-def teacher(tmp_path):
-    reference_model(tmp_path / "teacher", seed=3)
-    return tmp_path / "teacher"
-
-
-def dmd(teacher, **model):
-    return {"name": "wan22_distill", "teacher_preset": "tiny", "teacher_weights": str(teacher), "objective": "dmd",
-            "inputs": "generator", "latent_size": "3x4x4", "generator_steps": 3, "real_guidance": 2.0,
-            "critic_updates_per_generator_update": CYCLE - 1, "critic_lr_scale": 2.0, **model}
-
-
-def config(tmp_path, teacher, name="dmd", steps=6, **model):
-    c = base_config(tmp_path / "runs", model=dmd(teacher, **model),
-                    data={"num_samples": 24, "batch_size": 4, "workers": 0},
-                    optimizer={"lr": 1e-3, "weight_decay": 0.0},
-                    trainer={"max_steps": steps, "log_every": 1, "progress": "lines"},
-                    checkpoint={"every": 1, "keep_last": 0})
-    c["run"]["name"] = name
-    return write_config(tmp_path / f"{name}.json", c)
-
-
-def run_dir(tmp_path, name="dmd"):
-    return tmp_path / "runs" / name / "version_0"
+from harness.distill import predict, teacher  # noqa: F401 (a fixture)
+from harness.dmd import CYCLE, config, dmd, shared_name
+from harness.equivalence import assert_same_training_history, tiny_wan_rounding, trained
+from harness.layouts import CPU, DDP, FSDP, GLOBAL_BATCH, LR, TOKENS, run_on
+from harness.references import reference_model
+from harness.runs import SOURCE, base_config, checkpoints, read_csv, run_dir, wanfw, write_config
 
 
 def test_the_generator_and_the_critic_train_in_turns_each_with_its_own_loss(tmp_path, teacher):
@@ -48,7 +21,7 @@ def test_the_generator_and_the_critic_train_in_turns_each_with_its_own_loss(tmp_
     log = result.stdout + result.stderr
     assert "training phases: generator 1 step, then critic 2 steps (a cycle of 3 steps)" in log
     assert "the generator samples in 3 steps at levels 1.0000, " in log
-    rows = read_csv(run_dir(tmp_path) / "metrics.csv")
+    rows = read_csv(run_dir(tmp_path, "dmd") / "metrics.csv")
     for row in rows:
         generator_step = (int(row["step"]) - 1) % CYCLE == 0
         assert (row["generator/loss"] != "") == generator_step and (row["critic/loss"] != "") == (not generator_step)
@@ -57,7 +30,7 @@ def test_the_generator_and_the_critic_train_in_turns_each_with_its_own_loss(tmp_
         else:
             assert float(row["critic_loss"]) > 0
         assert float(row["lr/critic"]) == pytest.approx(2 * float(row["lr/generator"]))
-    saved = checkpoints(run_dir(tmp_path))
+    saved = checkpoints(run_dir(tmp_path, "dmd"))
     for step, (before, after) in enumerate(zip(saved, saved[1:]), start=2):
         a, b = load_file(before / "model.safetensors"), load_file(after / "model.safetensors")
         moved = {part: any(not torch.equal(a[k], b[k]) for k in a if k.startswith(part + "."))
@@ -122,7 +95,7 @@ def test_every_layout_trains_the_generator_and_the_critic_of_one_rank_with_the_w
 def test_a_dmd_run_killed_mid_cycle_resumes_to_the_same_bits(tmp_path, teacher):
     path = config(tmp_path, teacher, steps=7, **{"lora": {"rank": 4}, "critic_lora": {"rank": 4}})
     wanfw("run", path, check=0)
-    saved = checkpoints(run_dir(tmp_path))
+    saved = checkpoints(run_dir(tmp_path, "dmd"))
     uninterrupted = {kind: load_file(saved[-1] / f"{kind}.safetensors") for kind in ("model", "optimizer")}
     for late in saved[5:]:  # as if killed after step 5, a critic step in the middle of cycle 2
         for f in late.iterdir():
@@ -130,18 +103,12 @@ def test_a_dmd_run_killed_mid_cycle_resumes_to_the_same_bits(tmp_path, teacher):
         late.rmdir()
     resumed = wanfw("run", path, "--resume", "auto", check=0)
     assert "step-00000005" in resumed.stdout
-    last = checkpoints(run_dir(tmp_path))[-1]
+    last = checkpoints(run_dir(tmp_path, "dmd"))[-1]
     assert last.name == "step-00000007"
     for kind, tensors in uninterrupted.items():
         again = load_file(last / f"{kind}.safetensors")
         assert again.keys() == tensors.keys()
         assert all(torch.equal(again[k], tensors[k]) for k in tensors), kind
-
-
-def shared_name(name):
-    """A separate critic's adapter name as the shared base holds it (the generator's second set)."""
-    return name.replace("critic.", "generator.", 1).replace(".lora_A.", ".critic_lora_A.").replace(
-        ".lora_B.", ".critic_lora_B.") if name.startswith("critic.") else name
 
 
 def test_one_shared_frozen_base_trains_exactly_what_three_separate_copies_train(tmp_path, teacher):
@@ -164,8 +131,8 @@ def test_the_exported_generator_samples_like_the_trained_one_and_leaves_the_crit
     path = config(tmp_path, teacher, steps=4, **{"lora": {"rank": 4}, "critic_lora": {"rank": 4}, "shared_base": True,
                                                  "sample_size": "3x4x4"})
     wanfw("run", path, check=0)
-    wanfw("export", path, "--checkpoint", run_dir(tmp_path), "--out", tmp_path / "adapter", check=0)
-    wanfw("export", path, "--checkpoint", run_dir(tmp_path), "--out", tmp_path / "merged", "--merge", check=0)
+    wanfw("export", path, "--checkpoint", run_dir(tmp_path, "dmd"), "--out", tmp_path / "adapter", check=0)
+    wanfw("export", path, "--checkpoint", run_dir(tmp_path, "dmd"), "--out", tmp_path / "merged", "--merge", check=0)
     for layout in ("wan_lora", "pytorch_lora_weights"):  # Wan / ComfyUI keys, diffusers PEFT keys
         adapter = load_file(tmp_path / "adapter" / f"{layout}.safetensors")
         assert adapter and not any("critic" in k for k in adapter), layout
@@ -180,7 +147,7 @@ def test_the_exported_generator_samples_like_the_trained_one_and_leaves_the_crit
     g = torch.Generator().manual_seed(5)
     save_file({"context": torch.randn(4, 5, 32, generator=g), "noise": torch.randn(4, 4, 3, 4, 4, generator=g)},
               tmp_path / "cond.safetensors")
-    for name, where in (("trained", [path, "--checkpoint", run_dir(tmp_path)]), ("exported", [plain])):
+    for name, where in (("trained", [path, "--checkpoint", run_dir(tmp_path, "dmd")]), ("exported", [plain])):
         wanfw("sample", *where, "--inputs", tmp_path / "cond.safetensors", "--seed", "9", "--out",
               tmp_path / f"{name}.safetensors", check=0)
     trained, exported = (load_file(tmp_path / f"{n}.safetensors")["latents"] for n in ("trained", "exported"))
@@ -207,12 +174,12 @@ def test_every_task_and_input_trains_a_generator_whose_steps_move_it(tmp_path, t
     c["data"]["buckets"] = ["3x4x4"]
     path.write_text(__import__("json").dumps(c))
     wanfw("run", path, check=0)
-    rows = read_csv(run_dir(tmp_path) / "metrics.csv")
+    rows = read_csv(run_dir(tmp_path, "dmd") / "metrics.csv")
     generator = rows[0]
     assert 0.05 < float(generator["dmd_gradient"]) < 20
     if "regression_weight" in model:
         assert float(generator["regression_loss"]) > 0
-    saved = checkpoints(run_dir(tmp_path))
+    saved = checkpoints(run_dir(tmp_path, "dmd"))
     first, last = (load_file(p / "model.safetensors") for p in (saved[0], saved[-1]))
     initial = load_file(teacher_folder / "diffusion_pytorch_model.safetensors")
     assert not torch.equal(first["generator.head.head.weight"], initial["proj_out.weight"])  # step 1 trained G

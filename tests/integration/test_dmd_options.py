@@ -3,8 +3,10 @@ objective's options refused and DMD's named as ignored, the generator's own sche
 model-info's memory of every network a step holds."""
 
 import pytest
-from conftest import SOURCE, wanfw
-from test_dmd import config, teacher  # noqa: F401 (the fixture)
+
+from harness.distill import teacher  # noqa: F401 (a fixture)
+from harness.dmd import config
+from harness.runs import SOURCE, wanfw
 
 
 @pytest.mark.parametrize("model, message", [

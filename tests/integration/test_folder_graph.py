@@ -9,7 +9,7 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from conftest import BUILD, SOURCE
+from harness.runs import BUILD, SOURCE
 
 UNIT = SOURCE / "core" / "src" / "plan" / "lr_schedule.cpp"  # plan/ uses config/ alone
 

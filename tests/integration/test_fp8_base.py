@@ -3,10 +3,13 @@ train on it as on the float base, the community's fp8 files load as stored (the 
 their dequantized weights, on an fp8 base or a float one), and a base that would train is refused."""
 
 import torch
-from conftest import checkpoints, wanfw
 from safetensors.torch import load_file, save_file
-from test_lora import experiment, inputs, lora_model, predict, run_dir
-from test_wan_parity import reference_model
+
+from harness.distill import config as distill_config
+from harness.dmd import config as dmd_config, shared_name
+from harness.lora import experiment, inputs, lora_model, predict
+from harness.references import reference_model
+from harness.runs import checkpoints, losses, read_csv, run_dir, wanfw
 
 FP8 = {"base_dtype": "float8_e4m3fn"}
 
@@ -45,7 +48,6 @@ def test_adapters_on_the_fp8_base_learn_as_on_the_float_base_and_save_the_same_t
     result = wanfw("run", fp8_run, check=0)
     assert "fp8 base: 20 block Linear weights" in result.stdout + result.stderr
     assert "0 read as stored in fp8, 20 quantized while loading" in result.stdout + result.stderr
-    from test_distill import losses
     wide, narrow = losses(tmp_path, "float"), losses(tmp_path, "fp8")
     first, last = sum(narrow[:5]) / 5, sum(narrow[-5:]) / 5
     print(f"fp8 base: loss of steps 1-5 {first:.4g}, of steps 36-40 {last:.4g}; float base {sum(wide[-5:]) / 5:.4g}")
@@ -101,7 +103,6 @@ def test_an_fp8_base_without_adapters_is_refused_naming_the_option(tmp_path):
 def test_a_student_copied_from_an_fp8_teacher_starts_at_zero_loss_on_a_float_or_an_fp8_base(tmp_path):
     """The student copies the teacher's fp8 weights as stored (an fp8 base) or dequantized (a float
     one): either computes exactly the teacher's velocities."""
-    from test_distill import config as distill_config, losses
     reference_model(tmp_path / "teacher", seed=3)
     for name, student in (("float", {}), ("fp8", {**FP8, "lora": {"rank": 4}})):
         path = distill_config(tmp_path, tmp_path / "teacher", name=name, trainer={"max_steps": 1},
@@ -112,15 +113,14 @@ def test_a_student_copied_from_an_fp8_teacher_starts_at_zero_loss_on_a_float_or_
 
 
 def test_dmd_on_one_shared_fp8_base_trains_exactly_what_separate_fp8_copies_train(tmp_path):
-    from test_dmd import config as dmd_config, read_csv, run_dir as dmd_run, shared_name
     reference_model(tmp_path / "teacher", seed=3)
     fp8 = {**FP8, "teacher_base_dtype": "float8_e4m3fn", "lora": {"rank": 4}, "critic_lora": {"rank": 4}}
     wanfw("run", dmd_config(tmp_path, tmp_path / "teacher", name="separate", **fp8), check=0)
     wanfw("run", dmd_config(tmp_path, tmp_path / "teacher", name="shared", shared_base=True, **fp8), check=0)
-    a, b = read_csv(dmd_run(tmp_path, "separate") / "metrics.csv"), read_csv(dmd_run(tmp_path, "shared") / "metrics.csv")
+    a, b = read_csv(run_dir(tmp_path, "separate") / "metrics.csv"), read_csv(run_dir(tmp_path, "shared") / "metrics.csv")
     assert [r["loss"] for r in a] == [r["loss"] for r in b]
-    x = load_file(checkpoints(dmd_run(tmp_path, "separate"))[-1] / "model.safetensors")
-    y = load_file(checkpoints(dmd_run(tmp_path, "shared"))[-1] / "model.safetensors")
+    x = load_file(checkpoints(run_dir(tmp_path, "separate"))[-1] / "model.safetensors")
+    y = load_file(checkpoints(run_dir(tmp_path, "shared"))[-1] / "model.safetensors")
     assert {shared_name(k) for k in x} == set(y) and all("lora_" in k for k in y)
     assert all(torch.equal(x[k], y[shared_name(k)]) for k in x)
 

@@ -10,14 +10,14 @@ import re
 import diffusers
 import pytest
 import torch
-from conftest import SOURCE, checkpoints, wanfw
 from safetensors.torch import load_file
-from equivalence import assert_same_training, assert_same_training_history, checkpoint_file, trained
-from test_distributed import metrics, torchrun
-from test_layout_invariance import CPU, DDP, FSDP, LR, STEPS, TINY_WAN, experiment, largest_relative_difference, run_on, \
-    history, state, tiny_wan, weights
-from test_lora import lora_model
-from test_wan_parity import reference_model
+
+from harness.equivalence import assert_same_training, assert_same_training_history, checkpoint_file, history, largest_relative_difference, state, trained, weights
+from harness.launch import torchrun
+from harness.layouts import CPU, DDP, FSDP, LR, STEPS, TINY_WAN, experiment, run_on, tiny_wan
+from harness.lora import lora_model
+from harness.references import reference_model
+from harness.runs import SOURCE, checkpoints, metrics, wanfw
 
 LAYOUTS = {  # name: (strategy, batch per micro-batch, ranks, model options); every one a global batch of 4
     "fsdp_2x2": (FSDP, 2, 2, {}),

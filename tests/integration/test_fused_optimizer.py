@@ -3,8 +3,10 @@ trained 20 steps by ATen's fused AdamW kernel ends within 1e-6 of torch::optim::
 loop, and each run says which one stepped it."""
 
 import pytest
-from conftest import wanfw
-from test_layout_invariance import CPU, experiment, largest_relative_difference, tiny_wan, weights
+
+from harness.equivalence import largest_relative_difference, weights
+from harness.layouts import CPU, experiment, tiny_wan
+from harness.runs import wanfw
 
 
 @pytest.mark.every_vector_unit

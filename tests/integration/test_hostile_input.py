@@ -6,7 +6,8 @@ import os
 import struct
 
 import pytest
-from conftest import BUILD, TEST_PLUGINS, base_config, wanfw, write_config
+
+from harness.runs import BUILD, TEST_PLUGINS, base_config, wanfw, write_config
 
 
 def validate(tmp_path, **sections):

@@ -12,83 +12,15 @@ import time
 
 import pytest
 import torch
-from conftest import WANFW, base_config, checkpoints, stop_after, wait_for, wanfw, write_config
-from equivalence import assert_same_training, checkpoint_file, rounding, tiny_wan_rounding, trained
-from test_distributed import free_port, metrics, torchrun
 
-STEPS = 5
-LR = 1e-3
-GLOBAL_BATCH, TOKENS = 4, 12  # every layout's global batch; tokens of a 3x4x4 latent in 1x2x2 patches
-TINY_WAN = tiny_wan_rounding(GLOBAL_BATCH, TOKENS)  # equivalence.py derives it
-CPU = {"name": "single", "device": "cpu"}
-DDP = {"name": "ddp", "timeout_s": 60}
-FSDP = {"name": "fsdp", "timeout_s": 60}
+from harness.equivalence import assert_same_training, largest_relative_difference, rounding, state, weights
+from harness.launch import free_port, torchrun
+from harness.layouts import CPU, DDP, FSDP, LAYOUTS, LR, TINY_WAN, assert_resumed_from_step_3, experiment, run_on, tiny_wan
+from harness.runs import WANFW, checkpoints, metrics, stop_after, wait_for, wanfw
+
 # The strategies whose ranks must agree on every stop (fsdp: the test model, without units, is
 # gathered whole for each step; its state and checkpoints are sharded all the same).
 AGREEING = pytest.mark.parametrize("distributed", [DDP, FSDP], ids=["ddp", "fsdp"])
-
-
-def tiny_wan(task):
-    return {"name": "wan22_flow_matching", "preset": "tiny", "text_len": 4, "task": task,
-            "timestep_sampling": "logit_normal", **({"in_dim": 12} if task == "i2v" else {})}
-
-
-def experiment(tmp_path, name, strategy, batch, model, **sections):
-    c = base_config(tmp_path / "runs", strategy=strategy, model=model,
-                    data={"num_samples": 24, "batch_size": batch, "workers": 0, "buckets": ["3x4x4"]},
-                    optimizer={"lr": LR, "weight_decay": 0.01},
-                    trainer={"max_steps": STEPS, "log_every": 1, "progress": "lines"},
-                    checkpoint={"every": 0, "keep_last": 0})
-    for key, value in sections.items():
-        c[key] = {**c.get(key, {}), **value}
-    c["run"]["name"] = name
-    return write_config(tmp_path / f"{name}.json", c)
-
-
-def checkpoint(tmp_path, name, step=None):
-    saved = checkpoints(tmp_path / "runs" / name / "version_0")
-    if step is not None:
-        saved = [p for p in saved if p.name == f"step-{step:08d}"]
-    return saved[-1]
-
-
-def weights(tmp_path, name, step=None):
-    return checkpoint_file(checkpoint(tmp_path, name, step), "model")
-
-
-def state(tmp_path, name, step=None):
-    """The run's weights and AdamW state at `step` (default: its last checkpoint)."""
-    return trained(checkpoint(tmp_path, name, step))
-
-
-def history(tmp_path, name):
-    """The run's state after each of its steps (a run checkpointed every step), step 1 first."""
-    return [trained(p) for p in checkpoints(tmp_path / "runs" / name / "version_0")]
-
-
-def largest_relative_difference(a, b):
-    """The model's largest weight difference relative to its largest weight."""
-    assert a.keys() == b.keys()
-    return (max((a[k] - b[k]).abs().max() for k in a) / max(b[k].abs().max() for k in b)).item()
-
-
-def run_on(tmp_path, name, strategy, batch, model, ranks=1, **sections):
-    """Runs the experiment; returns its last checkpoint's weights and AdamW state."""
-    path = experiment(tmp_path, name, strategy, batch, model, **sections)
-    if ranks == 1:
-        wanfw("run", path, check=0)
-    else:
-        result = torchrun("run", path, nproc=ranks)
-        assert result.returncode == 0, result.stdout + result.stderr
-    return state(tmp_path, name)
-
-
-LAYOUTS = {  # name: (strategy, batch per micro-batch, ranks); every one a global batch of 4
-    "ddp_2x2": (DDP, 2, 2),
-    "grad_accum_2x2": ({"name": "grad_accum", "steps": 2, "inner": CPU}, 2, 1),
-    "ddp_2x1_accum_2": ({"name": "grad_accum", "steps": 2, "inner": DDP}, 1, 2),
-    "data_parallel_2_replicas_x4": ({"name": "data_parallel", "devices": ["cpu", "cpu"]}, 4, 1),
-}
 
 
 @pytest.mark.every_vector_unit
@@ -119,17 +51,6 @@ def test_a_run_resized_from_two_ranks_to_one_resumes_to_the_weights_of_the_unint
     c = assert_resumed_from_step_3(tmp_path, resumed, "written by 2 processes and resumes on 1", uninterrupted,
                                    weights(tmp_path, "resized", step=3), TINY_WAN)
     print(f"resumed on one rank vs two: {c}")
-
-
-def assert_resumed_from_step_3(tmp_path, resumed, layouts, uninterrupted, at_step_3, tolerance):
-    """The run "resized", resumed from its step-3 checkpoint (`layouts`: the line naming the world
-    sizes), ended at step 6 with the uninterrupted run's weights and AdamW state, and steps 4 to 6
-    trained far beyond the difference. Returns the comparison."""
-    assert "resumed from" in resumed.stdout and "step-00000003" in resumed.stdout
-    assert layouts in resumed.stdout
-    c = assert_same_training(state(tmp_path, "resized", step=6), uninterrupted, lr=LR, tolerance=tolerance)
-    assert largest_relative_difference(weights(tmp_path, "resized", step=6), at_step_3) > 100 * c.relative
-    return c
 
 
 def linear(**faults):

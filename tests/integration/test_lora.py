@@ -2,64 +2,15 @@
 synchronise; the base stays bitwise what it was; the exported adapter loads in diffusers with its own
 LoRA loader and gives wanfw's predictions. Adapter files written elsewhere: test_lora_files.py."""
 
-import json
-
 import pytest
 import torch
-from conftest import SOURCE, base_config, checkpoints, wanfw, write_config
 from safetensors.torch import load_file
-from test_distill import inputs as distill_inputs, losses, predict as predict_outputs
-from equivalence import assert_same_training, assert_same_training_history, compare
-from test_layout_invariance import CPU, DDP, LR, TINY_WAN, history, run_on
-from test_wan_parity import TOLERANCE, reference_model
-from test_wan_training import expert_pipeline
 
-LAYERS = [f"blocks.{b}.{part}" for b in range(2) for part in
-          [f"{a}.{p}" for a in ("self_attn", "cross_attn") for p in "qkvo"] + ["ffn.0", "ffn.2"]]
-DIFFUSERS = {"self_attn.q": "attn1.to_q", "self_attn.k": "attn1.to_k", "self_attn.v": "attn1.to_v",
-             "self_attn.o": "attn1.to_out.0", "cross_attn.q": "attn2.to_q", "cross_attn.k": "attn2.to_k",
-             "cross_attn.v": "attn2.to_v", "cross_attn.o": "attn2.to_out.0", "ffn.0": "ffn.net.0.proj",
-             "ffn.2": "ffn.net.2"}
-
-
-def diffusers_name(layer):
-    block, rest = layer.split(".", 2)[1], layer.split(".", 2)[2]
-    return f"blocks.{block}.{DIFFUSERS[rest]}"
-
-
-def lora_model(base, **lora):
-    return {"name": "wan22_flow_matching", "preset": "tiny", "weights": str(base),
-            "lora": {"rank": 4, "alpha": 8, **lora}}
-
-
-def experiment(tmp_path, name, model, steps=20, checkpoint_every=0, **sections):
-    c = base_config(tmp_path / "runs", model=model,
-                    data={"num_samples": 32, "batch_size": 4, "workers": 0, "buckets": ["2x4x4"]},
-                    optimizer={"lr": 1e-2, "weight_decay": 0.0},
-                    trainer={"max_steps": steps, "log_every": 1, "progress": "lines"},
-                    checkpoint={"every": checkpoint_every, "keep_last": 0})
-    for key, value in sections.items():
-        c[key] = {**c.get(key, {}), **value}
-    c["run"]["name"] = name
-    return write_config(tmp_path / f"{name}.json", c)
-
-
-def run_dir(tmp_path, name):
-    return tmp_path / "runs" / name / "version_0"
-
-
-@pytest.fixture
-def base(tmp_path):
-    reference_model(tmp_path / "base", seed=5)
-    return tmp_path / "base"
-
-
-def inputs():
-    return distill_inputs(9, (150.0, 720.0))
-
-
-def predict(tmp_path, config, given, *extra):
-    return predict_outputs(tmp_path, config, given, *extra)["v"]
+from harness.equivalence import assert_same_training, assert_same_training_history, compare, history
+from harness.layouts import CPU, DDP, LR, TINY_WAN, run_on
+from harness.lora import LAYERS, base, diffusers_name, experiment, inputs, lora_model, predict  # noqa: F401 (a fixture)
+from harness.references import TOLERANCE, expert_pipeline, reference_model
+from harness.runs import SOURCE, base_config, checkpoints, losses, run_dir, wanfw, write_config
 
 
 def trained(tmp_path, base, name="lora", **lora):

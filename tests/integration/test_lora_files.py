@@ -7,10 +7,11 @@ import json
 
 import pytest
 import torch
-from conftest import base_config, wanfw, write_config
 from safetensors.torch import save_file
-from test_lora import LAYERS, base, diffusers_name, inputs, lora_model, predict  # noqa: F401 (base: a fixture)
-from test_wan_parity import TOLERANCE, reference_model
+
+from harness.lora import LAYERS, base, diffusers_name, inputs, lora_model, predict  # noqa: F401 (a fixture)
+from harness.references import TOLERANCE, reference_model
+from harness.runs import base_config, wanfw, write_config
 
 
 def random_adapter(rank=3, seed=11):

@@ -6,7 +6,8 @@ its steps hold."""
 import re
 
 import pytest
-from conftest import SOURCE, wanfw
+
+from harness.runs import SOURCE, wanfw
 
 A14B = SOURCE / "examples" / "lora-wan22-a14b-24gb.yaml"
 TI2V = SOURCE / "examples" / "lora-ti2v-5b-12gb.yaml"

@@ -9,9 +9,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from conftest import SOURCE, base_config, checkpoints, start_wanfw, wait_for, wanfw, write_config
-from test_distributed import torchrun
-from test_training import read_csv
+from harness.launch import torchrun
+from harness.runs import SOURCE, base_config, checkpoints, losses, read_csv, start_wanfw, wait_for, wanfw, write_config
 
 TINY = {"name": "wan22_flow_matching", "preset": "tiny"}  # 4 latent channels, text 32 wide, text_len 16
 
@@ -37,10 +36,6 @@ def experiment(tmp_path, name, data_path, **sections) -> Path:
         config[key] = {**config.get(key, {}), **value}
     config["run"]["name"] = name
     return write_config(tmp_path / f"{name}.json", config)
-
-
-def losses(tmp_path, name):
-    return [float(r["loss"]) for r in read_csv(tmp_path / "runs" / name / "version_0" / "metrics.csv")]
 
 
 def manifest(folder: Path) -> dict:

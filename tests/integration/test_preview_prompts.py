@@ -5,13 +5,13 @@ import subprocess
 import sys
 
 import pytest
-from conftest import base_config, wanfw, write_config
 from PIL import Image
 from safetensors.torch import load_file
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from test_encode_dataset import TOOL, tiny_encoders
-from test_preview_video import FPS, assert_close, expected_frames, mp4_frames, probe, wan_model
-from test_wan_vae import reference_vae
+
+from harness.media import FPS, TOOL, assert_close, expected_frames, mp4_frames, probe, tiny_encoders, wan_model
+from harness.references import reference_vae
+from harness.runs import base_config, wanfw, write_config
 
 PROMPTS = ["a red ball moves left", "the sky over the grass"]
 SAMPLE_SIZE = (2, 6, 4)  # latent frames x height x width: not the data's 3x4x4, so the shape shows where it came from

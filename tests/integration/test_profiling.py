@@ -4,7 +4,7 @@ the usual viewers open (Chrome trace JSON), and the log names where the time wen
 import json
 import re
 
-from conftest import base_config, wanfw, write_config
+from harness.runs import base_config, wanfw, write_config
 
 
 def test_the_profiled_steps_are_written_as_a_chrome_trace_and_their_costliest_operators_logged(tmp_path, out):

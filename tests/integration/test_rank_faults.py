@@ -7,9 +7,9 @@ import signal
 import subprocess
 import time
 
-from conftest import WANFW, launched_ranks
-from test_distributed import TORCHRUN, free_port
-from test_layout_invariance import experiment, tiny_wan
+from harness.launch import TORCHRUN, free_port, launched_ranks
+from harness.layouts import experiment, tiny_wan
+from harness.runs import WANFW
 
 
 def test_a_rank_stopped_before_the_rendezvous_is_named_and_every_process_exits(tmp_path):

@@ -4,7 +4,7 @@ naming both steps, in the second."""
 
 import json
 
-from conftest import base_config, checkpoints, wanfw, write_config
+from harness.runs import base_config, checkpoints, wanfw, write_config
 
 
 def finished_run(tmp_path, out, steps=6):

@@ -3,8 +3,9 @@
 import subprocess
 
 import torch
-from conftest import BUILD
 from safetensors.torch import load_file, save_file
+
+from harness.runs import BUILD
 
 TOOL = BUILD / "bin" / "wanfw_safetensors_tool"
 DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import (BAD_PLUGINS, BUILD, SOURCE, TEST_PLUGINS, WANFW, base_config, checkpoints, plugin_abi, wanfw,
-                      write_config)
 from safetensors.torch import load_file
-from test_distributed import free_port
+
+from harness.launch import free_port
+from harness.runs import BAD_PLUGINS, BUILD, SOURCE, base_config, checkpoints, plugin_abi, wanfw, write_config
 
 TORCHRUN = Path(sys.executable).parent / "torchrun"
 TORCH_CMAKE = Path(torch.utils.cmake_prefix_path)

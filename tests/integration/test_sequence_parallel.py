@@ -5,8 +5,9 @@ its tokens of attention over the whole sequence, and the gradients of its tokens
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import torchrun_tool
 from safetensors.torch import load_file
+
+from harness.launch import torchrun_tool
 
 
 def run_group(tmp_path, world, *args):

@@ -6,15 +6,14 @@ ranks), against one device's weights. Real torchrun, Gloo on loopback, CPU."""
 import math
 
 import pytest
-from conftest import stop_after
-from equivalence import assert_same_training, assert_same_training_history, compare, tiny_wan_rounding
-from test_bf16_weights import BF16_U, WEIGHTS
-from test_distributed import torchrun
-from test_layout_invariance import (CPU, DDP, FSDP, LR, assert_resumed_from_step_3, experiment, history, run_on,
-                                    tiny_wan, weights)
-from test_lora import lora_model
-from test_sequence_parallel_training import DIVIDES, GLOBAL_BATCH
-from test_wan_parity import reference_model
+
+from harness.equivalence import assert_same_training, assert_same_training_history, compare, history, tiny_wan_rounding, weights
+from harness.launch import torchrun
+from harness.layouts import BF16_U, CPU, DDP, FSDP, LR, WEIGHTS, assert_resumed_from_step_3, experiment, run_on, tiny_wan
+from harness.lora import lora_model
+from harness.references import reference_model
+from harness.runs import stop_after
+from harness.sequence_parallel import DIVIDES, GLOBAL_BATCH
 
 TOKENS = 48
 TOLERANCE = tiny_wan_rounding(GLOBAL_BATCH, TOKENS)

@@ -5,9 +5,10 @@ with repeats, true leaves the tail out), each against one device holding every t
 torchrun, Gloo on loopback, CPU."""
 
 import pytest
-from equivalence import assert_same_training, tiny_wan_rounding
-from test_distributed import torchrun
-from test_layout_invariance import CPU, DDP, FSDP, LR, experiment, run_on, state, tiny_wan
+
+from harness.equivalence import assert_same_training, state, tiny_wan_rounding
+from harness.launch import torchrun
+from harness.layouts import CPU, DDP, FSDP, LR, experiment, run_on, tiny_wan
 
 # One block of 8 heads of 8 channels: the A14B token grid at a width a CPU trains in seconds a step.
 A14B_GRID = {"buckets": ["21x60x104"], "num_samples": 4}  # latents [4, 21, 60, 104] in 1x2x2 patches

@@ -7,13 +7,14 @@ checkpointing. First the common case: a token count the group divides (every rea
 does not (27 tokens: one rank's share is padded and masked). Real torchrun, Gloo on loopback, CPU."""
 
 import pytest
-from equivalence import assert_same_training, tiny_wan_rounding
-from test_distributed import metrics, torchrun
-from test_layout_invariance import CPU, DDP, FSDP, LR, experiment, run_on, tiny_wan
 
-DIVIDES = {"buckets": ["3x8x8"], "num_samples": 24}  # 3 x 4 x 4 = 48 tokens in 1x2x2 patches: 24 a rank
+from harness.equivalence import assert_same_training, tiny_wan_rounding
+from harness.launch import torchrun
+from harness.layouts import CPU, DDP, FSDP, LR, experiment, run_on, tiny_wan
+from harness.runs import losses
+from harness.sequence_parallel import DIVIDES, GLOBAL_BATCH
+
 ODD = {"buckets": ["3x6x6"], "num_samples": 24}  # 3 x 3 x 3 = 27 tokens: 14 a rank, one of them padding
-GLOBAL_BATCH = 2
 TASKS = ["t2v", "ti2v", "i2v"]
 
 LAYOUTS = {  # name: (strategy, batch per group, ranks, model options); one global batch of 2
@@ -22,10 +23,6 @@ LAYOUTS = {  # name: (strategy, batch per group, ranks, model options); one glob
     "ddp_sp2_checkpointed": ({**DDP, "sequence_parallel": 2}, 2, 2, {"gradient_checkpointing": True}),
     "fsdp_2x_sp2_checkpointed": ({**FSDP, "sequence_parallel": 2}, 1, 4, {"gradient_checkpointing": True}),
 }
-
-
-def losses(tmp_path, name):
-    return [float(r["loss"]) for r in metrics(tmp_path, name)]
 
 
 def assert_every_layout_trains_like_whole_sequences(tmp_path, task, data, tokens):

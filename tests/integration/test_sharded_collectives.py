@@ -3,8 +3,9 @@ real torchrun over Gloo on loopback, checked against torch's arithmetic on every
 
 import pytest
 import torch
-from conftest import torchrun_tool
 from safetensors.torch import load_file
+
+from harness.launch import torchrun_tool
 
 
 def run_ranks(tmp_path, world):

@@ -1,11 +1,16 @@
 """The source tree keeps its shape: core/src's folders include only the folders they use (the graph
 core/CMakeLists.txt declares and the build enforces), files stay small, plugins log through the
-SDK, and every plugin's entry file is where plugins/README.md says."""
+SDK, every plugin's entry file is where plugins/README.md says, the docs and comments name only
+files that exist, and the test modules share helpers through harness/ alone."""
 
+import ast
+import subprocess
 from pathlib import Path
 
-from conftest import SOURCE
+import named_paths
 from source_layout import check, folder_graph
+
+from harness.runs import SOURCE
 
 MAX_LINES = 300
 
@@ -102,3 +107,34 @@ def test_every_plugin_folder_has_its_entry_in_plugin_cpp():
     folders = sorted(p.parent.relative_to(SOURCE).as_posix() for p in (SOURCE / "plugins").glob("*/*/CMakeLists.txt"))
     assert entries == [f"{folder}/plugin.cpp" for folder in folders]
     assert len(entries) >= 10
+
+
+def test_the_docs_and_comments_name_only_files_and_folders_that_exist():
+    assert named_paths.check(SOURCE) == []
+
+
+def test_the_named_paths_check_names_a_moved_file_a_renamed_folder_and_a_file_that_is_gone(tmp_path):
+    write(tmp_path, {
+        "core/src/units/block_swap.cpp": "// streams what units/unit_runtime.cpp runs (docs/low-memory.md)\n",
+        "core/src/units/unit_runtime.cpp": "\n",
+        "docs/guide.md": "See core/src/units/block_swap.cpp, core/src/swap/ and docs/missing.md.\n",
+        "tests/helper.py": '"' * 3 + "Reads what gone.py wrote, like core/src/units/ says; not core/src/NAME." + '"' * 3,
+    })
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    assert named_paths.check(tmp_path) == [
+        "core/src/units/block_swap.cpp:1: names docs/low-memory.md, which does not exist",
+        "docs/guide.md:1: names core/src/swap, which does not exist",
+        "docs/guide.md:1: names docs/missing.md, which does not exist",
+        "tests/helper.py:1: names gone.py, which does not exist",
+    ]
+
+
+def test_no_test_module_imports_another_test_module():
+    """Shared helpers live in tests/integration/harness/; a test module is never a library."""
+    imports = []
+    for path in sorted((SOURCE / "tests" / "integration").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            imports += [f"{path.relative_to(SOURCE)} imports {name}" for name in names if name.startswith("test_")]
+    assert imports == []

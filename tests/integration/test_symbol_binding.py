@@ -10,7 +10,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from conftest import BUILD, WANFW
+from harness.runs import BUILD, WANFW
 
 BINDING = re.compile(r"binding file (\S+) \[\d+\] to (\S+) \[\d+\]: normal symbol `([^']+)'")
 

@@ -5,14 +5,14 @@ without duplicated steps; a flipped byte fails the record's CRC."""
 
 import csv
 import json
-import os
 import signal
 
 import pytest
-from conftest import base_config, checkpoints, start_wanfw, wait_for, wanfw, write_config
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.compat.tensorflow_stub import errors, pywrap_tensorflow
 from tensorboard.plugins.hparams import plugin_data_pb2
+
+from harness.runs import base_config, checkpoints, start_wanfw, wait_for, wanfw, write_config
 
 LOGGERS = [{"name": "csv"}, {"name": "tensorboard", "flush_every": 1}]
 

@@ -4,9 +4,10 @@ after that frame, so it is trained from its text alone, exactly as t2v trains it
 video buckets train alike on one device and on sequence-parallel groups. Real torchrun, CPU."""
 
 import torch
-from equivalence import assert_same_training, tiny_wan_rounding
-from test_distributed import metrics
-from test_layout_invariance import CPU, DDP, LR, run_on, tiny_wan
+
+from harness.equivalence import assert_same_training, tiny_wan_rounding
+from harness.layouts import CPU, DDP, LR, run_on, tiny_wan
+from harness.runs import metrics
 
 IMAGES = {"buckets": ["1x8x8"], "num_samples": 24}
 

@@ -4,17 +4,11 @@ import csv
 import json
 import signal
 import subprocess
-import time
 
 import pytest
-
-from conftest import (SOURCE, WANFW, base_config, checkpoints, start_wanfw, wait_for, wanfw, write_config)
 from safetensors.torch import load_file
 
-
-def read_csv(path):
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+from harness.runs import SOURCE, WANFW, base_config, checkpoints, read_csv, start_wanfw, wait_for, wanfw, write_config
 
 
 def test_a_run_writes_the_resolved_config_checkpoints_and_metrics(tmp_path, out):

@@ -5,11 +5,12 @@ learning rate follows its own schedule, and every strategy reduces only the step
 gradients — so N ranks x B still equal one rank of N x B, and a resumed run continues the cycle."""
 
 import pytest
-from conftest import base_config, checkpoints, wanfw, write_config
-from equivalence import checkpoint_file
 from safetensors.torch import load_file
-from test_distributed import assert_same_weights, config, final_state, torchrun
-from test_training import read_csv
+
+from harness.equivalence import checkpoint_file, state
+from harness.launch import torchrun
+from harness.layouts import assert_same_weights, linear_experiment
+from harness.runs import base_config, checkpoints, read_csv, wanfw, write_config
 
 PHASED = {"bias_phase_steps": 2}  # a cycle of 3 steps: weight, bias, bias
 
@@ -104,14 +105,14 @@ def test_every_strategy_reduces_only_the_stepped_phases_gradients(tmp_path, layo
     its AdamW state. Neither happens: the run ends like one rank of batch 16, and each parameter's
     state counts its own phase's updates (5 steps: weight 2, bias 3)."""
     strategy, batch, processes = LAYOUTS[layout]
-    wanfw("run", config(tmp_path, "reference", {"name": "single", "device": "cpu"}, 16, model=PHASED), check=0)
-    path = config(tmp_path, layout, strategy, batch, model=PHASED)
+    wanfw("run", linear_experiment(tmp_path, "reference", {"name": "single", "device": "cpu"}, 16, model=PHASED), check=0)
+    path = linear_experiment(tmp_path, layout, strategy, batch, model=PHASED)
     result = torchrun("run", path) if processes > 1 else wanfw("run", path)
     assert result.returncode == 0, result.stdout + result.stderr
     if layout == "ddp_2x8":
         assert "ddp: phase weight: 1 parameters in 1 gradient bucket(s)" in result.stdout + result.stderr
         assert "ddp: phase bias: 1 parameters in 1 gradient bucket(s)" in result.stdout + result.stderr
-    reference, run = final_state(tmp_path, "reference"), final_state(tmp_path, layout)
+    reference, run = state(tmp_path, "reference"), state(tmp_path, layout)
     assert_same_weights(run, reference)
     optimizer = checkpoint_file(checkpoints(tmp_path / "runs" / layout / "version_0")[-1], "optimizer")
     assert int(optimizer["linear.weight.step"].item()) == 2

@@ -6,9 +6,10 @@ is given, so both sides start from the same latents; they agree within the forwa
 
 import pytest
 import torch
-from conftest import base_config, checkpoints, wanfw, write_config
 from safetensors.torch import load_file, save_file
-from test_wan_parity import reference_model
+
+from harness.references import reference_model
+from harness.runs import base_config, checkpoints, wanfw, write_config
 
 STEPS, GUIDANCE, SHIFT = 4, 3.0, 5.0
 

@@ -5,10 +5,11 @@ the low-noise one in transformer_2/."""
 
 import pytest
 import torch
-from conftest import base_config, checkpoints, wanfw, write_config
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
-from test_wan_parity import TOLERANCE, predict, reference_model
+
+from harness.references import TOLERANCE, expert_pipeline, predict, reference_model
+from harness.runs import base_config, checkpoints, wanfw, write_config
 
 
 def tiny_wan(tmp_path, **model):
@@ -24,13 +25,6 @@ def run(tmp_path, name, config):
     path = write_config(tmp_path / f"{name}.yaml", {**config, "run": {**config["run"], "name": name}})
     wanfw("run", path, check=0)
     return checkpoints(tmp_path / "runs" / name / "version_0")[-1]
-
-
-def expert_pipeline(tmp_path):
-    """A diffusers-layout A14B-like folder: transformer/ (high noise), transformer_2/ (low noise)."""
-    high = reference_model(tmp_path / "pipeline" / "transformer", seed=10)
-    low = reference_model(tmp_path / "pipeline" / "transformer_2", seed=11)
-    return tmp_path / "pipeline", high, low
 
 
 @pytest.mark.every_vector_unit

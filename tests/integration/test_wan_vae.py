@@ -7,38 +7,13 @@ import subprocess
 
 import pytest
 import torch
-from conftest import BUILD, base_config, wanfw, write_config
 from diffusers import AutoencoderKLWan
 from safetensors.torch import load_file, save_file
 
+from harness.references import VERSIONS, WAN21, reference_vae
+from harness.runs import BUILD, base_config, wanfw, write_config
+
 TOOL = BUILD / "bin" / "wanfw_vae_tool"
-WAN21 = dict(base_dim=8, z_dim=16, dim_mult=[1, 2, 4, 4], num_res_blocks=2, temperal_downsample=[False, True, True])
-WAN22 = dict(base_dim=8, decoder_base_dim=16, z_dim=48, dim_mult=[1, 2, 4, 4], num_res_blocks=2,
-             temperal_downsample=[False, True, True], is_residual=True, in_channels=12, out_channels=12, patch_size=2,
-             scale_factor_spatial=16)
-VERSIONS = {"wan2.1": (WAN21, 8), "wan2.2": (WAN22, 16)}
-
-
-def reference_vae(folder, version, seed=0):
-    """diffusers' VAE of `version` with every parameter re-drawn (gammas near 1, convolutions scaled
-    by their fan-in), saved as a vae/ folder."""
-    config, _ = VERSIONS[version]
-    g = torch.Generator().manual_seed(seed)
-    if version == "wan2.2":  # statistics for its 48 channels
-        config = {**config, "latents_mean": (0.3 * torch.randn(48, generator=g)).tolist(),
-                  "latents_std": (0.4 + torch.rand(48, generator=g)).tolist()}
-    vae = AutoencoderKLWan(**config).eval()
-    with torch.no_grad():
-        for name, p in vae.named_parameters():
-            if name.endswith("gamma"):
-                p.copy_(1 + 0.1 * torch.randn(p.shape, generator=g))
-            elif name.endswith("bias"):
-                p.copy_(0.05 * torch.randn(p.shape, generator=g))
-            else:
-                fan_in = p[0].numel()
-                p.copy_(torch.randn(p.shape, generator=g) / fan_in ** 0.5)
-    vae.save_pretrained(folder)
-    return vae
 
 
 def run_tool(tmp_path, vae_folder, inputs, *extra):

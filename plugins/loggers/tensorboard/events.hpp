@@ -1,7 +1,7 @@
 #pragma once
 // TensorBoard events as serialised Event messages: scalars, histograms, images, text and the
 // hparams plugin's session records. Field numbers follow TensorBoard's .proto files
-// (event.proto, summary.proto, histogram.proto, tensor.proto, plugins/hparams/plugin_data.proto).
+// (event.proto, summary.proto, histogram.proto, tensor.proto, tensorboard/plugins/hparams/plugin_data.proto).
 
 #include <cstdint>
 #include <map>

@@ -36,6 +36,7 @@ weight — is reported too (`Comparison.relative`), not asserted: it mixes eleme
 very differently.
 """
 
+
 import json
 import math
 from dataclasses import dataclass
@@ -43,6 +44,8 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
+
+from harness.runs import checkpoints
 
 U = 2.0 ** -24  # float32 unit roundoff
 CONFIDENCE = 6.0  # lam above
@@ -197,3 +200,30 @@ def assert_same_training_history(a: list, b: list, *, lr: float, tolerance: floa
     c = Comparison(gradients, weights, relative, worst)
     assert c.gradients <= 1 and c.weights <= 1, str(c)
     return c
+
+
+def checkpoint(tmp_path, name, step=None):
+    saved = checkpoints(tmp_path / "runs" / name / "version_0")
+    if step is not None:
+        saved = [p for p in saved if p.name == f"step-{step:08d}"]
+    return saved[-1]
+
+
+def weights(tmp_path, name, step=None):
+    return checkpoint_file(checkpoint(tmp_path, name, step), "model")
+
+
+def state(tmp_path, name, step=None):
+    """The run's weights and AdamW state at `step` (default: its last checkpoint)."""
+    return trained(checkpoint(tmp_path, name, step))
+
+
+def history(tmp_path, name):
+    """The run's state after each of its steps (a run checkpointed every step), step 1 first."""
+    return [trained(p) for p in checkpoints(tmp_path / "runs" / name / "version_0")]
+
+
+def largest_relative_difference(a, b):
+    """The model's largest weight difference relative to its largest weight."""
+    assert a.keys() == b.keys()
+    return (max((a[k] - b[k]).abs().max() for k in a) / max(b[k].abs().max() for k in b)).item()

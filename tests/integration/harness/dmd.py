@@ -1,0 +1,29 @@
+"""Distribution-matching distillation (DMD) from a tiny teacher: the model section, the experiment
+and its run folder."""
+
+from harness.runs import base_config, write_config
+
+
+CYCLE = 3  # generator 1 step, critic 2
+
+
+def dmd(teacher, **model):
+    return {"name": "wan22_distill", "teacher_preset": "tiny", "teacher_weights": str(teacher), "objective": "dmd",
+            "inputs": "generator", "latent_size": "3x4x4", "generator_steps": 3, "real_guidance": 2.0,
+            "critic_updates_per_generator_update": CYCLE - 1, "critic_lr_scale": 2.0, **model}
+
+
+def config(tmp_path, teacher, name="dmd", steps=6, **model):
+    c = base_config(tmp_path / "runs", model=dmd(teacher, **model),
+                    data={"num_samples": 24, "batch_size": 4, "workers": 0},
+                    optimizer={"lr": 1e-3, "weight_decay": 0.0},
+                    trainer={"max_steps": steps, "log_every": 1, "progress": "lines"},
+                    checkpoint={"every": 1, "keep_last": 0})
+    c["run"]["name"] = name
+    return write_config(tmp_path / f"{name}.json", c)
+
+
+def shared_name(name):
+    """A separate critic's adapter name as the shared base holds it (the generator's second set)."""
+    return name.replace("critic.", "generator.", 1).replace(".lora_A.", ".critic_lora_A.").replace(
+        ".lora_B.", ".critic_lora_B.") if name.startswith("critic.") else name

@@ -1,0 +1,91 @@
+"""Previews as pictures and video: the frames a preview must show, the mp4 file read back with an
+independent reader (ffprobe, PyAV), and tiny text and VAE encoders for encode_dataset."""
+
+import json
+import subprocess
+from pathlib import Path
+
+import av
+import numpy as np
+import torch
+
+from harness.runs import SOURCE
+
+
+LATENT_FRAMES, FRAMES, SIZE, FPS = 3, 9, 32, 16  # 1 + 4 (T - 1) frames of 8 x 4 pixels; Wan2.1's 16 fps
+
+
+# The random VAE's frames are busy (neighbouring pixels 28 levels of 255 apart on average), so the
+# formats' losses are judged where they keep detail: luma (BT.601), and each frame's mean colour.
+# yuv420p keeps luma at full resolution and chroma at half, and H.264 at CRF 18 quantises both:
+# luma measured 3.7 levels from the decoded frames on average, frame means within 1.7. A GIF frame's
+# 256-colour palette (median cut, entries the means of their pixels): luma 5.5, means within 0.2.
+# The bounds leave about 2x.
+MP4_LUMA_BOUND, GIF_LUMA_BOUND, FRAME_MEAN_BOUND = 7.0, 10.0, 4.0
+
+
+def wan_model(vae, **extra):
+    return {"name": "wan22_flow_matching", "preset": "tiny", "in_dim": 16, "out_dim": 16, "text_len": 4,
+            "preview_steps": 2, "sample_steps": 2, "vae": str(vae), **extra}
+
+
+def expected_frames(vae, latents):
+    """diffusers' decode of the model's (normalised) latents as uint8 frames [B, F, H, W, 3]."""
+    mean = torch.tensor(vae.config.latents_mean).view(1, -1, 1, 1, 1)
+    std = torch.tensor(vae.config.latents_std).view(1, -1, 1, 1, 1)
+    with torch.no_grad():
+        video = vae.decode(latents * std + mean).sample
+    return ((video.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).permute(0, 2, 3, 4, 1).numpy()
+
+
+def probe(path):
+    out = subprocess.run(["ffprobe", "-v", "error", "-select_streams", "v:0", "-count_frames", "-show_entries",
+                          "stream=codec_name,width,height,pix_fmt,nb_read_frames,r_frame_rate", "-of", "json",
+                          str(path)], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)["streams"][0]
+
+
+def mp4_frames(path):
+    with av.open(str(path)) as container:
+        return np.stack([frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)])
+
+
+def errors(frames, expected):
+    """(mean |diff| of BT.601 luma, the largest |diff| of a frame's mean colour), in levels of 255."""
+    frames, expected = frames.astype(np.float64), expected.astype(np.float64)
+    luma = np.array([0.299, 0.587, 0.114])
+    return (np.abs(frames @ luma - expected @ luma).mean(),
+            np.abs(frames.mean(axis=(1, 2)) - expected.mean(axis=(1, 2))).max())
+
+
+def assert_close(frames, expected, what, luma_bound=MP4_LUMA_BOUND):
+    assert frames.shape == expected.shape
+    luma, means = errors(frames, expected)
+    print(f"{what}: luma mean |diff| {luma:.2f}, frame mean colours within {means:.2f} levels")
+    assert luma <= luma_bound and means <= FRAME_MEAN_BOUND
+
+
+TOOL = SOURCE / "tools" / "encode_dataset.py"
+WORDS = ["a", "red", "blue", "ball", "moves", "left", "right", "over", "the", "grass", "sky", "image", "of", "still"]
+
+
+def tiny_encoders(folder: Path):
+    """A Wan2.1-style VAE (4 latent channels, strides 4 x 8 x 8) and a UMT5 encoder 32 wide."""
+    from diffusers import AutoencoderKLWan
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast, UMT5Config, UMT5EncoderModel
+
+    torch.manual_seed(0)
+    vae = AutoencoderKLWan(base_dim=8, z_dim=4, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
+                           latents_mean=[0.1, -0.2, 0.0, 0.3], latents_std=[1.5, 0.8, 1.0, 2.0])
+    vae.save_pretrained(folder / "vae")
+    vocab = {"<pad>": 0, "</s>": 1, "<unk>": 2, **{w: i + 3 for i, w in enumerate(WORDS)}}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="<pad>", eos_token="</s>",
+                            unk_token="<unk>").save_pretrained(folder / "tokenizer")
+    config = UMT5Config(vocab_size=len(vocab), d_model=32, d_kv=8, d_ff=64, num_layers=1, num_heads=4,
+                        pad_token_id=0, eos_token_id=1, decoder_start_token_id=0)
+    UMT5EncoderModel(config).save_pretrained(folder / "text_encoder")
+    return folder
