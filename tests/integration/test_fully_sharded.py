@@ -7,12 +7,12 @@ layout. Real torchrun, Gloo on loopback, CPU."""
 
 import re
 
-import diffusers
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from harness.equivalence import assert_same_training, assert_same_training_history, checkpoint_file, history, largest_relative_difference, state, trained, weights
+from harness.equivalence import (assert_same_training, assert_same_training_history, checkpoint_file, history,
+                                 largest_relative_difference, state, trained, weights)
 from harness.launch import torchrun
 from harness.layouts import CPU, DDP, FSDP, LR, STEPS, TINY_WAN, experiment, run_on, tiny_wan
 from harness.lora import lora_model
@@ -171,6 +171,7 @@ def test_a_ddp_checkpoint_resumes_under_fsdp_and_a_sharded_one_exports_the_offic
     assert exported.keys() == saved.keys() and all(torch.equal(exported[k], saved[k]) for k in saved)
     # diffusers reads the official layout as it reads the released checkpoints (its own config: the tiny preset's).
     reference_model(tmp_path / "diffusers_config")
+    import diffusers  # here alone: importing it costs a process seconds
     loaded = diffusers.WanTransformer3DModel.from_single_file(str(exported_file), config=str(tmp_path / "diffusers_config"))
     assert sum(p.numel() for p in loaded.parameters()) == sum(t.numel() for t in saved.values())
     assert torch.equal(loaded.blocks[1].attn1.to_q.weight, saved["blocks.1.self_attn.q.weight"])

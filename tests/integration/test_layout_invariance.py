@@ -15,7 +15,8 @@ import torch
 
 from harness.equivalence import assert_same_training, largest_relative_difference, rounding, state, weights
 from harness.launch import free_port, torchrun
-from harness.layouts import CPU, DDP, FSDP, LAYOUTS, LR, TINY_WAN, assert_resumed_from_step_3, experiment, run_on, tiny_wan
+from harness.layouts import (CPU, DDP, FSDP, LAYOUTS, LR, TINY_WAN, assert_resumed_from_step_3, experiment, run_on,
+                             tiny_wan)
 from harness.runs import WANFW, checkpoints, metrics, stop_after, wait_for, wanfw
 
 # The strategies whose ranks must agree on every stop (fsdp: the test model, without units, is

@@ -10,7 +10,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from harness.launch import torchrun
-from harness.runs import SOURCE, base_config, checkpoints, losses, read_csv, start_wanfw, wait_for, wanfw, write_config
+from harness.runs import (SOURCE, base_config, checkpoints, losses, read_csv, start_wanfw, wait_for, wanfw,
+                          write_config)
 
 TINY = {"name": "wan22_flow_matching", "preset": "tiny"}  # 4 latent channels, text 32 wide, text_len 16
 

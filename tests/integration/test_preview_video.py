@@ -13,7 +13,8 @@ from PIL import Image, ImageSequence
 from safetensors.torch import load_file, save_file
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from harness.media import FPS, FRAMES, GIF_LUMA_BOUND, LATENT_FRAMES, SIZE, assert_close, expected_frames, mp4_frames, probe, wan_model
+from harness.media import (FPS, FRAMES, GIF_LUMA_BOUND, LATENT_FRAMES, SIZE, assert_close, expected_frames,
+                           mp4_frames, probe, wan_model)
 from harness.references import reference_vae
 from harness.runs import base_config, wanfw, write_config
 

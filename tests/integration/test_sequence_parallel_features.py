@@ -7,9 +7,11 @@ import math
 
 import pytest
 
-from harness.equivalence import assert_same_training, assert_same_training_history, compare, history, tiny_wan_rounding, weights
+from harness.equivalence import (assert_same_training, assert_same_training_history, compare, history,
+                                 tiny_wan_rounding, weights)
 from harness.launch import torchrun
-from harness.layouts import BF16_U, CPU, DDP, FSDP, LR, WEIGHTS, assert_resumed_from_step_3, experiment, run_on, tiny_wan
+from harness.layouts import (BF16_U, CPU, DDP, FSDP, LR, WEIGHTS, assert_resumed_from_step_3, experiment, run_on,
+                             tiny_wan)
 from harness.lora import lora_model
 from harness.references import reference_model
 from harness.runs import stop_after

@@ -162,7 +162,7 @@ class DistributedSession {
 /// An all-gather in flight (DistributedSession::start_all_gather).
 class DistributedSession::PendingGather {
  public:
-  struct Work;  ///< the backend's work object (distributed/sharded_collectives.cpp)
+  struct Work;  ///< the backend's work object (process_group/distributed_session_sharded.cpp)
   PendingGather();
   PendingGather(const DistributedSession* session, std::unique_ptr<Work> work);
   ~PendingGather();
@@ -171,7 +171,6 @@ class DistributedSession::PendingGather {
   /// Blocks until the gathered values are in the output; throws as DistributedSession::guarded
   /// does when the collective failed. Does nothing when nothing is pending.
   void wait();
-  bool pending() const { return session_ != nullptr; }
 
  private:
   const DistributedSession* session_ = nullptr;

@@ -68,8 +68,25 @@ struct TrainingLayout {
   /// model-info --fit and --host-ram: the device and host bytes per rank a plan must fit; 0: none asked.
   double fit_device_bytes = 0;
   double fit_host_bytes = 0;
-  /// True when the strategy shards parameters, gradients and optimizer state across the GPUs.
-  bool sharded() const { return strategy == "fsdp"; }
+  /// The strategy shards parameters, gradients and optimizer state across the GPUs (its plugin
+  /// declares StrategyCapabilities::shards_state): each GPU holds 1/gpus of the training state.
+  bool sharded = false;
+};
+
+/// What a strategy does with the model, declared in its descriptor so that the host can plan and
+/// check a run (wanfw model-info, the config's combinations) without building the strategy, which
+/// may join a process group. The host treats a strategy by these answers alone, never by its name.
+/// A strategy that wraps another (a subsection, like grad_accum's `inner`) is treated by what
+/// either declares.
+struct StrategyCapabilities {
+  /// Parameters, gradients and optimizer state are split across the ranks (fsdp). The built
+  /// strategy must answer Strategy::shards_state() alike (the host refuses a plugin whose answers
+  /// differ). The host then plans 1/N of the training state a rank, writes checkpoints in pieces,
+  /// and refuses block swap and precision.mode bf16_weights.
+  bool shards_state = false;
+  /// The module is copied onto several devices of one process (data_parallel's replicas): block
+  /// swap, which streams the blocks of one copy, is refused.
+  bool replicates_module = false;
 };
 
 /// What the host hands a factory besides the plugin's own options.
@@ -111,6 +128,8 @@ struct PluginDescriptor {
   /// Options an earlier version had, and what replaced each: a config that still sets one is
   /// refused at the key with this text as the hint ("data.buckets: [\"FxHxW\"] holds the shapes").
   std::vector<std::pair<std::string, std::string>> removed_options;
+  /// Strategies: what the strategy does with the model (StrategyCapabilities).
+  StrategyCapabilities capabilities;
 
   // Exactly the factory of `kind` is set.
   std::unique_ptr<Model> (*make_model)(const Options&, const PluginContext&) = nullptr;

@@ -37,8 +37,6 @@ class Precision {
 
   PrecisionMode mode() const { return options_.mode; }
   bool scales_loss() const { return options_.mode == PrecisionMode::FP16; }
-  /// Whether the model's trainable weights are bf16, with fp32 masters in the optimizer.
-  bool keeps_master_weights() const { return options_.mode == PrecisionMode::BF16Weights; }
 
   /// Enables autocast (bf16 or fp16) on `device`'s type for its lifetime; does nothing in fp32.
   class AutocastScope {

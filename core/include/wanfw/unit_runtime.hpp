@@ -28,9 +28,6 @@ namespace wanfw {
 
 enum class UnitState { Released, Fetching, Ready, InUse };
 
-/// "released", "fetching", "ready", "in use".
-const char* unit_state_name(UnitState state);
-
 /// One use of a unit: its index and whether it is its backward.
 struct UnitUse {
   std::size_t unit = 0;
@@ -72,12 +69,7 @@ class UnitRuntime final : public UnitRunner {
   std::vector<at::Tensor> run(std::size_t unit, const std::vector<at::Tensor>& inputs, const Body& body) override;
   bool collective() const override { return fetcher_->collective(); }
 
-  UnitState state(std::size_t unit) const;
-  /// The index of the unit named `name` (as Model::shard_units names it); throws wanfw::Error.
-  std::size_t index_of(const std::string& name) const;
   const std::vector<ShardUnit>& units() const { return units_; }
-  /// The forward uses of the last complete pass, in order (what prefetching follows).
-  const std::vector<std::size_t>& recorded_order() const { return recorded_; }
 
   /// Observes every use just before the body runs (or its backward), with the unit held: tests
   /// check what the compute sees. Null: none.

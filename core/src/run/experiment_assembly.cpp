@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include "host/console.hpp"
+#include "run/training_layout.hpp"
 #include "wanfw/error.hpp"
 
 namespace wanfw {
@@ -17,16 +18,6 @@ namespace {
 bool usable(const c10::Device& device) {
   if (!device.is_cuda()) return device.is_cpu();
   return torch::cuda::is_available() && device.index() < static_cast<int>(torch::cuda::device_count());
-}
-
-at::ScalarType compute_dtype(PrecisionMode mode) {
-  switch (mode) {
-    case PrecisionMode::BF16:
-    case PrecisionMode::BF16Weights: return at::kBFloat16;
-    case PrecisionMode::FP16: return at::kHalf;
-    case PrecisionMode::FP32: break;
-  }
-  return at::kFloat;
 }
 
 /// The set validation.preview_prompts names, read by the latent_shards plugin with the model's
@@ -55,35 +46,6 @@ std::shared_ptr<Dataset> open_preview_prompts(Experiment& e, const PluginContext
 
 }  // namespace
 
-TrainingLayout training_layout(const Config& config, const CoreSettings& settings, int gpus) {
-  TrainingLayout layout;
-  layout.gpus = gpus;
-  std::string section = "strategy";
-  while (config.has(section + ".inner.name")) section += ".inner";  // grad_accum around another
-  if (config.has(section + ".name")) layout.strategy = config.string_at(section + ".name");
-  if (config.has(section + ".sequence_parallel"))
-    layout.sequence_parallel = std::max(1, std::atoi(config.string_at(section + ".sequence_parallel").c_str()));
-  layout.batch_size = settings.data.batch_size;
-  layout.dtype = compute_dtype(settings.precision.mode);
-  layout.master_weights = settings.precision.mode == PrecisionMode::BF16Weights;
-  layout.swapped_blocks = settings.block_swap.blocks;
-  layout.swap_ring = settings.block_swap.ring;
-  if (config.has("data.buckets"))
-    for (std::size_t i = 0; i < config.sequence_size("data.buckets"); ++i) {
-      std::string text = config.string_at(fmt::format("data.buckets.{}", i));
-      text = text.substr(0, text.find('='));  // "FxHxW=batch"
-      std::vector<std::int64_t> sizes;
-      for (std::size_t start = 0; start <= text.size();) {
-        const std::size_t x = std::min(text.find('x', start), text.size());
-        sizes.push_back(std::atoll(text.substr(start, x - start).c_str()));
-        start = x + 1;
-      }
-      const auto volume = [](const std::vector<std::int64_t>& v) { return v.size() == 3 ? v[0] * v[1] * v[2] : 0; };
-      if (sizes.size() == 3 && volume(sizes) > volume(layout.latent)) layout.latent = sizes;
-    }
-  return layout;
-}
-
 std::optional<std::string> describe_model(Config& config, const PluginHost& host, const TrainingLayout& layout,
                                           const PluginInfo** plugin) {
   const PluginInfo& info = host.find(PluginKind::Model, config.string_at("model.name"), config.where("model.name"));
@@ -111,6 +73,14 @@ Experiment assemble(const RunRequest& request, ModelAssembly assembly) {
                       "add 'strategy: {name: single}' to train on one device");
   e.strategy = e.host->make_strategy(e.config, "strategy", context);
   configure_console(e.settings.run.log_level, e.strategy->rank());
+  const StrategyChain chain = strategy_chain(e.config, *e.host);
+  if (e.strategy->shards_state() != chain.capabilities.shards_state)
+    throw PluginError(fmt::format("the strategy plugin '{}' {} StrategyCapabilities::shards_state in its descriptor, "
+                                  "but its strategy answers shards_state() {}",
+                                  chain.innermost_name, chain.capabilities.shards_state ? "declares" : "does not declare",
+                                  e.strategy->shards_state()),
+                      "a strategy that shards the training state declares it, so that model-info and the config's "
+                      "checks treat it as it trains");
   if (e.settings.precision.mode == PrecisionMode::BF16Weights && e.strategy->shards_state())
     throw ConfigError(e.config.where("precision.mode"),
                       "precision.mode bf16_weights does not combine with a strategy that shards the weights",
@@ -122,27 +92,28 @@ Experiment assemble(const RunRequest& request, ModelAssembly assembly) {
   context.device = usable(e.strategy->device()) ? e.strategy->device() : c10::Device(c10::kCPU);
   context.train_device = context.device;
   if (e.settings.block_swap.blocks > 0) {
-    if (e.strategy->shards_state())
+    if (chain.capabilities.shards_state)
       throw ConfigError(e.config.where("block_swap.blocks"),
-                        "block swap does not combine with a strategy that shards the weights (fsdp)",
+                        fmt::format("block swap does not combine with a strategy that shards the weights ({})",
+                                    chain.innermost_name),
                         "use ddp or single (each rank streams its own copy), or fsdp without block_swap");
-    for (const char* key : {"strategy.name", "strategy.inner.name"})
-      if (e.config.has(key) && e.config.string_at(key) == "data_parallel")
-        throw ConfigError(e.config.where("block_swap.blocks"),
-                          "block swap does not combine with data_parallel (its replicas copy the model's weights)",
-                          "use ddp, one process per GPU, each streaming its own copy");
+    if (chain.capabilities.replicates_module)
+      throw ConfigError(e.config.where("block_swap.blocks"),
+                        fmt::format("block swap does not combine with a strategy that replicates the module on several "
+                                    "devices ({}: its replicas copy the model's weights)", chain.innermost_name),
+                        "use ddp, one process per GPU, each streaming its own copy");
     // Built on the host: the streamed blocks never reach the device whole, the rest moves there
     // when the strategy places the model.
     context.device = c10::Device(c10::kCPU);
   }
   context.dtype = compute_dtype(e.settings.precision.mode);
-  context.layout = training_layout(e.config, e.settings, e.strategy->world_size());
+  context.layout = training_layout(e.config, e.settings, *e.host, e.strategy->world_size());
 
   if (!e.config.has("model"))
     throw ConfigError(e.config.where("model"), "the config has no 'model' section",
                       "add 'model: {name: <model plugin>}'; `wanfw plugins` lists them");
   if (assembly == ModelAssembly::DescribeIfPossible)
-    e.model_summary = describe_model(e.config, *e.host, training_layout(e.config, e.settings, e.strategy->world_size()));
+    e.model_summary = describe_model(e.config, *e.host, context.layout);
   if (!e.model_summary) {
     torch::manual_seed(e.settings.run.seed);  // the model's initial weights follow the run's seed
     e.model = e.host->make_model(e.config, "model", context);

@@ -55,8 +55,4 @@ Experiment assemble(const RunRequest& request, ModelAssembly assembly = ModelAss
 std::optional<std::string> describe_model(Config& config, const PluginHost& host, const TrainingLayout& layout,
                                           const PluginInfo** plugin = nullptr);
 
-/// The run `config` describes, on `gpus` ranks: the strategy (a wrapper's inner one), the
-/// sequence-parallel size, the batch, the largest latent bucket (data.buckets) and the precision.
-TrainingLayout training_layout(const Config& config, const CoreSettings& settings, int gpus);
-
 }  // namespace wanfw

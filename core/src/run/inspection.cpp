@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "run/experiment_assembly.hpp"
+#include "run/training_layout.hpp"
 #include "wanfw/error.hpp"
 
 namespace fs = std::filesystem;
@@ -24,7 +25,7 @@ std::string inspect_model(const RunRequest& request, const InspectRequest& inspe
   const CoreSettings settings = CoreSettings::from(config);
   const PluginHost host(PluginHost::search_path(settings.plugin_path));
   const PluginInfo* info = nullptr;
-  TrainingLayout layout = training_layout(config, settings, inspect.gpus);
+  TrainingLayout layout = training_layout(config, settings, host, inspect.gpus);
   layout.fit_device_bytes = inspect.fit_device_bytes;
   layout.fit_host_bytes = inspect.fit_host_bytes;
   if (std::optional<std::string> summary = describe_model(config, host, layout, &info))

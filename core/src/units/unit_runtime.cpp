@@ -55,16 +55,6 @@ struct UnitExit : torch::autograd::Function<UnitExit> {
 
 }  // namespace
 
-const char* unit_state_name(UnitState state) {
-  switch (state) {
-    case UnitState::Released: return "released";
-    case UnitState::Fetching: return "fetching";
-    case UnitState::Ready: return "ready";
-    case UnitState::InUse: return "in use";
-  }
-  return "?";
-}
-
 UnitRuntime::UnitRuntime(std::vector<ShardUnit> units, std::shared_ptr<UnitFetcher> fetcher)
     : units_(std::move(units)), fetcher_(std::move(fetcher)), in_use_(units_.size(), false) {
   // Until a pass is recorded, the units are expected in their declared order.
@@ -72,16 +62,6 @@ UnitRuntime::UnitRuntime(std::vector<ShardUnit> units, std::shared_ptr<UnitFetch
 }
 
 UnitRuntime::~UnitRuntime() = default;
-
-UnitState UnitRuntime::state(std::size_t unit) const {
-  return in_use_.at(unit) ? UnitState::InUse : fetcher_->state(unit);
-}
-
-std::size_t UnitRuntime::index_of(const std::string& name) const {
-  for (std::size_t i = 0; i < units_.size(); ++i)
-    if (units_[i].name == name) return i;
-  throw Error(fmt::format("no unit is named '{}'", name));
-}
 
 std::vector<UnitUse> UnitRuntime::upcoming(const UnitUse& now) const {
   // The pass under way: what it ran so far, then the rest of the recorded pass after `now`.

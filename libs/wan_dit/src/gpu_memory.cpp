@@ -79,17 +79,17 @@ std::string gpu_memory(const WanConfig& config, const LoraSettings& settings, co
   const PerParameter trained = per_trained_parameter(settings.enabled() ? 4 : weight_bytes, layout.master_weights);
   const double state = models * (settings.enabled() ? all * weight_bytes + adapters * trained.total
                                                     : all * trained.total);
-  const double share = layout.sharded() ? 1.0 / layout.gpus : 1.0;
+  const double share = layout.sharded ? 1.0 / layout.gpus : 1.0;
   const double compute = layout.dtype == at::kFloat ? weight_bytes : bytes_of(layout.dtype);
   // fsdp holds two blocks gathered (the current one and the prefetched next), the rest of the
   // model for the whole step, and a block's full gradient until it is reduce-scattered.
   const double gathered =
-      layout.sharded() ? (2 * block + rest) * compute + (settings.enabled() ? 0.0 : (block + rest) * compute) : 0.0;
+      layout.sharded ? (2 * block + rest) * compute + (settings.enabled() ? 0.0 : (block + rest) * compute) : 0.0;
 
   std::string out = fmt::format("per GPU, {} on {} GPU{}", layout.strategy, layout.gpus, layout.gpus == 1 ? "" : "s");
   if (layout.sequence_parallel > 1) out += fmt::format(" (sequence parallel {})", layout.sequence_parallel);
   out += fmt::format(": training state {:.2f} GiB{}", state * share / kGiB,
-                     layout.sharded() ? fmt::format(" (1/{} of {:.2f})", layout.gpus, state / kGiB) : std::string());
+                     layout.sharded ? fmt::format(" (1/{} of {:.2f})", layout.gpus, state / kGiB) : std::string());
   if (gathered > 0) out += fmt::format(" + gathered parameters {:.2f} GiB", gathered / kGiB);
   const ActivationEstimate act = estimate_activations(config, gradient_checkpointing, layout);
   out += act.text;

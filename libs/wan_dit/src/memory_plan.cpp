@@ -179,7 +179,7 @@ MemorySettings configured_memory(const wanfw::Options& o, const wanfw::TrainingL
 }
 
 std::string memory_plan(const PlannedRun& run, const MemorySettings& configured, const wanfw::TrainingLayout& layout) {
-  if (layout.sharded() || !run.lora.enabled()) return "";
+  if (layout.sharded || !run.lora.enabled()) return "";
   const auto line = [&](const MemorySettings& s) {
     const MemoryEstimate e = estimate_memory(run, s, layout);
     std::string text = fmt::format("device {:.2f} GiB, host {:.2f} GiB", gib(e.device), gib(e.host));

@@ -73,10 +73,6 @@ LatentDistribution WanVaeImpl::encode(const at::Tensor& video) {
   return {halves[0], halves[1].clamp(-30.0, 20.0)};
 }
 
-at::Tensor WanVaeImpl::normalise_latents(const at::Tensor& raw) const {
-  return (raw - channel_values(config_.latents_mean, raw)) / channel_values(config_.latents_std, raw);
-}
-
 at::Tensor WanVaeImpl::denormalise_latents(const at::Tensor& latents) const {
   return latents * channel_values(config_.latents_std, latents) + channel_values(config_.latents_mean, latents);
 }

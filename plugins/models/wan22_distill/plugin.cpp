@@ -34,7 +34,7 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
   wan::check_vae_option(o, n.student.out_dim);  // before the weights: a wrong VAE costs no load
   wan::use_attention_backend(wan::parse_attention_backend(o.string("attention")));
   wan_distill::DistillSettings settings = wan_distill::settings_from(o, n, true);
-  const auto planned = ctx.layout.sharded() ? std::nullopt : wan_distill::planned_run(o, n, settings);
+  const auto planned = ctx.layout.sharded ? std::nullopt : wan_distill::planned_run(o, n, settings);
   const double planned_bytes =
       planned ? wan::estimate_memory(*planned, wan::configured_memory(o, ctx.layout),
                                      wan_distill::planned_layout(ctx.layout, settings))

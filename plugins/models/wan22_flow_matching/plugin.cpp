@@ -84,7 +84,7 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
   if (!weights.empty()) denoiser.load_weights(weights, o.string("weights_subfolder"));
   denoiser.apply_lora(model->settings().lora);
   const bool offload = wan::activation_offload_from(o);
-  if (model->settings().lora.enabled() && !ctx.layout.sharded()) {
+  if (model->settings().lora.enabled() && !ctx.layout.sharded) {
     const wan::PlannedRun run{config, model->settings().lora, o.string("dtype"), static_cast<int>(denoiser.dits().size()),
                               model->settings().task};
     model->set_planned_device_bytes(

@@ -201,6 +201,7 @@ wanfw::PluginDescriptor describe() {
   d.options = {option("devices", T::StringList)
                    .value("[]")
                    .doc("Devices to replicate onto (cuda:0, cuda:1, ...); empty takes every visible CUDA device.")};
+  d.capabilities.replicates_module = true;
   d.make_strategy = make_strategy;
   return d;
 }

@@ -44,6 +44,7 @@ wanfw::PluginDescriptor describe() {
            "dtype gradients are reduce-scattered in (the mean over ranks)."),
        option("prefetch", T::Boolean).value("true").doc(
            "Start gathering the next unit's parameters while the current one computes (forward and backward).")});
+  d.capabilities.shards_state = true;
   d.make_strategy = make_strategy;
   return d;
 }

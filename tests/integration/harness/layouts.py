@@ -2,7 +2,8 @@
 replicas), the experiment config every layout shares, and a run on N ranks; the linear model's
 equivalent for the deterministic parity tests."""
 
-from harness.equivalence import assert_same_training, largest_relative_difference, rounding, state, tiny_wan_rounding, weights
+from harness.equivalence import (assert_same_training, largest_relative_difference, rounding, state,
+                                 tiny_wan_rounding, weights)
 from harness.launch import torchrun
 from harness.runs import base_config, wanfw, write_config
 

@@ -1,13 +1,23 @@
 """The Python references wanfw's models are compared with: the tiny Wan DiT and VAEs from diffusers
-(weights saved where wanfw loads them), the official layout, and wanfw's own predictions."""
+(weights saved where wanfw loads them), the official layout, and wanfw's own predictions.
 
-import diffusers
+diffusers is imported only when a reference is built or run: importing it costs about 10 s of CPU
+a process, and most tests need only a reference's saved weights. A tiny DiT's weights are made
+once a build for each seed and shape (reference_model's cache under the build folder) and copied
+from there; the model itself is loaded from them when a test first runs it."""
+
+import hashlib
+import importlib.metadata
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
 import torch
-from diffusers import AutoencoderKLWan
 from safetensors.torch import load_file, save_file
 
 from harness.equivalence import U, tiny_wan_rounding
-from harness.runs import base_config, wanfw, write_config
+from harness.runs import BUILD, base_config, wanfw, write_config
 
 
 TOLERANCE = 1000 * U + tiny_wan_rounding(global_batch=1, tokens=1)  # 9.5e-5
@@ -26,29 +36,62 @@ def padded(context, text_len=TEXT_LEN):
 
 
 class OfficialReference:
-    """diffusers' transformer run as the official Wan model runs: every context zero-padded to
-    text_len first (the transformer alone takes any length and pads nothing)."""
+    """diffusers' transformer, loaded from `folder` when first used, run as the official Wan model
+    runs: every context zero-padded to text_len first (the transformer alone takes any length and
+    pads nothing)."""
 
-    def __init__(self, model):
-        self.model = model
+    def __init__(self, folder):
+        self.folder = folder
+        self.loaded = None
+
+    @property
+    def model(self):
+        if self.loaded is None:
+            from diffusers import WanTransformer3DModel
+            self.loaded = WanTransformer3DModel.from_pretrained(self.folder).eval()
+        return self.loaded
 
     def __call__(self, x, t, context, **kwargs):
         return self.model(x, t, padded(context), **kwargs)
 
     def __getattr__(self, name):
+        if name in ("folder", "loaded"):  # not set yet (copying, unpickling)
+            raise AttributeError(name)
         return getattr(self.model, name)
 
 
-def reference_model(folder, seed=0, **overrides):
-    """A tiny diffusers Wan transformer with every parameter randomised (norm weights included),
-    saved with save_pretrained, run as the official model runs."""
-    torch.manual_seed(seed)
-    model = diffusers.WanTransformer3DModel(**{**TINY, **overrides}).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.copy_(torch.randn_like(p) * (0.1 if p.dim() > 1 else 0.05) + (1.0 if "norm" in name else 0.0))
+def randomised_reference(folder, seed, overrides):
+    """Builds the tiny diffusers Wan transformer with every parameter randomised (norm weights
+    included) and saves it with save_pretrained."""
+    import diffusers
+    with torch.random.fork_rng(devices=[]):  # the caller's random stream is left as it was
+        torch.manual_seed(seed)
+        model = diffusers.WanTransformer3DModel(**{**TINY, **overrides}).eval()
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                p.copy_(torch.randn_like(p) * (0.1 if p.dim() > 1 else 0.05) + (1.0 if "norm" in name else 0.0))
     model.save_pretrained(folder)
-    return OfficialReference(model)
+
+
+def reference_model(folder, seed=0, **overrides):
+    """A tiny diffusers Wan transformer with every parameter randomised, saved in `folder` as
+    save_pretrained writes it, run as the official model runs. The files come from the build's
+    cache, keyed by the seed, the shape, diffusers' version and this file's text; a miss builds
+    them (atomically: parallel tests may ask for the same key). The global random stream is left as
+    it was, hit or miss, so what a test draws after it does not depend on the cache."""
+    recipe = repr((seed, sorted(overrides.items()), importlib.metadata.version("diffusers"),
+                   open(__file__, "rb").read()))
+    cached = BUILD / "test-cache" / "reference-models" / hashlib.sha256(recipe.encode()).hexdigest()[:20]
+    if not cached.is_dir():
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=cached.parent))
+        randomised_reference(staging, seed, overrides)
+        try:
+            os.rename(staging, cached)
+        except OSError:  # another test made it first
+            shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(cached, folder, dirs_exist_ok=True)
+    return OfficialReference(folder)
 
 
 def wan_config(tmp_path, weights, task="t2v", **model):
@@ -80,6 +123,7 @@ def reference_vae(folder, version, seed=0):
     if version == "wan2.2":  # statistics for its 48 channels
         config = {**config, "latents_mean": (0.3 * torch.randn(48, generator=g)).tolist(),
                   "latents_std": (0.4 + torch.rand(48, generator=g)).tolist()}
+    from diffusers import AutoencoderKLWan
     vae = AutoencoderKLWan(**config).eval()
     with torch.no_grad():
         for name, p in vae.named_parameters():

@@ -70,7 +70,7 @@ std::string dmd_gpu_memory(const DmdSettings& dmd, const DmdBytes& b, const wan:
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   // Every network a step holds: fsdp shards the trained module (with a shared base, the base is
   // in it); a separate teacher stays whole on every GPU.
-  const double share = layout.sharded() ? 1.0 / layout.gpus : 1.0;
+  const double share = layout.sharded ? 1.0 / layout.gpus : 1.0;
   const double networks = dmd.shared_base ? b.shared() * share : b.teacher + (b.generator + b.critic) * share;
   // A phase keeps the graph of the network it trains (the generator, or the critic: the
   // teacher's architecture); the no-grad passes of the others hold one block at a time.

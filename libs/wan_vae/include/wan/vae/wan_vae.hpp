@@ -21,7 +21,7 @@ class VaeDecoderImpl;
 class CausalConv3dImpl;
 
 /// The encoder's Gaussian per latent: its mean (what sampling and training use) and log-variance
-/// (clamped to [-30, 20]). Raw latents: normalise_latents gives the model's.
+/// (clamped to [-30, 20]). Raw latents: the model's are (raw - latents_mean) / latents_std.
 struct LatentDistribution {
   at::Tensor mean, logvar;
 };
@@ -41,7 +41,6 @@ class WanVaeImpl : public torch::nn::Module {
   LatentDistribution encode(const at::Tensor& video);
 
   /// z -> (z - mean) / std, and back, per latent channel.
-  at::Tensor normalise_latents(const at::Tensor& raw) const;
   at::Tensor denormalise_latents(const at::Tensor& latents) const;
 
  private:

@@ -1,0 +1,34 @@
+#pragma once
+// Internal: the run a config lays out, read without building its plugins: the strategy chain and
+// what it declares it does with the model, the ranks, the batch, the largest bucket, the precision.
+
+#include <string>
+
+#include "config/config.hpp"
+#include "config/core_sections.hpp"
+#include "plugin_host/plugin_host.hpp"
+#include "wanfw/plugin.hpp"
+
+namespace wanfw {
+
+/// The strategy a config's `strategy` section describes, read from the plugins' descriptors: a
+/// strategy that wraps another holds it in a subsection (grad_accum's `inner`), and the chain ends
+/// at the strategy that places the model.
+struct StrategyChain {
+  std::string innermost_section;      ///< "strategy", or "strategy.inner" under a wrapper
+  std::string innermost_name;         ///< that section's plugin ("ddp")
+  StrategyCapabilities capabilities;  ///< what any strategy of the chain declares
+};
+
+/// The chain of the config's `strategy` section; throws ConfigError when it names no plugin found.
+StrategyChain strategy_chain(const Config& config, const PluginHost& host);
+
+/// The dtype `mode` computes in: bf16 for bf16 and bf16_weights, fp16 for fp16, else fp32.
+at::ScalarType compute_dtype(PrecisionMode mode);
+
+/// The run `config` describes, on `gpus` ranks: the strategy (a wrapper's inner one) and whether it
+/// shards the training state, the sequence-parallel size, the batch, the largest latent bucket
+/// (data.buckets) and the precision.
+TrainingLayout training_layout(const Config& config, const CoreSettings& settings, const PluginHost& host, int gpus);
+
+}  // namespace wanfw

@@ -1,0 +1,69 @@
+"""The host treats a strategy by what it declares (StrategyCapabilities), never by its name: test
+strategies it has never heard of (tests/plugins/declared_strategy) that declare they shard the
+training state, or replicate the module, get fsdp's and data_parallel's treatment from `wanfw
+model-info` and `wanfw validate`; one whose descriptor and built strategy disagree is refused."""
+
+import os
+
+import pytest
+from harness.layouts import tiny_wan
+from harness.runs import SOURCE, TEST_PLUGINS, base_config, wanfw, write_config
+
+SHARDING, REPLICATING = "test_sharding_strategy", "test_replicating_strategy"
+FSDP = {"name": "fsdp", "timeout_s": 60}
+FINETUNE = SOURCE / "examples" / "wan22-ti2v-5b-finetune.yaml"  # fsdp on 8 x 80 GB
+
+
+def model_info(*overrides):
+    """model-info of the TI2V-5B fine-tuning example on 8 GPUs, its strategy section overridden."""
+    sets = [arg for override in overrides for arg in ("--set", override)]
+    return wanfw("model-info", FINETUNE, "--gpus", 8, *sets, check=0,
+                 env={**os.environ, "WANFW_PLUGIN_PATH": str(TEST_PLUGINS)}).stdout
+
+
+def validate(tmp_path, name, strategy, **sections):
+    """`wanfw validate` of the tiny Wan DiT on `strategy`: its exit code and what it said."""
+    config = base_config(tmp_path / "runs", model=tiny_wan("t2v"), strategy=strategy,
+                         data={"num_samples": 8, "batch_size": 2, "workers": 0, "buckets": ["3x4x4"]}, **sections)
+    result = wanfw("validate", write_config(tmp_path / f"{name}.json", config))
+    return result.returncode, result.stdout + result.stderr
+
+
+def test_model_info_plans_a_strategy_that_declares_sharding_as_it_plans_fsdp():
+    fsdp = model_info()
+    assert "per GPU, fsdp on 8 GPUs" in fsdp and "(1/8 of" in fsdp, fsdp
+    assert model_info(f"strategy.name={SHARDING}") == fsdp.replace("fsdp", SHARDING)
+    # Wrapped by grad_accum, the inner strategy's declaration still holds.
+    assert model_info("strategy.name=grad_accum", f"strategy.inner.name={SHARDING}") == fsdp.replace("fsdp", SHARDING)
+    # A strategy that declares nothing is planned with the whole state on every GPU.
+    whole = model_info("strategy.name=ddp")
+    assert "per GPU, ddp on 8 GPUs" in whole and "(1/8 of" not in whole, whole
+
+
+@pytest.mark.parametrize("sections, message", [
+    ({"block_swap": {"blocks": 1}}, "block swap does not combine with a strategy that shards the weights ({})"),
+    ({"precision": {"mode": "bf16_weights"}},
+     "precision.mode bf16_weights does not combine with a strategy that shards the weights"),
+], ids=["block_swap", "bf16_weights"])
+def test_validate_refuses_for_a_strategy_that_declares_sharding_what_it_refuses_for_fsdp(tmp_path, sections, message):
+    for name, strategy in (("fsdp", FSDP), (SHARDING, {"name": SHARDING})):
+        code, said = validate(tmp_path, name, strategy, **sections)
+        assert code == 2 and message.format(name) in said, said
+    _, said = validate(tmp_path, "single", {"name": "single", "device": "cpu"}, **sections)
+    assert "shards the weights" not in said, said  # a strategy that declares nothing is not refused for it
+
+
+def test_validate_refuses_block_swap_for_a_strategy_that_declares_replicas_as_for_data_parallel(tmp_path):
+    message = ("block swap does not combine with a strategy that replicates the module on several devices "
+               "({}: its replicas copy the model's weights)")
+    for name, strategy in (("data_parallel", {"name": "data_parallel", "devices": ["cpu", "cpu"]}),
+                           (REPLICATING, {"name": REPLICATING})):
+        code, said = validate(tmp_path, name, strategy, block_swap={"blocks": 1})
+        assert code == 2 and message.format(name) in said, said
+
+
+def test_a_strategy_whose_descriptor_and_answers_disagree_is_refused_naming_it(tmp_path):
+    code, said = validate(tmp_path, "misdeclared", {"name": "test_misdeclared_strategy"})
+    assert code != 0
+    assert ("the strategy plugin 'test_misdeclared_strategy' does not declare StrategyCapabilities::shards_state in "
+            "its descriptor, but its strategy answers shards_state() true") in said, said

@@ -1,0 +1,38 @@
+// A strategy the host has never heard of, built three times with other declarations: one that says
+// it shards the training state, one that says it replicates the module, and one whose descriptor
+// and built strategy disagree. The host must treat each by what it declares (fsdp's and
+// data_parallel's treatment), never by its name. It trains on the CPU as one device does: the
+// tests ask only what the host decides before training.
+
+#include <fmt/format.h>
+
+#include "wanfw/plugin.hpp"
+
+#ifndef DECLARED_NAME
+#error "DECLARED_NAME, DECLARES_SHARDING, ANSWERS_SHARDING and DECLARES_REPLICAS are set by tests/plugins/CMakeLists.txt"
+#endif
+
+namespace {
+
+class DeclaredStrategy final : public wanfw::Strategy {
+ public:
+  std::string describe() const override { return fmt::format("{} on the CPU", DECLARED_NAME); }
+  void setup(wanfw::Model& model) override { model.module()->to(c10::kCPU); }
+  c10::Device device() const override { return c10::kCPU; }
+  bool shards_state() const override { return ANSWERS_SHARDING; }
+};
+
+wanfw::PluginDescriptor describe() {
+  auto d = wanfw::PluginDescriptor::for_strategy(DECLARED_NAME, "0.1.0",
+                                                 "A test strategy known to the host only by its declarations.");
+  d.capabilities.shards_state = DECLARES_SHARDING;
+  d.capabilities.replicates_module = DECLARES_REPLICAS;
+  d.make_strategy = [](const wanfw::Options&, const wanfw::PluginContext&) -> std::unique_ptr<wanfw::Strategy> {
+    return std::make_unique<DeclaredStrategy>();
+  };
+  return d;
+}
+
+}  // namespace
+
+WANFW_PLUGIN(Strategy, describe)
