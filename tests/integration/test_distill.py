@@ -9,9 +9,10 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from harness.distill import config, distill, inputs, predict, teacher  # noqa: F401 (a fixture)
+from harness.distill import config, distill, inputs, teacher  # noqa: F401 (a fixture)
 from harness.equivalence import assert_same_training, tiny_wan_rounding
 from harness.layouts import CPU, DDP, FSDP, GLOBAL_BATCH, LR, TOKENS, run_on
+from harness.references import predict
 from harness.runs import SOURCE, base_config, checkpoints, losses, stop_after, wanfw, write_config
 
 TEACHER_LAYERS = 2  # the tiny preset's

@@ -8,11 +8,11 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from harness.distill import predict, teacher  # noqa: F401 (a fixture)
+from harness.distill import teacher  # noqa: F401 (a fixture)
 from harness.dmd import CYCLE, config, dmd, shared_name
 from harness.equivalence import assert_same_training_history, tiny_wan_rounding, trained
 from harness.layouts import CPU, DDP, FSDP, GLOBAL_BATCH, LR, TOKENS, run_on
-from harness.references import reference_model
+from harness.references import predict, reference_model
 from harness.runs import SOURCE, base_config, checkpoints, read_csv, run_dir, wanfw, write_config
 
 

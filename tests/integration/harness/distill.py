@@ -2,10 +2,9 @@
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
 
 from harness.references import reference_model
-from harness.runs import base_config, wanfw, write_config
+from harness.runs import base_config, write_config
 
 
 def config(tmp_path, teacher, name="distill", data=None, trainer=None, **model):
@@ -29,13 +28,6 @@ def inputs(seed=4, t=(300.0, 800.0)):
     g = torch.Generator().manual_seed(seed)
     return {"x": torch.randn(2, 4, 2, 4, 4, generator=g), "t": torch.tensor(t),
             "context": torch.randn(2, 5, 32, generator=g)}
-
-
-def predict(tmp_path, path, given, *extra):
-    save_file(given, tmp_path / "in.safetensors")
-    wanfw("predict", path, "--inputs", tmp_path / "in.safetensors", "--out", tmp_path / "out.safetensors", *extra,
-          check=0)
-    return load_file(tmp_path / "out.safetensors")
 
 
 def distill(teacher, **model):

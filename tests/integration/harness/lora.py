@@ -3,8 +3,8 @@ experiment and what it predicts."""
 
 import pytest
 
-from harness.distill import inputs as distill_inputs, predict as predict_outputs
-from harness.references import reference_model
+from harness.distill import inputs as distill_inputs
+from harness.references import predict as predict_outputs, reference_model
 from harness.runs import base_config, write_config
 
 

@@ -100,9 +100,11 @@ def wan_config(tmp_path, weights, task="t2v", **model):
     return write_config(tmp_path / "wan.yaml", config)
 
 
-def predict(tmp_path, config, inputs: dict) -> dict:
+def predict(tmp_path, config, inputs: dict, *extra) -> dict:
+    """What `wanfw predict CONFIG --inputs ... EXTRA` writes for `inputs` (a dict of tensors)."""
     save_file({k: v.contiguous() for k, v in inputs.items()}, tmp_path / "in.safetensors")
-    wanfw("predict", config, "--inputs", tmp_path / "in.safetensors", "--out", tmp_path / "out.safetensors", check=0)
+    wanfw("predict", config, "--inputs", tmp_path / "in.safetensors", "--out", tmp_path / "out.safetensors", *extra,
+          check=0)
     return load_file(tmp_path / "out.safetensors")
 
 
