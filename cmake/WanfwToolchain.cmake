@@ -3,10 +3,15 @@
 find_program(WANFW_CCACHE ccache)
 if(WANFW_CCACHE)
   # Precompiled headers and ccache work together only with these sloppiness settings; the base
-  # folder makes paths relative so that fresh clones (and CI) hit the cache.
+  # folder makes paths relative so that fresh clones (and CI) hit the cache. It is the repository's
+  # root: a project inside it (tests/fuzz) compiles sources from all over the tree and sets
+  # WANFW_SOURCE_ROOT, or every fresh clone would compile them anew.
+  if(NOT WANFW_SOURCE_ROOT)
+    set(WANFW_SOURCE_ROOT ${CMAKE_SOURCE_DIR})
+  endif()
   set(_launcher ${CMAKE_COMMAND} -E env
       CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
-      CCACHE_BASEDIR=${CMAKE_SOURCE_DIR} CCACHE_NOHASHDIR=1
+      CCACHE_BASEDIR=${WANFW_SOURCE_ROOT} CCACHE_NOHASHDIR=1
       ${WANFW_CCACHE})
   set(CMAKE_C_COMPILER_LAUNCHER ${_launcher})
   set(CMAKE_CXX_COMPILER_LAUNCHER ${_launcher})

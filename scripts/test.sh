@@ -9,13 +9,12 @@ cd "$root/${WANFW_BUILD_DIR:-build}"
 log="$PWD/ctest-last.log"
 status=0
 ctest --output-on-failure --parallel "${WANFW_TEST_JOBS:-2}" --timeout 900 "$@" 2>&1 | tee "$log" || status=$?
-# "  12/650 Test #123: integration.x.test_y ......   Passed   41.27 sec"
-slowest="$(awk '$2 == "Test" && $3 ~ /^#[0-9]+:$/ { for (i = NF; i > 4; --i) if ($i == "sec") { print $(i - 1), $4; break } }' \
-  "$log" | sort -rn | head -10)"
+# "  12/650 Test #123: unit.a name with spaces ......   Passed   41.27 sec"
+slowest="$(perl -ne 'printf "  %8.1f  %s\n", $2, $1 if /Test +#\d+: (.*?) \.{3,}.* ([\d.]+) sec$/' "$log" | sort -rn | head -10)"
 if [ -n "$slowest" ]; then
   echo
   echo "The ten slowest tests (seconds):"
-  printf '%s\n' "$slowest" | awk '{ printf "  %8.1f  %s\n", $1, $2 }'
+  printf '%s\n' "$slowest"
   grep -E '^(100% tests passed|[0-9]+% tests passed, [0-9]+ tests failed|Total Test time)' "$log" || true
 fi
 exit "$status"
