@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 
 from harness.distill import config as distill_config
 from harness.dmd import config as dmd_config
-from harness.references import reference_model
+from harness.references import reference_folder
 from harness.runs import checkpoints, read_csv, wanfw, write_config
 
 LAYERS = 4
@@ -20,8 +20,7 @@ ADAPTERS = {"lora": {"rank": 4}, "gradient_checkpointing": True}
 
 @pytest.fixture
 def teacher(tmp_path):
-    reference_model(tmp_path / "teacher", seed=3, num_layers=LAYERS)
-    return tmp_path / "teacher"
+    return reference_folder(tmp_path / "teacher", seed=3, num_layers=LAYERS)
 
 
 def trained(tmp_path, path, name, swap):

@@ -11,7 +11,7 @@ from safetensors.torch import load_file, save_file
 
 from harness.launch import torchrun
 from harness.runs import (SOURCE, base_config, checkpoints, losses, read_csv, start_wanfw, wait_for, wanfw,
-                          write_config)
+                          write_config, write_run_config)
 
 TINY = {"name": "wan22_flow_matching", "preset": "tiny"}  # 4 latent channels, text 32 wide, text_len 16
 
@@ -35,8 +35,7 @@ def experiment(tmp_path, name, data_path, **sections) -> Path:
                          checkpoint={"every": 0, "keep_last": 0})
     for key, value in sections.items():
         config[key] = {**config.get(key, {}), **value}
-    config["run"]["name"] = name
-    return write_config(tmp_path / f"{name}.json", config)
+    return write_run_config(tmp_path, name, config)
 
 
 def manifest(folder: Path) -> dict:

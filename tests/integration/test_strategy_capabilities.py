@@ -6,6 +6,7 @@ model-info` and `wanfw validate`; one whose descriptor and built strategy disagr
 import os
 
 import pytest
+
 from harness.layouts import tiny_wan
 from harness.runs import SOURCE, TEST_PLUGINS, base_config, wanfw, write_config
 

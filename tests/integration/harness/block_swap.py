@@ -6,7 +6,7 @@ import torch
 from safetensors.torch import load_file
 
 from harness.lora import experiment
-from harness.references import reference_model
+from harness.references import reference_folder
 from harness.runs import checkpoints, losses, run_dir, wanfw
 
 
@@ -15,8 +15,7 @@ LAYERS = 6
 
 @pytest.fixture
 def base(tmp_path):
-    reference_model(tmp_path / "base", seed=5, num_layers=LAYERS)
-    return tmp_path / "base"
+    return reference_folder(tmp_path / "base", seed=5, num_layers=LAYERS)
 
 
 def lora(base, **model):

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from harness.references import reference_model
-from harness.runs import base_config, write_config
+from harness.references import reference_folder
+from harness.runs import base_config, write_run_config
 
 
 def config(tmp_path, teacher, name="distill", data=None, trainer=None, **model):
@@ -13,14 +13,12 @@ def config(tmp_path, teacher, name="distill", data=None, trainer=None, **model):
                     optimizer={"lr": 2e-3, "weight_decay": 0.0},
                     trainer={"max_steps": 30, "log_every": 1, "progress": "lines", **(trainer or {})},
                     checkpoint={"every": 0, "keep_last": 0})
-    c["run"]["name"] = name
-    return write_config(tmp_path / f"{name}.json", c)
+    return write_run_config(tmp_path, name, c)
 
 
 @pytest.fixture
 def teacher(tmp_path):
-    reference_model(tmp_path / "teacher", seed=3)
-    return tmp_path / "teacher"
+    return reference_folder(tmp_path / "teacher", seed=3)
 
 
 def inputs(seed=4, t=(300.0, 800.0)):

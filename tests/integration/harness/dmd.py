@@ -1,7 +1,7 @@
 """Distribution-matching distillation (DMD) from a tiny teacher: the model section, the experiment
 and its run folder."""
 
-from harness.runs import base_config, write_config
+from harness.runs import base_config, write_run_config
 
 
 CYCLE = 3  # generator 1 step, critic 2
@@ -19,8 +19,7 @@ def config(tmp_path, teacher, name="dmd", steps=6, **model):
                     optimizer={"lr": 1e-3, "weight_decay": 0.0},
                     trainer={"max_steps": steps, "log_every": 1, "progress": "lines"},
                     checkpoint={"every": 1, "keep_last": 0})
-    c["run"]["name"] = name
-    return write_config(tmp_path / f"{name}.json", c)
+    return write_run_config(tmp_path, name, c)
 
 
 def shared_name(name):

@@ -5,7 +5,7 @@ equivalent for the deterministic parity tests."""
 from harness.equivalence import (assert_same_training, largest_relative_difference, rounding, state,
                                  tiny_wan_rounding, weights)
 from harness.launch import torchrun
-from harness.runs import base_config, wanfw, write_config
+from harness.runs import base_config, wanfw, write_run_config
 
 
 STEPS = 5
@@ -30,8 +30,7 @@ def experiment(tmp_path, name, strategy, batch, model, **sections):
                     checkpoint={"every": 0, "keep_last": 0})
     for key, value in sections.items():
         c[key] = {**c.get(key, {}), **value}
-    c["run"]["name"] = name
-    return write_config(tmp_path / f"{name}.json", c)
+    return write_run_config(tmp_path, name, c)
 
 
 def run_on(tmp_path, name, strategy, batch, model, ranks=1, **sections):
@@ -70,8 +69,7 @@ def linear_experiment(tmp_path, name, strategy, batch, data=None, **sections):
                     data={"num_samples": 256, "batch_size": batch, "workers": 0, **(data or {})},
                     trainer={"max_steps": STEPS, "log_every": 1, "progress": "lines"},
                     checkpoint={"every": 0, "keep_last": 0}, **sections)
-    c["run"]["name"] = name
-    return write_config(tmp_path / f"{name}.json", c)
+    return write_run_config(tmp_path, name, c)
 
 
 def assert_same_weights(a, b, batch=16):

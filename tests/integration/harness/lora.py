@@ -4,8 +4,8 @@ experiment and what it predicts."""
 import pytest
 
 from harness.distill import inputs as distill_inputs
-from harness.references import predict as predict_outputs, reference_model
-from harness.runs import base_config, write_config
+from harness.references import predict as predict_outputs, reference_folder
+from harness.runs import base_config, write_run_config
 
 
 LAYERS = [f"blocks.{b}.{part}" for b in range(2) for part in
@@ -36,14 +36,12 @@ def experiment(tmp_path, name, model, steps=20, checkpoint_every=0, **sections):
                     checkpoint={"every": checkpoint_every, "keep_last": 0})
     for key, value in sections.items():
         c[key] = {**c.get(key, {}), **value}
-    c["run"]["name"] = name
-    return write_config(tmp_path / f"{name}.json", c)
+    return write_run_config(tmp_path, name, c)
 
 
 @pytest.fixture
 def base(tmp_path):
-    reference_model(tmp_path / "base", seed=5)
-    return tmp_path / "base"
+    return reference_folder(tmp_path / "base", seed=5)
 
 
 def inputs():

@@ -94,6 +94,12 @@ def reference_model(folder, seed=0, **overrides):
     return OfficialReference(folder)
 
 
+def reference_folder(folder, seed=0, **overrides) -> Path:
+    """`folder`, holding reference_model's saved weights: a teacher or base a test only loads."""
+    reference_model(folder, seed, **overrides)
+    return folder
+
+
 def wan_config(tmp_path, weights, task="t2v", **model):
     config = base_config(tmp_path / "runs", model={"name": "wan22_flow_matching", "preset": "tiny", "task": task,
                                                    "weights": str(weights), **model})

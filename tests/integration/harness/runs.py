@@ -91,6 +91,12 @@ def stop_after(run_dir: Path, step: int) -> None:
             shutil.rmtree(late)
 
 
+def write_run_config(tmp_path: Path, name: str, config: dict) -> Path:
+    """`config` as run `name` (its run.name), written to tmp_path/NAME.json."""
+    config["run"]["name"] = name
+    return write_config(tmp_path / f"{name}.json", config)
+
+
 def read_csv(path):
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
