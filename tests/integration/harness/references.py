@@ -1,7 +1,7 @@
 """The Python references wanfw's models are compared with: the tiny Wan DiT and VAEs from diffusers
 (weights saved where wanfw loads them), the official layout, and wanfw's own predictions.
 
-diffusers is imported only when a reference is built or run: importing it costs about 10 s of CPU
+diffusers is imported only when a reference is built or run: importing it costs about 9 s of CPU
 a process, and most tests need only a reference's saved weights. A tiny DiT's weights are made
 once a build for each seed and shape (reference_model's cache under the build folder) and copied
 from there; the model itself is loaded from them when a test first runs it."""
