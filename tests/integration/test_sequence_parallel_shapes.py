@@ -16,8 +16,9 @@ A14B_TOKENS = 21 * 30 * 52
 NARROW = {"dim": 64, "num_heads": 8, "ffn_dim": 64, "num_layers": 1}
 
 
-@pytest.mark.parametrize("group", [2, 4, 8])
-def test_the_a14b_480p_token_layout_trains_alike_over_sequence_parallel_groups(tmp_path, group):
+def assert_the_a14b_480p_token_layout_trains_alike_over_a_group_of(tmp_path, group):
+    """One step on one device holding every token, and on `group` ranks sharing them. One test a
+    group: each its own CTest entry, so that the three fit their budget side by side on 2 cores."""
     model = {**tiny_wan("t2v"), **NARROW}
     one_step = {"trainer": {"max_steps": 1}, "data": A14B_GRID}
     whole = run_on(tmp_path, "whole", CPU, 1, model, **one_step)
@@ -30,6 +31,18 @@ def test_the_a14b_480p_token_layout_trains_alike_over_sequence_parallel_groups(t
     c = assert_same_training(state(tmp_path, "split"), whole, lr=LR,
                              tolerance=tiny_wan_rounding(1, A14B_TOKENS, layers=NARROW["num_layers"]))
     print(f"{A14B_TOKENS} tokens over a group of {group}: {c}")
+
+
+def test_the_a14b_480p_token_layout_trains_alike_over_sequence_parallel_groups_of_2(tmp_path):
+    assert_the_a14b_480p_token_layout_trains_alike_over_a_group_of(tmp_path, 2)
+
+
+def test_the_a14b_480p_token_layout_trains_alike_over_sequence_parallel_groups_of_4(tmp_path):
+    assert_the_a14b_480p_token_layout_trains_alike_over_a_group_of(tmp_path, 4)
+
+
+def test_the_a14b_480p_token_layout_trains_alike_over_sequence_parallel_groups_of_8(tmp_path):
+    assert_the_a14b_480p_token_layout_trains_alike_over_a_group_of(tmp_path, 8)
 
 
 LEFTOVER = {"buckets": ["3x8x8"], "num_samples": 7}  # step batches of 4: 7 = 4 + 3
