@@ -10,7 +10,9 @@ log="$PWD/ctest-last.log"
 status=0
 ctest --output-on-failure --parallel "${WANFW_TEST_JOBS:-2}" --timeout 900 "$@" 2>&1 | tee "$log" || status=$?
 # "  12/650 Test #123: unit.a name with spaces ......   Passed   41.27 sec"
-slowest="$(perl -ne 'printf "  %8.1f  %s\n", $2, $1 if /Test +#\d+: (.*?) \.{3,}.* ([\d.]+) sec$/' "$log" | sort -rn | head -10)"
+# (sed, not head: head closing the pipe early would fail the script under pipefail)
+slowest="$(perl -ne 'printf "  %8.1f  %s\n", $2, $1 if /Test +#\d+: (.*?) \.{3,}.* ([\d.]+) sec$/' "$log" |
+  sort -rn | sed -n '1,10p')" || true
 if [ -n "$slowest" ]; then
   echo
   echo "The ten slowest tests (seconds):"
