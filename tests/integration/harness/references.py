@@ -80,7 +80,7 @@ def reference_model(folder, seed=0, **overrides):
     them (atomically: parallel tests may ask for the same key). The global random stream is left as
     it was, hit or miss, so what a test draws after it does not depend on the cache."""
     recipe = repr((seed, sorted(overrides.items()), importlib.metadata.version("diffusers"),
-                   open(__file__, "rb").read()))
+                   Path(__file__).read_bytes()))
     cached = BUILD / "test-cache" / "reference-models" / hashlib.sha256(recipe.encode()).hexdigest()[:20]
     if not cached.is_dir():
         cached.parent.mkdir(parents=True, exist_ok=True)
