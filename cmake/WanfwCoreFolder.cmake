@@ -1,3 +1,4 @@
+include_guard(GLOBAL)
 # core/src's folders as a graph the build enforces. Each folder is an OBJECT library whose units
 # see their own folder's headers, the SDK (core/include), the third-party headers, and the
 # headers of exactly the folders it declares it USES: including any other folder's header fails
@@ -9,6 +10,18 @@
 # resolves only where data/'s root is on the include path. Uses are PRIVATE: a folder that
 # reaches another's headers through a third one's must use it too (the graph is explicit, and
 # integration.source_layout checks it against the includes and the READMEs).
+
+# wanfw_folder_uses(TARGET WHERE PREFIX [FOLDER...]): TARGET (the folder WHERE) sees the headers of
+# each FOLDER, whose target is PREFIX<FOLDER> and must be declared before it. Shared by core's
+# folders and the libraries' (cmake/WanfwSharedLibrary.cmake).
+function(wanfw_folder_uses target where prefix)
+  foreach(_used IN LISTS ARGN)
+    if(NOT TARGET ${prefix}${_used})
+      message(FATAL_ERROR "${where} uses ${_used}/, which is not a folder declared before it")
+    endif()
+    target_link_libraries(${target} PRIVATE ${prefix}${_used})
+  endforeach()
+endfunction()
 
 # The settings every folder compiles with.
 add_library(wanfw_core_folder_settings INTERFACE)
@@ -33,12 +46,7 @@ function(wanfw_core_folder name)
   add_library(${_target} OBJECT ${ARG_SOURCES})
   target_include_directories(${_target} PUBLIC ${_root})
   target_link_libraries(${_target} PRIVATE wanfw_core_folder_settings)
-  foreach(_used IN LISTS ARG_USES)
-    if(NOT TARGET wanfw_core_${_used})
-      message(FATAL_ERROR "core/src/${name} uses ${_used}/, which is not a folder declared before it")
-    endif()
-    target_link_libraries(${_target} PRIVATE wanfw_core_${_used})
-  endforeach()
+  wanfw_folder_uses(${_target} core/src/${name} wanfw_core_ ${ARG_USES})
   wanfw_use_pch(${_target})
   set_property(GLOBAL APPEND PROPERTY WANFW_CORE_FOLDER_TARGETS ${_target})
 endfunction()

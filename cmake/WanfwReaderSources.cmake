@@ -23,14 +23,15 @@ set(WANFW_DATASET_SOURCES
   ${_shards_src}/latent_shard_dataset.cpp)
 set(WANFW_DATASET_INCLUDE_DIRS ${_shards_src} ${_shards_src}/../include)
 # The adapter file reader (every layout, its metadata, the tensor gate) and the Wan names it maps.
-set(_wan_src ${CMAKE_CURRENT_LIST_DIR}/../libs/wan_dit/src)
+set(_wan ${CMAKE_CURRENT_LIST_DIR}/../libs/wan_dit)
 set(WANFW_ADAPTER_SOURCES
   ${_core_src}/numerics/tensor_check.cpp
-  ${_wan_src}/adapter_metadata.cpp
-  ${_wan_src}/adapter_reader.cpp
-  ${_wan_src}/wan_config.cpp
-  ${_wan_src}/weight_names.cpp)
-set(WANFW_ADAPTER_INCLUDE_DIRS ${_wan_src} ${_wan_src}/../include)
+  ${_wan}/adapters/src/adapter_metadata.cpp
+  ${_wan}/adapters/src/adapter_reader.cpp
+  ${_wan}/network/src/wan_config.cpp
+  ${_wan}/weight_files/src/weight_names.cpp)
+set(WANFW_ADAPTER_INCLUDE_DIRS ${_wan}/adapters/src ${_wan}/adapters/include ${_wan}/network/include
+    ${_wan}/weight_files/include)
 # The reader of the community's fp8 checkpoints and the fp8 weight it returns (include dirs: the
 # adapter reader's).
-set(WANFW_FP8_SOURCES ${_wan_src}/fp8_files.cpp ${_wan_src}/fp8_weight.cpp)
+set(WANFW_FP8_SOURCES ${_wan}/weight_files/src/fp8_files.cpp ${_wan}/network/src/fp8_weight.cpp)

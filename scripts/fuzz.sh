@@ -64,7 +64,7 @@ if [ $coverage -eq 1 ]; then
       "$corpora/$t" "$root/tests/fuzz/corpus/$t" >"$fuzz_build/$t.log" 2>&1
     llvm-profdata merge -sparse "$fuzz_build/$t.profraw" -o "$fuzz_build/$t.profdata"
     log "$t: lines of wanfw's sources run by its corpus ($(ls "$corpora/$t" | wc -l) inputs + seeds)"
-    llvm-cov report "$fuzz_build/bin/fuzz_$t" -instr-profile="$fuzz_build/$t.profdata" "$root/core/src" "$root/libs/wan_dit/src" "$root/libs/wan_vae/src" "$root/libs/latent_shards/src" |
+    llvm-cov report "$fuzz_build/bin/fuzz_$t" -instr-profile="$fuzz_build/$t.profdata" "$root/core/src" "$root/libs/wan_dit" "$root/libs/wan_vae" "$root/libs/latent_shards/src" |
       awk '$1 ~ /\.(cpp|hpp)$|^TOTAL$/ { printf "  %-26s lines %5d  missed %4d  %7s  branches %7s\n", $1, $8, $9, $10, $13 }' 
   done
   exit 0

@@ -82,7 +82,8 @@ def check(root: Path) -> list[str]:
     names = {p.name for p in files}
     folders = {part for p in files for part in p.relative_to(root).parts[:-1]}
     relative_roots = [root, root / "core" / "src", root / "core" / "include", *(root / "libs").glob("*/include"),
-                      *(root / "libs").glob("*/src"),
+                      *(root / "libs").glob("*/src"), *(root / "libs").glob("*/*/include"),
+                      *(root / "libs").glob("*/*/src"),
                       *(p for p in (root / "plugins").glob("*/*")), root / "tests"]
     problems = []
     for path in files:

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Checks the layout of core/src against its folder graph, and what plugins and libraries include.
+"""Checks the layout of core/src against its folder graph, libs/ against its libraries' folders
+(library_layout.py), and what plugins and libraries include.
 
 usage: source_layout.py ROOT   (the graph is read from ROOT/core/CMakeLists.txt)
 
@@ -18,6 +19,8 @@ the folders it uses (cmake/WanfwCoreFolder.cmake). Fails (exit 1, one line a pro
 import re
 import sys
 from pathlib import Path
+
+from library_layout import check_libraries
 
 MAX_SOURCES = 16
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
@@ -136,11 +139,11 @@ def main() -> int:
         return 2
     root = Path(sys.argv[1])
     graph = folder_graph((root / "core" / "CMakeLists.txt").read_text())
-    problems = check(root, graph)
+    problems = check(root, graph) + check_libraries(root)
     for problem in problems:
         print(problem)
     if not problems:
-        print(f"core/src: {len(graph)} folders, each including only the folders it uses")
+        print(f"core/src: {len(graph)} folders, libs/: its libraries' folders, each including only the folders it uses")
     return 1 if problems else 0
 
 

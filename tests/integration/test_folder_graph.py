@@ -1,8 +1,8 @@
-"""The build enforces core/src's folder graph: a unit that includes a header of a folder its own
-folder does not use fails to compile, with the compiler's own words, while the same unit with an
-include of a folder it does use compiles. Each case compiles a scratch copy of a real unit with the
-exact command the build uses for it (compile_commands.json; in a unity build, the command of its
-folder's batch, whose flags are the unit's)."""
+"""The build enforces the folder graphs of core/src and of libs/' libraries: a unit that includes a
+header of a folder its own folder does not use fails to compile, with the compiler's own words,
+while the same unit with an include of a folder it does use compiles. Each case compiles a scratch
+copy of a real unit with the exact command the build uses for it (compile_commands.json; in a unity
+build, the command of its folder's batch, whose flags are the unit's)."""
 
 import json
 import shlex
@@ -11,16 +11,19 @@ from pathlib import Path
 
 from harness.runs import BUILD, SOURCE
 
-UNIT = SOURCE / "core" / "src" / "plan" / "lr_schedule.cpp"  # plan/ uses config/ alone
+CORE_UNIT = (SOURCE / "core" / "src" / "plan" / "lr_schedule.cpp", "wanfw_core_plan")  # plan/ uses config/ alone
+# libs/wan_dit's network/ uses kernels/ alone.
+LIB_UNIT = (SOURCE / "libs" / "wan_dit" / "network" / "src" / "wan_config.cpp", "wanfw_wan_dit_network")
 
 
-def compile_scratch(tmp_path: Path, extra_include: str) -> subprocess.CompletedProcess:
-    """Compiles a copy of UNIT with `#include "<extra_include>"` on top, as the build compiles UNIT."""
+def compile_scratch(tmp_path: Path, unit: tuple[Path, str], extra_include: str) -> subprocess.CompletedProcess:
+    """Compiles a copy of the unit with `#include "<extra_include>"` on top, as the build compiles it."""
+    path, target = unit
     entries = json.loads((BUILD / "compile_commands.json").read_text())
-    batch = f"/wanfw_core_{UNIT.parent.name}.dir/Unity/"
-    entry = next(e for e in entries if Path(e["file"]).resolve() == UNIT.resolve() or batch in e["file"])
-    scratch = tmp_path / UNIT.name
-    scratch.write_text(f'#include "{extra_include}"\n' + UNIT.read_text())
+    batch = f"/{target}.dir/Unity/"
+    entry = next(e for e in entries if Path(e["file"]).resolve() == path.resolve() or batch in e["file"])
+    scratch = tmp_path / path.name
+    scratch.write_text(f'#include "{extra_include}"\n' + path.read_text())
     args = shlex.split(entry["command"]) if "command" in entry else list(entry["arguments"])
     assert entry["file"] in args
     args = [str(scratch) if a == entry["file"] else a for a in args]
@@ -31,11 +34,22 @@ def compile_scratch(tmp_path: Path, extra_include: str) -> subprocess.CompletedP
 
 
 def test_including_a_folder_the_unit_does_not_use_fails_to_compile(tmp_path):
-    result = compile_scratch(tmp_path, "train/trainer.hpp")
+    result = compile_scratch(tmp_path, CORE_UNIT, "train/trainer.hpp")
     assert result.returncode != 0
     assert "train/trainer.hpp: No such file or directory" in result.stderr
 
 
 def test_the_same_unit_including_a_folder_it_uses_compiles(tmp_path):
-    result = compile_scratch(tmp_path, "config/core_sections.hpp")
+    result = compile_scratch(tmp_path, CORE_UNIT, "config/core_sections.hpp")
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_library_unit_including_a_folder_its_folder_does_not_use_fails_to_compile(tmp_path):
+    result = compile_scratch(tmp_path, LIB_UNIT, "wan/lora.hpp")
+    assert result.returncode != 0
+    assert "wan/lora.hpp: No such file or directory" in result.stderr
+
+
+def test_the_same_library_unit_including_a_folder_it_uses_compiles(tmp_path):
+    result = compile_scratch(tmp_path, LIB_UNIT, "wan/block_ops.hpp")
     assert result.returncode == 0, result.stderr

@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import named_paths
+from library_layout import check_libraries, library_folders
 from source_layout import check, folder_graph
 
 from harness.runs import SOURCE
@@ -86,6 +87,41 @@ def test_layout_check_names_a_loose_file_a_missing_index_and_a_crowded_folder(tm
         "core/src/loose.cpp: outside core/src's folders (only)",
         "core/src/only: 17 source files; at most 16 (split the subsystem)",
         "core/src/only: no README.md (what it defines, what it depends on)",
+    ]
+
+
+def test_library_folders_include_only_the_folders_they_use_and_their_readmes_say_so():
+    folders = library_folders(SOURCE)
+    assert {"wan_dit/network", "wan_dit/adapters", "wan_dit/memory", "wan_vae/layers", "latent_shards"} <= set(folders)
+    assert check_libraries(SOURCE) == []
+
+
+def test_library_check_names_an_undeclared_include_a_crowded_folder_a_wrong_readme_and_an_unlinked_plugin(tmp_path):
+    write(tmp_path, {
+        "libs/net/CMakeLists.txt": "wanfw_lib_folder(low SOURCES a.cpp)\nwanfw_lib_folder(mid USES low SOURCES b.cpp)\n"
+                                   "wanfw_lib_folder(top USES low SOURCES c.cpp)\n"
+                                   "wanfw_add_shared_library(wanfw_net FOLDERS low mid top)\n",
+        "libs/net/low/README.md": "Depends on: no other folder.\n",
+        "libs/net/low/include/net/low.hpp": "#pragma once\n",
+        "libs/net/mid/README.md": "Depends on: `low/`.\n",
+        "libs/net/mid/include/net/mid.hpp": '#pragma once\n#include "net/low.hpp"\n',
+        "libs/net/top/README.md": "Depends on: no other folder.\n",
+        "libs/net/top/src/c.cpp": '#include "net/mid.hpp"\n',
+        **{f"libs/net/low/src/part_{i:02}.cpp": '#include "net/mid.hpp"\n' if i == 0 else "" for i in range(16)},
+        "libs/net/stray.cpp": "",
+        "plugins/kind/thing/CMakeLists.txt": "wanfw_add_builtin_plugin(wanfw_thing SOURCES plugin.cpp)\n",
+        "plugins/kind/thing/plugin.cpp": '#include "net/low.hpp"\n',
+    })
+    assert check_libraries(tmp_path) == [
+        "libs/net/stray.cpp: outside libs/'s folders (net/low, net/mid, net/top)",
+        "libs/net/low: 17 source files; at most 16 (split the library)",
+        'libs/net/low/src/part_00.cpp: includes "net/mid.hpp", but net/low/ does not use mid/ '
+        "(libs/net/CMakeLists.txt: wanfw_lib_folder(low))",
+        'libs/net/top/src/c.cpp: includes "net/mid.hpp", but net/top/ does not use mid/ '
+        "(libs/net/CMakeLists.txt: wanfw_lib_folder(top USES low))",
+        "libs/net/top/README.md: \"Depends on\" names no folder; the build says ['low']",
+        'plugins/kind/thing/plugin.cpp: includes "net/low.hpp" of libs/net, which plugins/kind/thing/CMakeLists.txt '
+        "does not link (wanfw_net)",
     ]
 
 
