@@ -107,14 +107,13 @@ class Model {
   /// ecosystem's tools load them. The default throws: checkpoints (model.safetensors) are the
   /// generic format.
   virtual void export_weights(const std::filesystem::path& folder, const ExportSettings& settings);
-  /// Images that show what the model currently does (the Wan model: a sampled latent video as
-  /// a strip of frames), [H, W, C] uint8 per tag, conditioned on `batch` (held-out samples on the
-  /// module's device). Called on the main process only, without gradients. Default: none.
-  virtual std::map<std::string, at::Tensor> preview(const Batch& batch, std::uint64_t seed);
-  /// What the model generates for the first sample of `batch`, as sample() writes it (the Wan
-  /// models: latents [1, C, T, h, w]), for the run's decoder (PluginDescriptor::make_decoder) to
-  /// turn into the preview video. Same conditions as preview(). Default: undefined (no video).
-  virtual at::Tensor preview_sample(const Batch& batch, std::uint64_t seed) { return {}; }
+  /// What the model currently generates for the first sample of `batch` (held-out samples on
+  /// the module's device), as sample() writes it: a video [1, C, T, h, w] (the Wan models: their
+  /// latents). Called on the main process only, without gradients. The host shows it: decoded by
+  /// the run's decoder (PluginDescriptor::make_decoder) when the model names one, otherwise as a
+  /// strip of its frames (channels 0-2 as RGB, each stretched to its range). Default: undefined
+  /// (no preview).
+  virtual at::Tensor preview(const Batch& batch, std::uint64_t seed);
   /// An independent copy of this model (same configuration, its own module and weights) on
   /// `device`, for strategies that run replicas side by side (data_parallel). The strategy keeps
   /// the replica's weights equal to this model's. Default: null, the model cannot be replicated.

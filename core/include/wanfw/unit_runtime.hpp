@@ -96,4 +96,10 @@ class UnitRuntime final : public UnitRunner {
   Observer observer_;
 };
 
+/// Which of `count` units block swap streams from host memory when asked for `streamed` of them:
+/// spread evenly between resident ones so that copies hide behind their compute,
+/// floor((2k + 1) count / (2 streamed)) for k < streamed. The runtime streams these, and a model's
+/// memory plan counts these (libs/wan_dit/memory): one choice for both.
+std::vector<std::size_t> streamed_units(std::size_t count, std::size_t streamed);
+
 }  // namespace wanfw

@@ -15,7 +15,7 @@ namespace wanfw {
 
 namespace {
 
-/// libwanfw_mp4_writer's one function (libs/mp4_writer). Its name carries its version: a writer
+/// libwanfw_mp4_writer's one function (core/mp4_writer). Its name carries its version: a writer
 /// left from another build is refused by name rather than called with the wrong arguments.
 using WriteMp4 = int (*)(const char* path, const std::uint8_t* rgb, std::int64_t frames, int height, int width,
                          double fps, char* encoder, std::size_t encoder_size, int* stored_height, int* stored_width,

@@ -1,6 +1,6 @@
 #pragma once
 // Video files: frames to an mp4 that players, browsers and editors open, through
-// libwanfw_mp4_writer (libs/mp4_writer: FFmpeg's libraries), which is opened the first time a
+// libwanfw_mp4_writer (core/mp4_writer: FFmpeg's libraries), which is opened the first time a
 // video is written, so processes that write none do not load FFmpeg.
 
 #include <cstdint>

@@ -51,4 +51,19 @@ at::Tensor fit_width(const at::Tensor& frames, std::int64_t max_width) {
   return scaled.round().clamp(0, 255).to(at::kByte).permute({0, 2, 3, 1}).contiguous();
 }
 
+at::Tensor latent_strip(const at::Tensor& video) {
+  if (video.dim() != 4 || video.size(0) < 1)
+    throw Error("a preview is a video [C, F, H, W]; the model returned " + std::to_string(video.dim()) + " dimensions",
+                "return one sample's video from Model::preview, as sample() writes it");
+  at::Tensor rgb = video.slice(0, 0, std::min<std::int64_t>(3, video.size(0))).to(torch::kCPU, torch::kFloat32);
+  if (rgb.size(0) < 3) rgb = rgb.narrow(0, 0, 1).expand({3, -1, -1, -1}).contiguous();
+  const at::Tensor lo = std::get<0>(rgb.flatten(1).min(1)).view({3, 1, 1, 1});
+  const at::Tensor hi = std::get<0>(rgb.flatten(1).max(1)).view({3, 1, 1, 1});
+  rgb = ((rgb - lo) / (hi - lo).clamp_min(1e-6) * 255).round().clamp(0, 255);
+  at::Tensor strip = rgb.permute({2, 1, 3, 0}).reshape({rgb.size(2), rgb.size(1) * rgb.size(3), 3});  // H, F*W, 3
+  const std::int64_t zoom = std::max<std::int64_t>(1, 128 / strip.size(0));
+  strip = strip.repeat_interleave(zoom, 0).repeat_interleave(zoom, 1);
+  return strip.to(torch::kUInt8).contiguous();
+}
+
 }  // namespace wanfw

@@ -58,7 +58,7 @@ void Model::export_weights(const std::filesystem::path&, const ExportSettings&) 
               "use the checkpoint's model.safetensors, which holds every parameter under its module name");
 }
 
-std::map<std::string, at::Tensor> Model::preview(const Batch&, std::uint64_t) { return {}; }
+at::Tensor Model::preview(const Batch&, std::uint64_t) { return {}; }
 
 std::unique_ptr<Model> Model::replicate(const c10::Device&) { return nullptr; }
 

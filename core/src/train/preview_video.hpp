@@ -24,7 +24,7 @@ inline constexpr std::int64_t kLoggedVideoWidth = 320;
 /// Frames side by side in the logged strip.
 inline constexpr std::int64_t kStripFrames = 8;
 
-/// Decodes `latents` (one sample, as Model::preview_sample returns it), logs the video as
+/// Decodes `latents` (one sample, as Model::preview returns it), logs the video as
 /// "preview/<name>" and its strip as "preview/<name>/frames", and writes <folder>/<name>.mp4 and
 /// the latents as <folder>/<name>.safetensors.
 /// Returns the seconds spent decoding.

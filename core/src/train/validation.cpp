@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
+#include "media/video_frames.hpp"
 #include "numerics/generators.hpp"
 #include "wanfw/sample_random.hpp"
 
@@ -82,16 +83,15 @@ void Validation::previews(std::int64_t step, LoggerSet& loggers, const DecoderFa
     const std::uint64_t seed = settings_.run.seed + static_cast<std::uint64_t>(i);
     EvaluationScope scope(model_);
     SeededGenerators seeded(seed);
+    const at::Tensor sample = model_.preview(batch, seed);
+    if (!sample.defined()) continue;
     if (decoder) {
-      const at::Tensor latents = model_.preview_sample(batch, seed);
-      if (latents.defined()) {
-        decoding += show_preview_video(step, data_.preview_name(i), latents, *decoder, loggers, folder);
-        videos = true;
-        continue;
-      }
+      decoding += show_preview_video(step, data_.preview_name(i), sample, *decoder, loggers, folder);
+      videos = true;
+    } else {
+      loggers.image(step, i == 0 ? std::string("preview/latents") : fmt::format("preview/latents-{}", i),
+                    latent_strip(sample[0]));
     }
-    for (const auto& [tag, image] : model_.preview(batch, seed))
-      loggers.image(step, i == 0 ? "preview/" + tag : fmt::format("preview/{}-{}", tag, i), image.cpu());
   }
   if (videos)
     spdlog::info("previews at step {}: {} sample(s) decoded by {} in {:.1f} s ({:.1f} s in all) -> {}", step, count,

@@ -28,10 +28,6 @@ struct BlockSwapSettings {
   HostMemory host_memory = HostMemory::Auto;
 };
 
-/// The `streamed` of `count` units to stream, spread evenly between resident ones so that copies
-/// hide behind their compute: floor((2k + 1) count / (2 streamed)) for k < streamed.
-std::vector<std::size_t> streamed_units(std::size_t count, std::size_t streamed);
-
 class BlockSwap final : public UnitFetcher {
  public:
   /// Moves the frozen parameters of the streamed units of `module` (`units`, named as

@@ -150,11 +150,7 @@ std::map<std::string, at::Tensor> DistillModel::draw(const std::map<std::string,
                            settings_.sampler.guidance, settings_.sampler.solver, seed);
 }
 
-std::map<std::string, at::Tensor> DistillModel::preview(const wanfw::Batch& batch, std::uint64_t seed) {
-  return {{"latents", wan::latent_strip(preview_sample(batch, seed)[0])}};
-}
-
-at::Tensor DistillModel::preview_sample(const wanfw::Batch& batch, std::uint64_t seed) {
+at::Tensor DistillModel::preview(const wanfw::Batch& batch, std::uint64_t seed) {
   const auto inputs = preview_conditioning(batch, settings_.task, noise_of(batch));
   return draw(inputs, seed, settings_.sampler.preview_steps).at("latents");
 }

@@ -52,8 +52,8 @@ class DistillModel final : public wanfw::Model {
                                            std::uint64_t seed) override;
   /// The student in the official layout: loadable as `weights` of wan22_flow_matching.
   void export_weights(const std::filesystem::path& folder, const wanfw::ExportSettings& settings) override;
-  std::map<std::string, at::Tensor> preview(const wanfw::Batch& batch, std::uint64_t seed) override;
-  at::Tensor preview_sample(const wanfw::Batch& batch, std::uint64_t seed) override;
+  /// The student's sample of the first sample's conditioning (`preview_steps` steps).
+  at::Tensor preview(const wanfw::Batch& batch, std::uint64_t seed) override;
   std::unique_ptr<wanfw::Model> replicate(const c10::Device& device) override;
   /// The student's blocks, each a unit (fsdp); the frozen teacher stays whole on every rank.
   std::vector<wanfw::ShardUnit> shard_units() override { return student_->shard_units(""); }

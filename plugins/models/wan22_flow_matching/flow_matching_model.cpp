@@ -149,11 +149,7 @@ std::map<std::string, at::Tensor> WanFlowMatchingModel::sample(const std::map<st
   return draw(inputs, seed, settings_.sampler.steps);
 }
 
-std::map<std::string, at::Tensor> WanFlowMatchingModel::preview(const wanfw::Batch& batch, std::uint64_t seed) {
-  return {{"latents", wan::latent_strip(preview_sample(batch, seed)[0])}};
-}
-
-at::Tensor WanFlowMatchingModel::preview_sample(const wanfw::Batch& batch, std::uint64_t seed) {
+at::Tensor WanFlowMatchingModel::preview(const wanfw::Batch& batch, std::uint64_t seed) {
   return draw(wan::preview_inputs(batch, settings_.task, settings_.sampler.size), seed, settings_.sampler.preview_steps).at("latents");
 }
 

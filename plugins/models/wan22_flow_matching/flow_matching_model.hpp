@@ -67,11 +67,9 @@ class WanFlowMatchingModel final : public wanfw::Model {
   /// Each sample's tokens split over `group` (Ulysses); refused with LoRA dropout, whose masks
   /// are drawn over whole sequences.
   bool set_sequence_group(const wanfw::DistributedSession* group) override;
-  /// "latents": the first sample's latent video drawn with `preview_steps` guided Euler steps, as
-  /// a strip of frames in false colour (latent channels 0-2 as RGB, each scaled to its range).
-  std::map<std::string, at::Tensor> preview(const wanfw::Batch& batch, std::uint64_t seed) override;
-  /// That latent video [1, C, T, h, w], for the VAE (model.vae) to decode.
-  at::Tensor preview_sample(const wanfw::Batch& batch, std::uint64_t seed) override;
+  /// The first sample's latent video [1, C, T, h, w] drawn with `preview_steps` guided Euler
+  /// steps, for the VAE (model.vae) to decode or the host to show as a strip.
+  at::Tensor preview(const wanfw::Batch& batch, std::uint64_t seed) override;
 
  private:
   struct Objective {

@@ -1,6 +1,7 @@
 #include <torch/torch.h>
 
 #include "media/video_frames.hpp"
+#include "wanfw/error.hpp"
 #include <doctest/doctest.h>
 
 using namespace wanfw;
@@ -32,4 +33,22 @@ TEST_CASE("frames wider than the limit are scaled down with their aspect; narrow
   CHECK(small.eq(200).all().item<bool>());                  // a flat colour stays that colour
   const at::Tensor narrow = torch::zeros({1, 48, 64, 3}, torch::kUInt8);
   CHECK(fit_width(narrow, 320).data_ptr() == narrow.data_ptr());
+}
+
+TEST_CASE("a generated video of any range becomes a strip: channels 0-2 stretched to 0..255, frames side by side") {
+  // [C=4, F=2, H=2, W=2]: channel c holds c * 10 + (0..7); the fourth channel is not shown.
+  const at::Tensor video = (torch::arange(8, torch::kFloat32).view({1, 2, 2, 2}) +
+                            torch::arange(4, torch::kFloat32).view({4, 1, 1, 1}) * 10);
+  const at::Tensor strip = latent_strip(video);
+  CHECK((strip.scalar_type() == at::kByte));
+  CHECK(strip.sizes().vec() == std::vector<std::int64_t>{128, 2 * 2 * 64, 3});  // 2 px high, zoomed x64
+  // Each channel's smallest value is 0 and its largest 255: frame 0's first pixel and frame 1's last.
+  CHECK(strip[0][0].equal(torch::zeros({3}, torch::kUInt8)));
+  CHECK(strip[127][255].equal(torch::full({3}, 255, torch::kUInt8)));
+  // Pixel (h=0, w=1) of frame 1 holds 5 of 0..7: round(5 / 7 * 255) = 182, zoomed into 64 x 64.
+  CHECK(strip[0][(2 + 1) * 64].equal(torch::full({3}, 182, torch::kUInt8)));
+  // One channel is shown as grey.
+  const at::Tensor grey = latent_strip(video.narrow(0, 0, 1));
+  CHECK(grey.select(2, 0).equal(grey.select(2, 2)));
+  CHECK_THROWS_WITH_AS(latent_strip(video[0]), doctest::Contains("a preview is a video [C, F, H, W]"), Error);
 }

@@ -139,11 +139,7 @@ std::map<std::string, at::Tensor> DmdModel::sample(const std::map<std::string, a
                            "renoise", seed);
 }
 
-std::map<std::string, at::Tensor> DmdModel::preview(const wanfw::Batch& batch, std::uint64_t seed) {
-  return {{"latents", wan::latent_strip(preview_sample(batch, seed)[0])}};
-}
-
-at::Tensor DmdModel::preview_sample(const wanfw::Batch& batch, std::uint64_t seed) {
+at::Tensor DmdModel::preview(const wanfw::Batch& batch, std::uint64_t seed) {
   return sample(preview_conditioning(batch, common_.task, noise_of(batch)), seed).at("latents");
 }
 

@@ -68,8 +68,8 @@ class DmdModel final : public wanfw::Model {
                                            std::uint64_t seed) override;
   /// G alone, in the official layout or (adapters) as an adapter in both layouts; never the critic.
   void export_weights(const std::filesystem::path& folder, const wanfw::ExportSettings& settings) override;
-  std::map<std::string, at::Tensor> preview(const wanfw::Batch& batch, std::uint64_t seed) override;
-  at::Tensor preview_sample(const wanfw::Batch& batch, std::uint64_t seed) override;
+  /// G's sample of the first sample's conditioning, for the run's VAE or the latent strip.
+  at::Tensor preview(const wanfw::Batch& batch, std::uint64_t seed) override;
   std::unique_ptr<wanfw::Model> replicate(const c10::Device& device) override;
   std::vector<wanfw::ShardUnit> shard_units() override;
   void set_unit_runner(wanfw::UnitRunner* runner) override;
