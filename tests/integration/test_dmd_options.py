@@ -51,7 +51,14 @@ def test_model_info_judges_the_gpu_by_every_network_a_dmd_step_holds_not_the_gen
     for args in ((), ("--gpus", 4, "--set", "strategy.name=fsdp")):
         info = wanfw("model-info", example, *args, check=0).stdout
         assert "student per GPU" not in info and "left for activations" not in info, args  # the generator alone
-    # Sharded: dmd's verdict (one device a rank: the memory plan's, test_memory_plan.py).
-    assert "dmd per GPU, fsdp on 4 GPUs: every network 3.53 GiB (one shared base and both adapter sets) + " \
-           "activations 9.89 GiB" in info
-    assert "= 13.42 GiB: fits a 24 GB GPU" in info
+    # Sharded, the same plan: a quarter of the shared base (0.04 + 2.29 GiB) and of both adapter
+    # sets (1.20 GiB) a GPU, the parameters gathered at a time, and the activations.
+    assert "memory plan per GPU, fsdp on 4 GPUs (checkpointing):" in info
+    for part in ("weights outside the blocks in bfloat16 (1/4 a GPU) 0.04 GiB",
+                 "30 resident block(s) in bfloat16 (1/4 a GPU) 2.29 GiB",
+                 "adapters with gradients and AdamW moments (float32) (1/4 a GPU) 1.20 GiB",
+                 "gathered parameters (two blocks and the rest) 0.78 GiB",
+                 "30 checkpointed block inputs 4.68 GiB", "one block recomputed 5.20 GiB"):
+        assert f"device: {part}\n" in info, part
+    assert "total: device 15.39 GiB, host 0.00 GiB; with 0.5 GiB for the CUDA context: does not fit a 12 GB GPU; " \
+           "does not fit a 16 GB GPU; fits a 24 GB GPU" in info

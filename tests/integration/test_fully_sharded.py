@@ -178,8 +178,9 @@ def test_a_ddp_checkpoint_resumes_under_fsdp_and_a_sharded_one_exports_the_offic
     assert torch.equal(loaded.proj_out.weight, saved["head.head.weight"])
 
 
-PER_GPU = re.compile(r"per GPU, (\w+) on (\d+) GPUs?(?: \(sequence parallel \d+\))?: training state ([\d.]+) GiB \(1/(\d+) of ([\d.]+)\).* = "
-                     r"([\d.]+) GiB: .*; (fits|does not fit) an 80 GB GPU")
+PER_GPU = re.compile(r"memory plan per GPU, (\w+) on (\d+) GPUs?(?:, sequence parallel \d+)? \(.*\):\n(?:  .*\n)*?"
+                     r"  device: training state \(.*; 1/(\d+) of ([\d.]+) GiB\) ([\d.]+) GiB\n(?:  .*\n)*?"
+                     r"  total: device ([\d.]+) GiB, .*; (fits|does not fit) an 80 GB GPU")
 
 
 def test_the_full_fine_tuning_examples_shard_over_the_gpus_they_name_and_fit_them():
@@ -189,7 +190,7 @@ def test_the_full_fine_tuning_examples_shard_over_the_gpus_they_name_and_fit_the
         fits = {}
         for gpus in (1, 8):
             info = wanfw("model-info", path, "--gpus", gpus, check=0).stdout
-            strategy, on, per_gpu, share, whole, total, verdict = PER_GPU.search(info).groups()
+            strategy, on, share, whole, per_gpu, total, verdict = PER_GPU.search(info).groups()
             assert (strategy, int(on), int(share)) == ("fsdp", gpus, gpus), info
             assert abs(float(per_gpu) * gpus - float(whole)) < 0.01 * gpus, info  # the state, 1/N a GPU
             fits[gpus] = verdict

@@ -7,8 +7,7 @@
 
 namespace wan_distill {
 
-std::optional<wan::PlannedRun> planned_run(const wanfw::Options& o, const Networks& n, const DistillSettings& s) {
-  if (!s.lora.enabled()) return std::nullopt;
+wan::PlannedRun planned_run(const wanfw::Options& o, const Networks& n, const DistillSettings& s) {
   wan::PlannedRun run{n.student, s.lora, o.string("dtype"), 1, s.task};
   bool teacher_held = o.string("teacher_device").empty();  // elsewhere: on another device, or the CPU
   if (s.objective == Objective::Dmd) {
@@ -20,17 +19,16 @@ std::optional<wan::PlannedRun> planned_run(const wanfw::Options& o, const Networ
       run.critic = n.teacher;
       run.critic_adapters = wan::adapter_parameter_count(n.teacher, dmd.critic_lora);
     } else {
-      const double weights = static_cast<double>(n.teacher.parameter_count()) * wan::bytes_per_value(run.dtype);
-      run.held.emplace_back(fmt::format("the critic trained whole in {} (weights, gradients, AdamW moments)", run.dtype),
-                            4 * weights);
+      run.held.push_back({fmt::format("the critic trained whole in {} (weights, gradients, AdamW moments)", run.dtype),
+                          wan::dit_state_bytes(n.teacher, {}, run.dtype), /*in_module=*/true});
       run.held_graph = n.teacher;
     }
   }
   if (teacher_held) {
     const bool fp8 = o.string("teacher_base_dtype") == "float8_e4m3fn";
     const std::string dtype = o.string("teacher_dtype");
-    run.held.emplace_back(fmt::format("the frozen teacher in {}", fp8 ? dtype + ", its blocks' Linear weights in fp8" : dtype),
-                          wan::frozen_dit_bytes(n.teacher, dtype, fp8));
+    run.held.push_back({fmt::format("the frozen teacher in {}", fp8 ? dtype + ", its blocks' Linear weights in fp8" : dtype),
+                        wan::frozen_dit_bytes(n.teacher, dtype, fp8)});
   }
   return run;
 }

@@ -17,7 +17,6 @@
 #include "frozen_teacher.hpp"
 #include "student_init.hpp"
 #include "wan/attention_backend.hpp"
-#include "wan/gpu_memory.hpp"
 #include "wan/lora.hpp"
 #include "wan/memory_options.hpp"
 #include "wan/memory_plan.hpp"
@@ -34,12 +33,12 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
   wan::check_vae_option(o, n.student.out_dim);  // before the weights: a wrong VAE costs no load
   wan::use_attention_backend(wan::parse_attention_backend(o.string("attention")));
   wan_distill::DistillSettings settings = wan_distill::settings_from(o, n, true);
-  const auto planned = ctx.layout.sharded ? std::nullopt : wan_distill::planned_run(o, n, settings);
   const double planned_bytes =
-      planned ? wan::estimate_memory(*planned, wan::configured_memory(o, ctx.layout),
-                                     wan_distill::planned_layout(ctx.layout, settings))
-                    .device
-              : 0;
+      settings.lora.enabled() && !ctx.layout.sharded
+          ? wan::estimate_memory(wan_distill::planned_run(o, n, settings), wan::configured_memory(o, ctx.layout),
+                                 wan_distill::planned_layout(ctx.layout, settings))
+                .device
+          : 0;
   const std::string teacher_weights = o.string("teacher_weights");
   if (teacher_weights.empty())
     o.fail("teacher_weights", "a teacher needs its weights",
@@ -92,34 +91,26 @@ std::string inspect(const wanfw::Options& o, const wanfw::TrainingLayout& layout
   const std::string objective =
       dmd ? std::string("objective dmd (the student is the generator)")
           : fmt::format("target: the teacher's {}; loss = {} x velocity{}", target, s.velocity_weight, fm);
-  // Adapters on one device a rank: the memory plan counts every network a step holds.
-  const auto planned = wan_distill::planned_run(o, n, s);
-  const std::string plan =
-      planned ? wan::memory_plan(*planned, wan::configured_memory(o, layout), wan_distill::planned_layout(layout, s))
-              : "";
-  std::string memory = wan::training_memory(n.student, s.lora, o.string("dtype"), 1, o.boolean("gradient_checkpointing"));
-  // The adapters' line; what is left for activations is the plan's, or dmd's, with every network.
-  if (!plan.empty() || dmd) memory = memory.substr(0, memory.find('\n') + 1);
+  // The memory plan counts every network a step holds.
+  const std::string plan = wan::memory_plan(wan_distill::planned_run(o, n, s), wan::configured_memory(o, layout),
+                                            wan_distill::planned_layout(layout, s));
+  const std::string memory = wan::adapter_summary(n.student, s.lora, 1);
   const std::string dmd_lines =
-      dmd ? wan_distill::dmd_summary(o, n.student, n.teacher, s, n.expert != wan::Expert::None, layout, plan.empty())
-          : std::string();
+      dmd ? wan_distill::dmd_summary(o, n.student, n.teacher, s, n.expert != wan::Expert::None) : std::string();
   return fmt::format(
              "teacher: preset {}, dim {}, {} layers, {} parameters, frozen: {:.2f} GiB in {} (no gradients, no "
              "optimizer "
              "state){}\n"
              "student: dim {}, {} layers, {} parameters, trained in {} ({})\n"
              "student blocks from the teacher's (student<-teacher): {}\n"
-             "student {}{}"
+             "student {}"
              "task {}, inputs {}; {}\n{}",
              n.teacher.preset, n.teacher.dim, n.teacher.num_layers, wan::with_thousands(n.teacher.parameter_count()),
              teacher_bytes / kGiB, o.string("teacher_dtype"),
              n.expert == wan::Expert::None ? "" : fmt::format(", the {} expert", o.string("teacher_expert")),
              n.student.dim, n.student.num_layers, wan::with_thousands(n.student.parameter_count()), o.string("dtype"),
              o.string("student_init"), fmt::join(pairs, " "),
-             memory,
-             dmd || !plan.empty() ? std::string()  // dmd_summary's verdict, or the plan, counts every network
-                                  : "student " + wan::gpu_memory(n.student, s.lora, o.string("dtype"), 1,
-                                                                 o.boolean("gradient_checkpointing"), layout),
+             memory.empty() ? std::string("trained whole\n") : memory,
              wan::task_name(s.task), wan_distill::inputs_name(s.inputs), objective, weights_line) +
          dmd_lines + plan;
 }

@@ -11,7 +11,6 @@
 
 #include "flow_matching_model.hpp"
 #include "wan/attention_backend.hpp"
-#include "wan/gpu_memory.hpp"
 #include "wan/memory_plan.hpp"
 #include "wan/vae/vae_decoding.hpp"
 #include "wan/memory_options.hpp"
@@ -116,15 +115,9 @@ std::string inspect(const wanfw::Options& o, const wanfw::TrainingLayout& layout
                                              o.string("expert"), s.boundary * 1000,
                                              models == 2 ? ", two DiTs" : "");
   const auto split = c.rope_split();
-  // LoRA on one device a rank: the memory plan (fp8, block swap, activation offload) says it all;
-  // otherwise the training state as the strategy lays it out.
-  std::string memory = wan::training_memory(c, s.lora, o.string("dtype"), models, o.boolean("gradient_checkpointing"));
+  const std::string memory = wan::adapter_summary(c, s.lora, models);
   const std::string plan =
       wan::memory_plan({c, s.lora, o.string("dtype"), models, s.task}, wan::configured_memory(o, layout), layout);
-  if (plan.empty())
-    memory += wan::gpu_memory(c, s.lora, o.string("dtype"), models, o.boolean("gradient_checkpointing"), layout);
-  else
-    memory = memory.substr(0, memory.find('\n') + 1);  // the adapters' line
   return fmt::format(
              "Wan DiT, preset {}: dim {}, ffn_dim {}, {} heads (head dim {}, RoPE {}/{}/{}), {} layers, in {}, out "
              "{}, text_dim {} (contexts padded to {} tokens)\n"

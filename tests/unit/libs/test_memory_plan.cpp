@@ -127,3 +127,25 @@ TEST_CASE("the memory plan of a dmd run with a critic of its own counts both net
   CHECK(part(e, "2 resident block(s)") + streamed == blocks);
   CHECK(part(e, "2 resident block(s)") == block_bytes(*generator) + block_bytes(*critic));  // the rest: placeholders
 }
+
+TEST_CASE("a DiT trained whole is planned at its built parameters' training state, and a sharded layout at 1/G of it") {
+  const wan::WanConfig config = wide_tiny();
+  wan::WanDiT dit(config, wan::WanPlacement{torch::kCPU, torch::kFloat32, false});
+  double values = 0, block_values = 0;
+  for (const auto& p : dit->parameters()) values += static_cast<double>(p.numel());
+  for (const auto& p : dit->blocks[0]->parameters()) block_values += static_cast<double>(p.numel());
+  const wan::PlannedRun run{config, {}, "float32", 1, wan::Task::T2V};
+  wanfw::TrainingLayout layout;
+  const wan::MemoryEstimate whole = estimate_memory(run, {false, true, false, 0, 2}, layout);
+  CHECK(part(whole, "training state") == values * 16);  // fp32 weight, gradient, two AdamW moments
+  layout.sharded = true;
+  layout.gpus = 4;
+  const wan::MemoryEstimate sharded = estimate_memory(run, {false, true, false, 0, 2}, layout);
+  CHECK(part(sharded, "training state") == values * 16 / 4);
+  // Two blocks and the rest gathered, and a block's full gradient with the rest's, in float32.
+  const double rest = values - block_values * static_cast<double>(config.num_layers);
+  CHECK(part(sharded, "gathered parameters") == ((2 * block_values + rest) + (block_values + rest)) * 4);
+  // The one fits rule: the device bytes and the CUDA context within the device.
+  CHECK(wan::fits(sharded, sharded.device + wan::kDeviceReserve));
+  CHECK_FALSE(wan::fits(sharded, sharded.device + wan::kDeviceReserve - 1));
+}

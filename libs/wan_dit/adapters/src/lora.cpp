@@ -68,42 +68,17 @@ std::int64_t adapter_parameter_count(const WanConfig& config, const LoraSettings
   return count;
 }
 
-std::string training_memory(const WanConfig& config, const LoraSettings& settings, const std::string& dtype,
-                            int models, bool gradient_checkpointing) {
-  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+std::string adapter_summary(const WanConfig& config, const LoraSettings& settings, int models) {
+  if (!settings.enabled()) return "";
   const double weights = static_cast<double>(config.parameter_count()) * models;
-  const double bytes = bytes_per_value(dtype);
-  std::string out;
-  double total = 0;
-  if (settings.enabled()) {
-    const double adapters = static_cast<double>(adapter_parameter_count(config, settings)) * models;
-    const std::size_t layers = target_layers(config, settings.targets).size();
-    out += fmt::format(
-        "LoRA rank {} (alpha {:g}) on {} layers{}: {} trainable parameters, {:.3f}% of the weights; adapter file {:.1f} "
-        "MiB{} (float32)\n",
-        settings.rank, settings.alpha, layers, models == 2 ? " of each expert" : "",
-        with_thousands(static_cast<std::int64_t>(adapters)), 100.0 * adapters / weights,
-        adapters / models * 4 / (1024.0 * 1024.0), models == 2 ? " per expert" : "");
-    const double adapter_bytes = adapters * 4 * 4;  // float32 weights, gradients and two moments
-    total = weights * bytes + adapter_bytes;
-    out += fmt::format("training memory, before activations: frozen base in {} {:.2f} GiB + adapters with gradients "
-                       "and AdamW moments {:.2f} GiB = {:.2f} GiB\n",
-                       dtype, weights * bytes / kGiB, adapter_bytes / kGiB, total / kGiB);
-  } else {
-    total = weights * bytes * 4;
-    out += fmt::format("training state in {} with AdamW (weights, gradients, two moments): {:.2f} GiB, before "
-                       "activations\n",
-                       dtype, total / kGiB);
-  }
-  const auto room = [&](double gpu_gb) {
-    const double left = (gpu_gb * 1e9 - total) / kGiB;
-    return left > 0 ? fmt::format("{:.1f} GiB left for activations", left) : std::string("does not fit");
-  };
-  out += fmt::format("on a 24 GB GPU: {}; on an 80 GB GPU: {} (gradient checkpointing {}: activations {})\n",
-                     room(24), room(80), gradient_checkpointing ? "on" : "off",
-                     gradient_checkpointing ? "of one block plus each block's input"
-                                            : "of every block, kept for backward");
-  return out;
+  const double adapters = static_cast<double>(adapter_parameter_count(config, settings)) * models;
+  const std::size_t layers = target_layers(config, settings.targets).size();
+  return fmt::format(
+      "LoRA rank {} (alpha {:g}) on {} layers{}: {} trainable parameters, {:.3f}% of the weights; adapter file {:.1f} "
+      "MiB{} (float32)\n",
+      settings.rank, settings.alpha, layers, models == 2 ? " of each expert" : "",
+      with_thousands(static_cast<std::int64_t>(adapters)), 100.0 * adapters / weights,
+      adapters / models * 4 / (1024.0 * 1024.0), models == 2 ? " per expert" : "");
 }
 
 void attach_adapters(WanDiTImpl& dit, const LoraSettings& settings) {

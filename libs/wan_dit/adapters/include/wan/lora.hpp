@@ -51,13 +51,9 @@ std::vector<std::string> target_layers(const WanConfig& config, const std::vecto
 /// Trainable parameters of the adapters `settings` attach to one DiT of `config`.
 std::int64_t adapter_parameter_count(const WanConfig& config, const LoraSettings& settings);
 
-/// `wanfw model-info`'s memory lines for training `models` DiTs of `config` with weights in `dtype`
-/// ("float32" or "bfloat16"): with adapters, the frozen base plus the adapters with their gradients
-/// and AdamW moments (float32), the trainable share and the adapter file size; without, every
-/// weight with its gradient and moments. Before activations, with the room a 24 GB and an 80 GB
-/// GPU leave for them.
-std::string training_memory(const WanConfig& config, const LoraSettings& settings, const std::string& dtype,
-                            int models, bool gradient_checkpointing);
+/// model-info's line for the adapters of `models` DiTs of `config`: rank, layers, trainable share
+/// and the adapter file's size; "" without adapters. Their memory is the plan's (wan/memory_plan.hpp).
+std::string adapter_summary(const WanConfig& config, const LoraSettings& settings, int models);
 
 /// Freezes every parameter of `dit` and attaches new float32 adapters (A random, B zero) to the
 /// layers `settings.targets` select; they alone require grad. Gives the DiT dropout streams.
