@@ -68,6 +68,25 @@ def readme_folders(readme: Path) -> list[str] | None:
     return None if found is None else sorted(re.findall(r"\b(\w+)/(?=[`,.;:\s]|$)", found.group(1)))
 
 
+def declaration_problems(label: str, folder: str, uses: list[str], needed: set, order: list[str], declared: str,
+                         readme: Path, short=lambda used: used) -> list[str]:
+    """A folder's declared uses against the graph's order and what its units include, and its
+    README.md's "Depends on" line against them (core/src's folders and libs/' alike)."""
+    problems = []
+    for used in uses:
+        if used not in order or order.index(used) > order.index(folder):
+            problems.append(f"{label}: uses {short(used)}/, which is not a folder declared before it")
+        elif used not in needed:
+            problems.append(f"{label}: uses {short(used)}/ but includes none of its headers ({declared})")
+    if not readme.is_file():
+        return problems + [f"{label}: no README.md (what it defines, what it depends on)"]
+    named, build = readme_folders(readme), sorted(short(used) for used in uses)
+    if named != build:
+        said = "no \"Depends on:\" line" if named is None else f"\"Depends on\" names {named or 'no folder'}"
+        problems.append(f"{label}/README.md: {said}; the build says {build or 'no folder'}")
+    return problems
+
+
 def check_folder(root: Path, folder: str, uses: list[str], order: list[str], owners: dict) -> list[str]:
     where = root / "libs" / folder
     if not where.is_dir():
@@ -93,19 +112,8 @@ def check_folder(root: Path, folder: str, uses: list[str], order: list[str], own
                     how = "" if header == target else f", which reaches \"{header}\""
                     problems.append(f"{path.relative_to(root)}: includes \"{target}\"{how}, but {folder}/ does not "
                                     f"use {other.split('/')[-1]}/ ({declared})")
-    for used in uses:
-        if used not in order or order.index(used) > order.index(folder):
-            problems.append(f"libs/{folder}: uses {used}/, which is not a folder declared before it")
-        elif used not in needed:
-            problems.append(f"libs/{folder}: uses {used}/ but includes none of its headers ({declared})")
-    readme = where / "README.md"
-    if not readme.is_file():
-        return problems + [f"libs/{folder}: no README.md (what it defines, what it depends on)"]
-    named, build = readme_folders(readme), sorted(u.split("/")[-1] for u in uses)
-    if named != build:
-        said = "no \"Depends on:\" line" if named is None else f"\"Depends on\" names {named or 'no folder'}"
-        problems.append(f"libs/{folder}/README.md: {said}; the build says {build or 'no folder'}")
-    return problems
+    return problems + declaration_problems(f"libs/{folder}", folder, uses, needed, order, declared, where / "README.md",
+                                           lambda used: used.split("/")[-1])
 
 
 def check_plugins(root: Path, folders: dict, owners: dict) -> list[str]:

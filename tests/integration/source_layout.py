@@ -20,12 +20,11 @@ import re
 import sys
 from pathlib import Path
 
-from library_layout import check_libraries
+from library_layout import check_libraries, declaration_problems
 
 MAX_SOURCES = 16
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 FOLDER = re.compile(r"wanfw_core_folder\((\w+)([^)]*)\)")
-DEPENDS = re.compile(r"^Depends on: (.*)$", re.M)
 SOURCE = {".cpp", ".hpp"}
 
 
@@ -52,11 +51,6 @@ def reached(src: Path, header: str, graph: dict, seen: set) -> set:
             seen.add(target)
             reached(src, target, graph, seen)
     return seen
-
-
-def readme_folders(readme: Path) -> list[str] | None:
-    found = DEPENDS.search(readme.read_text())
-    return None if found is None else sorted(re.findall(r"\b(\w+)/(?=[`,.;:\s]|$)", found.group(1)))
 
 
 def check(root: Path, graph: dict[str, list[str]]) -> list[str]:
@@ -105,19 +99,7 @@ def check(root: Path, graph: dict[str, list[str]]) -> list[str]:
                     if other not in uses and other != parts[0]:
                         problems.append(f"{where_from}, which reaches \"{deeper}\", but {folder}/ does not use "
                                         f"{other}/ ({declared})")
-        for used in uses:
-            if used not in graph or order.index(used) > order.index(folder):
-                problems.append(f"core/src/{folder}: uses {used}/, which is not a folder declared before it")
-            elif used not in needed:
-                problems.append(f"core/src/{folder}: uses {used}/ but includes none of its headers ({declared})")
-        readme = where / "README.md"
-        if not readme.is_file():
-            problems.append(f"core/src/{folder}: no README.md (what it defines, what it depends on)")
-            continue
-        named = readme_folders(readme)
-        if named != sorted(uses):
-            said = "no \"Depends on:\" line" if named is None else f"\"Depends on\" names {named or 'no folder'}"
-            problems.append(f"core/src/{folder}/README.md: {said}; the build says {sorted(uses) or 'no folder'}")
+        problems += declaration_problems(f"core/src/{folder}", folder, uses, needed, order, declared, where / "README.md")
     for outside in ("plugins", "libs"):
         for path in sorted((root / outside).rglob("*")):
             if not (path.is_file() and path.suffix in SOURCE):
