@@ -9,6 +9,8 @@ import shlex
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from harness.runs import BUILD, SOURCE
 
 CORE_UNIT = (SOURCE / "core" / "src" / "plan" / "lr_schedule.cpp", "wanfw_core_plan")  # plan/ uses config/ alone
@@ -33,23 +35,21 @@ def compile_scratch(tmp_path: Path, unit: tuple[Path, str], extra_include: str) 
     return subprocess.run(args, cwd=entry["directory"], capture_output=True, text=True, timeout=300)
 
 
-def test_including_a_folder_the_unit_does_not_use_fails_to_compile(tmp_path):
-    result = compile_scratch(tmp_path, CORE_UNIT, "train/trainer.hpp")
+# (unit, a header of a folder its folder does not use, a header of one it uses)
+CASES = {"core": (CORE_UNIT, "train/trainer.hpp", "config/core_sections.hpp"),
+         "libs": (LIB_UNIT, "wan/lora.hpp", "wan/block_ops.hpp")}
+
+
+@pytest.mark.parametrize("tree", CASES)
+def test_including_a_folder_the_unit_does_not_use_fails_to_compile(tmp_path, tree):
+    unit, undeclared, _ = CASES[tree]
+    result = compile_scratch(tmp_path, unit, undeclared)
     assert result.returncode != 0
-    assert "train/trainer.hpp: No such file or directory" in result.stderr
+    assert f"{undeclared}: No such file or directory" in result.stderr
 
 
-def test_the_same_unit_including_a_folder_it_uses_compiles(tmp_path):
-    result = compile_scratch(tmp_path, CORE_UNIT, "config/core_sections.hpp")
-    assert result.returncode == 0, result.stderr
-
-
-def test_a_library_unit_including_a_folder_its_folder_does_not_use_fails_to_compile(tmp_path):
-    result = compile_scratch(tmp_path, LIB_UNIT, "wan/lora.hpp")
-    assert result.returncode != 0
-    assert "wan/lora.hpp: No such file or directory" in result.stderr
-
-
-def test_the_same_library_unit_including_a_folder_it_uses_compiles(tmp_path):
-    result = compile_scratch(tmp_path, LIB_UNIT, "wan/block_ops.hpp")
+@pytest.mark.parametrize("tree", CASES)
+def test_the_same_unit_including_a_folder_it_uses_compiles(tmp_path, tree):
+    unit, _, declared = CASES[tree]
+    result = compile_scratch(tmp_path, unit, declared)
     assert result.returncode == 0, result.stderr
