@@ -13,7 +13,7 @@
 #include <torch/nn/module.h>
 
 #include "wanfw/data.hpp"
-#include "wanfw/sharded_units.hpp"
+#include "wanfw/units.hpp"
 
 namespace wanfw {
 
@@ -118,12 +118,14 @@ class Model {
   /// `device`, for strategies that run replicas side by side (data_parallel). The strategy keeps
   /// the replica's weights equal to this model's. Default: null, the model cannot be replicated.
   virtual std::unique_ptr<Model> replicate(const c10::Device& device);
-  /// The units a strategy that shards parameters (fsdp) gathers them in (wanfw/sharded_units.hpp),
-  /// each a group of module() parameters used together (a transformer block). Parameters in no
-  /// unit are gathered for the whole step. Default: none.
-  virtual std::vector<ShardUnit> shard_units() { return {}; }
-  /// The runner the model passes each unit's forward through (wanfw::run_unit), from the strategy
-  /// that shards it; null takes it away. Models that declare units keep it; the default ignores it.
+  /// The model's units (wanfw/units.hpp): groups of module() parameters used together (a
+  /// transformer block each), which the unit runtime fetches together, fsdp by gathering their
+  /// shards, block swap by streaming their frozen weights. Under fsdp, parameters in no unit are
+  /// gathered for the whole step. Default: none.
+  virtual std::vector<Unit> units() { return {}; }
+  /// The runner the model passes each unit's forward through (wanfw::run_unit): the unit runtime
+  /// fsdp or block swap installs; null takes it away. Models that declare units keep it; the
+  /// default ignores it.
   virtual void set_unit_runner(UnitRunner* runner) {}
   /// The device bytes the model's memory plan predicts the caching allocator holds at the peak of a
   /// step (max_memory_reserved); a CUDA run logs it beside the measured peak after its first step.

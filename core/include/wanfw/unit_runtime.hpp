@@ -1,5 +1,5 @@
 #pragma once
-// The life cycle of a model's units (wanfw/sharded_units.hpp) as one mechanism. A unit's
+// The life cycle of a model's units (wanfw/units.hpp) as one mechanism. A unit's
 // parameters are fetched to the device before its forward and again before its backward, and
 // released after each; fetches of the units used next start ahead, in the order of use the
 // runtime recorded. How a unit is fetched is its UnitFetcher's business: fsdp all-gathers its
@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "wanfw/sharded_units.hpp"
+#include "wanfw/units.hpp"
 
 namespace wanfw {
 
@@ -63,13 +63,13 @@ class UnitFetcher {
 /// Runs a model's units through a fetcher (Model::set_unit_runner takes it).
 class UnitRuntime final : public UnitRunner {
  public:
-  UnitRuntime(std::vector<ShardUnit> units, std::shared_ptr<UnitFetcher> fetcher);
+  UnitRuntime(std::vector<Unit> units, std::shared_ptr<UnitFetcher> fetcher);
   ~UnitRuntime() override;
 
   std::vector<at::Tensor> run(std::size_t unit, const std::vector<at::Tensor>& inputs, const Body& body) override;
   bool collective() const override { return fetcher_->collective(); }
 
-  const std::vector<ShardUnit>& units() const { return units_; }
+  const std::vector<Unit>& units() const { return units_; }
 
   /// Observes every use just before the body runs (or its backward), with the unit held: tests
   /// check what the compute sees. Null: none.
@@ -87,7 +87,7 @@ class UnitRuntime final : public UnitRunner {
   std::vector<UnitUse> upcoming(const UnitUse& now) const;
   void prefetch_after(const UnitUse& now);
 
-  std::vector<ShardUnit> units_;
+  std::vector<Unit> units_;
   std::shared_ptr<UnitFetcher> fetcher_;
   std::vector<bool> in_use_;
   std::vector<std::size_t> recorded_;  ///< the last complete forward pass

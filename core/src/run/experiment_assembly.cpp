@@ -143,14 +143,14 @@ Experiment assemble(const RunRequest& request, ModelAssembly assembly) {
 void place_model(Experiment& e) {
   const BlockSwapSection& swap = e.settings.block_swap;
   if (swap.blocks > 0)
-    e.block_swap = std::make_shared<BlockSwap>(*e.model->module(), e.model->shard_units(),
+    e.block_swap = std::make_shared<BlockSwap>(*e.model->module(), e.model->units(),
                                                BlockSwapSettings{swap.blocks, swap.ring,
                                                                  parse_host_memory(swap.host_memory)},
                                                e.strategy->device());
   e.strategy->setup(*e.model);
   if (!e.block_swap) return;
   e.block_swap->start(e.strategy->device());
-  e.units = std::make_shared<UnitRuntime>(e.model->shard_units(), e.block_swap);
+  e.units = std::make_shared<UnitRuntime>(e.model->units(), e.block_swap);
   e.model->set_unit_runner(e.units.get());
   if (e.strategy->is_main()) spdlog::info("{}", e.block_swap->describe());
 }

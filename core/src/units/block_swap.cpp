@@ -39,13 +39,13 @@ std::vector<std::size_t> streamed_units(std::size_t count, std::size_t streamed)
   return out;
 }
 
-BlockSwap::BlockSwap(torch::nn::Module& module, const std::vector<ShardUnit>& units, const BlockSwapSettings& settings,
+BlockSwap::BlockSwap(torch::nn::Module& module, const std::vector<Unit>& units, const BlockSwapSettings& settings,
                      c10::Device device)
     : plans_(units.size()), ring_(settings.ring) {
   const auto count = static_cast<std::int64_t>(units.size());
   if (count == 0)
     throw Error("block_swap: the model declares no units to stream",
-                "block swap streams the blocks a model declares (Model::shard_units); remove block_swap");
+                "block swap streams the blocks a model declares (Model::units); remove block_swap");
   if (settings.blocks < 1 || settings.blocks > count - 1)
     throw Error(fmt::format("block_swap.blocks is {}, but the model has {} units (blocks): at least 1 and at most {} "
                             "can stream",

@@ -34,7 +34,7 @@ class BlockSwap final : public UnitFetcher {
   /// module.named_parameters() names them) into one host arena, 256-byte aligned, and binds each
   /// to an empty placeholder, so that placing the module on its device moves none of their bytes.
   /// Throws wanfw::Error when `settings` asks for more units than there are, or for none.
-  BlockSwap(torch::nn::Module& module, const std::vector<ShardUnit>& units, const BlockSwapSettings& settings,
+  BlockSwap(torch::nn::Module& module, const std::vector<Unit>& units, const BlockSwapSettings& settings,
             c10::Device device);
   ~BlockSwap() override;
 

@@ -55,7 +55,7 @@ struct UnitExit : torch::autograd::Function<UnitExit> {
 
 }  // namespace
 
-UnitRuntime::UnitRuntime(std::vector<ShardUnit> units, std::shared_ptr<UnitFetcher> fetcher)
+UnitRuntime::UnitRuntime(std::vector<Unit> units, std::shared_ptr<UnitFetcher> fetcher)
     : units_(std::move(units)), fetcher_(std::move(fetcher)), in_use_(units_.size(), false) {
   // Until a pass is recorded, the units are expected in their declared order.
   for (std::size_t i = 0; i < units_.size(); ++i) recorded_.push_back(i);
@@ -138,7 +138,7 @@ void UnitRuntime::after_backward(std::size_t unit) {
 std::vector<at::Tensor> UnitRuntime::run(std::size_t unit, const std::vector<at::Tensor>& inputs, const Body& body) {
   if (unit >= units_.size())
     throw Error(fmt::format("the model ran unit {}, but declared {} units", unit, units_.size()),
-                "the model plugin's shard_units() must list every unit it runs");
+                "the model plugin's units() must list every unit it runs");
   for (std::size_t i = 0; i < inputs.size(); ++i)
     if (!inputs[i].defined())
       throw Error(fmt::format("unit '{}' was given an undefined input {}", units_[unit].name, i),

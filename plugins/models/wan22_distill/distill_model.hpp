@@ -56,7 +56,7 @@ class DistillModel final : public wanfw::Model {
   at::Tensor preview(const wanfw::Batch& batch, std::uint64_t seed) override;
   std::unique_ptr<wanfw::Model> replicate(const c10::Device& device) override;
   /// The student's blocks, each a unit (fsdp); the frozen teacher stays whole on every rank.
-  std::vector<wanfw::ShardUnit> shard_units() override { return student_->shard_units(""); }
+  std::vector<wanfw::Unit> units() override { return student_->units(""); }
   void set_unit_runner(wanfw::UnitRunner* runner) override { student_->set_unit_runner(runner, 0); }
   /// The memory plan's device bytes (distill_memory.hpp), logged beside the first step's peak.
   double planned_device_bytes() const override { return planned_device_bytes_; }

@@ -59,7 +59,7 @@ class WanFlowMatchingModel final : public wanfw::Model {
   void export_weights(const std::filesystem::path& folder, const wanfw::ExportSettings& settings) override;
   std::unique_ptr<wanfw::Model> replicate(const c10::Device& device) override;
   /// Each DiT block a unit (fsdp).
-  std::vector<wanfw::ShardUnit> shard_units() override { return denoiser_.shard_units(); }
+  std::vector<wanfw::Unit> units() override { return denoiser_.units(); }
   double planned_device_bytes() const override { return planned_device_bytes_; }
   /// What the memory plan (wan/memory_plan.hpp) predicts for this run.
   void set_planned_device_bytes(double bytes) { planned_device_bytes_ = bytes; }

@@ -28,7 +28,7 @@ bool AllGatherFetcher::prefetch(std::size_t unit, const std::vector<wanfw::UnitU
 void AllGatherFetcher::acquire(std::size_t unit, const std::vector<wanfw::UnitUse>&) {
   if (unit >= units_.size())
     throw wanfw::Error(fmt::format("fsdp: the model ran unit {}, but declared {} units", unit, units_.size()),
-                       "the model plugin's shard_units() must list every unit it runs");
+                       "the model plugin's units() must list every unit it runs");
   units_[unit].gather(settings_.compute);
 }
 

@@ -41,7 +41,7 @@ void FsdpStrategy::setup(wanfw::Model& model) {
   });
   build_units(model);
   fetcher_ = std::make_shared<AllGatherFetcher>(units_, rest_, settings_.runner);
-  std::vector<wanfw::ShardUnit> declared = model.shard_units();
+  std::vector<wanfw::Unit> declared = model.units();
   runtime_ = std::make_unique<wanfw::UnitRuntime>(std::move(declared), fetcher_);
   if (!units_.empty()) model.set_unit_runner(runtime_.get());
 
@@ -78,17 +78,17 @@ void FsdpStrategy::build_units(wanfw::Model& model) {
     order.push_back(item.key());
   }
   std::set<std::string> taken;
-  for (const wanfw::ShardUnit& declared : model.shard_units()) {
+  for (const wanfw::Unit& declared : model.units()) {
     std::vector<std::pair<std::string, at::Tensor>> parameters;
     for (const std::string& name : declared.parameters) {
       auto it = by_name.find(name);
       if (it == by_name.end())
         throw wanfw::Error(fmt::format("fsdp: unit '{}' names parameter '{}', which the model does not have",
                                        declared.name, name),
-                           "the model plugin's shard_units() must name module() parameters");
+                           "the model plugin's units() must name module() parameters");
       if (!taken.insert(name).second)
         throw wanfw::Error(fmt::format("fsdp: parameter '{}' is in two units ('{}' is the second)", name, declared.name),
-                           "the model plugin's shard_units() must list each parameter once");
+                           "the model plugin's units() must list each parameter once");
       parameters.emplace_back(name, it->second);
     }
     UnitShards& unit = units_.emplace_back();

@@ -1,6 +1,6 @@
 #pragma once
 // Strategy `fsdp` (ZeRO-3): every parameter, gradient and AdamW moment is sharded across the
-// ranks; each rank keeps 1/N of them between uses. A model's units (wanfw::ShardUnit) run through
+// ranks; each rank keeps 1/N of them between uses. A model's units (wanfw::Unit) run through
 // the core's wanfw::UnitRuntime with an AllGatherFetcher: gathered just before their forward and
 // again before their backward (the next one's gather started ahead), and their gradients
 // reduce-scattered as backward leaves them; the parameters in no unit

@@ -1,5 +1,5 @@
 #pragma once
-// A unit of fully sharded training (a model's wanfw::ShardUnit, or the parameters in no unit):
+// A unit of fully sharded training (a model's wanfw::Unit, or the parameters in no unit):
 // its flat shards, gathered and released together.
 
 #include <memory>

@@ -66,7 +66,7 @@ struct Swapped {
 };
 
 Swapped swap_blocks(wan::WanDiT& dit, std::int64_t streamed, std::int64_t ring, std::uint32_t seed) {
-  const auto units = dit->shard_units("");
+  const auto units = dit->units("");
   Swapped s;
   s.swap = std::make_shared<wanfw::BlockSwap>(*dit, units, wanfw::BlockSwapSettings{streamed, ring}, torch::kCPU);
   s.swap->start(torch::kCPU, wanfw::make_thread_copier(static_cast<std::size_t>(ring), random_delays(seed)));
@@ -160,8 +160,8 @@ TEST_CASE("block swap runs two networks in turns as without it when a prefetched
     torch::nn::Module both;
     both.register_module("a", a);
     both.register_module("b", b);
-    std::vector<wanfw::ShardUnit> units = a->shard_units("a.");
-    for (auto& unit : b->shard_units("b.")) units.push_back(std::move(unit));
+    std::vector<wanfw::Unit> units = a->units("a.");
+    for (auto& unit : b->units("b.")) units.push_back(std::move(unit));
     auto swap = std::make_shared<wanfw::BlockSwap>(both, units, wanfw::BlockSwapSettings{5, ring}, torch::kCPU);
     swap->start(torch::kCPU, wanfw::make_thread_copier(static_cast<std::size_t>(ring), random_delays(5)));
     const auto runtime = std::make_shared<wanfw::UnitRuntime>(units, swap);
@@ -199,10 +199,10 @@ TEST_CASE("block swap refuses a block that keeps its streamed weights for backwa
 
 TEST_CASE("block swap refuses more streamed blocks than the model can spare, and blocks with nothing frozen") {
   wan::WanDiT dit = adapted_dit(3);
-  const auto units = dit->shard_units("");
+  const auto units = dit->units("");
   CHECK_THROWS_WITH_AS(wanfw::BlockSwap(*dit, units, {3, 2}, torch::kCPU),
                        doctest::Contains("block_swap.blocks is 3, but the model has 3 units"), wanfw::Error);
   wan::WanDiT full(wan::wan_preset("tiny"));  // every weight trains
-  CHECK_THROWS_WITH_AS(wanfw::BlockSwap(*full, full->shard_units(""), {1, 2}, torch::kCPU),
+  CHECK_THROWS_WITH_AS(wanfw::BlockSwap(*full, full->units(""), {1, 2}, torch::kCPU),
                        doctest::Contains("every weight of the 1 streamed blocks trains"), wanfw::Error);
 }

@@ -75,7 +75,7 @@ TEST_CASE("the memory plan's streamed bytes are what block swap moves to host me
   wan::WanDiT dit(config, wan::WanPlacement{torch::kCPU, torch::kFloat32, true});
   wan::attach_adapters(*dit, lora);
   const double per_block = block_bytes(*dit) / 4;
-  const wanfw::BlockSwap swap(*dit, dit->shard_units(""), {3, 2}, torch::kCPU);
+  const wanfw::BlockSwap swap(*dit, dit->units(""), {3, 2}, torch::kCPU);
   const wan::PlannedRun run{config, lora, "float32", 1, wan::Task::T2V};
   const wan::MemoryEstimate e = estimate_memory(run, {true, true, false, 3, 2}, {});
   CHECK(part(e, "streamed blocks' weights") == 3 * per_block);
@@ -115,8 +115,8 @@ TEST_CASE("the memory plan of a dmd run with a critic of its own counts both net
   torch::nn::Module both;
   both.register_module("generator", generator);
   both.register_module("critic", critic);
-  std::vector<wanfw::ShardUnit> units = generator->shard_units("generator.");
-  for (auto& unit : critic->shard_units("critic.")) units.push_back(std::move(unit));
+  std::vector<wanfw::Unit> units = generator->units("generator.");
+  for (auto& unit : critic->units("critic.")) units.push_back(std::move(unit));
   const wanfw::BlockSwap swap(both, units, {3, 2}, torch::kCPU);
   double streamed = 0;
   for (const std::size_t u : swap.streamed())

@@ -110,12 +110,12 @@ std::shared_ptr<torch::nn::Module> WanDenoiser::module() const {
   return single_.ptr();
 }
 
-std::vector<wanfw::ShardUnit> WanDenoiser::shard_units() const {
-  std::vector<wanfw::ShardUnit> units;
+std::vector<wanfw::Unit> WanDenoiser::units() const {
+  std::vector<wanfw::Unit> units;
   auto all = dits();
   for (std::size_t i = 0; i < all.size(); ++i) {
     const std::string expert = pair_ ? expert_name(i) + "_model." : "";
-    for (auto& unit : all[i]->shard_units(expert)) units.push_back(std::move(unit));
+    for (auto& unit : all[i]->units(expert)) units.push_back(std::move(unit));
   }
   return units;
 }

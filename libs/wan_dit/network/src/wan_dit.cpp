@@ -106,10 +106,10 @@ void WanDiTImpl::reset() {
   place(*head);
 }
 
-std::vector<wanfw::ShardUnit> WanDiTImpl::shard_units(const std::string& prefix) {
-  std::vector<wanfw::ShardUnit> units;
+std::vector<wanfw::Unit> WanDiTImpl::units(const std::string& prefix) {
+  std::vector<wanfw::Unit> units;
   for (std::size_t i = 0; i < blocks->size(); ++i) {
-    wanfw::ShardUnit unit{fmt::format("{}blocks.{}", prefix, i), {}};
+    wanfw::Unit unit{fmt::format("{}blocks.{}", prefix, i), {}};
     for (const auto& item : blocks[i]->named_parameters(/*recurse=*/true))
       unit.parameters.push_back(unit.name + "." + item.key());
     units.push_back(std::move(unit));

@@ -103,10 +103,10 @@ std::vector<std::pair<std::string, at::Tensor>> DmdModel::checkpoint_tensors() {
   return out;
 }
 
-std::vector<wanfw::ShardUnit> DmdModel::shard_units() {
-  std::vector<wanfw::ShardUnit> units = modules_->generator->shard_units("generator.");
+std::vector<wanfw::Unit> DmdModel::units() {
+  std::vector<wanfw::Unit> units = modules_->generator->units("generator.");
   if (!shared())
-    for (auto& unit : modules_->critic->shard_units("critic.")) units.push_back(std::move(unit));
+    for (auto& unit : modules_->critic->units("critic.")) units.push_back(std::move(unit));
   return units;
 }
 

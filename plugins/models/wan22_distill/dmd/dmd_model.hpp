@@ -71,7 +71,7 @@ class DmdModel final : public wanfw::Model {
   /// G's sample of the first sample's conditioning, for the run's VAE or the latent strip.
   at::Tensor preview(const wanfw::Batch& batch, std::uint64_t seed) override;
   std::unique_ptr<wanfw::Model> replicate(const c10::Device& device) override;
-  std::vector<wanfw::ShardUnit> shard_units() override;
+  std::vector<wanfw::Unit> units() override;
   void set_unit_runner(wanfw::UnitRunner* runner) override;
   /// The memory plan's device bytes (distill_memory.hpp), logged beside the first step's peak.
   double planned_device_bytes() const override { return planned_device_bytes_; }

@@ -78,7 +78,7 @@ class WanDenoiser {
   /// "high_noise" / "low_noise" for the expert at `index` of dits(); "" without experts.
   std::string expert_name(std::size_t index) const;
   /// Every DiT's blocks as units of fully sharded training, named as module() names them.
-  std::vector<wanfw::ShardUnit> shard_units() const;
+  std::vector<wanfw::Unit> units() const;
   /// Runs the blocks through `runner` (null: directly). Throws wanfw::Error for both experts,
   /// whose blocks run or not by the samples' timesteps, unlike on other ranks.
   void set_unit_runner(wanfw::UnitRunner* runner);

@@ -19,7 +19,7 @@
 #include "wan/wan_config.hpp"
 #include "wan/wan_linear.hpp"
 #include "wanfw/sequence_parallel.hpp"
-#include "wanfw/sharded_units.hpp"
+#include "wanfw/units.hpp"
 
 namespace wan {
 
@@ -138,14 +138,14 @@ class WanDiTImpl : public torch::nn::Cloneable<WanDiTImpl> {
   /// asynchronously on a GPU) instead of on the device, and copied back for its recomputation.
   void set_activation_offload(bool enabled) { activation_offload_ = enabled; }
   bool activation_offload() const { return activation_offload_; }
-  /// Fully sharded training: each block is a unit (wanfw/sharded_units.hpp), its forward run
+  /// Each block is a unit (wanfw/units.hpp: fsdp gathers it, block swap streams it), its forward run
   /// through `runner` as unit `first_unit` + its index; null runs the blocks directly.
   void set_unit_runner(wanfw::UnitRunner* runner, std::size_t first_unit) {
     unit_runner_ = runner;
     first_unit_ = first_unit;
   }
   /// The blocks as units, their parameters named with `prefix` (the DiT's name in the trained module).
-  std::vector<wanfw::ShardUnit> shard_units(const std::string& prefix);
+  std::vector<wanfw::Unit> units(const std::string& prefix);
   /// Sequence parallelism (wanfw/sequence_parallel.hpp): each sample's tokens split over `group`
   /// after the patch embedding, the blocks and head run on this rank's share, self-attention over
   /// every token through two all-to-alls (the padding masked), the outputs gathered before
