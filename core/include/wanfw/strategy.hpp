@@ -21,6 +21,8 @@ class AdamW;
 
 namespace wanfw {
 
+class UnitFetcher;  // wanfw/unit_runtime.hpp
+
 /// What the core tells a strategy after each optimizer step.
 struct OptimizerStep {
   std::int64_t step = 0;      ///< optimizer steps completed, this one included
@@ -112,6 +114,11 @@ class Strategy {
   /// ranks: every rank then writes its own pieces of a checkpoint (state_pieces) instead of the
   /// main process writing the whole state, and decisions on gradients (fp16 overflow) are agreed.
   virtual bool shards_state() const { return false; }
+  /// For a strategy that brings the model's units (Model::units) to the device itself (fsdp:
+  /// all-gathers each unit's shards), its fetcher, once setup() has run; null for one that keeps
+  /// every parameter on its device. The host owns the one unit runtime the model runs its units
+  /// through (wanfw/unit_runtime.hpp) and installs it with this fetcher, or with block swap's.
+  virtual std::shared_ptr<UnitFetcher> unit_fetcher() { return nullptr; }
   /// This rank's pieces of the model's checkpoint tensors and of the optimizer's state.
   virtual StatePieces state_pieces(Model& model, torch::optim::AdamW& optimizer);
   /// Restores the optimizer's state from a checkpoint written by any layout (`optimizer`'s

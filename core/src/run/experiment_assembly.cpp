@@ -148,11 +148,27 @@ void place_model(Experiment& e) {
                                                                  parse_host_memory(swap.host_memory)},
                                                e.strategy->device());
   e.strategy->setup(*e.model);
-  if (!e.block_swap) return;
-  e.block_swap->start(e.strategy->device());
-  e.units = std::make_shared<UnitRuntime>(e.model->units(), e.block_swap);
+  // The host alone installs the unit runtime: with the strategy's fetcher (fsdp gathers the units)
+  // or block swap's (it streams them); the two never combine (validate refuses block swap for a
+  // strategy that shards the weights).
+  std::shared_ptr<UnitFetcher> fetcher = e.strategy->unit_fetcher();
+  if (e.block_swap) {
+    if (fetcher)
+      throw PluginError("the strategy fetches the model's units itself (Strategy::unit_fetcher), and block swap "
+                        "would fetch them too",
+                        "remove block_swap, or train with a strategy that keeps the weights on each device");
+    e.block_swap->start(e.strategy->device());
+    fetcher = e.block_swap;
+    if (e.strategy->is_main()) spdlog::info("{}", e.block_swap->describe());
+  }
+  std::vector<Unit> units = e.model->units();
+  if (!fetcher && e.strategy->shards_state() && !units.empty())
+    throw PluginError("the strategy shards the weights but gives no fetcher for the model's units "
+                      "(Strategy::unit_fetcher)",
+                      "a strategy that wraps another forwards unit_fetcher() to it, as it forwards setup()");
+  if (!fetcher || units.empty()) return;  // a model without units trains under fsdp gathered whole
+  e.units = std::make_shared<UnitRuntime>(std::move(units), std::move(fetcher));
   e.model->set_unit_runner(e.units.get());
-  if (e.strategy->is_main()) spdlog::info("{}", e.block_swap->describe());
 }
 
 }  // namespace wanfw

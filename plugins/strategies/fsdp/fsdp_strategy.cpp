@@ -41,9 +41,6 @@ void FsdpStrategy::setup(wanfw::Model& model) {
   });
   build_units(model);
   fetcher_ = std::make_shared<AllGatherFetcher>(units_, rest_, settings_.runner);
-  std::vector<wanfw::Unit> declared = model.units();
-  runtime_ = std::make_unique<wanfw::UnitRuntime>(std::move(declared), fetcher_);
-  if (!units_.empty()) model.set_unit_runner(runtime_.get());
 
   std::int64_t kept = 0;
   for (FlatShard* flat : flats()) {

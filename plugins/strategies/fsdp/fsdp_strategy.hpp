@@ -1,7 +1,7 @@
 #pragma once
 // Strategy `fsdp` (ZeRO-3): every parameter, gradient and AdamW moment is sharded across the
 // ranks; each rank keeps 1/N of them between uses. A model's units (wanfw::Unit) run through
-// the core's wanfw::UnitRuntime with an AllGatherFetcher: gathered just before their forward and
+// the host's wanfw::UnitRuntime with this strategy's AllGatherFetcher (Strategy::unit_fetcher): gathered just before their forward and
 // again before their backward (the next one's gather started ahead), and their gradients
 // reduce-scattered as backward leaves them; the parameters in no unit
 // are gathered for the whole step. The optimizer steps this rank's shards; clipping uses the norm
@@ -54,6 +54,8 @@ class FsdpStrategy final : public wanfw::Strategy {
   void begin_evaluation(wanfw::Model& model) override;
   void end_evaluation(wanfw::Model& model) override;
   bool shards_state() const override { return true; }
+  /// The all-gather fetcher the host's unit runtime runs the model's units through.
+  std::shared_ptr<wanfw::UnitFetcher> unit_fetcher() override { return fetcher_; }
   wanfw::StatePieces state_pieces(wanfw::Model& model, torch::optim::AdamW& optimizer) override;
   void load_optimizer_state(wanfw::Model& model, torch::optim::AdamW& optimizer,
                             const wanfw::TensorRowSource& source) override;
@@ -79,7 +81,6 @@ class FsdpStrategy final : public wanfw::Strategy {
   std::vector<UnitShards> units_;
   UnitShards rest_;
   std::shared_ptr<AllGatherFetcher> fetcher_;
-  std::unique_ptr<wanfw::UnitRuntime> runtime_;  ///< runs the model's units through fetcher_
   std::vector<wanfw::ParameterGroup> model_groups_;
   std::map<const void*, int> group_of_;      ///< parameter -> its group's index (trainable ones)
   std::vector<std::set<int>> phase_groups_;  ///< per training phase, its groups' indices (none: no phases)
