@@ -1,7 +1,9 @@
 """The host treats a strategy by what it declares (StrategyCapabilities), never by its name: test
 strategies it has never heard of (tests/plugins/declared_strategy) that declare they shard the
 training state, or replicate the module, get fsdp's and data_parallel's treatment from `wanfw
-model-info` and `wanfw validate`; one whose descriptor and built strategy disagree is refused."""
+model-info` and `wanfw validate`; one whose descriptor and built strategy disagree is refused, and
+one that shards the weights but gives the host no fetcher for the model's units is refused before
+training."""
 
 import os
 
@@ -68,3 +70,14 @@ def test_a_strategy_whose_descriptor_and_answers_disagree_is_refused_naming_it(t
     assert code != 0
     assert ("the strategy plugin 'test_misdeclared_strategy' does not declare StrategyCapabilities::shards_state in "
             "its descriptor, but its strategy answers shards_state() true") in said, said
+
+
+def test_a_strategy_that_shards_the_weights_but_gives_no_unit_fetcher_is_refused_before_training(tmp_path):
+    config = base_config(tmp_path / "runs", model=tiny_wan("t2v"), strategy={"name": SHARDING},
+                         data={"num_samples": 8, "batch_size": 2, "workers": 0, "buckets": ["3x4x4"]})
+    result = wanfw("run", write_config(tmp_path / "run.json", config))
+    said = result.stdout + result.stderr
+    assert result.returncode == 2, said
+    assert "the strategy shards the weights but gives no fetcher for the model's units (Strategy::unit_fetcher)" in said
+    assert "a strategy that wraps another forwards unit_fetcher() to it" in said
+    assert "step 1" not in said  # refused before the first step
