@@ -120,7 +120,7 @@ MemoryEstimate estimate_memory(const PlannedRun& run, const MemorySettings& s, c
                        layout.sharded ? fmt::format("; 1/{} of {:.2f} GiB", layout.gpus, state / kGiB) : ""),
            state * share);
     if (run.critic) device(fmt::format("the critic's frozen weights in {}{}", run.dtype, a_gpu),
-                           (critic.rest + all_blocks - static_cast<double>(c.num_layers * run.models) * w.block) * share);
+                           (critic.rest + critic.block * static_cast<double>(run.critic->num_layers)) * share);
   } else {
     const double rest = run.models * w.rest + critic.rest;
     device(fmt::format("weights outside the blocks in {}{}", run.dtype, a_gpu), rest * share);
