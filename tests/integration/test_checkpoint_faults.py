@@ -37,6 +37,7 @@ def uninterrupted(tmp_path_factory):
 
 @pytest.mark.parametrize("point, rank", [("checkpoint-pieces", 1), ("checkpoint-index", 0),
                                          ("checkpoint-rename", 0)])
+@pytest.mark.own_entry
 def test_a_rank_killed_while_a_sharded_checkpoint_is_written_leaves_the_last_one_and_resumes_bitwise(
         tmp_path, uninterrupted, point, rank):
     killed = fsdp_run(tmp_path, "killed", env={"WANFW_FAULT": f"{point},rank={rank},step=4"})

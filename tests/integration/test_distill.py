@@ -180,6 +180,7 @@ def test_a_distillation_config_that_cannot_work_is_refused_naming_the_option(tmp
     assert message in result.stderr
 
 
+@pytest.mark.own_entry
 def test_the_tiny_example_distils_the_exported_quickstart_model(tmp_path):
     """examples/distill-tiny.yaml as its header says: the quickstart's model exported as the teacher."""
     examples = SOURCE / "examples"

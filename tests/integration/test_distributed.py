@@ -146,6 +146,7 @@ def test_the_fp16_scaler_skips_a_step_with_an_inf_gradient_and_checkpoints_its_s
     assert float(metrics(tmp_path, "fp16")[-1]["loss_scale"]) == 512
 
 
+@pytest.mark.own_entry
 @pytest.mark.parametrize("mode", ["bf16", "fp16"])
 def test_mixed_precision_trains_the_tiny_wan_model_on_the_cpu(tmp_path, mode):
     model = {"name": "wan22_flow_matching", "preset": "tiny", "text_len": 4}

@@ -71,6 +71,7 @@ def test_the_dmd_gradient_is_the_python_reference_on_the_diffusers_teacher(tmp_p
     assert expected.abs().mean() > 100 * tolerance  # a gradient the check can see
 
 
+@pytest.mark.own_entry
 @pytest.mark.every_vector_unit
 def test_every_layout_trains_the_generator_and_the_critic_of_one_rank_with_the_whole_batch(tmp_path, teacher):
     """Every draw (G's step, its rollout noise, the score levels and noise) comes from the sample's
@@ -201,6 +202,7 @@ def mmd2(x, y):
     return total
 
 
+@pytest.mark.own_entry
 def test_the_4_step_dmd_student_samples_closer_to_the_teachers_40_steps_than_4_step_teacher_or_regression(tmp_path):
     """examples/dmd-tiny.yaml as its header says: the quickstart's model trained with one caption
     for its 8 patterns (a multimodal distribution per caption), distilled for 300 steps into a

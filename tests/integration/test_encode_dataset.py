@@ -60,6 +60,7 @@ def encode(clips, encoders, out, *extra):
     return result.stdout
 
 
+@pytest.mark.own_entry
 def test_encoded_videos_and_images_verify_and_train_the_tiny_wan_model(tmp_path, sources):
     clips, encoders = sources
     out = tmp_path / "set"
@@ -81,6 +82,7 @@ def test_encoded_videos_and_images_verify_and_train_the_tiny_wan_model(tmp_path,
     assert "3 samples in 3 bucket(s)" in result.stdout
 
 
+@pytest.mark.own_entry
 def test_image_condition_is_the_first_frame_then_zero_frames_encoded_and_trains_the_i2v_model(tmp_path, sources):
     clips, encoders = sources
     out = tmp_path / "set"

@@ -33,14 +33,17 @@ def assert_the_a14b_480p_token_layout_trains_alike_over_a_group_of(tmp_path, gro
     print(f"{A14B_TOKENS} tokens over a group of {group}: {c}")
 
 
+@pytest.mark.own_entry
 def test_the_a14b_480p_token_layout_trains_alike_over_sequence_parallel_groups_of_2(tmp_path):
     assert_the_a14b_480p_token_layout_trains_alike_over_a_group_of(tmp_path, 2)
 
 
+@pytest.mark.own_entry
 def test_the_a14b_480p_token_layout_trains_alike_over_sequence_parallel_groups_of_4(tmp_path):
     assert_the_a14b_480p_token_layout_trains_alike_over_a_group_of(tmp_path, 4)
 
 
+@pytest.mark.own_entry
 def test_the_a14b_480p_token_layout_trains_alike_over_sequence_parallel_groups_of_8(tmp_path):
     assert_the_a14b_480p_token_layout_trains_alike_over_a_group_of(tmp_path, 8)
 

@@ -38,12 +38,14 @@ def assert_every_layout_trains_like_whole_sequences(tmp_path, task, data, tokens
         assert losses(tmp_path, name) == pytest.approx(losses(tmp_path, "whole"), rel=tolerance), name
 
 
+@pytest.mark.own_entry
 @pytest.mark.every_vector_unit
 @pytest.mark.parametrize("task", TASKS)
 def test_groups_train_to_the_weights_of_whole_sequences_when_the_group_divides_the_tokens(tmp_path, task):
     assert_every_layout_trains_like_whole_sequences(tmp_path, task, DIVIDES, 48)
 
 
+@pytest.mark.own_entry
 @pytest.mark.every_vector_unit
 @pytest.mark.parametrize("task", TASKS)
 def test_groups_train_to_the_weights_of_whole_sequences_when_the_tokens_need_padding(tmp_path, task):

@@ -172,6 +172,7 @@ def test_a_doctored_checkpoint_header_fails_the_resume_naming_the_tensor(tmp_pat
     assert "unknown dtype 'F31'" in result.stderr and str(weights) in result.stderr
 
 
+@pytest.mark.own_entry
 def test_the_quickstart_visibly_learns_and_says_how_its_loss_moved(tmp_path):
     # As the README runs it (only the output folder moved): every logged loss is a window mean.
     result = wanfw("run", SOURCE / "examples" / "quickstart.yaml", "--set", f"run.output_dir={tmp_path}", check=0)
