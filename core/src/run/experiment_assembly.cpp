@@ -166,9 +166,12 @@ void place_model(Experiment& e) {
     throw PluginError("the strategy shards the weights but gives no fetcher for the model's units "
                       "(Strategy::unit_fetcher)",
                       "a strategy that wraps another forwards unit_fetcher() to it, as it forwards setup()");
-  if (!fetcher || units.empty()) return;  // a model without units trains under fsdp gathered whole
+  if (!fetcher) return;
+  // Also for a model without units: under fsdp the runtime then holds all its parameters, the root
+  // unit, for each step.
+  const bool declared = !units.empty();
   e.units = std::make_shared<UnitRuntime>(std::move(units), std::move(fetcher));
-  e.model->set_unit_runner(e.units.get());
+  if (declared) e.model->set_unit_runner(e.units.get());
 }
 
 }  // namespace wanfw

@@ -122,20 +122,14 @@ void BlockSwap::bind(UnitPlan& plan, std::optional<std::size_t> slot) {
   }
 }
 
-UnitState BlockSwap::state(std::size_t unit) const {
-  const auto& plan = plans_.at(unit);
-  if (!plan) return UnitState::Ready;  // resident
-  return plan->in_use ? UnitState::InUse : plan->state;
-}
-
 std::optional<std::size_t> BlockSwap::slot_for(const std::vector<UnitUse>& upcoming,
                                                std::optional<std::size_t> not_before, bool needed_now) const {
   std::optional<std::size_t> best;
   std::size_t best_use = 0;
   for (std::size_t s = 0; s < slot_unit_.size(); ++s) {
     if (!slot_unit_[s]) return s;
-    const UnitPlan& holder = *plans_[*slot_unit_[s]];
-    if (holder.in_use || (holder.state != UnitState::Ready && !needed_now)) continue;  // busy, or not yet used
+    const UnitState holder = state(*slot_unit_[s]);
+    if (holder == UnitState::InUse || (holder != UnitState::Ready && !needed_now)) continue;  // busy, or not yet used
     const std::size_t use = next_use(*slot_unit_[s], upcoming);
     if ((!not_before || use > *not_before) && (!best || use > best_use)) best = s, best_use = use;
   }
@@ -144,23 +138,22 @@ std::optional<std::size_t> BlockSwap::slot_for(const std::vector<UnitUse>& upcom
 
 void BlockSwap::load(std::size_t unit, std::size_t slot) {
   if (const auto& holder = slot_unit_[slot]) {
-    UnitPlan& evicted = *plans_[*holder];
-    if (evicted.state == UnitState::Fetching) copier_->wait(slot);  // a prefetch the compute did not use
-    bind(evicted, std::nullopt);
-    evicted.state = UnitState::Released;
-    evicted.slot.reset();
+    UnitPlan& leaving = *plans_[*holder];
+    if (state(*holder) == UnitState::Fetching) copier_->wait(slot);  // a prefetch the compute did not use
+    bind(leaving, std::nullopt);
+    leaving.slot.reset();
+    evicted(*holder);
   }
   UnitPlan& plan = *plans_[unit];
   copier_->copy(slot, arena_.bytes.narrow(0, plan.offset, plan.bytes), slots_[slot].narrow(0, 0, plan.bytes));
   ++copies_;
   slot_unit_[slot] = unit;
   plan.slot = slot;
-  plan.state = UnitState::Fetching;
 }
 
 bool BlockSwap::prefetch(std::size_t unit, const std::vector<UnitUse>& upcoming) {
   auto& plan = plans_.at(unit);
-  if (!plan || plan->state != UnitState::Released) return true;
+  if (!plan || plan->slot) return true;  // resident, or in a slot already
   const std::optional<std::size_t> slot = slot_for(upcoming, next_use(unit, upcoming));
   if (!slot) return false;
   load(unit, *slot);
@@ -170,7 +163,8 @@ bool BlockSwap::prefetch(std::size_t unit, const std::vector<UnitUse>& upcoming)
 void BlockSwap::acquire(std::size_t unit, const std::vector<UnitUse>& upcoming) {
   auto& plan = plans_.at(unit);
   if (!plan) return;
-  if (plan->state == UnitState::Released) {
+  const UnitState before = state(unit);  // Fetching: copied (or on its way), not yet bound
+  if (!plan->slot) {
     const std::optional<std::size_t> slot = slot_for(upcoming, std::nullopt, /*needed_now=*/true);
     if (!slot)
       throw Error(fmt::format("block swap: no slot is free for unit '{}' (ring {})", names_[unit], ring_),
@@ -178,9 +172,7 @@ void BlockSwap::acquire(std::size_t unit, const std::vector<UnitUse>& upcoming) 
     load(unit, *slot);
   }
   copier_->wait(*plan->slot);
-  if (plan->state == UnitState::Fetching) bind(*plan, plan->slot);
-  plan->state = UnitState::Ready;
-  plan->in_use = true;
+  if (before != UnitState::Ready) bind(*plan, plan->slot);
   // A forward that builds a graph must not keep the streamed weights for backward: their slot is
   // overwritten before then (activations must be checkpointed). Counted by who holds them.
   plan->check_kept = torch::GradMode::is_enabled();
@@ -192,7 +184,6 @@ void BlockSwap::release(std::size_t unit) {
   auto& plan = plans_.at(unit);
   if (!plan) return;
   copier_->release(*plan->slot);
-  plan->in_use = false;
   if (!plan->check_kept) return;
   for (std::size_t i = 0; i < plan->parameters.size(); ++i)
     if (plan->parameters[i].use_count() > plan->use_counts[i])

@@ -4,7 +4,8 @@
 // UnitFetcher for the UnitRuntime (wanfw/unit_runtime.hpp); the copies go through a UnitCopier.
 //
 // Host to device only: the host copy of a frozen weight is always valid, so leaving a slot costs
-// nothing. A slot is taken for a unit when it is free or holds a unit whose next use comes after
+// nothing. The slots and their copies are block swap's; a unit's life cycle (fetching, ready, in
+// use) is the runtime's record, read when a slot is chosen. A slot is taken for a unit when it is free or holds a unit whose next use comes after
 // this one's (the recorded order says when); its copy waits for the compute that last read it.
 // Trainable parameters of a streamed unit (adapters) stay on the device.
 
@@ -42,7 +43,6 @@ class BlockSwap final : public UnitFetcher {
   /// on a GPU, a worker thread on the CPU).
   void start(c10::Device device, std::unique_ptr<UnitCopier> copier = nullptr);
 
-  UnitState state(std::size_t unit) const override;
   bool prefetch(std::size_t unit, const std::vector<UnitUse>& upcoming) override;
   void acquire(std::size_t unit, const std::vector<UnitUse>& upcoming) override;
   void release(std::size_t unit) override;
@@ -74,9 +74,7 @@ class BlockSwap final : public UnitFetcher {
     std::vector<at::Tensor> parameters;  ///< the module's own tensors (rebound in place)
     std::vector<Piece> pieces;
     std::int64_t offset = 0, bytes = 0;  ///< its span of the arena
-    UnitState state = UnitState::Released;
-    std::optional<std::size_t> slot;
-    bool in_use = false;
+    std::optional<std::size_t> slot;     ///< the slot its bytes are in (or on their way to)
     bool check_kept = false;
     std::vector<std::size_t> use_counts;  ///< each parameter's, when acquired
   };

@@ -55,13 +55,24 @@ struct UnitExit : torch::autograd::Function<UnitExit> {
 
 }  // namespace
 
+UnitState UnitFetcher::state(std::size_t unit) const {
+  return runtime_ != nullptr ? runtime_->state(unit) : UnitState::Released;
+}
+
+void UnitFetcher::evicted(std::size_t unit) {
+  if (runtime_ != nullptr) runtime_->states_.at(unit) = UnitState::Released;
+}
+
 UnitRuntime::UnitRuntime(std::vector<Unit> units, std::shared_ptr<UnitFetcher> fetcher)
-    : units_(std::move(units)), fetcher_(std::move(fetcher)), in_use_(units_.size(), false) {
+    : units_(std::move(units)), fetcher_(std::move(fetcher)), states_(units_.size() + 1, UnitState::Released) {
+  if (fetcher_->runtime_ != nullptr)
+    throw Error("a unit fetcher was given to a second unit runtime", "make one fetcher for each runtime");
+  fetcher_->runtime_ = this;
   // Until a pass is recorded, the units are expected in their declared order.
   for (std::size_t i = 0; i < units_.size(); ++i) recorded_.push_back(i);
 }
 
-UnitRuntime::~UnitRuntime() = default;
+UnitRuntime::~UnitRuntime() { fetcher_->runtime_ = nullptr; }
 
 std::vector<UnitUse> UnitRuntime::upcoming(const UnitUse& now) const {
   // The pass under way: what it ran so far, then the rest of the recorded pass after `now`.
@@ -88,13 +99,25 @@ std::vector<UnitUse> UnitRuntime::upcoming(const UnitUse& now) const {
 }
 
 void UnitRuntime::prefetch_after(const UnitUse& now) {
+  if (holding_) return;  // every unit is on the device
   const std::vector<UnitUse> ahead = upcoming(now);
   for (std::size_t i = 0; i < ahead.size(); ++i) {
     const std::size_t unit = ahead[i].unit;
-    if (in_use_[unit] || fetcher_->state(unit) != UnitState::Released) continue;
+    if (states_[unit] != UnitState::Released) continue;
     // In order of use: a unit that cannot start yet holds back the ones after it.
     if (!fetcher_->prefetch(unit, ahead)) break;
+    if (states_[unit] == UnitState::Released) states_[unit] = UnitState::Fetching;
   }
+}
+
+void UnitRuntime::acquire(std::size_t unit, const std::vector<UnitUse>& upcoming) {
+  if (!holding_) fetcher_->acquire(unit, upcoming);  // held: on the device since hold_all
+  states_[unit] = UnitState::InUse;
+}
+
+void UnitRuntime::release(std::size_t unit) {
+  states_[unit] = UnitState::Ready;
+  if (!holding_) fetcher_->release(unit);
 }
 
 void UnitRuntime::before_forward(std::size_t unit) {
@@ -105,34 +128,63 @@ void UnitRuntime::before_forward(std::size_t unit) {
   }
   current_.push_back(unit);
   const UnitUse use{unit, false};
-  fetcher_->acquire(unit, upcoming(use));
-  in_use_[unit] = true;
+  acquire(unit, upcoming(use));
   if (observer_) observer_(use);
 }
 
 void UnitRuntime::after_forward(std::size_t unit) {
-  in_use_[unit] = false;
-  fetcher_->release(unit);
+  release(unit);
   prefetch_after({unit, false});
 }
 
 void UnitRuntime::before_backward(std::size_t unit) {
   const UnitUse use{unit, true};
-  fetcher_->acquire(unit, upcoming(use));
-  in_use_[unit] = true;
+  acquire(unit, upcoming(use));
   if (observer_) observer_(use);
 }
 
 void UnitRuntime::after_backward(std::size_t unit) {
-  in_use_[unit] = false;
   fetcher_->after_backward(unit);
-  fetcher_->release(unit);
+  release(unit);
   prefetch_after({unit, true});
   // The pass's first unit ends its backward: the next forward starts a new pass.
   if (!current_.empty() && current_.front() == unit) {
     recorded_ = current_;
     current_.clear();
   }
+}
+
+void UnitRuntime::begin_step() {
+  if (fetcher_->fetches_root() && states_[root()] != UnitState::InUse) acquire(root(), {});
+}
+
+void UnitRuntime::end_step() {
+  if (states_[root()] == UnitState::InUse) {
+    fetcher_->after_backward(root());
+    release(root());
+  }
+  if (!fetcher_->stale_after_step() || holding_) return;
+  for (std::size_t unit = 0; unit < units_.size(); ++unit)
+    if (states_[unit] == UnitState::Fetching || states_[unit] == UnitState::Ready) release(unit);
+}
+
+void UnitRuntime::hold_all() {
+  if (holding_) return;
+  for (std::size_t unit = 0; unit <= units_.size(); ++unit) {
+    if (unit == root() && !fetcher_->fetches_root()) break;
+    if (states_[unit] != UnitState::InUse) {
+      fetcher_->acquire(unit, {});
+      states_[unit] = UnitState::Ready;
+    }
+  }
+  holding_ = true;
+}
+
+void UnitRuntime::end_hold() {
+  if (!holding_) return;
+  holding_ = false;
+  for (std::size_t unit = 0; unit < states_.size(); ++unit)
+    if (states_[unit] != UnitState::Released && states_[unit] != UnitState::InUse) release(unit);
 }
 
 std::vector<at::Tensor> UnitRuntime::run(std::size_t unit, const std::vector<at::Tensor>& inputs, const Body& body) {
@@ -159,7 +211,7 @@ std::vector<at::Tensor> UnitRuntime::run(std::size_t unit, const std::vector<at:
       outputs = UnitExit::apply(at::TensorList(body(entered)), this, static_cast<std::int64_t>(unit));
     }
   } catch (...) {
-    in_use_[unit] = false;
+    states_[unit] = UnitState::Ready;  // fetched, and no longer held
     throw;
   }
   after_forward(unit);

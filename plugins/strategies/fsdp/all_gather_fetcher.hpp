@@ -3,9 +3,11 @@
 // units through it. A unit's flat shards are all-gathered before its forward and again before its
 // backward, released after each; one unit's gather runs ahead, in the recorded order of use; after a
 // unit's backward its parameters' gradients are reduce-scattered into gradients of its shards.
-// The parameters in no unit ("the rest": embeddings, head) go through the same flat shards, held
-// for a whole micro-step: gathered when it begins, reduce-scattered and released when its backward
-// is over (as FSDP2 keeps its root's parameters between forward and backward).
+// The parameters in no unit ("the rest": embeddings, head) are the runtime's root unit (index
+// units.size()): held for a whole micro-step (UnitRuntime::begin_step .. end_step), gathered when
+// it begins, reduce-scattered and released when its backward is over, as FSDP2 keeps its root's
+// parameters between forward and backward. A unit's life cycle is the runtime's record; the flat
+// shards keep only their buffers.
 
 #include <cstddef>
 #include <optional>
@@ -28,33 +30,26 @@ class AllGatherFetcher final : public wanfw::UnitFetcher {
   AllGatherFetcher(std::vector<UnitShards>& units, UnitShards& rest, RunnerSettings settings)
       : units_(units), rest_(rest), settings_(settings) {}
 
-  wanfw::UnitState state(std::size_t unit) const override;
   /// Starts the gather of `unit` while no other gather is under way (one unit ahead).
   bool prefetch(std::size_t unit, const std::vector<wanfw::UnitUse>& upcoming) override;
   void acquire(std::size_t unit, const std::vector<wanfw::UnitUse>& upcoming) override;
+  /// Frees the unit's gathered parameters (evicted).
   void release(std::size_t unit) override;
   void after_backward(std::size_t unit) override;
-  bool trains(std::size_t unit) const override { return !units_.at(unit).trainable_shards().empty(); }
+  bool trains(std::size_t unit) const override { return !shards(unit).trainable_shards().empty(); }
   /// Every gather and reduce-scatter is a collective: the ranks run the same units in the same order.
   bool collective() const override { return true; }
-
-  /// A micro-step begins: the rest is gathered for all of it.
-  void begin_step();
-  /// The micro-step's backward is over: the rest's gradients are reduce-scattered, and every unit
-  /// (a prefetched one too) and the rest released.
-  void end_step();
-  /// Evaluation: every unit and the rest gathered and held until end_evaluation, so that the main
-  /// process alone may run the model (previews) without collectives.
-  void begin_evaluation();
-  void end_evaluation();
+  bool fetches_root() const override { return true; }
+  /// A gather holds the shards' values before the optimizer step: the next step gathers anew.
+  bool stale_after_step() const override { return true; }
 
  private:
-  void release_all();
+  /// A unit's shards; units.size() is the rest (the root).
+  UnitShards& shards(std::size_t unit) const;
 
   std::vector<UnitShards>& units_;
   UnitShards& rest_;
   RunnerSettings settings_;
-  bool held_ = false;
 };
 
 }  // namespace wanfw_fsdp

@@ -132,11 +132,12 @@ wanfw::StepOutput FsdpStrategy::micro_step(wanfw::Model& model, const wanfw::Bat
   wanfw::StepOutput out;
   // Every micro-batch reduce-scatters: accumulated gradients add up sharded.
   if (micro.phase != phase_) select_phase(micro.phase);
+  wanfw::UnitRuntime& units = runtime();
   session_->guarded("the forward and backward pass", [&] {
-    fetcher_->begin_step();
+    units.begin_step();  // the rest (parameters in no unit) gathered for the whole micro-step
     out = forward(model, batch, micro);
     backward(out, micro);
-    fetcher_->end_step();
+    units.end_step();
   });
   return out;
 }
@@ -193,14 +194,23 @@ void FsdpStrategy::after_optimizer_step(wanfw::Model& model, const wanfw::Optimi
                    "), ", gradients, " bytes of gradients and ", state, " bytes of optimizer state");
 }
 
+wanfw::UnitRuntime& FsdpStrategy::runtime() const {
+  if (fetcher_ == nullptr || fetcher_->runtime() == nullptr)
+    throw wanfw::Error("fsdp: no unit runtime runs the strategy's all-gather fetcher",
+                       "the host installs one after setup() with unit_fetcher(); a strategy that wraps fsdp "
+                       "forwards unit_fetcher() to it");
+  return *fetcher_->runtime();
+}
+
 void FsdpStrategy::begin_evaluation(wanfw::Model& model) {
-  session_->guarded("gathering the weights for evaluation", [&] { fetcher_->begin_evaluation(); });
+  wanfw::UnitRuntime& units = runtime();
+  session_->guarded("gathering the weights for evaluation", [&] { units.hold_all(); });
   sequence_.detach(model);  // whole sequences: the main process alone draws previews
 }
 
 void FsdpStrategy::end_evaluation(wanfw::Model& model) {
   sequence_.attach(model);
-  fetcher_->end_evaluation();
+  runtime().end_hold();
 }
 
 }  // namespace wanfw_fsdp

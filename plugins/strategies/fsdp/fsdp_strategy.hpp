@@ -74,6 +74,8 @@ class FsdpStrategy final : public wanfw::Strategy {
   void select_phase(int phase);
   /// Every flat shard, units first, the rest last.
   std::vector<FlatShard*> flats();
+  /// The host's unit runtime that runs fetcher_ (begin_step, hold_all): throws when none does.
+  wanfw::UnitRuntime& runtime() const;
 
   FsdpSettings settings_;
   std::unique_ptr<wanfw::DistributedSession> session_;

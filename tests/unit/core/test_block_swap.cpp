@@ -130,6 +130,28 @@ TEST_CASE("block swap gives every block its host weights at compute time, keeps 
   }
 }
 
+TEST_CASE("the runtime's record shows which blocks block swap keeps in its ring after a step") {
+  for (const std::int64_t ring : {1, 2}) {
+    CAPTURE(ring);
+    wan::WanDiT dit = adapted_dit(6);
+    const Swapped s = swap_blocks(dit, 3, ring, 4);
+    step(dit, tiny_inputs(dit->config()));
+    std::int64_t held = 0;
+    for (std::size_t u = 0; u < 6; ++u) {
+      CAPTURE(u);
+      const wanfw::UnitState state = s.runtime->state(u);
+      if (!s.swap->is_streamed(u)) {
+        CHECK(state == wanfw::UnitState::Ready);  // resident: never leaves
+        continue;
+      }
+      held += state != wanfw::UnitState::Released ? 1 : 0;
+      // Ready: used and still bound to its slot; fetching (the next step's prefetch) or released: not bound.
+      CHECK((state == wanfw::UnitState::Ready) == (s.swap->streamed_parameters(u).front().numel() > 0));
+    }
+    CHECK(held == ring);  // the ring ends a step full; every other streamed block was evicted
+  }
+}
+
 TEST_CASE("block swap leaves the loss and gradients bitwise those of the model without it") {
   for (const std::int64_t streamed : {1, 3, 5}) {
     for (const std::int64_t ring : {1, 2}) {
