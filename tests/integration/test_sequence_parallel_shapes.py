@@ -9,6 +9,7 @@ import pytest
 from harness.equivalence import assert_same_training, state, tiny_wan_rounding
 from harness.launch import torchrun
 from harness.layouts import CPU, DDP, FSDP, LR, experiment, run_on, tiny_wan
+from harness.shared_runs import shared_run_on
 
 # One block of 8 heads of 8 channels: the A14B token grid at a width a CPU trains in seconds a step.
 A14B_GRID = {"buckets": ["21x60x104"], "num_samples": 4}  # latents [4, 21, 60, 104] in 1x2x2 patches
@@ -18,16 +19,19 @@ NARROW = {"dim": 64, "num_heads": 8, "ffn_dim": 64, "num_layers": 1}
 
 def assert_the_a14b_480p_token_layout_trains_alike_over_a_group_of(tmp_path, group):
     """One step on one device holding every token, and on `group` ranks sharing them. One test a
-    group: each its own CTest entry, so that the three fit their budget side by side on 2 cores."""
+    group: each its own CTest entry, so that the three fit their budget side by side on 2 cores;
+    the one-device run is made once for the three (tests/integration/harness/shared_runs.py),
+    after the split run, so that a test whose split run ends first makes it while the others
+    still run theirs."""
     model = {**tiny_wan("t2v"), **NARROW}
     one_step = {"trainer": {"max_steps": 1}, "data": A14B_GRID}
-    whole = run_on(tmp_path, "whole", CPU, 1, model, **one_step)
     slow = {**DDP, "timeout_s": 600}  # 8 ranks on 2 cores: a collective may wait minutes for the others
     path = experiment(tmp_path, "split", {**slow, "sequence_parallel": group}, 1, model, **one_step)
     result = torchrun("run", path, nproc=group, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     assert (f"sequence parallel: {A14B_TOKENS} tokens a sample over {group} ranks, {A14B_TOKENS // group} a rank\n"
             in result.stdout)  # every group here divides the tokens: nothing padded
+    whole = shared_run_on("a14b_480p_tokens_on_one_device", CPU, 1, model, **one_step)
     c = assert_same_training(state(tmp_path, "split"), whole, lr=LR,
                              tolerance=tiny_wan_rounding(1, A14B_TOKENS, layers=NARROW["num_layers"]))
     print(f"{A14B_TOKENS} tokens over a group of {group}: {c}")
