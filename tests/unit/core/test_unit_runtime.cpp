@@ -53,14 +53,20 @@ std::vector<UnitState> states(const wanfw::UnitRuntime& runtime) {
   return out;
 }
 
+/// The tiny DiT running its blocks through a runtime with a FreeingFetcher.
+struct Rig {
+  wan::WanDiT dit = wanfw::testing::random_tiny_dit();
+  wanfw::testing::TinyInputs in = wanfw::testing::tiny_inputs(dit->config());
+  std::shared_ptr<FreeingFetcher> fetcher = std::make_shared<FreeingFetcher>();
+  wanfw::UnitRuntime runtime{dit->units(""), fetcher};
+  Rig() { dit->set_unit_runner(&runtime, 0); }
+};
+
 }  // namespace
 
 TEST_CASE("the unit runtime holds the root for a micro-step and lets a stale fetcher's prefetches go at its end") {
-  wan::WanDiT dit = wanfw::testing::random_tiny_dit();
-  const auto in = wanfw::testing::tiny_inputs(dit->config());
-  const auto fetcher = std::make_shared<FreeingFetcher>();
-  wanfw::UnitRuntime runtime(dit->units(""), fetcher);
-  dit->set_unit_runner(&runtime, 0);
+  Rig rig;
+  auto& [dit, in, fetcher, runtime] = rig;
   REQUIRE(runtime.units().size() == 2);
   CHECK(fetcher->runtime() == &runtime);
 
@@ -78,11 +84,8 @@ TEST_CASE("the unit runtime holds the root for a micro-step and lets a stale fet
 }
 
 TEST_CASE("the unit runtime holds every unit and the root from hold_all to end_hold, fetching none in between") {
-  wan::WanDiT dit = wanfw::testing::random_tiny_dit();
-  const auto in = wanfw::testing::tiny_inputs(dit->config());
-  const auto fetcher = std::make_shared<FreeingFetcher>();
-  wanfw::UnitRuntime runtime(dit->units(""), fetcher);
-  dit->set_unit_runner(&runtime, 0);
+  Rig rig;
+  auto& [dit, in, fetcher, runtime] = rig;
   runtime.hold_all();
   CHECK(fetcher->take() == std::vector<std::string>{"acquire 0", "acquire 1", "acquire 2"});
   {
