@@ -170,8 +170,8 @@ void UnitRuntime::end_step() {
 
 void UnitRuntime::hold_all() {
   if (holding_) return;
-  for (std::size_t unit = 0; unit <= units_.size(); ++unit) {
-    if (unit == root() && !fetcher_->fetches_root()) break;
+  const std::size_t held = units_.size() + (fetcher_->fetches_root() ? 1 : 0);
+  for (std::size_t unit = 0; unit < held; ++unit) {
     if (states_[unit] != UnitState::InUse) {
       fetcher_->acquire(unit, {});
       states_[unit] = UnitState::Ready;
