@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from harness import preloaded_torchrun
 from harness.runs import BUILD, WANFW
 
 
@@ -22,9 +23,10 @@ def free_port() -> int:
 def run_on_free_port(command, timeout, env):
     """Runs command(port) on a free port. A port probed free can be taken before torchrun's
     rendezvous listens on it (another process's outgoing connection): torchrun then fails before
-    any rank starts, saying EADDRINUSE, and the launch is retried on another port."""
+    any rank starts, saying EADDRINUSE, and the launch is retried on another port. torchrun runs
+    from a server that imported it once (preloaded_torchrun.py)."""
     for attempt in range(3):
-        result = subprocess.run(command(free_port()), capture_output=True, text=True, timeout=timeout, env=env)
+        result = preloaded_torchrun.run(command(free_port()), timeout, env)
         if result.returncode == 0 or "failed to listen on any local network address" not in result.stderr:
             return result
     return result
