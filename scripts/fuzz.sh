@@ -19,7 +19,7 @@ build="${WANFW_BUILD_DIR:-$root/build}"
 case "$build" in /*) ;; *) build="$root/$build" ;; esac
 fuzz_build="$build/fuzz"
 all_targets=(safetensors_reader sharded_index piece_index config_loader dataset_manifest adapter_reader fp8_reader
-             vae_config)
+             vae_config trainer_state vae_weights decode_latents)
 log() { printf '[wanfw fuzz] %s\n' "$*"; }
 
 build_only=0

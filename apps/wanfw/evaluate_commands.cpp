@@ -60,7 +60,8 @@ or MPEG-4 part 2 where FFmpeg has no H.264 encoder); an OUT ending in .safetenso
 frames instead, `video` [B, 3, F, H, W] in [-1, 1], float32. The model plugin is the CONFIG's,
 else --model, else the one `wanfw sample` recorded in LATENTS. For the Wan models: the Wan VAE
 of model.vae (diffusers' vae/ folder, a pipeline folder, or a VAE safetensors file), 1 + 4 (T - 1)
-frames for T latent frames, at model.vae_fps.
+frames for T latent frames, at model.vae_fps. Before anything is decoded, the latents must be
+[B, C, T, h, w] with the decoder's C channels, finite, and OUT writable; else nothing is written.
   --vae PATH          the VAE (sets model.vae)
   --model NAME        the model plugin whose decoder decodes, when there is no CONFIG
   --device DEVICE     where to decode: cpu (default), cuda, cuda:N

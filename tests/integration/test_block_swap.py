@@ -60,18 +60,20 @@ def test_ddp_ranks_sharing_each_sample_by_sequence_parallelism_train_with_block_
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in b), part
 
 
-def test_block_swap_without_checkpointing_is_refused_naming_the_block_and_the_option(tmp_path, base):
+def test_block_swap_without_checkpointing_is_refused_with_the_config_naming_the_option(tmp_path, base):
     path = experiment(tmp_path, "plain", lora(base, gradient_checkpointing=False), steps=1,
                       block_swap={"blocks": 2})
-    result = wanfw("run", path)
-    text = result.stdout + result.stderr
-    assert result.returncode != 0
-    assert "unit 'blocks.1' keeps its streamed weights for backward" in text
-    assert "model.gradient_checkpointing: true" in text
+    for command in ("validate", "run"):
+        result = wanfw(command, path)
+        assert result.returncode == 2, result.stderr
+        assert "model.gradient_checkpointing" in result.stderr and "gradient_checkpointing is off" in result.stderr
+        assert "a block would keep its streamed weights for backward" in result.stderr
+        assert "step 1" not in result.stdout
 
 
 @pytest.mark.parametrize("case, swap, extra, message", [
-    ("all blocks", {"blocks": LAYERS}, {}, f"block_swap.blocks is {LAYERS}, but the model has {LAYERS} units"),
+    ("all blocks", {"blocks": LAYERS}, {},
+     f"{LAYERS} blocks to stream, but the model declares {LAYERS} units (blocks): at most {LAYERS - 1} can stream"),
     ("full fine-tuning", {"blocks": 2}, {"lora": {"rank": 0}}, "every weight of the 2 streamed blocks trains"),
     ("fsdp", {"blocks": 2}, {"strategy": {"name": "fsdp", "timeout_s": 60}},
      "block swap does not combine with a strategy that shards the weights"),

@@ -4,15 +4,26 @@
 // PluginDescriptor::make_decoder, from its own options (the Wan models: model.vae), so the host
 // decodes any family's latents without knowing the family.
 
+#include <cstdint>
 #include <string>
 
 #include <ATen/core/Tensor.h>
 
 namespace wanfw {
 
+/// What a decoder takes and makes: latents [B, channels, T, h, w] decode to video
+/// [B, 3, 1 + frames_per_latent (T - 1), h pixels_per_latent, w pixels_per_latent].
+struct LatentLayout {
+  std::int64_t channels = 0;
+  std::int64_t frames_per_latent = 1;
+  std::int64_t pixels_per_latent = 1;
+};
+
 class VideoDecoder {
  public:
   virtual ~VideoDecoder() = default;
+  /// The latents decode() takes, so that the host checks a user's file before decoding it.
+  virtual LatentLayout latent_layout() const = 0;
   /// The model's latents [B, C, T, h, w], as Model::sample writes them -> video [B, 3, F, H, W]
   /// in [-1, 1], float32, on the CPU.
   virtual at::Tensor decode(const at::Tensor& latents) = 0;

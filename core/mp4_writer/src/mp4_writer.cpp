@@ -1,5 +1,6 @@
-// The mp4 writer behind libwanfw_mp4_writer's one C function, wanfw_write_mp4_v2: RGB frames in,
-// H.264 (libx264) or MPEG-4 part 2 out, through FFmpeg's libraries.
+// The mp4 writer behind libwanfw_mp4_writer's one C function, wanfw_write_mp4_v3: RGB frames in,
+// H.264 (libx264) or MPEG-4 part 2 out, through FFmpeg's libraries; FFmpeg's warnings and errors
+// handed back to the caller (ffmpeg_messages.hpp), its statistics dropped.
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +11,8 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "ffmpeg_messages.hpp"
 
 extern "C" {
 #include <libavcodec/avcodec.h>
@@ -170,11 +173,19 @@ void copy_out(const std::string& text, char* out, std::size_t size) {
 /// Writes `frames` RGB frames (height x width x 3 bytes each, back to back) to `path` as an mp4
 /// playing at `fps`. Returns 0, the encoder's name in `encoder` and the size the stream stores
 /// (odd sizes grow by one: yuv420p halves chroma) in `stored_height` x `stored_width`; or 1 with
-/// what failed in `error` and what to do in `hint`.
-extern "C" __attribute__((visibility("default"))) int wanfw_write_mp4_v2(
+/// what failed in `error` and what to do in `hint`. Either way `warnings` holds FFmpeg's warnings
+/// and errors while it wrote, each once, one a line ("" for none).
+extern "C" __attribute__((visibility("default"))) int wanfw_write_mp4_v3(
     const char* path, const std::uint8_t* rgb, std::int64_t frames, int height, int width, double fps, char* encoder,
     std::size_t encoder_size, int* stored_height, int* stored_width, char* error, std::size_t error_size, char* hint,
-    std::size_t hint_size) {
+    std::size_t hint_size, char* warnings, std::size_t warnings_size) {
+  const wanfw_mp4::FfmpegMessages messages;
+  struct Report {  // the messages reach the caller whatever happens below
+    const wanfw_mp4::FfmpegMessages& messages;
+    char* out;
+    std::size_t size;
+    ~Report() { copy_out(messages.text(), out, size); }
+  } report{messages, warnings, warnings_size};
   try {
     std::string name;
     write(path, rgb, frames, height, width, fps, name);

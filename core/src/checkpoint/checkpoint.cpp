@@ -1,32 +1,25 @@
 #include "checkpoint/checkpoint.hpp"
 
-#include <cmath>
 #include <set>
 #include <stdexcept>
-#include <tuple>
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
-#include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint_store.hpp"
 #include "checkpoint/state_piece_files.hpp"
 #include "numerics/generators.hpp"
-#include "wanfw/bounded_input.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/safetensors.hpp"
 #include "wanfw/tensor_check.hpp"
 
 namespace fs = std::filesystem;
-using nlohmann::json;
 
 namespace wanfw {
 
 namespace {
 
-constexpr std::uintmax_t kMaxStateBytes = 64 << 20;  // a state with its config is a few KB
-constexpr const char* kEdited = "the trainer state was edited or damaged; resume from an earlier checkpoint";
 enum FileBit : unsigned { kStateBit = 1, kModelBit = 2, kOptimizerBit = 4, kGeneratorBit = 8 };
 
 /// Copies the whole of `name` from `source` into `destination` once it passed the gate for `role`.
@@ -49,53 +42,12 @@ TensorRole model_tensor_role(const at::Tensor& destination) {
   return count;
 }
 
-/// The fields of trainer_state.json, each within its range.
-TrainerState parse_state(const json& j, const fs::path& path) {
-  TrainerState state;
-  try {
-    state.step = j.at("step").get<std::int64_t>();
-    state.epoch = j.at("epoch").get<std::int64_t>();
-    state.batch_in_epoch = j.at("batch_in_epoch").get<std::int64_t>();
-    state.samples_in_epoch = j.value("samples_in_epoch", std::int64_t{-1});
-    state.world_size = j.at("world_size").get<std::int64_t>();
-    state.config_yaml = j.value("config", "");
-    for (const auto& [key, value, least] : {std::tuple{"step", state.step, 0L},
-                                            {"epoch", state.epoch, 0L},
-                                            {"batch_in_epoch", state.batch_in_epoch, 0L},
-                                            {"samples_in_epoch", state.samples_in_epoch, -1L},
-                                            {"world_size", state.world_size, 1L}})
-      if (value < least)
-        throw FileError(fmt::format("{}: '{}' is {}, below its least value {}", path.string(), key, value, least),
-                        kEdited);
-    if (j.contains("loss_scaler")) {
-      state.loss_scaler = LossScalerState{j["loss_scaler"].at("scale").get<double>(),
-                                          j["loss_scaler"].at("growth_tracker").get<std::int64_t>()};
-      if (!std::isfinite(state.loss_scaler->scale) || state.loss_scaler->scale <= 0)
-        throw FileError(fmt::format("{}: the loss scale is {}, not a positive finite number", path.string(),
-                                    state.loss_scaler->scale),
-                        kEdited);
-      if (state.loss_scaler->growth_tracker < 0)
-        throw FileError(fmt::format("{}: the loss scaler's growth_tracker is {}; it counts steps and is never "
-                                    "negative",
-                                    path.string(), state.loss_scaler->growth_tracker),
-                        kEdited);
-    }
-  } catch (const json::exception& e) {
-    throw FileError(fmt::format("{}: malformed trainer state: {}", path.string(), shortened(e.what())), kEdited);
-  }
-  return state;
-}
-
 }  // namespace
 
 std::shared_ptr<const Checkpoint> Checkpoint::open(const fs::path& folder) {
   auto checkpoint = std::shared_ptr<Checkpoint>(new Checkpoint(folder));
   const fs::path path = checkpoint->take(CheckpointStore::kStateFile, kStateBit);
-  const auto fail = [&](const std::string& problem) {
-    throw FileError(fmt::format("{}: {}", path.string(), problem), kEdited);
-  };
-  const json j = parse_bounded_json(read_bounded_file(path, "trainer state", kMaxStateBytes, fail), 8, fail);
-  checkpoint->state_ = parse_state(j, path);
+  checkpoint->state_ = read_trainer_state(path);
   // The folder's name is the step the store sorts and resumes by: a state of another step would
   // resume at a step the folder does not hold (a copied or renamed checkpoint).
   const std::int64_t state_step = checkpoint->state_.step;

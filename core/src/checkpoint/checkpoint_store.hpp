@@ -23,25 +23,12 @@
 
 #include <torch/optim/adamw.h>
 
+#include "checkpoint/trainer_state_file.hpp"
 #include "wanfw/model.hpp"
 #include "wanfw/precision.hpp"
 #include "wanfw/strategy.hpp"
 
 namespace wanfw {
-
-/// The loop's position, saved with every checkpoint.
-struct TrainerState {
-  std::int64_t step = 0;            ///< optimizer steps completed
-  std::int64_t epoch = 0;           ///< current epoch
-  std::int64_t batch_in_epoch = 0;  ///< micro-batches of `epoch` this process consumed
-  /// Samples of `epoch` consumed by all processes together (-1: not recorded). A run resumed on
-  /// another layout with the same global batch continues at exactly this position.
-  std::int64_t samples_in_epoch = -1;
-  std::int64_t world_size = 1;
-  std::string config_yaml;
-  /// fp16 runs: the dynamic loss scaler.
-  std::optional<LossScalerState> loss_scaler;
-};
 
 /// Writes, lists and prunes the checkpoints of one run; checkpoint.hpp reads one.
 class CheckpointStore {

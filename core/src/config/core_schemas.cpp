@@ -168,7 +168,8 @@ const std::vector<std::pair<std::string, OptionSchema>>& core_schemas() {
         option("ring", T::Integer)
             .value("2")
             .doc("Device slots the streamed blocks take turns in: the device holds the resident blocks and this "
-                 "many streamed ones; 2 lets a copy run while the block before it computes."),
+                 "many streamed ones; 2 lets a copy run while the block before it computes. At most blocks: a "
+                 "larger ring shrinks to it (with a warning when the config wrote it)."),
         option("host_memory", T::Choice)
             .value("auto")
             .choices({"auto", "pinned", "pageable"})

@@ -81,8 +81,9 @@ struct ValidationSettings {
 /// The block_swap section (the core's units runtime streams the model's blocks: units/block_swap.hpp).
 struct BlockSwapSection {
   std::int64_t blocks = 0;  ///< 0: off
-  std::int64_t ring = 2;
+  std::int64_t ring = 2;    ///< at most `blocks`: a larger ring is clamped to it
   std::string host_memory = "auto";
+  std::int64_t ring_written = 0;  ///< the ring the config wrote when it was clamped (the run warns); else 0
 };
 
 struct CheckpointSettings {

@@ -66,6 +66,12 @@ CoreSettings CoreSettings::from(Config& config) {
                 "a trace holds every event of every step it records: a few steps show what a step costs");
   require_positive(trainer, "profile_from", s.trainer.profile_from);
   require_positive(trainer, "max_steps", s.trainer.max_steps, 0);
+  if (s.trainer.profile_steps > 0 && s.trainer.max_steps > 0 && s.trainer.profile_from > s.trainer.max_steps)
+    trainer.fail("profile_from",
+                 fmt::format("the profiler would start at step {}, after the run's last step ({}): it would record "
+                             "nothing", s.trainer.profile_from, s.trainer.max_steps),
+                 fmt::format("set profile_from to at most {} (a step past the first few), or profile_steps: 0",
+                             s.trainer.max_steps));
   require_range(trainer, "epochs", s.trainer.epochs, 1, kMaxEpochs);  // epochs x steps per epoch stays countable
   require_positive(trainer, "log_every", s.trainer.log_every);
   if (s.trainer.grad_clip < 0) trainer.fail("grad_clip", "must be 0 (off) or positive");
@@ -144,6 +150,11 @@ CoreSettings CoreSettings::from(Config& config) {
   require_range(validation, "num_samples", s.validation.num_samples, 1, kMaxSamples);
   require_range(validation, "batch_size", s.validation.batch_size, 0, kMaxSamples);
   require_range(validation, "preview_samples", s.validation.preview_samples, 1, 16);
+  // A prompt set that no preview would read is a mistake in the config.
+  if (!s.validation.preview_prompts.empty() && (s.validation.every == 0 || !s.validation.preview))
+    validation.fail("preview_prompts", s.validation.every == 0 ? "no preview is made: validation.every is 0"
+                                                               : "no preview is made: validation.preview is false",
+                    "set validation.every (and preview: true) to preview them, or remove preview_prompts");
   if (s.validation.batch_size == 0) s.validation.batch_size = s.data.batch_size;
 
   Options precision = section("precision");
@@ -170,11 +181,18 @@ CoreSettings CoreSettings::from(Config& config) {
   s.block_swap.host_memory = block_swap.string("host_memory");
   require_positive(block_swap, "blocks", s.block_swap.blocks, 0);
   require_positive(block_swap, "ring", s.block_swap.ring);
-
+  // More slots than streamed blocks would hold device memory that never receives a block: the ring
+  // shrinks to the blocks (a user trying block counts keeps one ring setting); a ring the config
+  // wrote is said once the run starts (place_model).
+  if (s.block_swap.blocks > 0 && s.block_swap.ring > s.block_swap.blocks) {
+    if (block_swap.given("ring")) s.block_swap.ring_written = s.block_swap.ring;
+    s.block_swap.ring = s.block_swap.blocks;
+  }
   for (Options* o : {&run, &trainer, &optimizer, &scheduler, &data, &validation, &precision, &checkpoint, &block_swap})
     config.record_resolved(*o);
   // The saved config names its run and finds its plugins from wherever it is run again.
   config.record_resolved_value("run.name", yaml_quoted(s.run.name));
+  config.record_resolved_value("block_swap.ring", std::to_string(s.block_swap.ring));  // as clamped
   config.record_resolved_value("data.name", yaml_quoted(s.data.name));
 
   if (config.has("plugin_path")) {

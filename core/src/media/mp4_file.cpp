@@ -10,6 +10,7 @@
 
 #include "wanfw/error.hpp"
 #include "wanfw/file_io.hpp"
+#include "wanfw/log.hpp"
 
 namespace wanfw {
 
@@ -19,7 +20,8 @@ namespace {
 /// left from another build is refused by name rather than called with the wrong arguments.
 using WriteMp4 = int (*)(const char* path, const std::uint8_t* rgb, std::int64_t frames, int height, int width,
                          double fps, char* encoder, std::size_t encoder_size, int* stored_height, int* stored_width,
-                         char* error, std::size_t error_size, char* hint, std::size_t hint_size);
+                         char* error, std::size_t error_size, char* hint, std::size_t hint_size, char* warnings,
+                         std::size_t warnings_size);
 
 /// The writer, from the library beside libwanfw_core, opened the first time it is asked for; null
 /// (and `problem` says why) where this build has none.
@@ -46,8 +48,8 @@ const OpenedWriter& opened_writer() {
       problem = fmt::format("cannot open {}: {}", library.string(), ::dlerror());
       return;
     }
-    writer = reinterpret_cast<WriteMp4>(::dlsym(handle, "wanfw_write_mp4_v2"));
-    if (writer == nullptr) problem = fmt::format("{} has no wanfw_write_mp4_v2", library.string());
+    writer = reinterpret_cast<WriteMp4>(::dlsym(handle, "wanfw_write_mp4_v3"));
+    if (writer == nullptr) problem = fmt::format("{} has no wanfw_write_mp4_v3", library.string());
   });
   return opened;
 }
@@ -72,11 +74,16 @@ Mp4Written write_mp4(const std::filesystem::path& path, const at::Tensor& frames
   if (!(fps > 0)) throw Error(fmt::format("{}: fps must be positive, got {}", path.string(), fps));
   const at::Tensor rgb = frames.to(at::kCPU).contiguous();
   const int height = static_cast<int>(rgb.size(1)), width = static_cast<int>(rgb.size(2));
-  char encoder[64] = {}, error[1024] = {}, hint[512] = {};
+  char encoder[64] = {}, error[1024] = {}, hint[512] = {}, warnings[4096] = {};
   int stored_height = 0, stored_width = 0;
-  if (mp4_writer()(path.c_str(), rgb.data_ptr<std::uint8_t>(), rgb.size(0), height, width, fps, encoder,
-                   sizeof(encoder), &stored_height, &stored_width, error, sizeof(error), hint, sizeof(hint)) != 0)
-    throw FileError(fmt::format("{}: {}", path.string(), error), hint);
+  const int failed = mp4_writer()(path.c_str(), rgb.data_ptr<std::uint8_t>(), rgb.size(0), height, width, fps, encoder,
+                                  sizeof(encoder), &stored_height, &stored_width, error, sizeof(error), hint,
+                                  sizeof(hint), warnings, sizeof(warnings));
+  // FFmpeg's own warnings and errors, each once, naming the file (its statistics are dropped).
+  std::string_view said(warnings);
+  for (std::size_t end; (end = said.find('\n')) != std::string_view::npos; said.remove_prefix(end + 1))
+    log::warn(fmt::format("{}: FFmpeg: {}", path.string(), said.substr(0, end)));
+  if (failed != 0) throw FileError(fmt::format("{}: {}", path.string(), error), hint);
   sync_directory(path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path());
   return Mp4Written{encoder, stored_width, stored_height, rgb.size(0)};
 }

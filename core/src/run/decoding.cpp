@@ -10,9 +10,9 @@
 #include "host/peak_memory.hpp"
 #include "media/mp4_file.hpp"
 #include "media/video_frames.hpp"
+#include "media/decode_inputs.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/safetensors.hpp"
-#include "wanfw/tensor_check.hpp"
 
 namespace fs = std::filesystem;
 
@@ -87,10 +87,9 @@ void decode_experiment(const DecodeRequest& request) {
   const PluginHost host(PluginHost::search_path(settings.plugin_path));
   const c10::Device device = parse_device(request.device);
   const std::shared_ptr<VideoDecoder> decoder = required_decoder(host, config, device, settings.run.seed);
-  if (!file.contains("latents"))
-    throw FileError(fmt::format("{}: holds no tensor 'latents'", request.latents.string()),
-                    "decode what `wanfw sample` wrote, or a file with the model's latents under 'latents'");
-  const at::Tensor latents = read_checked(file.tensor("latents"), TensorRole::input(), request.latents, "latents");
+  // Every input and the output's place are checked before the decoding: a refused run writes nothing.
+  const at::Tensor latents = read_latents(file, request.latents, decoder->latent_layout());
+  prepare_decode_output(request.out);
   const double weights_mib = gpu_memory_mib(device);
   reset_gpu_peaks(device);
   const auto started = std::chrono::steady_clock::now();
@@ -108,7 +107,6 @@ void decode_experiment(const DecodeRequest& request) {
     spdlog::info("wrote the frames to {}", request.out.string());
     return;
   }
-  fs::create_directories(request.out);
   for (std::int64_t i = 0; i < video.size(0); ++i)
     write_videos(video.narrow(0, i, 1), request.out / fmt::format("sample-{}.mp4", i), decoder->fps());
 }

@@ -25,10 +25,8 @@ bool usable(const c10::Device& device) {
 std::shared_ptr<Dataset> open_preview_prompts(Experiment& e, const PluginContext& data_context) {
   const std::string& path = e.settings.validation.preview_prompts;
   if (path.empty() || !e.model) return nullptr;
+  // (A config that names them but never previews was refused with the settings.)
   const SourceLocation where = e.config.where("validation.preview_prompts");
-  if (e.settings.validation.every <= 0)
-    throw ConfigError(where, "validation.preview_prompts are previewed at each validation, and validation.every is 0",
-                      "set validation.every to how often to validate and preview");
   Config section = Config::parse(
       fmt::format("preview_prompts:\n  name: latent_shards\n  path: {}\n", yaml_quoted(path)),
       "validation.preview_prompts");
@@ -142,6 +140,14 @@ Experiment assemble(const RunRequest& request, ModelAssembly assembly) {
 
 void place_model(Experiment& e) {
   const BlockSwapSection& swap = e.settings.block_swap;
+  const auto units_declared = static_cast<std::int64_t>(e.model->units().size());
+  if (swap.blocks > 0 && swap.blocks > units_declared - 1)
+    throw ConfigError(e.config.where("block_swap.blocks"),
+                      fmt::format("{} blocks to stream, but the model declares {} units (blocks): at most {} can "
+                                  "stream, for one stays on the device", swap.blocks, units_declared,
+                                  std::max<std::int64_t>(units_declared - 1, 0)),
+                      units_declared > 1 ? fmt::format("set block_swap.blocks between 1 and {}", units_declared - 1)
+                                         : std::string("remove block_swap: this model has nothing to stream"));
   if (swap.blocks > 0)
     e.block_swap = std::make_shared<BlockSwap>(*e.model->module(), e.model->units(),
                                                BlockSwapSettings{swap.blocks, swap.ring,
@@ -159,7 +165,13 @@ void place_model(Experiment& e) {
                         "remove block_swap, or train with a strategy that keeps the weights on each device");
     e.block_swap->start(e.strategy->device());
     fetcher = e.block_swap;
-    if (e.strategy->is_main()) spdlog::info("{}", e.block_swap->describe());
+    if (e.strategy->is_main()) {
+      spdlog::info("{}", e.block_swap->describe());
+      if (swap.ring_written > 0)
+        spdlog::warn("{}: block_swap.ring {} asks for more device slots than the {} streamed block(s): {} slot(s); "
+                     "more would never hold a block", e.config.where("block_swap.ring").str(), swap.ring_written,
+                     swap.blocks, swap.ring);
+    }
   }
   std::vector<Unit> units = e.model->units();
   if (!fetcher && e.strategy->shards_state() && !units.empty())

@@ -30,7 +30,8 @@ namespace {
 
 std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::PluginContext& ctx) {
   const wan_distill::Networks n = wan_distill::networks_from(o);
-  wan::check_vae_option(o, n.student.out_dim);  // before the weights: a wrong VAE costs no load
+  wan::check_vae_option(o, n.student.out_dim, true);  // before the weights: a wrong VAE costs no load
+  wan::check_block_swap_needs(o, ctx.layout);
   wan::use_attention_backend(wan::parse_attention_backend(o.string("attention")));
   wan_distill::DistillSettings settings = wan_distill::settings_from(o, n, true);
   const double planned_bytes =
@@ -71,7 +72,8 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
 
 std::string inspect(const wanfw::Options& o, const wanfw::TrainingLayout& layout) {
   const wan_distill::Networks n = wan_distill::networks_from(o);
-  wan::check_vae_option(o, n.student.out_dim);  // `wanfw validate` checks the VAE as a run would
+  wan::check_vae_option(o, n.student.out_dim, false);  // `wanfw validate`: the VAE's headers, not its values
+  wan::check_block_swap_needs(o, layout);
   const wan_distill::DistillSettings s = wan_distill::settings_from(o, n, false);
   const auto blocks = wan_distill::block_mapping(n.student.num_layers, n.teacher.num_layers);
   std::vector<std::string> pairs;

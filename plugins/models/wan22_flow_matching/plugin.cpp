@@ -70,7 +70,8 @@ FlowMatchingSettings settings_from(const wanfw::Options& o, const wan::WanConfig
 
 std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::PluginContext& ctx) {
   const wan::WanConfig config = config_from(o);
-  wan::check_vae_option(o, config.out_dim);  // before the weights: a wrong VAE costs no load
+  wan::check_vae_option(o, config.out_dim, true);  // before the weights: a wrong VAE costs no load
+  wan::check_block_swap_needs(o, ctx.layout);
   wan::use_attention_backend(wan::parse_attention_backend(o.string("attention")));
   // Built where it will train, in the weights' dtype, part by part: the checkpoint is then copied
   // straight into the final parameters, never held whole in fp32 on the CPU.
@@ -104,7 +105,8 @@ std::string weights_summary(const wanfw::Options& o, const wan::WanConfig& c, Ex
 
 std::string inspect(const wanfw::Options& o, const wanfw::TrainingLayout& layout) {
   const wan::WanConfig c = config_from(o);
-  wan::check_vae_option(o, c.out_dim);  // `wanfw validate` checks the VAE as a run would
+  wan::check_vae_option(o, c.out_dim, false);  // `wanfw validate`: the VAE's headers, not its values
+  wan::check_block_swap_needs(o, layout);
   const FlowMatchingSettings s = settings_from(o, c);
   const int models = s.expert == Expert::Both ? 2 : 1;
   const double n = static_cast<double>(c.parameter_count() * models);

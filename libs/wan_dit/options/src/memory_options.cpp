@@ -1,5 +1,7 @@
 #include "wan/memory_options.hpp"
 
+#include <fmt/format.h>
+
 namespace wan {
 
 using T = wanfw::OptionType;
@@ -39,6 +41,16 @@ bool activation_offload_from(const wanfw::Options& options) {
                                        "gradient_checkpointing is off",
                  "set gradient_checkpointing: true as well");
   return true;
+}
+
+void check_block_swap_needs(const wanfw::Options& options, const wanfw::TrainingLayout& layout) {
+  if (layout.swapped_blocks > 0 && !options.boolean("gradient_checkpointing"))
+    options.fail("gradient_checkpointing",
+                 fmt::format("block swap streams {} block(s) through device slots, but gradient_checkpointing is off: "
+                             "a block would keep its streamed weights for backward, where its slot holds another "
+                             "block's", layout.swapped_blocks),
+                 "set gradient_checkpointing: true (a checkpointed block keeps its inputs and recomputes), or remove "
+                 "block_swap");
 }
 
 }  // namespace wan

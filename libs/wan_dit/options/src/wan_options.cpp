@@ -152,13 +152,13 @@ wanfw::OptionSpec attention_option() {
 std::vector<wanfw::OptionSpec> sampler_options(double guidance, const std::string& guidance_doc,
                                                const std::string& size_doc) {
   return {
-      wanfw::option("sample_steps", T::Integer).value("20").doc("Steps of `wanfw sample`."),
+      wanfw::option("sample_steps", T::Integer).value("20").doc("Steps of `wanfw sample`, 1 to 1000."),
       wanfw::option("sample_solver", T::Choice)
           .value("euler")
           .choices({"euler", "renoise"})
           .doc("euler: x += (s' - s) v, the official sampler; renoise: each step predicts x0 = x - s v and "
                "noises it afresh to the next level, x = (1 - s') x0 + s' eps (how few-step DMD students sample)."),
-      wanfw::option("preview_steps", T::Integer).value("10").doc("Euler steps of the preview image at each validation."),
+      wanfw::option("preview_steps", T::Integer).value("10").doc("Euler steps of the preview at each validation, 1 to 1000."),
       wanfw::option("sample_guidance", T::Number).value(fmt::format("{:.1f}", guidance)).doc(guidance_doc),
       wanfw::option("sample_shift", T::Number)
           .value("5.0")
@@ -175,8 +175,12 @@ SamplerSettings sampler_settings_from(const wanfw::Options& o) {
   s.shift = o.number("sample_shift");
   s.solver = o.string("sample_solver");
   s.size = bucket_option(o, "sample_size");
-  if (s.steps < 1) o.fail("sample_steps", "must be at least 1");
-  if (s.preview_steps < 1) o.fail("preview_steps", "must be at least 1");
+  // The schedule has 1000 timesteps: a sampler of more steps would visit the same levels again.
+  constexpr std::int64_t kMostSteps = 1000;
+  for (const auto& [name, steps] : {std::pair{"sample_steps", s.steps}, std::pair{"preview_steps", s.preview_steps}})
+    if (steps < 1 || steps > kMostSteps)
+      o.fail(name, fmt::format("must lie in [1, {}] (the schedule's timesteps), got {}", kMostSteps, steps),
+             "the Wan models sample well in 20 to 50 steps; previews need fewer");
   if (s.shift <= 0) o.fail("sample_shift", "must be positive");
   return s;
 }

@@ -12,11 +12,19 @@ namespace {
 using wanfw::option;
 using T = wanfw::OptionType;
 
+// The frame rates a preview may play at: slower is a slide show, faster than players show.
+constexpr double kLeastFps = 1;
+constexpr double kMostFps = 240;
+
 class VaeVideoDecoder final : public wanfw::VideoDecoder {
  public:
   VaeVideoDecoder(WanVae vae, double fps, std::string source, c10::Device device)
       : vae_(std::move(vae)), fps_(fps), source_(std::move(source)), device_(device) {}
 
+  wanfw::LatentLayout latent_layout() const override {
+    const VaeConfig& c = vae_->config();
+    return {c.z_dim, c.scale_factor_temporal, c.scale_factor_spatial};
+  }
   at::Tensor decode(const at::Tensor& latents) override {
     const at::Tensor on_device = latents.to(device_, at::kFloat);
     return vae_->decode_latents(on_device).to(at::kCPU, at::kFloat);
@@ -34,6 +42,15 @@ class VaeVideoDecoder final : public wanfw::VideoDecoder {
   c10::Device device_;
 };
 
+/// Option vae_fps, refused outside 0 (the VAE's own rate) and [kLeastFps, kMostFps].
+double checked_fps(const wanfw::Options& o) {
+  const double fps = o.number("vae_fps");
+  if (fps != 0 && !(fps >= kLeastFps && fps <= kMostFps))
+    o.fail("vae_fps", fmt::format("{} frames a second: a preview plays at {} to {}", fps, kLeastFps, kMostFps),
+           "set 0 for the VAE's own rate (16 for Wan2.1's VAE, 24 for Wan2.2's), or a rate in that range");
+  return fps;
+}
+
 }  // namespace
 
 std::vector<wanfw::OptionSpec> vae_options() {
@@ -47,16 +64,19 @@ std::vector<wanfw::OptionSpec> vae_options() {
           .value("float32")
           .choices({"float32", "bfloat16"})
           .doc("The VAE's weights and compute dtype; bfloat16 halves its memory and time on GPUs."),
-      option("vae_fps", T::Number).value("0").doc("Frames a second of decoded video; 0: 16 for Wan2.1's VAE, 24 for Wan2.2's."),
+      option("vae_fps", T::Number)
+          .value("0")
+          .doc("Frames a second of decoded video, 1 to 240; 0: 16 for Wan2.1's VAE, 24 for Wan2.2's."),
   };
 }
 
-void check_vae_option(const wanfw::Options& o, std::int64_t latent_channels) {
+void check_vae_option(const wanfw::Options& o, std::int64_t latent_channels, bool read_weights) {
+  checked_fps(o);
   const std::string path = o.string("vae");
   if (path.empty()) return;
   VaeConfig config;
   try {
-    config = inspect_vae(path);
+    config = check_vae_weights(path, read_weights);
   } catch (const wanfw::FileError& e) {
     o.fail("vae", e.what());
   }
@@ -72,8 +92,7 @@ std::unique_ptr<wanfw::VideoDecoder> make_vae_decoder(const wanfw::Options& o, c
   if (path.empty()) return nullptr;  // previews stay latent images
   const at::ScalarType dtype = o.string("vae_dtype") == "bfloat16" ? at::kBFloat16 : at::kFloat;
   WanVae vae = load_vae(path, dtype, context.device);
-  double fps = o.number("vae_fps");
-  if (fps < 0) o.fail("vae_fps", "must be 0 (the VAE's own) or positive");
+  double fps = checked_fps(o);
   if (fps == 0) fps = vae->config().z_dim == 48 ? 24.0 : 16.0;
   return std::make_unique<VaeVideoDecoder>(std::move(vae), fps, path, context.device);
 }

@@ -5,6 +5,11 @@
 #include <regex>
 #include <utility>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "wanfw/error.hpp"
+
 namespace wan {
 
 namespace {
@@ -56,6 +61,35 @@ std::string diffusers_vae_name(const std::string& official, const VaeConfig& con
        {".shortcut.", ".conv_shortcut."}}};
   for (const auto& [from, to] : residual) name = replaced(name, from, to);
   return name;
+}
+
+std::map<std::string, std::string> match_vae_tensors(const wanfw::SafetensorsCheckpoint& file,
+                                                     const std::filesystem::path& weights, const VaeConfig& config,
+                                                     const std::map<std::string, std::vector<std::int64_t>>& expected) {
+  std::map<std::string, std::string> source;  // diffusers name -> name in the file
+  for (const std::string& name : file.names()) {
+    const std::string ours = diffusers_vae_name(name, config);
+    if (!source.emplace(ours, name).second)
+      throw wanfw::FileError(fmt::format("{}: tensors {} and {} are the same parameter {}", weights.string(),
+                                         source.at(ours), name, ours));
+  }
+  for (const auto& [parameter, shape] : expected) {
+    const auto it = source.find(parameter);
+    if (it == source.end())
+      throw wanfw::FileError(fmt::format("{}: the {} VAE's parameter {} is missing", weights.string(), config.name,
+                                         parameter),
+                             "use the VAE the model was trained with (Wan2.1's for 2.1 and A14B, Wan2.2's for TI2V-5B)");
+    const std::vector<std::int64_t>& stored = file.record(it->second).shape;
+    if (stored != shape)
+      throw wanfw::FileError(fmt::format("{}: {} has shape {}; the {} VAE's {} is [{}]", weights.string(), it->second,
+                                         fmt::join(stored, "x"), config.name, parameter, fmt::join(shape, ", ")));
+  }
+  for (const auto& [ours, theirs] : source)
+    if (!expected.count(ours))
+      throw wanfw::FileError(fmt::format("{}: tensor {} is no parameter of the {} VAE", weights.string(), theirs,
+                                         config.name),
+                             "is this a Wan VAE? its config.json must match its weights");
+  return source;
 }
 
 }  // namespace wan

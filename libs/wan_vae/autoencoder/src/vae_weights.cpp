@@ -7,11 +7,9 @@
 #include <cstdint>
 #include <map>
 #include <optional>
-#include <set>
 #include <utility>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <torch/torch.h>
 
 #include "vae_names.hpp"
@@ -19,6 +17,7 @@
 #include "wanfw/error.hpp"
 #include "wanfw/log.hpp"
 #include "wanfw/safetensors.hpp"
+#include "wanfw/tensor_check.hpp"
 
 namespace fs = std::filesystem;
 
@@ -53,6 +52,15 @@ void release_pages(const at::Tensor& mapped) {
   const std::uintptr_t first = (begin + page - 1) / page * page;  // whole pages only: neighbours keep theirs
   const std::uintptr_t last = (begin + static_cast<std::uintptr_t>(mapped.nbytes())) / page * page;
   if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
+/// A VAE's weights must be real floating-point and finite, like every model's.
+wanfw::TensorRole vae_weight_role() {
+  wanfw::TensorRole role = wanfw::TensorRole::weight();
+  role.what = "a VAE weight";
+  role.hint = "download the VAE again (or use the one the model was trained with): a Wan VAE's weights are finite "
+              "floating-point numbers";
+  return role;
 }
 
 /// A VAE's weights file, opened (its header), and its config.
@@ -96,38 +104,30 @@ VaeSource open_vae(const fs::path& path) {
 
 VaeConfig inspect_vae(const fs::path& path) { return open_vae(path).config; }
 
+VaeConfig check_vae_weights(const fs::path& path, bool values) {
+  const auto [weights, file, config] = open_vae(path);
+  wanfw::TensorRole role = vae_weight_role();
+  role.finite = values;  // without it the gate reads the headers alone: dtypes, no values
+  for (const std::string& name : file.names()) {
+    const at::Tensor mapped = file.tensor(name);
+    wanfw::check_tensor(mapped, role, file.file_of(name), name);
+    if (values) release_pages(mapped);
+  }
+  return config;
+}
+
 WanVae load_vae(const fs::path& path, at::ScalarType dtype, const c10::Device& device) {
   const auto [weights, file, config] = open_vae(path);
   WanVae vae(config);
-  std::map<std::string, std::string> source;  // diffusers name -> name in the file
-  for (const std::string& name : file.names()) {
-    const std::string ours = diffusers_vae_name(name, config);
-    if (!source.emplace(ours, name).second)
-      throw wanfw::FileError(fmt::format("{}: tensors {} and {} are the same parameter {}", weights.string(),
-                                         source.at(ours), name, ours));
-  }
-  std::set<std::string> expected;
-  for (const auto& p : vae->named_parameters()) {
-    expected.insert(p.key());
-    const auto it = source.find(p.key());
-    if (it == source.end())
-      throw wanfw::FileError(fmt::format("{}: the {} VAE's parameter {} is missing", weights.string(), config.name,
-                                         p.key()),
-                             "use the VAE the model was trained with (Wan2.1's for 2.1 and A14B, Wan2.2's for TI2V-5B)");
-    const auto& shape = file.record(it->second).shape;
-    if (std::vector<std::int64_t>(p.value().sizes().begin(), p.value().sizes().end()) != shape)
-      throw wanfw::FileError(fmt::format("{}: {} has shape {}; the {} VAE's {} is {}", weights.string(), it->second,
-                                         fmt::join(shape, "x"), config.name, p.key(), c10::str(p.value().sizes())));
-  }
-  for (const auto& [ours, theirs] : source)
-    if (!expected.count(ours))
-      throw wanfw::FileError(fmt::format("{}: tensor {} is no parameter of the {} VAE", weights.string(), theirs,
-                                         config.name),
-                             "is this a Wan VAE? its config.json must match its weights");
+  std::map<std::string, std::vector<std::int64_t>> expected;
+  for (const auto& p : vae->named_parameters()) expected.emplace(p.key(), p.value().sizes().vec());
+  const std::map<std::string, std::string> source = match_vae_tensors(file, weights, config, expected);
   torch::NoGradGuard no_grad;
+  const wanfw::TensorRole role = vae_weight_role();
   for (auto& p : vae->named_parameters()) {
-    const at::Tensor mapped = file.tensor(source.at(p.key()));
-    p.value().set_data(mapped.to(at::kFloat).clone());
+    const std::string& name = source.at(p.key());
+    const at::Tensor mapped = file.tensor(name);
+    p.value().set_data(wanfw::read_checked(mapped, role, file.file_of(name), name, at::kFloat));
     release_pages(mapped);
   }
   vae->to(device, dtype);

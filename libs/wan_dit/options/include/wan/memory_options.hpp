@@ -5,6 +5,7 @@
 #include <string>
 
 #include "wanfw/options.hpp"
+#include "wanfw/plugin.hpp"
 
 namespace wan {
 
@@ -23,5 +24,10 @@ wanfw::OptionSpec activation_offload_option();
 /// Whether that option is on; an error pointing at it when gradient_checkpointing is off (without
 /// checkpointing every activation stays, and offloading one input per block saves nothing).
 bool activation_offload_from(const wanfw::Options& options);
+
+/// An error pointing at gradient_checkpointing when `layout` streams blocks (block_swap.blocks)
+/// and the option is off: a block that keeps its weights for backward would find another block's
+/// in its device slot. Checked with the config, not at the first backward.
+void check_block_swap_needs(const wanfw::Options& options, const wanfw::TrainingLayout& layout);
 
 }  // namespace wan
