@@ -90,6 +90,18 @@ def test_a_negative_position_in_the_trainer_state_is_refused_naming_the_field(tm
     assert "resume from an earlier checkpoint" in result.stderr
 
 
+@pytest.mark.parametrize("written, shown", [("1.0333e37", "1.0333e+37"), ("18446744073709551615", "18446744073709551615"),
+                                           ('"2"', '"2"')], ids=["float", "past_int64", "string"])
+def test_a_step_in_the_trainer_state_that_is_no_int64_is_refused_naming_the_field(tmp_path, written, shown):
+    path, folder = short_run(tmp_path)
+    state = folder / "step-00000002" / "trainer_state.json"
+    state.write_text(state.read_text().replace('"step": 2', f'"step": {written}'))
+    result = wanfw("run", path, "--resume", "auto", check=1)
+    assert f"{state}: 'step' is" in result.stderr and "where a step count belongs (an integer)" in result.stderr, \
+        result.stderr
+    assert "resume from an earlier checkpoint" in result.stderr
+
+
 def test_a_yaml_alias_that_contains_itself_is_refused_at_its_line(tmp_path):
     path = tmp_path / "exp.yaml"
     path.write_text(f"""run: {{name: exp, output_dir: {tmp_path / 'runs'}}}
