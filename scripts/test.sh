@@ -10,7 +10,13 @@ cd "$root/${WANFW_BUILD_DIR:-build}"
 log="$PWD/ctest-last.log"
 rm -rf test-results  # each integration entry writes its tests' times there (JUnit XML)
 status=0
-ctest --output-on-failure --parallel "${WANFW_TEST_JOBS:-2}" --timeout 900 "$@" 2>&1 | tee "$log" || status=$?
+# One CTest job a core, as many as the memory holds at 4 GiB a job (an 8-rank torchrun entry
+# peaks near that); the 2-core, 24 GiB machine runs 2. WANFW_TEST_JOBS overrides.
+cores="$(nproc)"
+memory_gib="$(awk '/^MemTotal:/ { print int($2 / 1048576) }' /proc/meminfo)"
+jobs=$(( cores < memory_gib / 4 ? cores : memory_gib / 4 ))
+jobs=$(( jobs > 0 ? jobs : 1 ))
+ctest --output-on-failure --parallel "${WANFW_TEST_JOBS:-$jobs}" --timeout 900 "$@" 2>&1 | tee "$log" || status=$?
 # "  12/150 Test #123: integration.dmd ......   Passed   41.27 sec"
 # (sed, not head: head closing the pipe early would fail the script under pipefail)
 slowest="$(perl -ne 'printf "  %8.1f  %s\n", $2, $1 if /Test +#\d+: (.*?) \.{3,}.* ([\d.]+) sec$/' "$log" |
