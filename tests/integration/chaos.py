@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness.equivalence import assert_same_training, tiny_wan_rounding, trained  # noqa: E402
-from harness.launch import TORCHRUN, free_port, launched_ranks  # noqa: E402
+from harness.launch import PRELOADED_TORCHRUN, TORCHRUN, free_port, launched_ranks  # noqa: E402
 from harness.runs import WANFW, base_config, checkpoints, write_config  # noqa: E402
 
 LR = 1e-3
@@ -121,13 +121,17 @@ class Workspace:
 def launch(config, ranks, args, env):
     """Starts wanfw (under torchrun for several ranks), its output into a file next to `config`."""
     environment = {**os.environ, "OMP_NUM_THREADS": "1", **env}
-    command = [str(WANFW), "run", str(config), *args] if ranks == 1 else \
-        [str(TORCHRUN), "--no-python", f"--nproc-per-node={ranks}", "--master-addr=127.0.0.1",
-         f"--master-port={free_port()}", str(WANFW), "run", str(config), *args]
-    with open(Path(config).with_suffix(".log"), "w") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment,
-                                   start_new_session=True)
-    process.log = Path(config).with_suffix(".log")
+    log = Path(config).with_suffix(".log")
+    if ranks == 1:
+        with open(log, "w") as output:
+            process = subprocess.Popen([str(WANFW), "run", str(config), *args], stdout=output,
+                                       stderr=subprocess.STDOUT, env=environment, start_new_session=True)
+    else:
+        process = PRELOADED_TORCHRUN.start(
+            [str(TORCHRUN), "--no-python", f"--nproc-per-node={ranks}", "--master-addr=127.0.0.1",
+             f"--master-port={free_port()}", str(WANFW), "run", str(config), *args], environment, log,
+            new_session=True)
+    process.log = log
     return process
 
 

@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from harness.equivalence import assert_same_training, state, tiny_wan_rounding
-from harness.launch import TORCHRUN, free_port, torchrun
+from harness.launch import PRELOADED_TORCHRUN, TORCHRUN, free_port, torchrun
 from harness.layouts import DDP, LR, STEPS, TOKENS, assert_same_weights, experiment, linear_experiment, run_on
 from harness.runs import TEST_PLUGINS, WANFW, checkpoints, metrics, wanfw, write_config
 
@@ -54,12 +54,13 @@ def test_two_nodes_on_loopback_train_together(tmp_path):
     path = linear_experiment(tmp_path, "nodes", {"name": "ddp", "timeout_s": 60}, 8)
     port = free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    nodes = [subprocess.Popen([str(TORCHRUN), "--no-python", "--nnodes=2", f"--node-rank={node}", "--nproc-per-node=1",
-                               "--master-addr=127.0.0.1", f"--master-port={port}", str(WANFW), "run", str(path)],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    nodes = [PRELOADED_TORCHRUN.start([TORCHRUN, "--no-python", "--nnodes=2", f"--node-rank={node}", "--nproc-per-node=1",
+                                       "--master-addr=127.0.0.1", f"--master-port={port}", WANFW, "run", path],
+                                      env, tmp_path / f"node{node}.log")
              for node in (0, 1)]
-    outputs = [node.communicate(timeout=240)[0] for node in nodes]
-    assert [node.returncode for node in nodes] == [0, 0], outputs
+    codes = [node.wait(timeout=240) for node in nodes]
+    outputs = [(tmp_path / f"node{node}.log").read_text() for node in (0, 1)]
+    assert codes == [0, 0], outputs
     assert "ddp: rank 0 of 2" in outputs[0]
     assert_same_weights(state(tmp_path, "nodes"), reference_run(tmp_path, 16))
 

@@ -2,7 +2,6 @@
 images with captions -> shards -> `wanfw data verify` -> training; re-runs encode only what changed."""
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -10,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from harness.media import TOOL, tiny_encoders
+from harness.media import TOOL, encode_dataset, tiny_encoders
 from harness.references import reference_model
 from harness.runs import base_config, wanfw, write_config
 
@@ -52,10 +51,9 @@ def sources(tmp_path_factory):
 
 
 def encode(clips, encoders, out, *extra):
-    command = [sys.executable, str(TOOL), str(clips), str(out), "--vae", str(encoders / "vae"),
-               "--text-encoder", str(encoders / "text_encoder"), "--tokenizer", str(encoders / "tokenizer"),
-               "--buckets", "5x32x48,5x48x32,1x32x48", "--text-len", str(TEXT_LEN), "--shard-mb", "0.01", *extra]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    result = encode_dataset(clips, out, "--vae", encoders / "vae", "--text-encoder", encoders / "text_encoder",
+                            "--tokenizer", encoders / "tokenizer", "--buckets", "5x32x48,5x48x32,1x32x48",
+                            "--text-len", TEXT_LEN, "--shard-mb", "0.01", *extra)
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout
 
@@ -189,14 +187,14 @@ def test_prompts_alone_encode_to_text_embeddings_that_data_free_distillation_tra
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("a red ball moves left\n\na blue ball over the grass\nthe sky\n")
     out = tmp_path / "prompts"
-    command = [sys.executable, str(TOOL), str(prompts), str(out), "--prompts", "--text-encoder",
-               str(encoders / "text_encoder"), "--tokenizer", str(encoders / "tokenizer"), "--text-len", str(TEXT_LEN)]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    args = [prompts, out, "--prompts", "--text-encoder", encoders / "text_encoder", "--tokenizer",
+            encoders / "tokenizer", "--text-len", TEXT_LEN]
+    result = encode_dataset(*args)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "ok: 3 samples" in wanfw("data", "verify", out, check=0).stdout
     manifest = json.loads((out / "manifest.json").read_text())
     assert [set(s["fields"]) for s in manifest["samples"]] == [{"context"}] * 3
-    assert "encoded 0, caption re-encoded 0, reused 3" in subprocess.run(command, capture_output=True, text=True).stdout
+    assert "encoded 0, caption re-encoded 0, reused 3" in encode_dataset(*args).stdout
 
     reference_model(tmp_path / "teacher", seed=3)
     config = base_config(tmp_path / "runs", model={"name": "wan22_distill", "teacher_preset": "tiny",

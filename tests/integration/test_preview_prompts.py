@@ -1,15 +1,13 @@
 """validation.preview_prompts: prompts encoded ahead of time (tools/encode_dataset.py --prompts)
 previewed at each validation instead of held-out samples, at the model's sample_size."""
 import io
-import subprocess
-import sys
 
 import pytest
 from PIL import Image
 from safetensors.torch import load_file
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from harness.media import FPS, TOOL, assert_close, expected_frames, mp4_frames, probe, tiny_encoders, wan_model
+from harness.media import FPS, assert_close, encode_dataset, expected_frames, mp4_frames, probe, tiny_encoders, wan_model
 from harness.references import reference_vae
 from harness.runs import base_config, wanfw, write_config
 
@@ -24,10 +22,8 @@ def prompts(tmp_path_factory):
     encoders = tiny_encoders(tmp / "encoders")
     (tmp / "prompts.txt").write_text("\n".join(PROMPTS) + "\n")
     out = tmp / "prompt_set"
-    result = subprocess.run([sys.executable, str(TOOL), str(tmp / "prompts.txt"), str(out), "--prompts",
-                             "--text-encoder", str(encoders / "text_encoder"), "--tokenizer",
-                             str(encoders / "tokenizer"), "--text-len", "8"],
-                            capture_output=True, text=True, timeout=600)
+    result = encode_dataset(tmp / "prompts.txt", out, "--prompts", "--text-encoder", encoders / "text_encoder",
+                            "--tokenizer", encoders / "tokenizer", "--text-len", 8)
     assert result.returncode == 0, result.stdout + result.stderr
     return out
 

@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -19,10 +18,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from harness.launch import free_port
+from harness.launch import PRELOADED_TORCHRUN, TORCHRUN, free_port
 from harness.runs import BAD_PLUGINS, BUILD, SOURCE, base_config, checkpoints, plugin_abi, wanfw, write_config
 
-TORCHRUN = Path(sys.executable).parent / "torchrun"
 TORCH_CMAKE = Path(torch.utils.cmake_prefix_path)
 
 
@@ -92,8 +90,7 @@ def tiny_wan_config(tmp_path, plugins_dir, name, strategy, steps=24, loggers=Non
 def installed_torchrun(prefix, *args, nproc=2):
     command = [str(TORCHRUN), "--no-python", f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1",
                f"--master-port={free_port()}", str(prefix / "bin" / "wanfw"), *map(str, args)]
-    return subprocess.run(command, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return PRELOADED_TORCHRUN.run(command, 600, {**os.environ, "OMP_NUM_THREADS": "1"})
 
 
 def csv_rows(path):

@@ -7,11 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness import preloaded_torchrun
+from harness.preloaded import Program
 from harness.runs import BUILD, WANFW
 
 
 TORCHRUN = Path(sys.executable).parent / "torchrun"
+# The venv's torchrun without its start-up (preloaded.py): the same main(), forked from a
+# server that imported it once. `.run` as subprocess.run, `.start` as subprocess.Popen.
+PRELOADED_TORCHRUN = Program(["torch.distributed.run"], main="torch.distributed.run:main")
 
 
 def free_port() -> int:
@@ -23,10 +26,9 @@ def free_port() -> int:
 def run_on_free_port(command, timeout, env):
     """Runs command(port) on a free port. A port probed free can be taken before torchrun's
     rendezvous listens on it (another process's outgoing connection): torchrun then fails before
-    any rank starts, saying EADDRINUSE, and the launch is retried on another port. torchrun runs
-    from a server that imported it once (preloaded_torchrun.py)."""
+    any rank starts, saying EADDRINUSE, and the launch is retried on another port."""
     for attempt in range(3):
-        result = preloaded_torchrun.run(command(free_port()), timeout, env)
+        result = PRELOADED_TORCHRUN.run(command(free_port()), timeout, env)
         if result.returncode == 0 or "failed to listen on any local network address" not in result.stderr:
             return result
     return result

@@ -2,6 +2,7 @@
 independent reader (ffprobe, PyAV), and tiny text and VAE encoders for encode_dataset."""
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import av
 import numpy as np
 import torch
 
+from harness.preloaded import Program
 from harness.runs import SOURCE
 
 
@@ -66,6 +68,15 @@ def assert_close(frames, expected, what, luma_bound=MP4_LUMA_BOUND):
 
 
 TOOL = SOURCE / "tools" / "encode_dataset.py"
+# The tool without its start-up (preloaded.py): torch, PyAV, diffusers' VAE and
+# transformers' UMT5 imported once a test process, 13 s of CPU a launch.
+ENCODER = Program(["torch", "av", "PIL.Image", "diffusers:AutoencoderKLWan", "transformers:UMT5EncoderModel",
+                   "transformers:AutoTokenizer"], script=TOOL)
+
+
+def encode_dataset(*args, timeout=600) -> subprocess.CompletedProcess:
+    """`python tools/encode_dataset.py ARGS`, its output captured as subprocess.run's."""
+    return ENCODER.run([TOOL, *map(str, args)], timeout, os.environ)
 WORDS = ["a", "red", "blue", "ball", "moves", "left", "right", "over", "the", "grass", "sky", "image", "of", "still"]
 
 
