@@ -2,8 +2,9 @@
 
 #include <cmath>
 
-#include <torch/autograd.h>
-#include <torch/torch.h>
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <torch/csrc/autograd/custom_function.h>
 
 namespace wan {
 
@@ -43,7 +44,7 @@ struct Fp8Linear : torch::autograd::Function<Fp8Linear> {
     ctx->saved_data["scaling"] = scaling;
     ctx->saved_data["has_bias"] = bias.defined();
     const torch::Tensor w = dequantize_fp8(weight, x.scalar_type());
-    return bias.defined() ? torch::nn::functional::linear(x, w, bias) : torch::nn::functional::linear(x, w);
+    return bias.defined() ? at::linear(x, w, bias) : at::linear(x, w);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -61,7 +62,7 @@ struct Fp8Linear : torch::autograd::Function<Fp8Linear> {
 }  // namespace
 
 Fp8Weight quantize_fp8(const torch::Tensor& weight) {
-  torch::NoGradGuard no_grad;
+  at::NoGradGuard no_grad;
   Fp8Weight out;
   out.scaling = scaling_of(weight);
   const torch::Tensor w = torch::nan_to_num(grouped(weight.to(torch::kFloat32), out.scaling), 0.0, 0.0, 0.0);

@@ -1,7 +1,7 @@
 #include "wan/fp8_files.hpp"
 
 #include <fmt/format.h>
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
 #include "wanfw/bounded_input.hpp"
@@ -68,7 +68,7 @@ std::optional<Fp8Weight> read_fp8_weight(const wanfw::SafetensorsCheckpoint& che
   out.values = values.clone();
   if (scale_key.empty()) {  // a plain cast to fp8
     out.scaling = Fp8Scaling::PerTensor;
-    out.scales = torch::ones({1}, torch::kFloat32);
+    out.scales = at::ones({1}, torch::kFloat32);
     return out;
   }
   const torch::Tensor scale = checkpoint.tensor(scale_key);
@@ -82,7 +82,7 @@ std::optional<Fp8Weight> read_fp8_weight(const wanfw::SafetensorsCheckpoint& che
   out.scaling = *scaling;
   out.scales =
       scale.to(torch::kFloat32).reshape(out.scaling == Fp8Scaling::PerTensor ? at::IntArrayRef({1}) : scale.sizes());
-  if (!(torch::isfinite(out.scales).all().item<bool>() && (out.scales > 0).all().item<bool>()))
+  if (!(at::isfinite(out.scales).all().item<bool>() && (out.scales > 0).all().item<bool>()))
     refuse(checkpoint, scale_key, "holds a scale that is not a finite positive number");
   return out;
 }
