@@ -1,17 +1,55 @@
 """Shared helpers for the integration tests: they drive the built `wanfw` binary on real configs."""
 
+import os
 from pathlib import Path
 
 import pytest
 
+# The vector units users' CPUs may have, as the environment holds ATen, MKL and oneDNN to them in
+# the processes a test starts (wanfw, torchrun's ranks). Kept in step with the unit tests' variants
+# (WANFW_VECTOR_UNITS in tests/CMakeLists.txt).
+VECTOR_UNITS = {
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
+    "default": {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "ONEDNN_MAX_CPU_ISA": "SSE41"},
+}
+
+
+def vector_units():
+    """"native" (the processes pick their unit themselves), then every unit of VECTOR_UNITS but the
+    one ATen picks here natively, whose run would repeat the native one kernel for kernel.
+    WANFW_VECTOR_UNITS (comma-separated, e.g. "native") narrows the list."""
+    import torch
+    native = torch.backends.cpu.get_cpu_capability().lower()
+    units = ["native"] + [unit for unit in VECTOR_UNITS if unit != native]
+    chosen = os.environ.get("WANFW_VECTOR_UNITS")
+    return [unit for unit in units if unit in chosen.split(",")] if chosen else units
+
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "every_vector_unit: the suite also runs this test with ATen, MKL and oneDNN held to AVX2 and to "
-                   "their plain kernels (tests/CMakeLists.txt), so its tolerances hold on every CPU")
+        "markers", "every_vector_unit: the test runs once a vector unit: as the machine chooses, then with ATen, "
+                   "MKL and oneDNN held to AVX2 and to their plain kernels in every process it starts (the "
+                   "`vector_unit` fixture), so its tolerances hold on every CPU")
     config.addinivalue_line(
         "markers", "own_entry: a long test (torchrun on many ranks, whole trainings) that is a CTest entry of its "
                    "own, run beside the others, instead of part of its module's entry (tests/CMakeLists.txt)")
+
+
+def pytest_generate_tests(metafunc):
+    if metafunc.definition.get_closest_marker("every_vector_unit"):
+        if "vector_unit" not in metafunc.fixturenames:
+            metafunc.fixturenames.append("vector_unit")
+        metafunc.parametrize("vector_unit", vector_units(), indirect=True)
+
+
+@pytest.fixture
+def vector_unit(request, monkeypatch):
+    """The unit the processes this test starts run their kernels on ("native": their own choice, and
+    what a test not marked every_vector_unit gets when a fixture of its asks)."""
+    unit = getattr(request, "param", "native")
+    for name, value in VECTOR_UNITS.get(unit, {}).items():
+        monkeypatch.setenv(name, value)
+    return unit
 
 
 @pytest.fixture

@@ -20,8 +20,19 @@ from harness.runs import base_config, wanfw, write_config
 
 
 @pytest.fixture(scope="module")
-def preview_run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("preview")
+def preview_runs():
+    return {}  # vector unit: the run's (vae, run folder, events, stdout)
+
+
+@pytest.fixture
+def preview_run(preview_runs, vector_unit, tmp_path_factory):
+    """The run the tests read, made once a vector unit (its previews decoded with that unit's kernels)."""
+    if vector_unit not in preview_runs:
+        preview_runs[vector_unit] = preview(tmp_path_factory.mktemp(f"preview-{vector_unit}"))
+    return preview_runs[vector_unit]
+
+
+def preview(tmp):
     vae = reference_vae(tmp / "vae", "wan2.1")
     config = base_config(tmp / "runs", model=wan_model(tmp / "vae"),
                          data={"num_samples": 16, "batch_size": 2, "workers": 0,

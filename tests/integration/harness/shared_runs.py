@@ -7,6 +7,7 @@ instead of repeating it), and is made again when its config or the build changes
 
 import fcntl
 import hashlib
+import os
 import shutil
 from pathlib import Path
 
@@ -25,7 +26,10 @@ def build_stamp() -> str:
 
 def shared_run_on(name, strategy, batch, model, **sections):
     """layouts.run_on on one rank, made once for every test that asks for the same `name` and the
-    same config while the build stays the same; returns the run's last checkpoint's state."""
+    same config while the build stays the same; returns the run's last checkpoint's state. A run
+    made with ATen held to a vector unit (conftest.py's `vector_unit`) is that unit's own."""
+    unit = os.environ.get("ATEN_CPU_CAPABILITY")
+    name = f"{name}-{unit}" if unit else name
     folder = BUILD / "test-cache" / "shared-runs" / name
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder.parent / f"{name}.lock", "w") as lock:
