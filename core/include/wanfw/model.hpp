@@ -20,9 +20,19 @@ namespace wanfw {
 class DistributedSession;
 
 /// What one training step of a model yields on one micro-batch.
+/// A mean over the samples that have a value (each A14B expert's loss over the samples routed to
+/// it): logged as the sum over the logging window's micro-batches and every rank divided by the
+/// count, so that it is the same on any layout; a window whose count is 0 logs nothing for it.
+struct SampleMean {
+  at::Tensor sum;    ///< scalar (detached): the values of this micro-batch's samples that have one
+  at::Tensor count;  ///< scalar: how many samples they are
+};
+
 struct StepOutput {
   at::Tensor loss;                            ///< scalar, differentiable
   std::map<std::string, at::Tensor> metrics;  ///< scalars to log (detached), besides the loss
+  /// Means over samples, by name; every rank and micro-batch gives the same names.
+  std::map<std::string, SampleMean> sample_means{};
 };
 
 /// Named trainable parameters with their own optimizer settings (LoRA adapters at their own

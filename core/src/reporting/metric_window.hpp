@@ -5,13 +5,16 @@
 // "loss_step".
 //
 // Averaged over the window: the loss, the model's metrics and grad_norm (plain means over the
-// steps), step_time (mean) and samples_per_sec (the window's samples over its time). Taken at the
+// steps), step_time (mean) and samples_per_sec (the window's samples over its time); the model's
+// sample means as sums over the window and every rank divided by their counts (none logged when
+// no sample had a value). Taken at the
 // logging step: lr (and lr/<group>), the loss scaler, peak memory. Ranks add their own steps and
 // meet once per log (one all-reduce of the window's sums), not once per step.
 
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 
 namespace wanfw {
 
@@ -24,6 +27,7 @@ struct StepScalars {
   double seconds = 0;
   std::int64_t samples = 0;                    ///< this process's samples in the step
   std::map<std::string, double> metrics;       ///< the model's, means over the step's micro-batches
+  std::map<std::string, std::pair<double, double>> sample_means;  ///< the model's (sum, count)
   std::map<std::string, double> state;         ///< lr, loss scale, memory: the latest value is logged
 };
 
@@ -41,6 +45,7 @@ class MetricWindow {
   double seconds_ = 0;
   std::map<std::string, double> sums_;   ///< loss, grad_norm and the model's metrics
   std::map<std::string, std::int64_t> counts_;
+  std::map<std::string, std::pair<double, double>> sample_means_;  ///< (sum, count) over steps
   std::map<std::string, double> last_;   ///< loss_step and the state values of the latest step
 };
 

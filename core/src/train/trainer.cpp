@@ -82,6 +82,7 @@ Trainer::MicroBatchTotals Trainer::run_micro_batches() {
   optimizer_->zero_grad();
   at::Tensor loss_sum;
   std::map<std::string, at::Tensor> metric_sums;
+  std::map<std::string, std::pair<at::Tensor, at::Tensor>> mean_sums;
   MicroBatchTotals totals;
   totals.phase = phase;
   for (int m = 0; m < count; ++m) {
@@ -102,11 +103,19 @@ Trainer::MicroBatchTotals Trainer::run_micro_batches() {
       if (it == metric_sums.end()) metric_sums.emplace(name, v);
       else it->second = it->second + v;
     }
+    for (const auto& [name, mean] : out.sample_means) {  // read at the end: no device sync a micro-batch
+      auto& [sum, samples] = mean_sums[name];
+      const at::Tensor s = mean.sum.detach().to(at::kDouble), n = mean.count.detach().to(at::kDouble);
+      sum = sum.defined() ? sum + s : s;
+      samples = samples.defined() ? samples + n : n;
+    }
   }
   fault_point("step-gradients", strategy_->rank(), state_.step + 1);
   strategy_->before_optimizer_step(*model_);
   totals.loss = loss_sum.item<double>() / count;
   for (const auto& [name, sum] : metric_sums) totals.metrics[name] = sum.item<double>() / count;
+  for (const auto& [name, mean] : mean_sums)
+    totals.sample_means[name] = {mean.first.item<double>(), mean.second.item<double>()};
   return totals;
 }
 

@@ -84,6 +84,7 @@ class Trainer {
   struct MicroBatchTotals {
     double loss = 0;                        ///< mean over the step's micro-batches
     std::map<std::string, double> metrics;  ///< means over the step's micro-batches
+    std::map<std::string, std::pair<double, double>> sample_means;  ///< (sum, count) over them
     std::int64_t samples = 0;
     int phase = 0;                          ///< the model's training phase of the step
   };

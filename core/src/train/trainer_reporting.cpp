@@ -52,7 +52,7 @@ void Trainer::log_planned_memory() const {
 std::map<std::string, double> Trainer::report(const MicroBatchTotals& totals, double lr, double grad_norm,
                                               bool overflow, double loss_scale, double step_seconds, bool log_now) {
   skipped_steps_ += overflow ? 1 : 0;
-  StepScalars step{totals.loss, grad_norm, step_seconds, totals.samples, totals.metrics, {}};
+  StepScalars step{totals.loss, grad_norm, step_seconds, totals.samples, totals.metrics, totals.sample_means, {}};
   if (phases_.declared()) {  // each phase's own curves, besides the mixed ones
     const std::string& phase = phases_.phase(totals.phase).name;
     step.metrics[phase + "/loss"] = totals.loss;

@@ -36,6 +36,7 @@ WanFlowMatchingModel::WanFlowMatchingModel(const wan::WanConfig& config, FlowMat
     : denoiser_(config, settings.expert, settings.boundary, placement), settings_(std::move(settings)) {}
 
 std::vector<wanfw::ParameterGroup> WanFlowMatchingModel::parameter_groups() {
+  if (settings_.expert == Expert::Both) return expert_groups(denoiser_, settings_.lora, settings_.experts);
   if (!denoiser_.has_lora()) return wanfw::Model::parameter_groups();
   return {wan::adapter_group(*module(), settings_.lora)};
 }
@@ -76,7 +77,7 @@ torch::Tensor WanFlowMatchingModel::image_condition_of(const wanfw::Batch& batch
 }
 
 torch::Tensor WanFlowMatchingModel::sample_sigma(const wanfw::Batch& batch) const {
-  return wan::draw_sigma(batch, settings_.timesteps);
+  return into_expert_ranges(wan::draw_sigma(batch, settings_.timesteps), settings_.experts);
 }
 
 torch::Tensor WanFlowMatchingModel::timesteps(const torch::Tensor& sigma, const torch::Tensor& latents) const {
@@ -108,7 +109,15 @@ wanfw::StepOutput WanFlowMatchingModel::training_step(const wanfw::Batch& batch)
   const torch::Tensor sigma = sample_sigma(batch);
   const wan::DropoutSamplesScope dropout(denoiser_.dits(), batch);
   const Objective out = objective(x0, noise, sigma, batch.at("context"), image_condition_of(batch));
-  return {out.loss, {{"sigma_mean", sigma.mean().detach()}}};
+  wanfw::StepOutput step{out.loss, {{"sigma_mean", sigma.mean().detach()}}};
+  if (settings_.expert == Expert::Both) {  // each expert's loss over the samples routed to it
+    const torch::Tensor high = denoiser_.high_noise_samples(sigma).to(torch::kFloat64);
+    const torch::Tensor losses = out.per_sample.detach().to(torch::kFloat64);
+    step.sample_means["loss/high_noise"] = {(losses * high).sum(), high.sum()};
+    step.sample_means["loss/low_noise"] = {(losses * (1 - high)).sum(), (1 - high).sum()};
+    step.sample_means["share/high_noise"] = {high.sum(), torch::full({}, static_cast<double>(high.numel()))};
+  }
+  return step;
 }
 
 std::map<std::string, at::Tensor> WanFlowMatchingModel::validation_step(const wanfw::Batch& batch) {

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "expert_controls.hpp"
 #include "wan/flow_matching.hpp"
 #include "wan/wan_denoiser.hpp"
 #include "wanfw/model.hpp"
@@ -31,6 +32,7 @@ struct FlowMatchingSettings {
   std::vector<double> validation_timesteps;  ///< 0..1000
   wan::SamplerSettings sampler;  ///< `wanfw sample` and the preview
   wan::LoraSettings lora;        ///< low-rank adapters (rank 0: every weight trains)
+  ExpertControls experts;        ///< expert: both: each expert's learning-rate scale and timestep range
 };
 
 class WanFlowMatchingModel final : public wanfw::Model {

@@ -55,6 +55,7 @@ FlowMatchingSettings settings_from(const wanfw::Options& o, const wan::WanConfig
   const double hi = s.expert == Expert::LowNoise ? s.boundary : 1.0;
   s.timesteps = wan::timestep_sampling_from(o, lo, hi, "expert");
   s.validation_timesteps = wan::validation_timesteps_from(o, s.timesteps);
+  s.experts = wan_fm::expert_controls_from(o, s.expert, s.boundary, s.timesteps);
   s.lora = wan::lora_settings_from(o, config, s.expert);
 
   const std::int64_t expected_in = wan::task_in_dim(config, s.task);
@@ -111,11 +112,17 @@ std::string inspect(const wanfw::Options& o, const wanfw::TrainingLayout& layout
   const int models = s.expert == Expert::Both ? 2 : 1;
   const double n = static_cast<double>(c.parameter_count() * models);
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  const auto control = [](const char* name, const wan_fm::ExpertControl& c) {
+    return fmt::format("{}: lr x{:g}, t in [{:g}, {:g}]", name, c.lr_scale, c.min_sigma * 1000, c.max_sigma * 1000);
+  };
   const std::string experts =
-      s.expert == Expert::None ? std::string()
-                               : fmt::format("experts: {} (boundary t = {}; high noise at or above it){}\n",
-                                             o.string("expert"), s.boundary * 1000,
-                                             models == 2 ? ", two DiTs" : "");
+      s.expert == Expert::None
+          ? std::string()
+          : fmt::format("experts: {} (boundary t = {}; high noise at or above it){}\n", o.string("expert"),
+                        s.boundary * 1000,
+                        models == 2 ? fmt::format(", two DiTs; {}; {}", control("high noise", s.experts.high),
+                                                  control("low noise", s.experts.low))
+                                    : "");
   const auto split = c.rope_split();
   const std::string memory = wan::adapter_summary(c, s.lora, models);
   const std::string plan =
@@ -176,6 +183,8 @@ wanfw::PluginDescriptor describe() {
   d.options.insert(d.options.end(), lora.begin(), lora.end());
   const auto timesteps = wan::timestep_options(/*fixed=*/false);
   d.options.insert(d.options.end(), timesteps.begin(), timesteps.end());
+  const auto experts = wan_fm::expert_control_options();
+  d.options.insert(d.options.end(), experts.begin(), experts.end());
   const auto sampler = wan::sampler_options(
       5.0, "Classifier-free guidance scale; 1 disables.",
       "Latent frames x height x width (\"21x60x104\") `wanfw sample` draws when its inputs hold neither noise nor "

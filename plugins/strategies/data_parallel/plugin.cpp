@@ -97,6 +97,15 @@ class DataParallelStrategy final : public wanfw::Strategy {
       };
       add(total.loss, outputs[i].loss);
       for (const auto& [name, value] : outputs[i].metrics) add(total.metrics[name], value);
+      for (const auto& [name, mean] : outputs[i].sample_means) {  // sums: the replicas' samples together
+        auto& into = total.sample_means[name];
+        const auto summed = [&](at::Tensor& to, const at::Tensor& v) {
+          const at::Tensor d = v.detach().to(devices_.front()).to(at::kDouble);
+          to = to.defined() ? to + d : d;
+        };
+        summed(into.sum, mean.sum);
+        summed(into.count, mean.count);
+      }
     }
     return total;
   }

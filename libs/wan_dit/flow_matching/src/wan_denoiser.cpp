@@ -157,11 +157,14 @@ std::pair<double, double> WanDenoiser::sigma_range() const {
   }
 }
 
+torch::Tensor WanDenoiser::high_noise_samples(const torch::Tensor& sigma) const {
+  return sigma.to(torch::kFloat64) >= boundary_ - 1e-12;  // t >= boundary: the high-noise expert
+}
+
 torch::Tensor WanDenoiser::forward(const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& context,
                                    const torch::Tensor& y, const torch::Tensor& sigma) {
   if (!pair_) return single_->forward(x, t, context, y);
-  // Route each sample by its timestep: t >= boundary to the high-noise expert.
-  const torch::Tensor high = sigma.to(torch::kFloat64) >= boundary_ - 1e-12;
+  const torch::Tensor high = high_noise_samples(sigma);
   const std::int64_t high_count = high.sum().item<std::int64_t>();
   if (high_count == x.size(0)) return pair_->high_noise_model->forward(x, t, context, y);
   if (high_count == 0) return pair_->low_noise_model->forward(x, t, context, y);

@@ -65,6 +65,9 @@ class WanDenoiser {
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& context,
                         const torch::Tensor& y, const torch::Tensor& sigma);
 
+  /// [B] bool: the samples whose `sigma` routes them to the high-noise expert (t >= boundary).
+  torch::Tensor high_noise_samples(const torch::Tensor& sigma) const;
+
   /// The trained module: the DiT itself, or the expert pair.
   std::shared_ptr<torch::nn::Module> module() const;
   /// Every DiT held (one, or the two experts).

@@ -1,0 +1,115 @@
+#include "expert_controls.hpp"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "wan/lora.hpp"
+
+namespace wan_fm {
+
+namespace {
+
+using T = wanfw::OptionType;
+
+const char* const kExperts[] = {"high_noise", "low_noise"};
+
+/// The expert's range: its side of the boundary within the run's range, narrowed by what is set.
+ExpertControl control_from(const wanfw::Options& o, const std::string& name, double lo, double hi) {
+  ExpertControl c;
+  c.lr_scale = o.number(name + ".lr_scale");
+  if (!(c.lr_scale >= 0) || !std::isfinite(c.lr_scale))
+    o.fail(name + ".lr_scale", "must be finite and at least 0 (0 freezes the expert)");
+  c.min_sigma = o.has(name + ".min_timestep") ? o.number(name + ".min_timestep") / 1000.0 : lo;
+  c.max_sigma = o.has(name + ".max_timestep") ? o.number(name + ".max_timestep") / 1000.0 : hi;
+  if (!(c.min_sigma >= lo - 1e-12 && c.max_sigma <= hi + 1e-12 && c.min_sigma < c.max_sigma))
+    o.fail(o.has(name + ".min_timestep") ? name + ".min_timestep" : name + ".max_timestep",
+           fmt::format("the {} expert's range [{:g}, {:g}] must be a non-empty part of its side of the boundary "
+                       "within min_timestep / max_timestep: [{:g}, {:g}]",
+                       name == "high_noise" ? "high-noise" : "low-noise", c.min_sigma * 1000, c.max_sigma * 1000,
+                       lo * 1000, hi * 1000));
+  return c;
+}
+
+}  // namespace
+
+std::vector<wanfw::OptionSpec> expert_control_options() {
+  std::vector<wanfw::OptionSpec> out;
+  for (const std::string expert : kExperts) {
+    const std::string side = expert == "high_noise" ? "at or above" : "below";
+    out.push_back(wanfw::option(expert + ".lr_scale", T::Number)
+                      .value("1.0")
+                      .doc(fmt::format("expert: both: the {} expert's learning rate as a multiple of the scheduled "
+                                       "one (times lora.lr_scale under LoRA); logged as lr/{}.",
+                                       expert == "high_noise" ? "high-noise" : "low-noise", expert)));
+    out.push_back(wanfw::option(expert + ".min_timestep", T::Number)
+                      .doc(fmt::format("expert: both: the lowest timestep the expert trains on (its side: {} the "
+                                       "boundary); its samples keep their share, spread over its range.",
+                                       side)));
+    out.push_back(wanfw::option(expert + ".max_timestep", T::Number)
+                      .doc("expert: both: the highest timestep the expert trains on."));
+  }
+  return out;
+}
+
+ExpertControls expert_controls_from(const wanfw::Options& o, wan::Expert expert, double boundary,
+                                    const wan::TimestepSampling& sampling) {
+  ExpertControls c;
+  if (expert != wan::Expert::Both) {
+    for (const std::string name : kExperts)
+      for (const char* key : {".lr_scale", ".min_timestep", ".max_timestep"})
+        if (o.has(name + key) && !(std::string(key) == ".lr_scale" && o.number(name + key) == 1.0))
+          o.fail(name + key, "per-expert settings need both experts in the run",
+                 "set model.expert: both, or use lr / min_timestep / max_timestep for the one expert");
+    return c;
+  }
+  c.boundary = boundary;
+  c.side_min = sampling.min_sigma;
+  c.side_max = sampling.max_sigma;
+  c.high = control_from(o, "high_noise", std::max(boundary, sampling.min_sigma), sampling.max_sigma);
+  c.low = control_from(o, "low_noise", sampling.min_sigma, std::min(boundary, sampling.max_sigma));
+  for (const std::string name : kExperts)
+    c.ranged = c.ranged || o.has(name + ".min_timestep") || o.has(name + ".max_timestep");
+  if (c.ranged && sampling.method == "fixed")
+    o.fail("timestep_sampling", "fixed timesteps leave nothing to spread over the experts' ranges",
+           "unset high_noise / low_noise .min_timestep and .max_timestep, or draw the timesteps");
+  return c;
+}
+
+torch::Tensor into_expert_ranges(const torch::Tensor& sigma, const ExpertControls& c) {
+  if (!c.ranged) return sigma;
+  const torch::Tensor s = sigma.to(torch::kFloat64);
+  const double high_from = std::max(c.boundary, c.side_min), low_to = std::min(c.boundary, c.side_max);
+  // Each side's place (0 at its lower end, 1 at its upper) carried into the expert's range.
+  const torch::Tensor high = c.high.min_sigma + (c.high.max_sigma - c.high.min_sigma) *
+                                                    ((s - high_from) / std::max(c.side_max - high_from, 1e-12));
+  const torch::Tensor low =
+      c.low.min_sigma + (c.low.max_sigma - c.low.min_sigma) * ((s - c.side_min) / std::max(low_to - c.side_min, 1e-12));
+  return torch::where(s >= c.boundary, high, low).to(sigma.scalar_type());
+}
+
+std::vector<wanfw::ParameterGroup> expert_groups(const wan::WanDenoiser& denoiser, const wan::LoraSettings& lora,
+                                                 const ExpertControls& controls) {
+  std::vector<wanfw::ParameterGroup> groups;
+  const auto dits = denoiser.dits();
+  for (std::size_t i = 0; i < dits.size(); ++i) {
+    wanfw::ParameterGroup group;
+    group.name = denoiser.expert_name(i);
+    const ExpertControl& c = group.name == "high_noise" ? controls.high : controls.low;
+    const std::string prefix = group.name + "_model.";
+    if (lora.enabled()) {
+      for (auto& [name, tensor] : wan::adapter_parameters(*dits[i]))
+        group.parameters.emplace_back(prefix + name, tensor);
+      group.lr_scale = lora.lr_scale * c.lr_scale;
+      group.weight_decay = lora.weight_decay;
+    } else {
+      for (const auto& item : dits[i]->named_parameters(/*recurse=*/true))
+        if (item.value().requires_grad()) group.parameters.emplace_back(prefix + item.key(), item.value());
+      group.lr_scale = c.lr_scale;
+    }
+    groups.push_back(std::move(group));
+  }
+  return groups;
+}
+
+}  // namespace wan_fm

@@ -1,0 +1,52 @@
+#pragma once
+// What a run that trains both A14B experts sets per expert: the high-noise expert overtrains
+// where the low-noise one can take far more, so each has its own learning-rate scale (its own
+// parameter group, logged as lr/high_noise and lr/low_noise) and its own timestep range.
+//
+// A range keeps the share of samples each expert gets: a sample's s is drawn as without ranges
+// and routed by the boundary; then its place on its expert's side of the boundary is carried
+// linearly into that expert's range (the shape of the distribution on that side kept, as
+// min_timestep / max_timestep do for the whole run). Without a range set, s is left untouched.
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "wan/flow_matching.hpp"
+#include "wan/wan_denoiser.hpp"
+#include "wanfw/model.hpp"
+#include "wanfw/options.hpp"
+
+namespace wan_fm {
+
+struct ExpertControl {
+  double lr_scale = 1.0;
+  double min_sigma = 0.0, max_sigma = 1.0;  ///< the expert's range (timestep / 1000)
+};
+
+struct ExpertControls {
+  bool ranged = false;  ///< some range was set: draws are carried into the ranges
+  double boundary = 0.0;
+  double side_min = 0.0, side_max = 1.0;  ///< the run's range the draws come from (min/max_timestep)
+  ExpertControl high, low;
+};
+
+/// high_noise.{lr_scale, min_timestep, max_timestep} and low_noise.{...}.
+std::vector<wanfw::OptionSpec> expert_control_options();
+
+/// The controls of `expert` (Both; any other expert setting refuses them) split at `boundary`
+/// (sigma units), within the run's range `sampling`; a ConfigError names the option at fault.
+ExpertControls expert_controls_from(const wanfw::Options& o, wan::Expert expert, double boundary,
+                                    const wan::TimestepSampling& sampling);
+
+/// `sigma` [B] carried into the experts' ranges (unchanged when no range is set).
+torch::Tensor into_expert_ranges(const torch::Tensor& sigma, const ExpertControls& controls);
+
+/// One parameter group an expert: its trained parameters (its adapters under LoRA), at the LoRA
+/// scale times the expert's, named "high_noise" and "low_noise".
+std::vector<wanfw::ParameterGroup> expert_groups(const wan::WanDenoiser& denoiser, const wan::LoraSettings& lora,
+                                                 const ExpertControls& controls);
+
+}  // namespace wan_fm
