@@ -85,7 +85,7 @@ torch::Tensor into_expert_ranges(const torch::Tensor& sigma, const ExpertControl
                                                     ((s - high_from) / std::max(c.side_max - high_from, 1e-12));
   const torch::Tensor low =
       c.low.min_sigma + (c.low.max_sigma - c.low.min_sigma) * ((s - c.side_min) / std::max(low_to - c.side_min, 1e-12));
-  return torch::where(s >= c.boundary, high, low).to(sigma.scalar_type());
+  return torch::where(s >= c.boundary - 1e-12, high, low).to(sigma.scalar_type());  // the denoiser's routing rule
 }
 
 std::vector<wanfw::ParameterGroup> expert_groups(const wan::WanDenoiser& denoiser, const wan::LoraSettings& lora,
