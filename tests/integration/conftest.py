@@ -1,5 +1,6 @@
 """Shared helpers for the integration tests: they drive the built `wanfw` binary on real configs."""
 
+import functools
 import os
 from pathlib import Path
 
@@ -14,6 +15,7 @@ VECTOR_UNITS = {
 }
 
 
+@functools.cache
 def vector_units():
     """"native" (the processes pick their unit themselves), then every unit of VECTOR_UNITS but the
     one ATen picks here natively, whose run would repeat the native one kernel for kernel.
@@ -22,7 +24,7 @@ def vector_units():
     native = torch.backends.cpu.get_cpu_capability().lower()
     units = ["native"] + [unit for unit in VECTOR_UNITS if unit != native]
     chosen = os.environ.get("WANFW_VECTOR_UNITS")
-    return [unit for unit in units if unit in chosen.split(",")] if chosen else units
+    return tuple(unit for unit in units if unit in chosen.split(",")) if chosen else tuple(units)
 
 
 def pytest_configure(config):
@@ -39,7 +41,7 @@ def pytest_generate_tests(metafunc):
     if metafunc.definition.get_closest_marker("every_vector_unit"):
         if "vector_unit" not in metafunc.fixturenames:
             metafunc.fixturenames.append("vector_unit")
-        metafunc.parametrize("vector_unit", vector_units(), indirect=True)
+        metafunc.parametrize("vector_unit", list(vector_units()), indirect=True)
 
 
 @pytest.fixture
