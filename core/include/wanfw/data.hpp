@@ -76,6 +76,11 @@ struct Batch {
   /// model declared for them: to() converts them on arrival, so the copy moves half the bytes and
   /// the conversion runs on the device.
   std::map<std::string, at::ScalarType> dtypes;
+  /// This micro-batch's weight in its step's loss: its samples over an even share of the step
+  /// (the step batch / data world size / micro-batches). 1, except with networks on rank groups
+  /// (wanfw/network_groups.hpp), where a rank holds as many samples as its network got, and 0 for
+  /// a stand-in sample that only keeps its group's collectives in step.
+  double weight = 1.0;
 
   /// The field `name`; throws wanfw::Error naming the missing field and those present.
   const at::Tensor& at(const std::string& name) const;

@@ -31,6 +31,7 @@ class ProcessGroup;
 namespace wanfw {
 
 class Options;
+struct NetworkGroups;
 
 /// Where this process sits in a multi-process job.
 struct LaunchEnvironment {
@@ -148,6 +149,10 @@ class DistributedSession {
   /// must outlive both; a failed collective in either names the job's lost ranks. Throws
   /// wanfw::Error when the world does not divide into groups of that size.
   SessionGroups split(int group_size) const;
+  /// The ranks of this rank's network group (wanfw/network_groups.hpp; groups of any sizes) as a
+  /// session of their own. Every rank calls it, in the same order, with the same groups. This
+  /// session must outlive it.
+  std::unique_ptr<DistributedSession> network_group(const NetworkGroups& groups) const;
 
   struct Impl;
 

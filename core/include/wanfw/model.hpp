@@ -13,6 +13,7 @@
 #include <torch/nn/module.h>
 
 #include "wanfw/data.hpp"
+#include "wanfw/network_groups.hpp"
 #include "wanfw/units.hpp"
 
 namespace wanfw {
@@ -146,6 +147,15 @@ class Model {
   /// false when the model cannot (the default): the strategy then refuses the run. Throws
   /// wanfw::Error when the group does not fit the model (a head count it does not divide).
   virtual bool set_sequence_group(const DistributedSession* group) { return group == nullptr; }
+  /// The networks rank groups can hold apart (wanfw/network_groups.hpp), in order, whether this
+  /// process holds all of them or one; empty (the default): the model is one network. Built under
+  /// a strategy that places networks (PluginContext::network_groups), a model holds its group's
+  /// network alone: module(), parameter groups, units and checkpoint tensors are that network's.
+  virtual std::vector<PlaceableNetwork> networks() const { return {}; }
+  /// For each sample of `keys` (sample ids, epoch and seed; no fields), the network (an index into
+  /// networks()) it trains: a pure function of the keys, called from the data loader's threads.
+  /// Default: network 0 for every sample.
+  virtual std::vector<int> route(const Batch& keys) const;
 };
 
 }  // namespace wanfw

@@ -71,6 +71,9 @@ struct TrainingLayout {
   /// The strategy shards parameters, gradients and optimizer state across the GPUs (its plugin
   /// declares StrategyCapabilities::shards_state): each GPU holds 1/gpus of the training state.
   bool sharded = false;
+  /// The strategy places the model's networks on rank groups of these sizes (its `network_groups`
+  /// option); empty: every rank holds the whole model.
+  std::vector<int> network_groups{};
 };
 
 /// What a strategy does with the model, declared in its descriptor so that the host can plan and
@@ -87,6 +90,9 @@ struct StrategyCapabilities {
   /// The module is copied onto several devices of one process (data_parallel's replicas): block
   /// swap, which streams the blocks of one copy, is refused.
   bool replicates_module = false;
+  /// The strategy can form one group of ranks per network of the model (Strategy::network_groups),
+  /// the groups' sizes given by its `network_groups` option: model-info plans each group's ranks.
+  bool places_networks = false;
 };
 
 /// What the host hands a factory besides the plugin's own options.
@@ -110,6 +116,10 @@ struct PluginContext {
   /// that wraps another, like grad_accum's `inner`). The key must be listed in
   /// PluginDescriptor::subsections. Throws ConfigError when the subsection is missing or wrong.
   std::function<std::shared_ptr<Strategy>(const std::string& key)> build_strategy;
+  /// Models: under a strategy that places networks on rank groups, this rank's place (sizes empty:
+  /// every rank holds the whole model). The model builds its group's network alone, and refuses
+  /// groups that do not match its networks (Model::networks) with a ConfigError.
+  NetworkGroups network_groups{};
   /// Data sets: the fields the model declared (what every sample must carry).
   std::vector<FieldSpec> fields;
   /// Models: the run as model-info lays it out (batch, largest bucket, block swap), for a memory plan.

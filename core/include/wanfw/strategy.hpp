@@ -10,6 +10,7 @@
 #include <c10/core/Device.h>
 
 #include "wanfw/model.hpp"
+#include "wanfw/network_groups.hpp"
 #include "wanfw/precision.hpp"
 #include "wanfw/reduce.hpp"
 #include "wanfw/state_pieces.hpp"
@@ -44,6 +45,8 @@ struct MicroStep {
   /// The model's training phase of this step (Model::phases(); 0 for a model without phases):
   /// only Model::phase_parameters(phase) get gradients, so only they are synchronised.
   int phase = 0;
+  /// The micro-batch's weight in the step's loss (Batch::weight): backward scales the loss by it.
+  double weight = 1.0;
 };
 
 /// A strategy decides where the model lives, how a batch is processed, when gradients are
@@ -114,15 +117,25 @@ class Strategy {
   /// ranks: every rank then writes its own pieces of a checkpoint (state_pieces) instead of the
   /// main process writing the whole state, and decisions on gradients (fp16 overflow) are agreed.
   virtual bool shards_state() const { return false; }
+  /// With networks on rank groups (wanfw/network_groups.hpp): where this rank sits; null (the
+  /// default) when every rank holds the whole model.
+  virtual const NetworkGroups* network_groups() const { return nullptr; }
+  /// Each rank holds only part of the training state (fsdp's shards, its group's network): every
+  /// rank then writes its pieces of a checkpoint (state_pieces) and restores its optimizer state
+  /// (load_optimizer_state), and the ranks agree on decisions about gradients (fp16 overflow).
+  bool partial_state() const { return shards_state() || network_groups() != nullptr; }
   /// For a strategy that brings the model's units (Model::units) to the device itself (fsdp:
   /// all-gathers each unit's shards), its fetcher, once setup() has run; null for one that keeps
   /// every parameter on its device. The host owns the one unit runtime the model runs its units
   /// through (wanfw/unit_runtime.hpp) and installs it with this fetcher, or with block swap's.
   virtual std::shared_ptr<UnitFetcher> unit_fetcher() { return nullptr; }
-  /// This rank's pieces of the model's checkpoint tensors and of the optimizer's state.
+  /// This rank's pieces of the model's checkpoint tensors and of the optimizer's state, when
+  /// partial_state(). Default: whole tensors, written by the first rank of each network group; a
+  /// strategy that shards the state writes its own rows.
   virtual StatePieces state_pieces(Model& model, torch::optim::AdamW& optimizer);
   /// Restores the optimizer's state from a checkpoint written by any layout (`optimizer`'s
-  /// parameters are the ones parameter_groups returned). Called only when shards_state().
+  /// parameters are the ones parameter_groups returned). Default: whole tensors, for every
+  /// parameter this rank holds; a strategy that shards the state reads its own rows.
   virtual void load_optimizer_state(Model& model, torch::optim::AdamW& optimizer, const TensorRowSource& source);
 
  protected:
@@ -133,8 +146,9 @@ class Strategy {
   StepOutput forward(Model& model, const Batch& batch, const MicroStep& micro) {
     return forward(model, batch, micro, device());
   }
-  /// Backward of the loss x `share` / micro.count, scaled by the fp16 loss scale: accumulated
-  /// micro-batches average, and a replica holding `share` of a micro-batch weighs its loss by it.
+  /// Backward of the loss x micro.weight x `share` / micro.count, scaled by the fp16 loss scale:
+  /// accumulated micro-batches average, a micro-batch weighs its loss by its share of the step, and
+  /// a replica holding `share` of a micro-batch by that.
   void backward(const StepOutput& out, const MicroStep& micro, double share = 1.0);
 };
 

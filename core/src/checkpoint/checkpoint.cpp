@@ -1,5 +1,6 @@
 #include "checkpoint/checkpoint.hpp"
 
+#include <algorithm>
 #include <set>
 #include <stdexcept>
 
@@ -79,8 +80,16 @@ void Checkpoint::load_weights(Model& model) const {
                       "the checkpoint belongs to another model");
     copy_rows_into(tensor, *weights, name, model_tensor_role(tensor));
   }
+  // Under networks on rank groups a rank holds one network: the others' tensors are for other ranks.
+  std::vector<std::string> elsewhere;
+  for (const PlaceableNetwork& network : model.networks())
+    if (std::none_of(expected.begin(), expected.end(),
+                     [&](const std::string& name) { return name.rfind(network.checkpoint_prefix, 0) == 0; }))
+      elsewhere.push_back(network.checkpoint_prefix);
   for (const auto& name : weights->names())
-    if (!expected.count(name))
+    if (!expected.count(name) && std::none_of(elsewhere.begin(), elsewhere.end(), [&](const std::string& prefix) {
+          return name.rfind(prefix, 0) == 0;
+        }))
       throw FileError(
           fmt::format("{}: unexpected tensor '{}' (the model has no such parameter)", weights->path().string(), name),
           "the checkpoint belongs to another model");
@@ -93,36 +102,8 @@ void Checkpoint::load_training_state(Model& model, torch::optim::AdamW& optimize
 
 void Checkpoint::load_optimizer(Model& model, torch::optim::AdamW& optimizer, Strategy& strategy) const {
   take(CheckpointStore::kOptimizerFile, kOptimizerBit);
-  const auto moments = open_checkpoint_rows(folder_, "optimizer");
-  if (strategy.shards_state()) {
-    strategy.load_optimizer_state(model, optimizer, *moments);
-    return;
-  }
-  auto& optimizer_state = optimizer.state();
-  for (const auto& [name, param] : model.trainable_parameters()) {
-    if (!moments->contains(name + ".step")) continue;
-    auto s = std::make_unique<torch::optim::AdamWParamState>();
-    const at::Tensor step = moments->rows(name + ".step", 0, 1, TensorRole::step_count());
-    if (step.numel() != 1)
-      throw FileError(fmt::format("{}: tensor '{}.step' is {} of {} elements, not one integer",
-                                  moments->path().string(), name, c10::toString(step.scalar_type()), step.numel()),
-                      "the checkpoint is damaged; resume from an earlier one");
-    s->step(step.item<std::int64_t>());
-    for (const char* field : {".exp_avg", ".exp_avg_sq"})
-      if (!moments->contains(name + field))
-        throw FileError(fmt::format("{}: tensor '{}{}' is missing", moments->path().string(), name, field));
-    at::Tensor exp_avg = at::empty_like(param), exp_avg_sq = at::empty_like(param);
-    copy_rows_into(exp_avg, *moments, name + ".exp_avg", TensorRole::first_moment());
-    copy_rows_into(exp_avg_sq, *moments, name + ".exp_avg_sq", TensorRole::second_moment());
-    s->exp_avg(exp_avg);
-    s->exp_avg_sq(exp_avg_sq);
-    if (moments->contains(name + ".max_exp_avg_sq")) {
-      at::Tensor m = at::empty_like(param);
-      copy_rows_into(m, *moments, name + ".max_exp_avg_sq", TensorRole::second_moment());
-      s->max_exp_avg_sq(m);
-    }
-    optimizer_state[param.unsafeGetTensorImpl()] = std::move(s);
-  }
+  // Whatever layout wrote it (whole, or in pieces), each strategy restores what its rank holds.
+  strategy.load_optimizer_state(model, optimizer, *open_checkpoint_rows(folder_, "optimizer"));
 }
 
 void Checkpoint::load_generators() const {

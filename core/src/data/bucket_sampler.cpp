@@ -97,6 +97,12 @@ std::vector<std::int64_t> BucketSampler::micro_batch(const StepBatch& step, int 
   return {step.samples.begin() + first, step.samples.begin() + first + b};
 }
 
+std::vector<std::int64_t> BucketSampler::micro_batch_of_all(const StepBatch& step, int micro) const {
+  const std::int64_t b = plan_[static_cast<std::size_t>(step.bucket)].batch_size * options_.world_size;
+  const std::int64_t first = static_cast<std::int64_t>(micro) * b;
+  return {step.samples.begin() + first, step.samples.begin() + first + b};
+}
+
 std::vector<std::string> BucketSampler::describe() const {
   std::vector<std::string> lines;
   std::int64_t samples = 0, used = 0, dropped = 0, repeated = 0;

@@ -53,6 +53,9 @@ class BucketSampler {
   std::int64_t steps_per_epoch() const { return steps_per_epoch_; }
   /// Micro-batch `micro` of `rank` in `step`.
   std::vector<std::int64_t> micro_batch(const StepBatch& step, int rank, int micro) const;
+  /// Micro-batch `micro` of every rank in `step`, in rank order: what one device holding the
+  /// whole step batch trains on in that micro-batch.
+  std::vector<std::int64_t> micro_batch_of_all(const StepBatch& step, int micro) const;
   const std::vector<BucketPlan>& plan() const { return plan_; }
   /// The plan as lines for the log and `wanfw data inspect`: one per bucket, and a total.
   std::vector<std::string> describe() const;

@@ -62,6 +62,7 @@ Batch Batch::to(const at::Device& device, bool non_blocking) const {
   out.sample_ids = sample_ids;
   out.epoch = epoch;
   out.seed = seed;
+  out.weight = weight;
   for (const auto& [name, tensor] : fields) {
     const auto dtype = dtypes.find(name);
     out.fields[name] = tensor.to(device, dtype == dtypes.end() ? tensor.scalar_type() : dtype->second, non_blocking);
@@ -76,6 +77,7 @@ Batch Batch::slice(std::int64_t start, std::int64_t length) const {
   out.size = length;
   out.epoch = epoch;
   out.seed = seed;
+  out.weight = weight;  // a replica's slice weighs by its share of it on top (Strategy::backward)
   out.dtypes = dtypes;
   if (!sample_ids.empty())
     out.sample_ids.assign(sample_ids.begin() + start, sample_ids.begin() + start + length);

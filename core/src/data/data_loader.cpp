@@ -7,6 +7,7 @@
 
 #include "data/batch_assembly.hpp"
 #include "data/batch_buffers.hpp"
+#include "data/network_dealing.hpp"
 #include "data/sample_conform.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/sample_random.hpp"
@@ -116,12 +117,36 @@ void DataLoader::refuse(const DataError& error) {
   spdlog::warn("rank {}: skipped a bad sample (data.on_bad_sample: skip): {}", options_.rank, error.what());
 }
 
+std::vector<std::int64_t> DataLoader::rank_samples(const BucketSampler::StepBatch& step, int micro,
+                                                   double& weight) const {
+  weight = 1.0;
+  if (options_.groups.sizes.empty()) return sampler_->micro_batch(step, options_.rank, micro);
+  Batch keys;
+  keys.sample_ids = sampler_->micro_batch_of_all(step, micro);
+  keys.size = static_cast<std::int64_t>(keys.sample_ids.size());
+  keys.epoch = epoch_;
+  keys.seed = options_.seed;
+  const DealtMicroBatch dealt = deal_to_network(keys.sample_ids, options_.route(keys), options_.groups,
+                                                micro + 1 == sampler_->options().accumulation);
+  weight = dealt.stand_in ? 0.0
+                          : network_batch_weight(static_cast<std::int64_t>(dealt.samples.size()), keys.size,
+                                                 sampler_->options().world_size);
+  return dealt.samples;
+}
+
 Batch DataLoader::make_batch(std::int64_t batch_index) {
   const int accumulation = sampler_->options().accumulation;
   const auto& step = steps_.at(static_cast<std::size_t>(batch_index / accumulation));
   const Bucket& bucket = sampler_->plan()[static_cast<std::size_t>(step.bucket)].bucket;
-  const std::vector<std::int64_t> indices =
-      sampler_->micro_batch(step, options_.rank, static_cast<int>(batch_index % accumulation));
+  double weight = 1.0;
+  const std::vector<std::int64_t> indices = rank_samples(step, static_cast<int>(batch_index % accumulation), weight);
+  if (indices.empty()) {  // networks on rank groups: no sample of this rank's group in the micro-batch
+    Batch none;
+    none.epoch = epoch_;
+    none.seed = options_.seed;
+    none.weight = 0;
+    return none;
+  }
   // Shapes first (no values read: shards stay mapped), then each sample's bytes once, copied
   // into its row of the batch and checked for NaN/Inf on the way.
   std::vector<Sample> samples;
@@ -152,9 +177,13 @@ Batch DataLoader::make_batch(std::int64_t batch_index) {
                                 batch_index, epoch_, bucket.name()),
                     "run `wanfw data verify` on the data set to list the bad samples");
   Batch batch = assembly->finish();
+  // A bad sample skipped under networks on rank groups leaves its weight out of the step's loss.
+  if (!options_.groups.sizes.empty())
+    weight *= static_cast<double>(kept.size()) / static_cast<double>(indices.size());
   batch.sample_ids = std::move(kept);
   batch.epoch = epoch_;
   batch.seed = options_.seed;
+  batch.weight = weight;
   for (const auto& field : options_.fields)
     if (batch.fields.count(field.name) && batch.fields[field.name].scalar_type() != field.dtype)
       batch.dtypes[field.name] = field.dtype;

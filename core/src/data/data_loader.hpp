@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -24,6 +25,7 @@
 #include "data/bucket_sampler.hpp"
 #include "wanfw/data.hpp"
 #include "wanfw/error.hpp"
+#include "wanfw/network_groups.hpp"
 
 namespace wanfw {
 
@@ -43,6 +45,10 @@ class DataLoader {
     /// Convert fields to their declared dtypes in the workers (CPU training); otherwise they keep
     /// their stored dtype and Batch::to converts them on the device (half the bytes to copy).
     bool convert = true;
+    /// Networks on rank groups (wanfw/network_groups.hpp; sizes empty: none): each micro-batch of
+    /// every rank is dealt by its samples' routes (`route`: Model::route) to this rank's group.
+    NetworkGroups groups{};
+    std::function<std::vector<int>(const Batch& keys)> route{};
   };
   DataLoader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const BucketSampler> sampler, Options options);
   ~DataLoader();
@@ -69,6 +75,8 @@ class DataLoader {
 
  private:
   Batch make_batch(std::int64_t batch_index);
+  /// This rank's samples of micro-batch `micro` of `step`, and their weight in the step's loss.
+  std::vector<std::int64_t> rank_samples(const BucketSampler::StepBatch& step, int micro, double& weight) const;
   /// Sample `index` with its shapes checked, caption dropped out when its stream says so.
   Sample load_sample(std::int64_t index, const Bucket& bucket);
   /// A bad sample: thrown, or with data.on_bad_sample: skip, logged and counted.

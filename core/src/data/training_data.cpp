@@ -58,8 +58,9 @@ std::shared_ptr<BucketSampler> TrainingData::sampler(int world_size, int accumul
   return std::make_shared<BucketSampler>(*training_, options);
 }
 
-std::unique_ptr<DataLoader> TrainingData::loader(int rank, int world_size, int accumulation,
-                                                 const c10::Device& device) const {
+std::unique_ptr<DataLoader> TrainingData::loader(int rank, int world_size, int accumulation, const c10::Device& device,
+                                                 const NetworkGroups& groups,
+                                                 std::function<std::vector<int>(const Batch&)> route) const {
   const auto& d = settings_.data;
   DataLoader::Options options;
   options.rank = rank;
@@ -71,6 +72,8 @@ std::unique_ptr<DataLoader> TrainingData::loader(int rank, int world_size, int a
   options.skip_bad_samples = d.skip_bad_samples;
   options.pin_memory = device.is_cuda();
   options.convert = !device.is_cuda();  // GPUs: bf16 crosses the bus, converted on arrival
+  options.groups = groups;
+  options.route = std::move(route);
   return std::make_unique<DataLoader>(training_, sampler(world_size, accumulation), std::move(options));
 }
 

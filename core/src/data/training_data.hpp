@@ -5,6 +5,7 @@
 // model's random draws (wanfw/sample_random.hpp).
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -39,7 +40,10 @@ class TrainingData {
   std::shared_ptr<BucketSampler> sampler(int world_size, int accumulation) const;
   /// This rank's micro-batches of the training set; `device` is where they will be used (pinned
   /// memory for CUDA).
-  std::unique_ptr<DataLoader> loader(int rank, int world_size, int accumulation, const c10::Device& device) const;
+  /// `groups` and `route`: networks on rank groups (wanfw/network_groups.hpp; sizes empty: none).
+  std::unique_ptr<DataLoader> loader(int rank, int world_size, int accumulation, const c10::Device& device,
+                                     const NetworkGroups& groups = {},
+                                     std::function<std::vector<int>(const Batch&)> route = {}) const;
 
   /// This rank's share of the validation set, as batches of validation.batch_size, each from one
   /// bucket (every rank gets as many).

@@ -1,11 +1,13 @@
-// DistributedSession::split: a job's ranks in groups (sequence-parallel groups inside, data
-// parallel across them), each group a process group over the job's store under its own prefix.
+// DistributedSession::split and network_group: a job's ranks in groups (sequence-parallel groups
+// inside, data parallel across them; or one group per network), each group a process group over
+// the job's store under its own prefix.
 
 #include <fmt/format.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "process_group/distributed_session_impl.hpp"
 #include "wanfw/error.hpp"
+#include "wanfw/network_groups.hpp"
 
 namespace wanfw {
 
@@ -18,6 +20,12 @@ SessionGroups DistributedSession::split(int group_size) const {
   groups.within = group_session("within", rank / group_size, rank % group_size, group_size);
   groups.across = group_session("across", rank % group_size, rank / group_size, world / group_size);
   return groups;
+}
+
+std::unique_ptr<DistributedSession> DistributedSession::network_group(const NetworkGroups& groups) const {
+  if (groups.world_size() != impl_->env.world_size || groups.first_rank(groups.group) + groups.rank_in_group != impl_->env.rank)
+    throw std::logic_error("network_group: the groups describe another rank or world");
+  return group_session("network", groups.group, groups.rank_in_group, groups.group_size());
 }
 
 std::unique_ptr<DistributedSession> DistributedSession::group_session(const std::string& kind, int group, int rank,

@@ -42,6 +42,34 @@ std::shared_ptr<Dataset> open_preview_prompts(Experiment& e, const PluginContext
   }
 }
 
+/// The model has a network for each group the strategy places (wanfw/network_groups.hpp).
+void check_network_groups(const Experiment& e, const NetworkGroups& groups) {
+  if (groups.sizes.empty()) return;
+  if (e.settings.validation.every > 0)
+    throw ConfigError(e.config.where("validation.every"),
+                      "validation and previews do not run under network groups yet: each rank holds one network, "
+                      "and a held-out sample's loss or preview needs every network",
+                      "set validation.every: 0; a checkpoint holds every network, so `wanfw sample` and a resumed "
+                      "run without network groups can evaluate it");
+  const std::vector<PlaceableNetwork> networks = e.model->networks();
+  if (networks.size() != groups.sizes.size())
+    throw ConfigError(e.config.where("model"),
+                      fmt::format("the strategy places {} network groups, but this model has {} network(s) that rank "
+                                  "groups can hold apart",
+                                  groups.sizes.size(), networks.size()),
+                      networks.size() < 2 ? std::string("train on every rank with the whole model: remove the "
+                                                        "strategy's network_groups")
+                                          : fmt::format("give the strategy one group per network ({} groups)",
+                                                        networks.size()));
+  if (e.strategy->is_main()) {
+    std::string line;
+    for (std::size_t g = 0; g < networks.size(); ++g)
+      line += fmt::format("{}{} on ranks {}-{}", g == 0 ? "" : ", ", networks[g].name, groups.first_rank(static_cast<int>(g)),
+                          groups.first_rank(static_cast<int>(g)) + groups.sizes[g] - 1);
+    spdlog::info("network groups: {}; each sample trains on the ranks of its network", line);
+  }
+}
+
 }  // namespace
 
 std::optional<std::string> describe_model(Config& config, const PluginHost& host, const TrainingLayout& layout,
@@ -79,6 +107,12 @@ Experiment assemble(const RunRequest& request, ModelAssembly assembly) {
                                   e.strategy->shards_state()),
                       "a strategy that shards the training state declares it, so that model-info and the config's "
                       "checks treat it as it trains");
+  if (e.strategy->network_groups() != nullptr && !chain.capabilities.places_networks)
+    throw PluginError(fmt::format("the strategy plugin '{}' places networks on rank groups, but does not declare "
+                                  "StrategyCapabilities::places_networks in its descriptor",
+                                  chain.innermost_name),
+                      "a strategy that places networks on rank groups declares it, so that model-info plans each "
+                      "group");
   if (e.settings.precision.mode == PrecisionMode::BF16Weights && e.strategy->shards_state())
     throw ConfigError(e.config.where("precision.mode"),
                       "precision.mode bf16_weights does not combine with a strategy that shards the weights",
@@ -104,6 +138,7 @@ Experiment assemble(const RunRequest& request, ModelAssembly assembly) {
     // when the strategy places the model.
     context.device = c10::Device(c10::kCPU);
   }
+  if (const NetworkGroups* groups = e.strategy->network_groups()) context.network_groups = *groups;
   context.dtype = compute_dtype(e.settings.precision.mode);
   context.layout = training_layout(e.config, e.settings, *e.host, e.strategy->world_size());
 
@@ -115,6 +150,7 @@ Experiment assemble(const RunRequest& request, ModelAssembly assembly) {
   if (!e.model_summary) {
     torch::manual_seed(e.settings.run.seed);  // the model's initial weights follow the run's seed
     e.model = e.host->make_model(e.config, "model", context);
+    check_network_groups(e, context.network_groups);
   }
 
   const std::size_t n = e.config.sequence_size("loggers");

@@ -17,6 +17,7 @@ StrategyChain strategy_chain(const Config& config, const PluginHost& host) {
     chain.innermost_name = name;
     chain.capabilities.shards_state |= descriptor.capabilities.shards_state;
     chain.capabilities.replicates_module |= descriptor.capabilities.replicates_module;
+    chain.capabilities.places_networks |= descriptor.capabilities.places_networks;
     const auto wrapped = std::find_if(descriptor.subsections.begin(), descriptor.subsections.end(),
                                       [&](const std::string& key) { return config.has(section + "." + key + ".name"); });
     if (wrapped == descriptor.subsections.end()) break;
@@ -44,6 +45,9 @@ TrainingLayout training_layout(const Config& config, const CoreSettings& setting
   layout.sharded = chain.capabilities.shards_state;
   if (!section.empty() && config.has(section + ".sequence_parallel"))
     layout.sequence_parallel = std::max(1, std::atoi(config.string_at(section + ".sequence_parallel").c_str()));
+  if (chain.capabilities.places_networks && !section.empty() && config.has(section + ".network_groups"))
+    for (std::size_t i = 0; i < config.sequence_size(section + ".network_groups"); ++i)
+      layout.network_groups.push_back(std::atoi(config.string_at(fmt::format("{}.network_groups.{}", section, i)).c_str()));
   layout.batch_size = settings.data.batch_size;
   layout.dtype = compute_dtype(settings.precision.mode);
   layout.master_weights = settings.precision.mode == PrecisionMode::BF16Weights;

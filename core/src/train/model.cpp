@@ -62,4 +62,6 @@ at::Tensor Model::preview(const Batch&, std::uint64_t) { return {}; }
 
 std::unique_ptr<Model> Model::replicate(const c10::Device&) { return nullptr; }
 
+std::vector<int> Model::route(const Batch& keys) const { return std::vector<int>(keys.sample_ids.size(), 0); }
+
 }  // namespace wanfw

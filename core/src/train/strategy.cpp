@@ -3,7 +3,11 @@
 #include <optional>
 #include <stdexcept>
 
+#include <fmt/format.h>
 #include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/adamw.h>
+
+#include "wanfw/error.hpp"
 
 namespace wanfw {
 
@@ -16,7 +20,7 @@ StepOutput Strategy::forward(Model& model, const Batch& batch, const MicroStep& 
 }
 
 void Strategy::backward(const StepOutput& out, const MicroStep& micro, double share) {
-  const double weight = share / static_cast<double>(micro.count);
+  const double weight = micro.weight * share / static_cast<double>(micro.count);
   at::Tensor loss = weight != 1.0 ? out.loss * weight : out.loss;
   if (micro.precision != nullptr) loss = micro.precision->scale(loss);
   loss.backward();
@@ -42,12 +46,67 @@ double Strategy::clip_gradients(const std::vector<at::Tensor>& parameters, doubl
   return torch::nn::utils::clip_grad_norm_(parameters, max_norm);
 }
 
-StatePieces Strategy::state_pieces(Model&, torch::optim::AdamW&) {
-  throw std::logic_error(describe() + ": state_pieces called on a strategy that does not write pieces");
+namespace {
+
+TensorRows whole(const std::string& name, const at::Tensor& tensor) {
+  const std::vector<std::int64_t> shape = tensor.sizes().vec();
+  return {name, shape, 0, shape.empty() ? 1 : shape[0], tensor.detach()};
 }
 
-void Strategy::load_optimizer_state(Model&, torch::optim::AdamW&, const TensorRowSource&) {
-  throw std::logic_error(describe() + ": load_optimizer_state called on a strategy that does not write pieces");
+}  // namespace
+
+StatePieces Strategy::state_pieces(Model& model, torch::optim::AdamW& optimizer) {
+  if (shards_state())
+    throw std::logic_error(describe() + ": a strategy that shards the state writes its own pieces (state_pieces)");
+  // Whole tensors, from the first rank of each network group (or rank 0): the others hold copies.
+  const NetworkGroups* groups = network_groups();
+  StatePieces pieces;
+  if (groups != nullptr ? groups->rank_in_group != 0 : rank() != 0) return pieces;
+  for (const auto& [name, tensor] : model.checkpoint_tensors()) pieces.model.push_back(whole(name, tensor));
+  auto& state = optimizer.state();
+  for (const auto& [name, param] : model.trainable_parameters()) {
+    auto it = state.find(param.unsafeGetTensorImpl());
+    if (it == state.end()) continue;
+    const auto& s = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+    pieces.optimizer.push_back(whole(name + ".step", at::scalar_tensor(s.step(), at::kLong)));
+    pieces.optimizer.push_back(whole(name + ".exp_avg", s.exp_avg()));
+    pieces.optimizer.push_back(whole(name + ".exp_avg_sq", s.exp_avg_sq()));
+    if (s.max_exp_avg_sq().defined()) pieces.optimizer.push_back(whole(name + ".max_exp_avg_sq", s.max_exp_avg_sq()));
+  }
+  return pieces;
+}
+
+void Strategy::load_optimizer_state(Model& model, torch::optim::AdamW& optimizer, const TensorRowSource& moments) {
+  if (shards_state())
+    throw std::logic_error(describe() + ": a strategy that shards the state restores its own (load_optimizer_state)");
+  auto& optimizer_state = optimizer.state();
+  auto read_into = [&](const std::string& name, const at::Tensor& like, const TensorRole& role) {
+    const std::vector<std::int64_t> shape = moments.shape(name);
+    if (like.sizes() != at::IntArrayRef(shape))
+      throw FileError(fmt::format("optimizer state '{}' has shape {} in the checkpoint; the model's parameter is {}",
+                                  name, c10::str(at::IntArrayRef(shape)), c10::str(like.sizes())),
+                      "the checkpoint belongs to a model of another configuration");
+    return moments.rows(name, 0, shape.empty() ? 1 : shape[0], role).to(like.options()).view(like.sizes());
+  };
+  for (const auto& [name, param] : model.trainable_parameters()) {
+    if (!moments.contains(name + ".step")) continue;
+    auto s = std::make_unique<torch::optim::AdamWParamState>();
+    const at::Tensor step = moments.rows(name + ".step", 0, 1, TensorRole::step_count());
+    if (step.numel() != 1)
+      throw FileError(fmt::format("optimizer state '{}.step' is {} of {} elements, not one integer", name,
+                                  c10::toString(step.scalar_type()), step.numel()),
+                      "the checkpoint is damaged; resume from an earlier one");
+    s->step(step.item<std::int64_t>());
+    for (const char* field : {".exp_avg", ".exp_avg_sq"})
+      if (!moments.contains(name + field))
+        throw FileError(fmt::format("optimizer state '{}{}' is missing", name, field),
+                        "the checkpoint is damaged; resume from an earlier one");
+    s->exp_avg(read_into(name + ".exp_avg", param, TensorRole::first_moment()));
+    s->exp_avg_sq(read_into(name + ".exp_avg_sq", param, TensorRole::second_moment()));
+    if (moments.contains(name + ".max_exp_avg_sq"))
+      s->max_exp_avg_sq(read_into(name + ".max_exp_avg_sq", param, TensorRole::second_moment()));
+    optimizer_state[param.unsafeGetTensorImpl()] = std::move(s);
+  }
 }
 
 }  // namespace wanfw

@@ -90,22 +90,32 @@ Trainer::MicroBatchTotals Trainer::run_micro_batches() {
     if (!batch)
       throw Error(fmt::format("rank {}: the data loader ran out at micro-batch {} of epoch {} ({} expected)",
                               strategy_->rank(), state_.batch_in_epoch, state_.epoch, plan_->batches_per_epoch()));
-    if (sample_log_) sample_log_->record(state_.step + 1, m, state_.epoch, loader_->last_bucket(), *batch);
     ++state_.batch_in_epoch;
-    totals.samples += batch->size;
+    if (batch->size == 0) continue;  // networks on rank groups: nothing of this rank's group in it
+    if (sample_log_ && batch->weight > 0)
+      sample_log_->record(state_.step + 1, m, state_.epoch, loader_->last_bucket(), *batch);
+    totals.samples += batch->weight > 0 ? batch->size : 0;
     if (m == 0) fault_point("step-forward", strategy_->rank(), state_.step + 1);
-    const StepOutput out = strategy_->micro_step(*model_, *batch, {m, count, m + 1 == count, &precision_, phase});
-    const at::Tensor loss = out.loss.detach().to(at::kDouble);
+    const StepOutput out =
+        strategy_->micro_step(*model_, *batch, {m, count, m + 1 == count, &precision_, phase, batch->weight});
+    // Each micro-batch by its weight in the step (1 but under networks on rank groups, where a
+    // rank's share varies): the mean over ranks is then the step's mean over its samples.
+    auto weighted = [&](const at::Tensor& value) {
+      const at::Tensor v = value.detach().to(at::kDouble);
+      return batch->weight == 1.0 ? v : v * batch->weight;
+    };
+    const at::Tensor loss = weighted(out.loss);
     loss_sum = loss_sum.defined() ? loss_sum + loss : loss;
     for (const auto& [name, value] : out.metrics) {
-      const at::Tensor v = value.detach().to(at::kDouble);
+      const at::Tensor v = weighted(value);
       auto it = metric_sums.find(name);
       if (it == metric_sums.end()) metric_sums.emplace(name, v);
       else it->second = it->second + v;
     }
+    const double counted = batch->weight > 0 ? 1.0 : 0.0;  // a stand-in sample counts for nothing
     for (const auto& [name, mean] : out.sample_means) {  // read at the end: no device sync a micro-batch
       auto& [sum, samples] = mean_sums[name];
-      const at::Tensor s = mean.sum.detach().to(at::kDouble), n = mean.count.detach().to(at::kDouble);
+      const at::Tensor s = mean.sum.detach().to(at::kDouble) * counted, n = mean.count.detach().to(at::kDouble) * counted;
       sum = sum.defined() ? sum + s : s;
       samples = samples.defined() ? samples + n : n;
     }
@@ -139,7 +149,7 @@ fs::path Trainer::save_checkpoint() {
   state_.samples_in_epoch = loader_->samples_before(state_.epoch, state_.batch_in_epoch);
   if (sample_log_) sample_log_->flush();
   fs::path path;
-  if (strategy_->shards_state()) {  // every rank writes its pieces, in collective phases
+  if (strategy_->partial_state()) {  // every rank writes its pieces, in collective phases
     path = checkpoints_.save_pieces(state_, strategy_->state_pieces(trained_, optimizer_->adamw()), *strategy_,
                                     settings_.checkpoint.keep_last);
   } else {
@@ -161,8 +171,9 @@ Trainer::Gradients Trainer::settle_gradients(const MicroBatchTotals& totals) {
   // the NaN guard's).
   out.loss_scale = precision_.scaler().scale;
   out.overflow = precision_.unscale_and_check(optimizer_->parameters());
-  // Ranks holding shards of the gradients (fsdp) see overflow in theirs only: all skip together.
-  if (precision_.scales_loss() && strategy_->shards_state())
+  // Ranks holding part of the gradients (fsdp's shards, a network's) see overflow in theirs only:
+  // all skip together.
+  if (precision_.scales_loss() && strategy_->partial_state())
     out.overflow = strategy_->all_reduce({out.overflow ? 1.0 : 0.0}, Reduce::Max).at(0) > 0;
   const double clip =
       settings_.trainer.grad_clip > 0 ? settings_.trainer.grad_clip : std::numeric_limits<double>::infinity();

@@ -15,9 +15,14 @@ namespace wanfw {
 
 void Trainer::set_up(const Checkpoint* checkpoint) {
   if (checkpoint) restore(*checkpoint);
-  loader_ =
-      data_.loader(strategy_->data_rank(), strategy_->data_world_size(), strategy_->accumulation_steps(),
-                   strategy_->device());
+  NetworkGroups groups;  // networks on rank groups: samples dealt by the model's routes
+  std::function<std::vector<int>(const Batch&)> route;
+  if (const NetworkGroups* placed = strategy_->network_groups()) {
+    groups = *placed;
+    route = [model = model_](const Batch& keys) { return model->route(keys); };
+  }
+  loader_ = data_.loader(strategy_->data_rank(), strategy_->data_world_size(), strategy_->accumulation_steps(),
+                         strategy_->device(), groups, std::move(route));
   if (checkpoint) resume_position();
   agree_on_epoch_length();
   const bool main = strategy_->is_main();

@@ -32,8 +32,22 @@ const char* kPredictInputs =
 }  // namespace
 
 WanFlowMatchingModel::WanFlowMatchingModel(const wan::WanConfig& config, FlowMatchingSettings settings,
-                                           wan::WanPlacement placement)
-    : denoiser_(config, settings.expert, settings.boundary, placement), settings_(std::move(settings)) {}
+                                           wan::WanPlacement placement, int held_expert)
+    : denoiser_(config, settings.expert, settings.boundary, placement, held_expert), settings_(std::move(settings)) {}
+
+std::vector<wanfw::PlaceableNetwork> WanFlowMatchingModel::networks() const {
+  if (settings_.expert != Expert::Both) return {};
+  return {{"high_noise", "high_noise_model."}, {"low_noise", "low_noise_model."}};
+}
+
+std::vector<int> WanFlowMatchingModel::route(const wanfw::Batch& keys) const {
+  if (settings_.expert != Expert::Both) return wanfw::Model::route(keys);
+  const torch::Tensor high = denoiser_.high_noise_samples(sample_sigma(keys)).contiguous();
+  std::vector<int> routes(static_cast<std::size_t>(high.numel()));
+  const bool* is_high = high.data_ptr<bool>();
+  for (std::size_t i = 0; i < routes.size(); ++i) routes[i] = is_high[i] ? 0 : 1;
+  return routes;
+}
 
 std::vector<wanfw::ParameterGroup> WanFlowMatchingModel::parameter_groups() {
   if (settings_.expert == Expert::Both) return expert_groups(denoiser_, settings_.lora, settings_.experts);

@@ -37,8 +37,10 @@ struct FlowMatchingSettings {
 
 class WanFlowMatchingModel final : public wanfw::Model {
  public:
-  /// Builds the network where `placement` says (see wan::WanPlacement).
-  WanFlowMatchingModel(const wan::WanConfig& config, FlowMatchingSettings settings, wan::WanPlacement placement = {});
+  /// Builds the network where `placement` says (see wan::WanPlacement); with expert: both and
+  /// `held_expert` 0 or 1, that expert alone (the experts on rank groups).
+  WanFlowMatchingModel(const wan::WanConfig& config, FlowMatchingSettings settings, wan::WanPlacement placement = {},
+                       int held_expert = -1);
   /// A replica: `other`'s modules cloned onto `device`.
   WanFlowMatchingModel(const WanFlowMatchingModel& other, const c10::Device& device);
 
@@ -60,6 +62,11 @@ class WanFlowMatchingModel final : public wanfw::Model {
   /// adapter files there (wan::write_adapter_files), or merged full weights.
   void export_weights(const std::filesystem::path& folder, const wanfw::ExportSettings& settings) override;
   std::unique_ptr<wanfw::Model> replicate(const c10::Device& device) override;
+  /// expert: both: the two experts, which rank groups can hold apart (wanfw/network_groups.hpp).
+  std::vector<wanfw::PlaceableNetwork> networks() const override;
+  /// Each sample's expert (0 high noise, 1 low noise) from its timestep draw, as training_step
+  /// draws it.
+  std::vector<int> route(const wanfw::Batch& keys) const override;
   /// Each DiT block a unit (fsdp).
   std::vector<wanfw::Unit> units() override { return denoiser_.units(); }
   double planned_device_bytes() const override { return planned_device_bytes_; }

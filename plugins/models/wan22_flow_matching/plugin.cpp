@@ -69,6 +69,19 @@ FlowMatchingSettings settings_from(const wanfw::Options& o, const wan::WanConfig
   return s;
 }
 
+/// Under network groups (wanfw/network_groups.hpp), the expert this rank holds: expert: both only.
+int held_expert(const wanfw::Options& o, const wanfw::PluginContext& ctx, Expert expert) {
+  if (ctx.network_groups.sizes.empty()) return -1;
+  if (expert != Expert::Both || ctx.network_groups.count() != 2)
+    o.fail("expert",
+           fmt::format("the strategy places {} network group(s); this model has {} (expert: {})",
+                       ctx.network_groups.count(), expert == Expert::Both ? "two experts" : "one network",
+                       o.string("expert")),
+           "set model.expert: both with strategy.network_groups: [high_noise ranks, low_noise ranks], or remove "
+           "strategy.network_groups");
+  return ctx.network_groups.group;
+}
+
 std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::PluginContext& ctx) {
   const wan::WanConfig config = config_from(o);
   wan::check_vae_option(o, config.out_dim, true);  // before the weights: a wrong VAE costs no load
@@ -79,7 +92,8 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
   FlowMatchingSettings settings = settings_from(o, config);
   const wan::WanPlacement placement{ctx.device, o.string("dtype") == "bfloat16" ? torch::kBFloat16 : torch::kFloat32,
                                     wan::fp8_base_from(o, "", !settings.lora.enabled())};
-  auto model = std::make_unique<wan_fm::WanFlowMatchingModel>(config, std::move(settings), placement);
+  const int held = held_expert(o, ctx, settings.expert);
+  auto model = std::make_unique<wan_fm::WanFlowMatchingModel>(config, std::move(settings), placement, held);
   wan::WanDenoiser& denoiser = model->denoiser();
   const std::string weights = o.string("weights");
   if (!weights.empty()) denoiser.load_weights(weights, o.string("weights_subfolder"));

@@ -1,6 +1,8 @@
 // Strategy `ddp`: one process per device, gradients averaged across processes by c10d's Reducer
 // in buckets while backward still runs; Gloo on CPUs, NCCL on GPUs. Started by torchrun or srun.
 // A model that trains in phases gets one reducer per phase: a step reduces its phase's gradients.
+// With network_groups, the ranks form one group per network of the model (the A14B experts), and
+// each network's gradients are averaged within its group (wanfw/network_groups.hpp).
 
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -12,6 +14,7 @@
 #include "wanfw/distributed.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/log.hpp"
+#include "wanfw/network_groups.hpp"
 #include "wanfw/plugin.hpp"
 #include "wanfw/process_group_options.hpp"
 #include "wanfw/sequence_parallel.hpp"
@@ -27,6 +30,7 @@ struct DdpSettings {
   bool find_unused_parameters = false;
   bool broadcast_buffers = true;
   int sequence_parallel = 1;
+  std::vector<int> network_groups;
 };
 
 class DdpStrategy final : public wanfw::Strategy {
@@ -34,7 +38,8 @@ class DdpStrategy final : public wanfw::Strategy {
   DdpStrategy(const DdpSettings& settings, std::unique_ptr<wanfw::DistributedSession> session)
       : settings_(settings),
         session_(std::move(session)),
-        pg_(session_->process_group()),
+        placement_(*session_, settings.network_groups),
+        pg_(placement_.group() != nullptr ? placement_.group()->process_group() : session_->process_group()),
         sequence_(*session_, settings.sequence_parallel) {}
 
   ~DdpStrategy() override {
@@ -42,13 +47,16 @@ class DdpStrategy final : public wanfw::Strategy {
     reducers_.clear();
   }
 
-  std::string describe() const override { return "ddp: " + session_->describe() + sequence_.describe(); }
+  std::string describe() const override {
+    return "ddp: " + session_->describe() + sequence_.describe() + placement_.describe();
+  }
 
   c10::Device device() const override { return session_->device(); }
   int rank() const override { return session_->rank(); }
   int world_size() const override { return session_->world_size(); }
   int data_rank() const override { return sequence_.data_rank(); }
   int data_world_size() const override { return sequence_.data_world_size(); }
+  const wanfw::NetworkGroups* network_groups() const override { return placement_.groups(); }
 
   void setup(wanfw::Model& model) override {
     model.module()->to(device());
@@ -56,13 +64,15 @@ class DdpStrategy final : public wanfw::Strategy {
     std::vector<at::Tensor> parameters;
     for (auto& [name, tensor] : model.trainable_parameters()) parameters.push_back(tensor);
     for (const auto& buffer : model.module()->buffers()) buffers_.push_back(buffer);
-    session_->guarded("checking that every rank built the same model", [&] {
+    // Every rank of a group holds the same network (the whole model without network groups).
+    const wanfw::DistributedSession& replicas = placement_.group() != nullptr ? *placement_.group() : *session_;
+    replicas.guarded("checking that every rank built the same model", [&] {
       c10d::verify_params_across_processes(pg_, parameters, std::nullopt);
     });
-    // Rank 0's initial weights everywhere.
+    // The first rank's initial weights on every replica.
     std::vector<at::Tensor> state = parameters;
     state.insert(state.end(), buffers_.begin(), buffers_.end());
-    session_->broadcast(state, 0);
+    replicas.broadcast(state, 0);
     // A model that trains in phases gets a reducer per phase: a step reduces the gradients of its
     // phase's parameters only, and the other phases' parameters, which get none, are not waited for.
     const std::vector<wanfw::TrainingPhase> phases = model.phases();
@@ -70,15 +80,17 @@ class DdpStrategy final : public wanfw::Strategy {
       reducers_.push_back(make_reducer(model.phase_parameters(p)));
       if (is_main() && reducers_.back().reducer)
         wanfw::log::info(fmt::format(
-            "ddp: {}{} parameters in {} gradient bucket(s) of up to {} MiB, averaged over {} processes",
+            "ddp: {}{} parameters in {} gradient bucket(s) of up to {} MiB, averaged over {} processes{}",
             phases.empty() ? "" : "phase " + phases[static_cast<std::size_t>(p)].name + ": ",
-            reducers_.back().parameters, reducers_.back().buckets, settings_.bucket_bytes >> 20, world_size()));
+            reducers_.back().parameters, reducers_.back().buckets, settings_.bucket_bytes >> 20,
+            replicas.world_size(), placement_.group() != nullptr ? " of this rank's network group" : ""));
     }
   }
 
   wanfw::StepOutput micro_step(wanfw::Model& model, const wanfw::Batch& batch,
                                const wanfw::MicroStep& micro) override {
     wanfw::StepOutput out;
+    placement_.count(micro);
     const std::shared_ptr<c10d::Reducer>& reducer = reducers_.at(static_cast<std::size_t>(micro.phase)).reducer;
     if (!reducer) return Strategy::micro_step(model, batch, micro);  // a phase without parameters
     session_->guarded("the forward and backward pass", [&] {
@@ -95,10 +107,31 @@ class DdpStrategy final : public wanfw::Strategy {
       if (micro.sync_gradients)
         reducer->prepare_for_backward(settings_.find_unused_parameters ? std::vector<at::Tensor>{out.loss}
                                                                         : std::vector<at::Tensor>{});
-      backward(out, micro);
+      backward(out, micro, placement_.loss_scale());
       if (micro.sync_gradients && !settings_.find_unused_parameters) ensure_every_gradient_reduced(*reducer);
     });
     return out;
+  }
+
+  void before_optimizer_step(wanfw::Model& model) override {
+    if (placement_.groups() == nullptr) return;
+    std::vector<at::Tensor> parameters;
+    for (auto& [name, tensor] : model.trainable_parameters()) parameters.push_back(tensor);
+    placement_.settle(parameters);  // a network without samples this step: skipped, as on one device
+  }
+
+  double clip_gradients(const std::vector<at::Tensor>& parameters, double max_norm) override {
+    if (placement_.groups() == nullptr) return Strategy::clip_gradients(parameters, max_norm);
+    std::vector<at::Tensor> grads;
+    for (const at::Tensor& p : parameters) grads.push_back(p.grad());
+    const double norm = placement_.gradient_norm(grads);  // every network's, as on one device
+    const double coefficient = max_norm / (norm + 1e-6);  // as torch::nn::utils::clip_grad_norm_
+    if (coefficient < 1.0) {
+      torch::NoGradGuard no_grad;
+      for (at::Tensor& g : grads)
+        if (g.defined()) g.mul_(coefficient);
+    }
+    return norm;
   }
 
   std::vector<double> all_reduce(std::vector<double> values, wanfw::Reduce op) override {
@@ -130,7 +163,8 @@ class DdpStrategy final : public wanfw::Strategy {
 
   DdpSettings settings_;
   std::unique_ptr<wanfw::DistributedSession> session_;
-  c10::intrusive_ptr<c10d::ProcessGroup> pg_;
+  wanfw::NetworkPlacement placement_;  ///< network groups (none by default)
+  c10::intrusive_ptr<c10d::ProcessGroup> pg_;  ///< what gradients are averaged over: the job, or the network group
   /// One training phase's gradient reduction (null reducer: the phase has no parameters).
   struct PhaseReducer {
     std::shared_ptr<c10d::Reducer> reducer;
@@ -183,6 +217,10 @@ std::unique_ptr<wanfw::Strategy> make_strategy(const wanfw::Options& o, const wa
   s.broadcast_buffers = o.boolean("broadcast_buffers");
   s.sequence_parallel = static_cast<int>(o.integer("sequence_parallel"));
   if (s.sequence_parallel < 1) o.fail("sequence_parallel", "must be at least 1");
+  for (const std::int64_t size : o.integers("network_groups")) s.network_groups.push_back(static_cast<int>(size));
+  if (!s.network_groups.empty() && s.sequence_parallel > 1)
+    o.fail("network_groups", "network groups do not combine with sequence_parallel yet",
+           "set sequence_parallel: 1, or train every network on every rank (network_groups: [])");
   return std::make_unique<DdpStrategy>(s, wanfw::DistributedSession::join(wanfw::process_group_options(o, ctx)));
 }
 
@@ -197,7 +235,12 @@ wanfw::PluginDescriptor describe() {
        option("first_bucket_mb", T::Number).value("1").doc("Size of the first bucket, so the last layers start early."),
        option("find_unused_parameters", T::Boolean).value("false").doc(
            "Allow parameters that get no gradient in a step (e.g. expert: both with every sample on one expert)."),
-       option("broadcast_buffers", T::Boolean).value("true").doc("Copy rank 0's buffers to every rank before each step.")});
+       option("broadcast_buffers", T::Boolean).value("true").doc("Copy rank 0's buffers to every rank before each step."),
+       option("network_groups", T::IntegerList).value("[]").doc(
+           "One group of ranks per network of the model, in its order (model.expert: both: [high_noise ranks, "
+           "low_noise ranks]): each rank holds its group's network alone, each sample trains on the ranks of its "
+           "network, gradients are averaged within the group. Empty: every rank holds the whole model.")});
+  d.capabilities.places_networks = true;
   d.make_strategy = make_strategy;
   return d;
 }

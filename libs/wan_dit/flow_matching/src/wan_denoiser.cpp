@@ -6,10 +6,20 @@
 #include "wan/lora_files.hpp"
 #include "wan/wan_weights.hpp"
 #include "wanfw/error.hpp"
+#include "wanfw/sample_random.hpp"
 
 namespace fs = std::filesystem;
 
 namespace wan {
+
+namespace {
+
+/// Seeds the default generators for expert `index`'s draws of kind `what`.
+void seed_expert(std::uint64_t base, int index, std::string_view what) {
+  torch::manual_seed(wanfw::mix_seed(wanfw::sample_stream_seed(base, index, 0, what)));
+}
+
+}  // namespace
 
 Expert parse_expert(const std::string& name) {
   if (name == "none") return Expert::None;
@@ -19,14 +29,24 @@ Expert parse_expert(const std::string& name) {
   throw wanfw::Error(fmt::format("unknown expert '{}'", name), "use none, high_noise, low_noise or both");
 }
 
-WanExpertPairImpl::WanExpertPairImpl(WanConfig config, WanPlacement placement)
-    : config_(std::move(config)), placement_(placement) {
+WanExpertPairImpl::WanExpertPairImpl(WanConfig config, WanPlacement placement, int held)
+    : config_(std::move(config)), placement_(placement), held_(held) {
   reset();
 }
 
 void WanExpertPairImpl::reset() {
-  high_noise_model = register_module("high_noise_model", WanDiT(config_, placement_));
-  low_noise_model = register_module("low_noise_model", WanDiT(config_, placement_));
+  // Each expert's initial weights from a seed of its own: the same whether this process builds
+  // both experts or one (the experts on rank groups).
+  const std::uint64_t base = at::detail::getDefaultCPUGenerator().current_seed();
+  if (held_ != 1) {
+    seed_expert(base, 0, "weights");
+    high_noise_model = register_module("high_noise_model", WanDiT(config_, placement_));
+  }
+  if (held_ != 0) {
+    seed_expert(base, 1, "weights");
+    low_noise_model = register_module("low_noise_model", WanDiT(config_, placement_));
+  }
+  torch::manual_seed(base);
 }
 
 std::vector<ExpertWeights> expert_weights(const fs::path& weights, const std::string& subfolder, Expert expert) {
@@ -76,14 +96,16 @@ std::string describe_weights(const std::string& label, const WanConfig& config, 
   return out;
 }
 
-WanDenoiser::WanDenoiser(const WanConfig& config, Expert expert, double boundary, WanPlacement placement)
-    : config_(config), expert_(expert), boundary_(boundary) {
-  if (expert_ == Expert::Both) pair_ = WanExpertPair(config_, placement);
+WanDenoiser::WanDenoiser(const WanConfig& config, Expert expert, double boundary, WanPlacement placement,
+                         int held_expert)
+    : config_(config), expert_(expert), boundary_(boundary), held_(expert == Expert::Both ? held_expert : -1) {
+  if (expert_ == Expert::Both) pair_ = WanExpertPair(config_, placement, held_);
   else single_ = WanDiT(config_, placement);
 }
 
 WanDenoiser::WanDenoiser(const WanDenoiser& other, const c10::Device& device)
-    : config_(other.config_), expert_(other.expert_), boundary_(other.boundary_), lora_(other.lora_) {
+    : config_(other.config_), expert_(other.expert_), boundary_(other.boundary_), held_(other.held_),
+      lora_(other.lora_) {
   if (other.pair_) pair_ = WanExpertPair(std::dynamic_pointer_cast<WanExpertPairImpl>(other.pair_->clone(device)));
   else single_ = WanDiT(std::dynamic_pointer_cast<WanDiTImpl>(other.single_->clone(device)));
   if (lora_)
@@ -92,13 +114,19 @@ WanDenoiser::WanDenoiser(const WanDenoiser& other, const c10::Device& device)
 
 void WanDenoiser::apply_lora(const LoraSettings& settings) {
   auto all = dits();
-  for (std::size_t i = 0; i < all.size(); ++i) wan::apply_lora(*all[i], settings, expert_name(i));
+  const std::uint64_t base = at::detail::getDefaultCPUGenerator().current_seed();
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    // The experts' adapters drawn from seeds of their own, as their weights (WanExpertPairImpl).
+    if (pair_) seed_expert(base, expert_name(i) == "high_noise" ? 0 : 1, "adapters");
+    wan::apply_lora(*all[i], settings, expert_name(i));
+  }
+  if (pair_) torch::manual_seed(base);
   lora_ = settings.enabled();
 }
 
 std::string WanDenoiser::expert_name(std::size_t index) const {
   switch (expert_) {
-    case Expert::Both: return index == 0 ? "high_noise" : "low_noise";
+    case Expert::Both: return (held_ >= 0 ? held_ : static_cast<int>(index)) == 0 ? "high_noise" : "low_noise";
     case Expert::HighNoise: return "high_noise";
     case Expert::LowNoise: return "low_noise";
     default: return "";
@@ -121,7 +149,7 @@ std::vector<wanfw::Unit> WanDenoiser::units() const {
 }
 
 void WanDenoiser::set_unit_runner(wanfw::UnitRunner* runner) {
-  if (runner != nullptr && runner->collective() && pair_)
+  if (runner != nullptr && runner->collective() && pair_ && held_ < 0)
     throw wanfw::Error("fsdp cannot train both experts in one run: each rank's samples pick which expert's blocks run, "
                        "so the ranks would gather different units",
                        "train one expert a run (model.expert: high_noise or low_noise), as the A14B examples do, or "
@@ -138,12 +166,18 @@ void WanDenoiser::set_sequence_group(const wanfw::DistributedSession* group) {
 }
 
 std::vector<WanDiT> WanDenoiser::dits() const {
-  if (pair_) return {pair_->high_noise_model, pair_->low_noise_model};
+  if (pair_) {
+    std::vector<WanDiT> held;
+    for (const WanDiT& dit : {pair_->high_noise_model, pair_->low_noise_model})
+      if (dit) held.push_back(dit);
+    return held;
+  }
   return {single_};
 }
 
 void WanDenoiser::load_weights(const fs::path& weights, const std::string& subfolder) {
-  const auto sources = expert_weights(weights, subfolder, expert_);
+  auto sources = expert_weights(weights, subfolder, expert_);
+  if (held_ >= 0) sources = {sources.at(static_cast<std::size_t>(held_))};  // this process's expert alone
   auto targets = dits();
   for (std::size_t i = 0; i < sources.size(); ++i)
     load_wan_weights(*targets[i].ptr(), sources[i].path, sources[i].subfolder);
@@ -164,6 +198,7 @@ torch::Tensor WanDenoiser::high_noise_samples(const torch::Tensor& sigma) const 
 torch::Tensor WanDenoiser::forward(const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& context,
                                    const torch::Tensor& y, const torch::Tensor& sigma) {
   if (!pair_) return single_->forward(x, t, context, y);
+  if (held_ >= 0) return dits().front()->forward(x, t, context, y);  // the samples were routed to this expert
   const torch::Tensor high = high_noise_samples(sigma);
   const std::int64_t high_count = high.sum().item<std::int64_t>();
   if (high_count == x.size(0)) return pair_->high_noise_model->forward(x, t, context, y);

@@ -19,16 +19,19 @@ enum class Expert { None, HighNoise, LowNoise, Both };
 Expert parse_expert(const std::string& name);
 
 /// Both experts, registered under the official folder names so that checkpoint keys say which
-/// expert a tensor belongs to ("high_noise_model.blocks.0...").
+/// expert a tensor belongs to ("high_noise_model.blocks.0..."). With `held` 0 or 1 (the experts on
+/// rank groups: wanfw/network_groups.hpp), only that expert is built (the other stays null), under
+/// the same names.
 class WanExpertPairImpl : public torch::nn::Cloneable<WanExpertPairImpl> {
  public:
-  explicit WanExpertPairImpl(WanConfig config, WanPlacement placement = {});
+  explicit WanExpertPairImpl(WanConfig config, WanPlacement placement = {}, int held = -1);
   void reset() override;
   WanDiT high_noise_model{nullptr}, low_noise_model{nullptr};
 
  private:
   WanConfig config_;
   WanPlacement placement_;
+  int held_;
 };
 TORCH_MODULE(WanExpertPair);
 
@@ -54,8 +57,11 @@ std::string describe_weights(const std::string& label, const WanConfig& config, 
 class WanDenoiser {
  public:
   /// `boundary` in sigma units (timestep / 1000); used when `expert` is not None. The weights are
-  /// built where `placement` says (device and dtype), part by part.
-  WanDenoiser(const WanConfig& config, Expert expert, double boundary, WanPlacement placement = {});
+  /// built where `placement` says (device and dtype), part by part. `held_expert` 0 (high noise)
+  /// or 1 (low noise) with Both: this process holds that expert alone (the experts on rank groups),
+  /// which then denoises every sample given (the data were routed before); -1: both.
+  WanDenoiser(const WanConfig& config, Expert expert, double boundary, WanPlacement placement = {},
+              int held_expert = -1);
   /// A replica of `other` on `device`: its modules cloned, weights and settings included.
   WanDenoiser(const WanDenoiser& other, const c10::Device& device);
 
@@ -72,6 +78,8 @@ class WanDenoiser {
   std::shared_ptr<torch::nn::Module> module() const;
   /// Every DiT held (one, or the two experts).
   std::vector<WanDiT> dits() const;
+  /// With Both: the expert this process holds alone (0 high noise, 1 low noise), or -1 for both.
+  int held_expert() const { return held_; }
   void load_weights(const std::filesystem::path& weights, const std::string& subfolder);
   /// Applies `settings`: the adapters it loads are merged into the weights; with a rank, every
   /// DiT gets trained adapters (its base frozen), started from the adapters loaded with `train`.
@@ -99,6 +107,7 @@ class WanDenoiser {
   double boundary_;
   WanDiT single_{nullptr};
   WanExpertPair pair_{nullptr};
+  int held_ = -1;
   bool lora_ = false;
 };
 

@@ -1,0 +1,120 @@
+"""The two A14B experts each on its own ranks (strategy.network_groups): every sample trains on the
+ranks of its expert, each expert's gradients are reduced within its group, and the run ends at the
+weights and losses of one device holding both experts. The tiny two-expert Wan DiT, random noise
+and timesteps, real torchrun with Gloo on loopback."""
+
+import pytest
+
+from harness.equivalence import assert_same_training, state
+from harness.layouts import CPU, DDP, LR, TINY_WAN, experiment, run_on
+from harness.launch import torchrun
+from harness.references import reference_folder
+from harness.runs import metrics, wanfw
+
+TWO_EXPERTS = {"name": "wan22_flow_matching", "preset": "tiny", "text_len": 4, "expert": "both", "boundary": 500,
+               "timestep_sampling": "logit_normal"}
+
+
+@pytest.fixture
+def adapters(request, tmp_path):
+    """The model's settings for full fine-tuning ({}), or LoRA on saved experts (a random DiT's
+    zero head would leave the adapters without a gradient)."""
+    if request.param == "full":
+        return {}
+    base = tmp_path / "experts"
+    reference_folder(base / "high_noise_model", seed=5)
+    reference_folder(base / "low_noise_model", seed=6)
+    return {"weights": str(base), "lora": {"rank": 4, "alpha": 8}}
+
+
+def placed(*sizes, **options):
+    return {**DDP, "network_groups": list(sizes), **options}
+
+
+def assert_same_losses(one, split):
+    """Each step's loss, and each expert's share and loss, as on one device."""
+    rows = list(zip(metrics(*one), metrics(*split), strict=True))
+    for a, b in rows:
+        assert float(b["share/high_noise"]) == float(a["share/high_noise"])
+        assert float(b["loss"]) == pytest.approx(float(a["loss"]), rel=1e-5)
+        for column in ("loss/high_noise", "loss/low_noise"):
+            assert bool(a.get(column)) == bool(b.get(column)), column  # logged when the expert had samples
+            if a.get(column):
+                assert float(b[column]) == pytest.approx(float(a[column]), rel=1e-5)
+    return rows
+
+
+@pytest.mark.parametrize("adapters", ["full", "lora"], indirect=True)
+@pytest.mark.parametrize("global_batch", [4, 6], ids=["batch_4", "batch_6"])
+def test_each_expert_on_its_own_rank_ends_at_the_weights_of_one_device_holding_both(tmp_path, adapters, global_batch):
+    model = {**TWO_EXPERTS, **adapters}
+    one = run_on(tmp_path, "one", CPU, global_batch, model)
+    split = run_on(tmp_path, "split", placed(1, 1), global_batch // 2, model, ranks=2)
+    assert_same_training(split, one, lr=LR, tolerance=TINY_WAN)
+    rows = assert_same_losses((tmp_path, "one"), (tmp_path, "split"))
+    # The experts' samples split unevenly in some step (the ranks' loads differ), both trained.
+    shares = [float(a["share/high_noise"]) for a, _ in rows]
+    assert any(s != 0.5 for s in shares) and any(0 < s < 1 for s in shares), shares
+
+
+GROUPS = {  # name: (strategy, batch per micro-batch, ranks); every one a global batch of 4
+    "two_ranks_an_expert": (placed(2, 2), 1, 4),
+    "a_rank_an_expert_accumulating_2": ({"name": "grad_accum", "steps": 2, "inner": placed(1, 1)}, 1, 2),
+}
+
+
+@pytest.mark.parametrize("layout", GROUPS)
+@pytest.mark.parametrize("adapters", ["full", "lora"], indirect=True)
+def test_experts_on_groups_of_ranks_or_accumulating_end_at_the_weights_of_one_device(tmp_path, adapters, layout):
+    strategy, batch, ranks = GROUPS[layout]
+    model = {**TWO_EXPERTS, **adapters}
+    one = run_on(tmp_path, "one", CPU, 4, model)
+    split = run_on(tmp_path, "split", strategy, batch, model, ranks=ranks)
+    assert_same_training(split, one, lr=LR, tolerance=TINY_WAN)
+    assert_same_losses((tmp_path, "one"), (tmp_path, "split"))
+
+
+def test_a_step_whose_samples_all_train_one_expert_leaves_the_other_untouched_as_on_one_device(tmp_path):
+    # With the boundary at t = 950 most steps route no sample to the high-noise expert: its group
+    # runs a stand-in sample at weight 0 and drops its gradients, and AdamW skips it (no decay, no
+    # step counted), as on one device.
+    model = {**TWO_EXPERTS, "boundary": 950}
+    one = run_on(tmp_path, "one", CPU, 4, model)
+    split = run_on(tmp_path, "split", placed(1, 1), 2, model, ranks=2)
+    rows = assert_same_losses((tmp_path, "one"), (tmp_path, "split"))
+    assert any(float(a["share/high_noise"]) == 0 for a, _ in rows)
+    assert_same_training(split, one, lr=LR, tolerance=TINY_WAN)
+    # AdamW's own step counts: the high-noise expert's fewer than the run's, equal on both layouts.
+    high = [k for k in one.updates if k.startswith("high_noise")]
+    assert all(split.updates[k] == one.updates[k] < one.step for k in high), [one.updates[k] for k in high]
+
+
+@pytest.mark.parametrize("adapters", ["lora"], indirect=True)
+def test_a_run_moved_between_expert_placement_one_device_and_ddp_resumes_to_the_uninterrupted_weights(tmp_path,
+                                                                                                       adapters):
+    model = {**TWO_EXPERTS, **adapters}
+    # A constant learning rate: each leg's run ends where the next resumes (trainer.max_steps).
+    constant = {"scheduler": {"decay": "constant"}, "checkpoint": {"every": 2}}
+    run_on(tmp_path, "uninterrupted", CPU, 4, model, trainer={"max_steps": 8}, **constant)
+    run_dir = tmp_path / "runs" / "moved" / "version_0"
+    layouts = [(placed(1, 1), 2, 2, "placed on 2 ranks"), (CPU, 4, 1, "one device"),
+               ({**DDP, "find_unused_parameters": True}, 2, 2, "ddp holding both"), (placed(1, 1), 2, 2, "placed")]
+    for leg, (strategy, batch, ranks, name) in enumerate(layouts):
+        path = experiment(tmp_path, "moved", strategy, batch, model, trainer={"max_steps": 2 * (leg + 1)}, **constant)
+        resume = ["--resume", "auto"] if leg else []
+        result = wanfw("run", path, *resume, check=0) if ranks == 1 else torchrun("run", path, *resume, nproc=ranks)
+        assert result.returncode == 0, (name, result.stdout + result.stderr)
+        if leg:
+            assert f"resumed from" in result.stdout and f"step-{2 * leg:08d}" in result.stdout, (name, result.stdout)
+        step = 2 * (leg + 1)
+        assert_same_training(state(tmp_path, "moved", step=step), state(tmp_path, "uninterrupted", step=step), lr=LR,
+                             tolerance=TINY_WAN), name
+
+
+def test_network_groups_for_a_model_of_one_network_are_refused_naming_the_setting(tmp_path):
+    path = experiment(tmp_path, "refused", placed(1, 1), 2, {**TWO_EXPERTS, "expert": "high_noise"})
+    result = torchrun("run", path, nproc=2)
+    said = result.stdout + result.stderr
+    assert result.returncode != 0, said  # torchrun reports the ranks that stopped
+    assert "model.expert: the strategy places 2 network group(s); this model has one network" in said, said
+    assert "hint: set model.expert: both" in said, said
