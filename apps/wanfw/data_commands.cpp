@@ -12,7 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "commands.hpp"
-#include "data/bucket_sampler.hpp"
+#include "sampling/bucket_sampler.hpp"
 #include "data/data_loader.hpp"
 #include "latent_shards/latent_dataset.hpp"
 #include "synthetic/synthetic_dataset.hpp"

@@ -7,7 +7,7 @@
 
 #include "data/batch_assembly.hpp"
 #include "data/batch_buffers.hpp"
-#include "data/network_dealing.hpp"
+#include "sampling/network_dealing.hpp"
 #include "data/sample_conform.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/sample_random.hpp"

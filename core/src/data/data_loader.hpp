@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-#include "data/bucket_sampler.hpp"
+#include "sampling/bucket_sampler.hpp"
 #include "wanfw/data.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/network_groups.hpp"

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "config/core_sections.hpp"
-#include "data/bucket_sampler.hpp"
+#include "sampling/bucket_sampler.hpp"
 #include "data/data_loader.hpp"
 #include "wanfw/data.hpp"
 #include "wanfw/error.hpp"

@@ -3,7 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
-#include "data/bucket_sampler.hpp"
+#include "sampling/bucket_sampler.hpp"
 #include "data/data_loader.hpp"
 #include "synthetic/synthetic_dataset.hpp"
 #include "wanfw/data.hpp"

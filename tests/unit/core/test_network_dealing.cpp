@@ -1,6 +1,6 @@
 #include <set>
 
-#include "data/network_dealing.hpp"
+#include "sampling/network_dealing.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/network_groups.hpp"
 // doctest last: c10/util/Logging.h defines a CHECK macro of its own.

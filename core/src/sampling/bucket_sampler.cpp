@@ -1,4 +1,4 @@
-#include "data/bucket_sampler.hpp"
+#include "sampling/bucket_sampler.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>

@@ -1,4 +1,4 @@
-#include "data/network_dealing.hpp"
+#include "sampling/network_dealing.hpp"
 
 #include <stdexcept>
 
