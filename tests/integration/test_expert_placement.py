@@ -6,7 +6,7 @@ and timesteps, real torchrun with Gloo on loopback."""
 import pytest
 
 from harness.equivalence import assert_same_training, state
-from harness.layouts import CPU, DDP, LR, TINY_WAN, experiment, run_on
+from harness.layouts import CPU, DDP, FSDP, LR, TINY_WAN, experiment, run_on
 from harness.launch import torchrun
 from harness.references import reference_folder
 from harness.runs import metrics, wanfw
@@ -27,8 +27,8 @@ def adapters(request, tmp_path):
     return {"weights": str(base), "lora": {"rank": 4, "alpha": 8}}
 
 
-def placed(*sizes, **options):
-    return {**DDP, "network_groups": list(sizes), **options}
+def placed(*sizes, strategy=DDP):
+    return {**strategy, "network_groups": list(sizes)}
 
 
 def assert_same_losses(one, split):
@@ -59,6 +59,7 @@ def test_each_expert_on_its_own_rank_ends_at_the_weights_of_one_device_holding_b
 
 GROUPS = {  # name: (strategy, batch per micro-batch, ranks); every one a global batch of 4
     "two_ranks_an_expert": (placed(2, 2), 1, 4),
+    "two_ranks_an_expert_sharded": (placed(2, 2, strategy=FSDP), 1, 4),
     "a_rank_an_expert_accumulating_2": ({"name": "grad_accum", "steps": 2, "inner": placed(1, 1)}, 1, 2),
 }
 
@@ -69,7 +70,11 @@ def test_experts_on_groups_of_ranks_or_accumulating_end_at_the_weights_of_one_de
     strategy, batch, ranks = GROUPS[layout]
     model = {**TWO_EXPERTS, **adapters}
     one = run_on(tmp_path, "one", CPU, 4, model)
-    split = run_on(tmp_path, "split", strategy, batch, model, ranks=ranks)
+    result = torchrun("run", experiment(tmp_path, "split", strategy, batch, model), nproc=ranks)
+    assert result.returncode == 0, result.stdout + result.stderr
+    k = ranks // 2  # each rank built its group's expert alone
+    assert f"network groups: high_noise on ranks 0-{k - 1}, low_noise on ranks {k}-{ranks - 1}" in result.stdout
+    split = state(tmp_path, "split")
     assert_same_training(split, one, lr=LR, tolerance=TINY_WAN)
     assert_same_losses((tmp_path, "one"), (tmp_path, "split"))
 
@@ -98,7 +103,8 @@ def test_a_run_moved_between_expert_placement_one_device_and_ddp_resumes_to_the_
     run_on(tmp_path, "uninterrupted", CPU, 4, model, trainer={"max_steps": 8}, **constant)
     run_dir = tmp_path / "runs" / "moved" / "version_0"
     layouts = [(placed(1, 1), 2, 2, "placed on 2 ranks"), (CPU, 4, 1, "one device"),
-               ({**DDP, "find_unused_parameters": True}, 2, 2, "ddp holding both"), (placed(1, 1), 2, 2, "placed")]
+               ({**DDP, "find_unused_parameters": True}, 2, 2, "ddp holding both"),
+               (placed(2, 2, strategy=FSDP), 1, 4, "each expert sharded over 2 ranks")]
     for leg, (strategy, batch, ranks, name) in enumerate(layouts):
         path = experiment(tmp_path, "moved", strategy, batch, model, trainer={"max_steps": 2 * (leg + 1)}, **constant)
         resume = ["--resume", "auto"] if leg else []

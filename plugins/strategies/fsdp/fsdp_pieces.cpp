@@ -26,7 +26,7 @@ wanfw::TensorRows whole(const std::string& name, const at::Tensor& tensor) {
 }  // namespace
 
 wanfw::StatePieces FsdpStrategy::state_pieces(wanfw::Model& model, torch::optim::AdamW& optimizer) {
-  const int r = rank();
+  const int r = shards().rank();  // the rows this rank holds of its network's (or the model's) shards
   wanfw::StatePieces pieces;
   auto rows_of = [&](const Place& place, const at::Tensor& flat_tensor, const std::string& name) {
     const wanfw::RowShard& s = place.flat->layout().shard(place.index);
@@ -58,7 +58,7 @@ wanfw::StatePieces FsdpStrategy::state_pieces(wanfw::Model& model, torch::optim:
 
 void FsdpStrategy::load_optimizer_state(wanfw::Model& model, torch::optim::AdamW& optimizer,
                                         const wanfw::TensorRowSource& source) {
-  const int r = rank();
+  const int r = shards().rank();
   std::map<const void*, std::string> checkpoint_name;
   for (const auto& [name, tensor] : model.trainable_parameters()) checkpoint_name[tensor.unsafeGetTensorImpl()] = name;
   torch::NoGradGuard no_grad;

@@ -14,7 +14,10 @@
 namespace wanfw_fsdp {
 
 FsdpStrategy::FsdpStrategy(FsdpSettings settings, std::unique_ptr<wanfw::DistributedSession> session)
-    : settings_(settings), session_(std::move(session)), sequence_(*session_, settings.sequence_parallel) {
+    : settings_(settings),
+      session_(std::move(session)),
+      placement_(*session_, settings_.network_groups),
+      sequence_(*session_, settings.sequence_parallel) {
   rest_.name = "the rest";
 }
 
@@ -22,7 +25,9 @@ FsdpStrategy::FsdpStrategy(FsdpSettings settings, std::unique_ptr<wanfw::Distrib
 // unit after training: its runner pointer is left as it is.
 FsdpStrategy::~FsdpStrategy() = default;
 
-std::string FsdpStrategy::describe() const { return "fsdp: " + session_->describe() + sequence_.describe(); }
+std::string FsdpStrategy::describe() const {
+  return "fsdp: " + session_->describe() + sequence_.describe() + placement_.describe();
+}
 
 void FsdpStrategy::setup(wanfw::Model& model) {
   for (const auto& p : model.module()->named_parameters())
@@ -33,11 +38,11 @@ void FsdpStrategy::setup(wanfw::Model& model) {
                          "bfloat16's bytes), or set model.base_dtype: dtype to shard it");
   model.module()->to(device());
   sequence_.attach(model);
-  session_->guarded("giving every rank rank 0's initial weights", [&] {
+  shards().guarded("giving every rank its first rank's initial weights", [&] {
     std::vector<at::Tensor> state;
     for (const auto& p : model.module()->parameters()) state.push_back(p);
     for (const auto& b : model.module()->buffers()) state.push_back(b);
-    session_->broadcast(state, 0);
+    shards().broadcast(state, 0);
   });
   build_units(model);
   fetcher_ = std::make_shared<AllGatherFetcher>(units_, rest_, settings_.runner);
@@ -52,7 +57,8 @@ void FsdpStrategy::setup(wanfw::Model& model) {
   }
   if (is_main())
     wanfw::log::info("fsdp: ", units_.size(), " unit(s) and the rest in ", flats().size(), " flat shard(s) over ",
-                     world_size(), " ranks; each rank keeps ", fmt::format("{:.1f}", kept / 1048576.0), " of ",
+                     shards().world_size(), " ranks", placement_.groups() ? " of its network group" : "",
+                     "; each rank keeps ", fmt::format("{:.1f}", kept / 1048576.0), " of ",
                      fmt::format("{:.1f}", model_bytes_ / 1048576.0), " MiB of parameters",
                      units_.empty() ? " (the model declares no units: all are gathered for each step)" : "");
 }
@@ -112,7 +118,7 @@ void FsdpStrategy::cut_unit(UnitShards& unit, const std::vector<std::pair<std::s
     const bool trainable = group < static_cast<int>(model_groups_.size());
     const std::string name = fmt::format("{}/{}/{}", unit.name, trainable ? model_groups_[group].name : "frozen",
                                          c10::toString(static_cast<at::ScalarType>(dtype)));
-    auto& flat = unit.flats.emplace_back(std::make_unique<FlatShard>(name, members, trainable, *session_));
+    auto& flat = unit.flats.emplace_back(std::make_unique<FlatShard>(name, members, trainable, shards()));
     if (trainable) flat_group_[flat.get()] = group;
     for (std::size_t i = 0; i < members.size(); ++i)
       place_of_[members[i].second.unsafeGetTensorImpl()] = Place{flat.get(), i};
@@ -133,10 +139,11 @@ wanfw::StepOutput FsdpStrategy::micro_step(wanfw::Model& model, const wanfw::Bat
   // Every micro-batch reduce-scatters: accumulated gradients add up sharded.
   if (micro.phase != phase_) select_phase(micro.phase);
   wanfw::UnitRuntime& units = runtime();
+  placement_.count(micro);
   session_->guarded("the forward and backward pass", [&] {
     units.begin_step();  // the rest (parameters in no unit) gathered for the whole micro-step
     out = forward(model, batch, micro);
-    backward(out, micro);
+    backward(out, micro, placement_.loss_scale());  // reduce-scattered as a mean over the shards' ranks
     units.end_step();
   });
   return out;
@@ -161,6 +168,14 @@ std::vector<wanfw::ParameterGroup> FsdpStrategy::parameter_groups(wanfw::Model&)
     groups.push_back(std::move(group));
   }
   return groups;
+}
+
+void FsdpStrategy::before_optimizer_step(wanfw::Model&) {
+  if (placement_.groups() == nullptr) return;
+  std::vector<at::Tensor> shards;
+  for (FlatShard* flat : flats())
+    if (flat->trainable()) shards.push_back(flat->shard());
+  placement_.settle(shards);
 }
 
 double FsdpStrategy::clip_gradients(const std::vector<at::Tensor>& parameters, double max_norm) {

@@ -7,6 +7,7 @@
 // are gathered for the whole step. The optimizer steps this rank's shards; clipping uses the norm
 // of the whole gradient; checkpoints are written in pieces, a piece a rank (wanfw/state_pieces.hpp).
 // A model that trains in phases reduces, in each step, the flats of that phase's groups only.
+// With network_groups, each network is sharded over its own group of ranks (wanfw/network_groups.hpp).
 
 #include <map>
 #include <memory>
@@ -26,6 +27,7 @@ namespace wanfw_fsdp {
 struct FsdpSettings {
   RunnerSettings runner;
   int sequence_parallel = 1;
+  std::vector<int> network_groups;
 };
 
 class FsdpStrategy final : public wanfw::Strategy {
@@ -40,6 +42,9 @@ class FsdpStrategy final : public wanfw::Strategy {
   int world_size() const override { return session_->world_size(); }
   int data_rank() const override { return sequence_.data_rank(); }
   int data_world_size() const override { return sequence_.data_world_size(); }
+  const wanfw::NetworkGroups* network_groups() const override { return placement_.groups(); }
+  /// A network group without samples this step: its gradients dropped, as on one device.
+  void before_optimizer_step(wanfw::Model& model) override;
   wanfw::StepOutput micro_step(wanfw::Model& model, const wanfw::Batch& batch, const wanfw::MicroStep& micro) override;
   std::vector<double> all_reduce(std::vector<double> values, wanfw::Reduce op) override {
     return session_->all_reduce(std::move(values), op);
@@ -78,7 +83,11 @@ class FsdpStrategy final : public wanfw::Strategy {
   wanfw::UnitRuntime& runtime() const;
 
   FsdpSettings settings_;
+  /// The ranks the model's weights are sharded over: its network's group, or the job.
+  const wanfw::DistributedSession& shards() const { return placement_.group() ? *placement_.group() : *session_; }
+
   std::unique_ptr<wanfw::DistributedSession> session_;
+  wanfw::NetworkPlacement placement_;  ///< network groups (none by default)
   wanfw::SequenceGroups sequence_;  ///< sequence parallelism: the ranks sharing each sample
   std::vector<UnitShards> units_;
   UnitShards rest_;

@@ -25,6 +25,10 @@ std::unique_ptr<wanfw::Strategy> make_strategy(const wanfw::Options& o, const wa
   s.runner.prefetch = o.boolean("prefetch");
   s.sequence_parallel = static_cast<int>(o.integer("sequence_parallel"));
   if (s.sequence_parallel < 1) o.fail("sequence_parallel", "must be at least 1");
+  for (const std::int64_t size : o.integers("network_groups")) s.network_groups.push_back(static_cast<int>(size));
+  if (!s.network_groups.empty() && s.sequence_parallel > 1)
+    o.fail("network_groups", "network groups do not combine with sequence_parallel yet",
+           "set sequence_parallel: 1, or shard the whole model over every rank (network_groups: [])");
   return std::make_unique<wanfw_fsdp::FsdpStrategy>(
       s, wanfw::DistributedSession::join(wanfw::process_group_options(o, ctx)));
 }
@@ -43,8 +47,13 @@ wanfw::PluginDescriptor describe() {
        option("reduce_dtype", T::Choice).value("float32").choices({"float32", "bfloat16"}).doc(
            "dtype gradients are reduce-scattered in (the mean over ranks)."),
        option("prefetch", T::Boolean).value("true").doc(
-           "Start gathering the next unit's parameters while the current one computes (forward and backward).")});
+           "Start gathering the next unit's parameters while the current one computes (forward and backward)."),
+       option("network_groups", T::IntegerList).value("[]").doc(
+           "One group of ranks per network of the model, in its order (model.expert: both: [high_noise ranks, "
+           "low_noise ranks]): each network sharded over its own group, each sample trained on the ranks of its "
+           "network. Empty: the whole model sharded over every rank.")});
   d.capabilities.shards_state = true;
+  d.capabilities.places_networks = true;
   d.make_strategy = make_strategy;
   return d;
 }
