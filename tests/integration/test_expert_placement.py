@@ -9,7 +9,7 @@ from harness.equivalence import assert_same_training, state
 from harness.layouts import CPU, DDP, FSDP, LR, TINY_WAN, experiment, run_on
 from harness.launch import torchrun
 from harness.references import reference_folder
-from harness.runs import metrics, wanfw
+from harness.runs import SOURCE, metrics, run_dir, wanfw
 
 TWO_EXPERTS = {"name": "wan22_flow_matching", "preset": "tiny", "text_len": 4, "expert": "both", "boundary": 500,
                "timestep_sampling": "logit_normal"}
@@ -124,3 +124,22 @@ def test_network_groups_for_a_model_of_one_network_are_refused_naming_the_settin
     assert result.returncode != 0, said  # torchrun reports the ranks that stopped
     assert "model.expert: the strategy places 2 network group(s); this model has one network" in said, said
     assert "hint: set model.expert: both" in said, said
+
+
+
+def test_the_experts_tiny_example_trains_each_expert_on_its_rank_as_its_header_says(tmp_path):
+    # As docs/multi-gpu.md shows it: torchrun, 2 ranks, the example as it is (its outputs moved here).
+    result = torchrun("run", SOURCE / "examples" / "experts-tiny.yaml", "--set", f"run.output_dir={tmp_path / 'runs'}",
+                      nproc=2)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "network groups: high_noise on ranks 0-0, low_noise on ranks 1-1" in result.stdout
+    rows = metrics(tmp_path, "experts-tiny")
+    first, last = float(rows[0]["loss"]), float(rows[-1]["loss"])
+    assert last < 0.8 * first, (first, last)  # the loss falls, as the quickstart's
+    for row in rows:  # each step's 8 samples dealt to the experts' ranks, each group's wait logged
+        high, low = float(row["samples/high_noise"]), float(row["samples/low_noise"])
+        assert high + low == 8 and high == pytest.approx(8 * float(row["share/high_noise"]))
+        idle = [float(row["idle_s/high_noise"]), float(row["idle_s/low_noise"])]
+        assert min(idle) >= 0 and max(idle) > 0  # the slower group waited for nothing, the other did
+    checkpoint = state(tmp_path, "experts-tiny")  # both experts in one checkpoint, written by two ranks
+    assert {k.split(".")[0] for k in checkpoint.weights} == {"high_noise_model", "low_noise_model"}

@@ -202,7 +202,10 @@ TrainingResult Trainer::fit(const Checkpoint* checkpoint) {
   while (state_.step < total) {
     const auto step_started = std::chrono::steady_clock::now();
     profiler_->before_step(state_.step + 1);
-    const MicroBatchTotals totals = run_micro_batches();
+    MicroBatchTotals totals = run_micro_batches();
+    if (network_load_)
+      totals.metrics.merge(
+          network_load_->step(*strategy_, totals.samples, seconds_since(step_started), totals.job_samples));
     const Gradients gradients = settle_gradients(totals);
     const double lr = plan_->learning_rate(state_.step);
     apply_update(gradients.overflow, lr);

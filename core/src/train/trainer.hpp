@@ -28,6 +28,7 @@
 #include "reporting/step_profiler.hpp"
 #include "plan/phase_schedule.hpp"
 #include "plan/training_plan.hpp"
+#include "train/network_load.hpp"
 #include "train/preview_video.hpp"
 #include "wanfw/strategy.hpp"
 
@@ -85,7 +86,8 @@ class Trainer {
     double loss = 0;                        ///< mean over the step's micro-batches
     std::map<std::string, double> metrics;  ///< means over the step's micro-batches
     std::map<std::string, std::pair<double, double>> sample_means;  ///< (sum, count) over them
-    std::int64_t samples = 0;
+    std::int64_t samples = 0;               ///< this rank's (stand-ins not counted)
+    std::int64_t job_samples = -1;          ///< every rank's together; -1: samples x the data world size
     int phase = 0;                          ///< the model's training phase of the step
   };
   /// What every rank agreed on after a step's backward.
@@ -162,6 +164,7 @@ class Trainer {
   std::unique_ptr<Validation> validation_;
   DecoderFactory make_decoder_;
   std::unique_ptr<StepProfiler> profiler_;  ///< trainer.profile_steps
+  std::optional<NetworkLoad> network_load_;  ///< networks on rank groups: each group's load a step
   MetricWindow window_;  ///< the steps since the last log
   std::int64_t window_first_ = 0;  ///< the logging window's first step
   std::int64_t first_step_ = 0;    ///< the first step this process trains (after a resume: the next one)

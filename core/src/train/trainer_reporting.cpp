@@ -19,7 +19,7 @@ void Trainer::report_step(const MicroBatchTotals& totals, const Gradients& gradi
   const bool log_now = state_.step % settings_.trainer.log_every == 0 || state_.step == total || stops;
   std::map<std::string, double> logged =
       report(totals, lr, gradients.grad_norm, gradients.overflow, gradients.loss_scale, step_seconds, log_now);
-  result.samples += totals.samples * strategy_->data_world_size();
+  result.samples += totals.job_samples >= 0 ? totals.job_samples : totals.samples * strategy_->data_world_size();
   if (log_now) {
     const LoggedLoss window{window_first_, state_.step, logged.at("loss")};
     if (!result.first_logged) result.first_logged = window;

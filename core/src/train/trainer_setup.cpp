@@ -20,6 +20,7 @@ void Trainer::set_up(const Checkpoint* checkpoint) {
   if (const NetworkGroups* placed = strategy_->network_groups()) {
     groups = *placed;
     route = [model = model_](const Batch& keys) { return model->route(keys); };
+    network_load_.emplace(groups, model_->networks());
   }
   loader_ = data_.loader(strategy_->data_rank(), strategy_->data_world_size(), strategy_->accumulation_steps(),
                          strategy_->device(), groups, std::move(route));
