@@ -1,5 +1,5 @@
 """`wanfw model-info`'s memory plan for LoRA runs: the low-memory examples fit their GPUs and name
-their host memory; --fit picks the cheapest options and the fewest swapped blocks that fit (one
+their host memory, the two experts on two GPUs one expert a GPU; --fit picks the cheapest options and the fewest swapped blocks that fit (one
 fewer does not); a host too small for any plan is said; a distillation's plan counts every network
 its steps hold."""
 
@@ -26,6 +26,15 @@ def test_the_a14b_example_fits_a_24gb_gpu_and_names_its_host_memory():
     assert device <= 24e9 / 2**30
     assert re.search(r"host: streamed blocks' weights \(pinned\) [\d.]+ GiB", out) and host > 20
     assert "21 blocks swapped (ring 2)" in out
+
+
+def test_the_two_expert_example_plans_one_expert_a_rank_and_each_rank_fits_a_24gb_gpu():
+    out, device, host, verdict = plan(SOURCE / "examples" / "lora-wan22-a14b-experts-2x24gb.yaml", "--gpus", "2")
+    assert "network group 0 (ranks 0-0 of 2) holds the high_noise expert alone" in out
+    assert "network group 1 (ranks 1-1) holds the low_noise expert alone: the same plan as group 0" in out
+    assert "fits a 24 GB GPU" in verdict and device <= 24e9 / 2**30
+    # One expert's blocks a rank: the single-expert example's plan, not both experts' (38 GiB).
+    assert device == plan(A14B)[1]
 
 
 def test_the_ti2v_example_fits_a_12gb_gpu():

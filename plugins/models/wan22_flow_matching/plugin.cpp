@@ -118,12 +118,43 @@ std::string weights_summary(const wanfw::Options& o, const wan::WanConfig& c, Ex
   return wan::describe_weights("weights", c, weights, o.string("weights_subfolder"), expert);
 }
 
+/// The memory plan of each network group's ranks (strategy.network_groups): one expert a rank,
+/// data-parallel or sharded over its group.
+std::string placed_plan(const wanfw::Options& o, const wan::WanConfig& c, const FlowMatchingSettings& s,
+                        const wanfw::TrainingLayout& layout) {
+  const std::vector<int>& sizes = layout.network_groups;
+  if (s.expert != Expert::Both || sizes.size() != 2)
+    return fmt::format("network groups: the strategy places {} group(s), but this model has {}: the run is refused "
+                       "(set model.expert: both with two groups)\n",
+                       sizes.size(), s.expert == Expert::Both ? "two experts" : "one network");
+  int world = 0;
+  for (const int size : sizes) world += size;
+  std::string out;
+  const char* names[] = {"high_noise", "low_noise"};
+  for (std::size_t g = 0; g < 2; ++g) {
+    const int first = g == 0 ? 0 : sizes[0];
+    if (g == 1 && sizes[1] == sizes[0]) {  // the experts have one shape: the same plan
+      out += fmt::format("network group {} (ranks {}-{}) holds the {} expert alone: the same plan as group 0 (the experts have one shape)\n", g, first,
+                         first + sizes[g] - 1, names[g]);
+      break;
+    }
+    wanfw::TrainingLayout group = layout;
+    group.gpus = sizes[g];  // each expert replicated (ddp) or sharded (fsdp) over its own group
+    group.network_groups.clear();
+    out += fmt::format("network group {} (ranks {}-{} of {}) holds the {} expert alone:\n", g, first,
+                       first + sizes[g] - 1, world, names[g]);
+    out += wan::memory_plan({c, s.lora, o.string("dtype"), 1, s.task}, wan::configured_memory(o, group), group);
+  }
+  return out;
+}
+
 std::string inspect(const wanfw::Options& o, const wanfw::TrainingLayout& layout) {
   const wan::WanConfig c = config_from(o);
   wan::check_vae_option(o, c.out_dim, false);  // `wanfw validate`: the VAE's headers, not its values
   wan::check_block_swap_needs(o, layout);
   const FlowMatchingSettings s = settings_from(o, c);
   const int models = s.expert == Expert::Both ? 2 : 1;
+  const bool placed = !layout.network_groups.empty();  // each rank group holds one expert
   const double n = static_cast<double>(c.parameter_count() * models);
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   const auto control = [](const char* name, const wan_fm::ExpertControl& c) {
@@ -139,8 +170,9 @@ std::string inspect(const wanfw::Options& o, const wanfw::TrainingLayout& layout
                                     : "");
   const auto split = c.rope_split();
   const std::string memory = wan::adapter_summary(c, s.lora, models);
-  const std::string plan =
-      wan::memory_plan({c, s.lora, o.string("dtype"), models, s.task}, wan::configured_memory(o, layout), layout);
+  const std::string plan = placed ? placed_plan(o, c, s, layout)
+                                  : wan::memory_plan({c, s.lora, o.string("dtype"), models, s.task},
+                                                     wan::configured_memory(o, layout), layout);
   return fmt::format(
              "Wan DiT, preset {}: dim {}, ffn_dim {}, {} heads (head dim {}, RoPE {}/{}/{}), {} layers, in {}, out "
              "{}, text_dim {} (contexts padded to {} tokens)\n"
