@@ -18,4 +18,9 @@ class DistributedSession;
 /// gets the same norm, and padding (zero) adds nothing. Clipping scales by min(1, max / (norm + 1e-6)).
 double sharded_gradient_norm(const std::vector<at::Tensor>& gradients, const DistributedSession& session);
 
+/// Clipping by a norm worked out across ranks (sharded_gradient_norm, NetworkPlacement::gradient_norm):
+/// scales `gradients` (undefined ones skipped) by max_norm / (norm + 1e-6) when that is below 1,
+/// as torch::nn::utils::clip_grad_norm_ does. Returns `norm`.
+double clip_to_norm(const std::vector<at::Tensor>& gradients, double norm, double max_norm);
+
 }  // namespace wanfw

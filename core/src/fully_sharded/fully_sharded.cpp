@@ -18,4 +18,14 @@ double sharded_gradient_norm(const std::vector<at::Tensor>& gradients, const Dis
   return std::sqrt(session.all_reduce(std::vector<double>{squares}, Reduce::Sum).at(0));
 }
 
+double clip_to_norm(const std::vector<at::Tensor>& gradients, double norm, double max_norm) {
+  const double coefficient = max_norm / (norm + 1e-6);
+  if (coefficient < 1.0) {
+    at::NoGradGuard no_grad;
+    for (const at::Tensor& g : gradients)
+      if (g.defined()) g.mul_(coefficient);
+  }
+  return norm;
+}
+
 }  // namespace wanfw

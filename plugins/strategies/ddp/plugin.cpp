@@ -13,6 +13,7 @@
 
 #include "wanfw/distributed.hpp"
 #include "wanfw/error.hpp"
+#include "wanfw/fully_sharded.hpp"
 #include "wanfw/log.hpp"
 #include "wanfw/network_groups.hpp"
 #include "wanfw/plugin.hpp"
@@ -124,14 +125,7 @@ class DdpStrategy final : public wanfw::Strategy {
     if (placement_.groups() == nullptr) return Strategy::clip_gradients(parameters, max_norm);
     std::vector<at::Tensor> grads;
     for (const at::Tensor& p : parameters) grads.push_back(p.grad());
-    const double norm = placement_.gradient_norm(grads);  // every network's, as on one device
-    const double coefficient = max_norm / (norm + 1e-6);  // as torch::nn::utils::clip_grad_norm_
-    if (coefficient < 1.0) {
-      torch::NoGradGuard no_grad;
-      for (at::Tensor& g : grads)
-        if (g.defined()) g.mul_(coefficient);
-    }
-    return norm;
+    return wanfw::clip_to_norm(grads, placement_.gradient_norm(grads), max_norm);  // every network's norm
   }
 
   std::vector<double> all_reduce(std::vector<double> values, wanfw::Reduce op) override {

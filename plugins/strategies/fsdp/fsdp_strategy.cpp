@@ -181,14 +181,7 @@ void FsdpStrategy::before_optimizer_step(wanfw::Model&) {
 double FsdpStrategy::clip_gradients(const std::vector<at::Tensor>& parameters, double max_norm) {
   std::vector<at::Tensor> grads;
   for (const at::Tensor& p : parameters) grads.push_back(p.grad());
-  const double norm = wanfw::sharded_gradient_norm(grads, *session_);
-  const double coefficient = max_norm / (norm + 1e-6);  // as torch::nn::utils::clip_grad_norm_
-  if (coefficient < 1.0) {
-    torch::NoGradGuard no_grad;
-    for (at::Tensor& g : grads)
-      if (g.defined()) g.mul_(coefficient);
-  }
-  return norm;
+  return wanfw::clip_to_norm(grads, wanfw::sharded_gradient_norm(grads, *session_), max_norm);
 }
 
 void FsdpStrategy::after_optimizer_step(wanfw::Model& model, const wanfw::OptimizerStep& step) {
