@@ -117,6 +117,20 @@ def test_a_run_moved_between_expert_placement_one_device_and_ddp_resumes_to_the_
                              tolerance=TINY_WAN), name
 
 
+@pytest.mark.parametrize("share, high", [(0.5, 3), (0.3, 2)])
+def test_a_fixed_high_noise_share_gives_each_group_its_count_every_step_as_on_one_device(tmp_path, share, high):
+    # A step of 6 samples: round(share x 6) of them draw on the high-noise side, every step.
+    model = {**TWO_EXPERTS, "high_noise": {"share": share}}
+    one = run_on(tmp_path, "one", CPU, 6, model)
+    result = torchrun("run", experiment(tmp_path, "split", placed(1, 1), 3, model), nproc=2)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for row in metrics(tmp_path, "split"):
+        assert (float(row["samples/high_noise"]), float(row["samples/low_noise"])) == (high, 6 - high)
+    assert all(float(row["share/high_noise"]) == high / 6 for row in metrics(tmp_path, "one"))
+    assert_same_training(state(tmp_path, "split"), one, lr=LR, tolerance=TINY_WAN)
+    assert_same_losses((tmp_path, "one"), (tmp_path, "split"))
+
+
 def test_network_groups_for_a_model_of_one_network_are_refused_naming_the_setting(tmp_path):
     path = experiment(tmp_path, "refused", placed(1, 1), 2, {**TWO_EXPERTS, "expert": "high_noise"})
     result = torchrun("run", path, nproc=2)

@@ -81,6 +81,10 @@ struct Batch {
   /// (wanfw/network_groups.hpp), where a rank holds as many samples as its network got, and 0 for
   /// a stand-in sample that only keeps its group's collectives in step.
   double weight = 1.0;
+  /// Training batches: each sample's place in its optimizer step's batch (0 .. step_samples - 1),
+  /// the same on any layout (a model may stratify its draws over a step with it); empty elsewhere.
+  std::vector<std::int64_t> step_positions{};
+  std::int64_t step_samples = 0;
 
   /// The field `name`; throws wanfw::Error naming the missing field and those present.
   const at::Tensor& at(const std::string& name) const;

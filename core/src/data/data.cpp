@@ -63,6 +63,8 @@ Batch Batch::to(const at::Device& device, bool non_blocking) const {
   out.epoch = epoch;
   out.seed = seed;
   out.weight = weight;
+  out.step_positions = step_positions;
+  out.step_samples = step_samples;
   for (const auto& [name, tensor] : fields) {
     const auto dtype = dtypes.find(name);
     out.fields[name] = tensor.to(device, dtype == dtypes.end() ? tensor.scalar_type() : dtype->second, non_blocking);
@@ -79,6 +81,9 @@ Batch Batch::slice(std::int64_t start, std::int64_t length) const {
   out.seed = seed;
   out.weight = weight;  // a replica's slice weighs by its share of it on top (Strategy::backward)
   out.dtypes = dtypes;
+  out.step_samples = step_samples;
+  if (!step_positions.empty())
+    out.step_positions.assign(step_positions.begin() + start, step_positions.begin() + start + length);
   if (!sample_ids.empty())
     out.sample_ids.assign(sample_ids.begin() + start, sample_ids.begin() + start + length);
   for (const auto& [name, tensor] : fields) out.fields[name] = tensor.narrow(0, start, length);

@@ -117,29 +117,40 @@ void DataLoader::refuse(const DataError& error) {
   spdlog::warn("rank {}: skipped a bad sample (data.on_bad_sample: skip): {}", options_.rank, error.what());
 }
 
-std::vector<std::int64_t> DataLoader::rank_samples(const BucketSampler::StepBatch& step, int micro,
-                                                   double& weight) const {
-  weight = 1.0;
-  if (options_.groups.sizes.empty()) return sampler_->micro_batch(step, options_.rank, micro);
-  Batch keys;
+DataLoader::RankSamples DataLoader::rank_samples(const BucketSampler::StepBatch& step, int micro) const {
+  RankSamples out;
+  const auto step_size = static_cast<std::int64_t>(step.samples.size());
+  if (options_.groups.sizes.empty()) {
+    out.ids = sampler_->micro_batch(step, options_.rank, micro);
+    const std::int64_t first = (static_cast<std::int64_t>(micro) * sampler_->options().world_size + options_.rank) *
+                               static_cast<std::int64_t>(out.ids.size());
+    for (std::size_t i = 0; i < out.ids.size(); ++i) out.positions.push_back(first + static_cast<std::int64_t>(i));
+    return out;
+  }
+  Batch keys;  // every rank's samples of the micro-batch, keyed as the model draws for them
   keys.sample_ids = sampler_->micro_batch_of_all(step, micro);
   keys.size = static_cast<std::int64_t>(keys.sample_ids.size());
   keys.epoch = epoch_;
   keys.seed = options_.seed;
+  keys.step_samples = step_size;
+  for (std::int64_t i = 0; i < keys.size; ++i) keys.step_positions.push_back(micro * keys.size + i);
   const DealtMicroBatch dealt = deal_to_network(keys.sample_ids, options_.route(keys), options_.groups,
                                                 micro + 1 == sampler_->options().accumulation);
-  weight = dealt.stand_in ? 0.0
-                          : network_batch_weight(static_cast<std::int64_t>(dealt.samples.size()), keys.size,
-                                                 sampler_->options().world_size);
-  return dealt.samples;
+  out.ids = dealt.samples;
+  for (const std::int64_t place : dealt.places) out.positions.push_back(micro * keys.size + place);
+  out.weight = dealt.stand_in ? 0.0
+                              : network_batch_weight(static_cast<std::int64_t>(dealt.samples.size()), keys.size,
+                                                     sampler_->options().world_size);
+  return out;
 }
 
 Batch DataLoader::make_batch(std::int64_t batch_index) {
   const int accumulation = sampler_->options().accumulation;
   const auto& step = steps_.at(static_cast<std::size_t>(batch_index / accumulation));
   const Bucket& bucket = sampler_->plan()[static_cast<std::size_t>(step.bucket)].bucket;
-  double weight = 1.0;
-  const std::vector<std::int64_t> indices = rank_samples(step, static_cast<int>(batch_index % accumulation), weight);
+  const RankSamples mine = rank_samples(step, static_cast<int>(batch_index % accumulation));
+  const std::vector<std::int64_t>& indices = mine.ids;
+  double weight = mine.weight;
   if (indices.empty()) {  // networks on rank groups: no sample of this rank's group in the micro-batch
     Batch none;
     none.epoch = epoch_;
@@ -150,17 +161,18 @@ Batch DataLoader::make_batch(std::int64_t batch_index) {
   // Shapes first (no values read: shards stay mapped), then each sample's bytes once, copied
   // into its row of the batch and checked for NaN/Inf on the way.
   std::vector<Sample> samples;
-  std::vector<std::int64_t> ids;
+  std::vector<std::int64_t> ids, positions;
   samples.reserve(indices.size());
-  for (const std::int64_t index : indices) {
+  for (std::size_t i = 0; i < indices.size(); ++i) {
     try {
-      samples.push_back(load_sample(index, bucket));
-      ids.push_back(index);
+      samples.push_back(load_sample(indices[i], bucket));
+      ids.push_back(indices[i]);
+      positions.push_back(mine.positions[i]);
     } catch (const DataError& e) {
       refuse(e);
     }
   }
-  std::vector<std::int64_t> kept;
+  std::vector<std::int64_t> kept, kept_positions;
   std::optional<BatchAssembly> assembly;
   if (!samples.empty()) {
     assembly.emplace(samples, padded_, options_.convert ? declared_dtypes_ : std::map<std::string, at::ScalarType>{},
@@ -168,8 +180,10 @@ Batch DataLoader::make_batch(std::int64_t batch_index) {
     for (std::size_t i = 0; i < samples.size(); ++i) {
       if (const auto bad = assembly->add(samples[i]))
         refuse(nonfinite_error(dataset_->describe_sample(ids[i]), bad->field, bad->count, bad->numel));
-      else
+      else {
         kept.push_back(ids[i]);
+        kept_positions.push_back(positions[i]);
+      }
     }
   }
   if (kept.empty())
@@ -181,6 +195,8 @@ Batch DataLoader::make_batch(std::int64_t batch_index) {
   if (!options_.groups.sizes.empty())
     weight *= static_cast<double>(kept.size()) / static_cast<double>(indices.size());
   batch.sample_ids = std::move(kept);
+  batch.step_positions = std::move(kept_positions);
+  batch.step_samples = static_cast<std::int64_t>(step.samples.size());
   batch.epoch = epoch_;
   batch.seed = options_.seed;
   batch.weight = weight;

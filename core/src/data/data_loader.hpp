@@ -75,8 +75,13 @@ class DataLoader {
 
  private:
   Batch make_batch(std::int64_t batch_index);
-  /// This rank's samples of micro-batch `micro` of `step`, and their weight in the step's loss.
-  std::vector<std::int64_t> rank_samples(const BucketSampler::StepBatch& step, int micro, double& weight) const;
+  /// This rank's samples of micro-batch `micro` of `step`, their places in the step's batch, and
+  /// their weight in the step's loss.
+  struct RankSamples {
+    std::vector<std::int64_t> ids, positions;
+    double weight = 1.0;
+  };
+  RankSamples rank_samples(const BucketSampler::StepBatch& step, int micro) const;
   /// Sample `index` with its shapes checked, caption dropped out when its stream says so.
   Sample load_sample(std::int64_t index, const Bucket& bucket);
   /// A bad sample: thrown, or with data.on_bad_sample: skip, logged and counted.

@@ -14,6 +14,8 @@ struct DealtMicroBatch {
   /// This rank's samples: its group's samples of the micro-batch, round robin over the group's
   /// ranks in step order; or one stand-in (below); or none.
   std::vector<std::int64_t> samples;
+  /// Each one's index in the micro-batch (`all`).
+  std::vector<std::int64_t> places;
   /// The one sample is a stand-in at weight 0: the rank has none of its own, and its group runs
   /// this micro-batch (it has samples in it, or it is the step's last).
   bool stand_in = false;

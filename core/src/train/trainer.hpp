@@ -28,7 +28,7 @@
 #include "reporting/step_profiler.hpp"
 #include "plan/phase_schedule.hpp"
 #include "plan/training_plan.hpp"
-#include "train/network_load.hpp"
+#include "reporting/network_load.hpp"
 #include "train/preview_video.hpp"
 #include "wanfw/strategy.hpp"
 

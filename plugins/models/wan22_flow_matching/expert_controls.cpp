@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "wan/expert_sides.hpp"
 #include "wan/lora.hpp"
 
 namespace wan_fm {
@@ -49,6 +50,12 @@ std::vector<wanfw::OptionSpec> expert_control_options() {
     out.push_back(wanfw::option(expert + ".max_timestep", T::Number)
                       .doc("expert: both: the highest timestep the expert trains on."));
   }
+  out.push_back(wanfw::option("high_noise.share", T::Number)
+                    .doc("expert: both: the high-noise expert's share of every step's samples (0..1): round(share x "
+                         "step batch) of them, spread over the step, draw their timestep on its side of the boundary "
+                         "and the rest on the low-noise side, each from the sampling's distribution on that side. "
+                         "Unset: each sample's own draw picks its side (the distribution's share). docs/wan.md says "
+                         "what it changes in the objective."));
   return out;
 }
 
@@ -56,6 +63,9 @@ ExpertControls expert_controls_from(const wanfw::Options& o, wan::Expert expert,
                                     const wan::TimestepSampling& sampling) {
   ExpertControls c;
   if (expert != wan::Expert::Both) {
+    if (o.has("high_noise.share"))
+      o.fail("high_noise.share", "per-expert settings need both experts in the run",
+             "set model.expert: both, or unset high_noise.share");
     for (const std::string name : kExperts)
       for (const char* key : {".lr_scale", ".min_timestep", ".max_timestep"})
         if (o.has(name + key) && !(std::string(key) == ".lr_scale" && o.number(name + key) == 1.0))
@@ -73,7 +83,26 @@ ExpertControls expert_controls_from(const wanfw::Options& o, wan::Expert expert,
   if (c.ranged && sampling.method == "fixed")
     o.fail("timestep_sampling", "fixed timesteps leave nothing to spread over the experts' ranges",
            "unset high_noise / low_noise .min_timestep and .max_timestep, or draw the timesteps");
+  if (o.has("high_noise.share")) {
+    const double share = o.number("high_noise.share");
+    if (!(share >= 0 && share <= 1)) o.fail("high_noise.share", "must be between 0 and 1");
+    if (sampling.method == "fixed")
+      o.fail("high_noise.share", "fixed timesteps cannot be drawn on a chosen side of the boundary",
+             "draw the timesteps (uniform, logit_normal or shift), or unset high_noise.share");
+    if (!(boundary > sampling.min_sigma && boundary < sampling.max_sigma))
+      o.fail("high_noise.share",
+             fmt::format("the boundary t = {:g} must lie inside the timesteps drawn, [{:g}, {:g}]", boundary * 1000,
+                         sampling.min_sigma * 1000, sampling.max_sigma * 1000));
+    c.high_share = share;
+  }
   return c;
+}
+
+torch::Tensor draw_expert_sigma(const wanfw::Batch& batch, const wan::TimestepSampling& sampling,
+                                const ExpertControls& c) {
+  if (!c.high_share) return into_expert_ranges(wan::draw_sigma(batch, sampling), c);
+  const torch::Tensor high = wan::high_noise_places(batch, *c.high_share);
+  return into_expert_ranges(wan::draw_sigma_on_sides(batch, sampling, c.boundary, high), c);
 }
 
 torch::Tensor into_expert_ranges(const torch::Tensor& sigma, const ExpertControls& c) {

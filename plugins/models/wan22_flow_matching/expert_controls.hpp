@@ -8,6 +8,7 @@
 // linearly into that expert's range (the shape of the distribution on that side kept, as
 // min_timestep / max_timestep do for the whole run). Without a range set, s is left untouched.
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,6 +32,9 @@ struct ExpertControls {
   double boundary = 0.0;
   double side_min = 0.0, side_max = 1.0;  ///< the run's range the draws come from (min/max_timestep)
   ExpertControl high, low;
+  /// high_noise.share: each step's share of high-noise samples, drawn on their side; unset: each
+  /// sample's draw picks its side.
+  std::optional<double> high_share;
 };
 
 /// high_noise.{lr_scale, min_timestep, max_timestep} and low_noise.{...}.
@@ -40,6 +44,11 @@ std::vector<wanfw::OptionSpec> expert_control_options();
 /// (sigma units), within the run's range `sampling`; a ConfigError names the option at fault.
 ExpertControls expert_controls_from(const wanfw::Options& o, wan::Expert expert, double boundary,
                                     const wan::TimestepSampling& sampling);
+
+/// Each sample's s [B]: drawn by `sampling` (on the side its step place gives it under
+/// high_noise.share), then carried into the experts' ranges.
+torch::Tensor draw_expert_sigma(const wanfw::Batch& batch, const wan::TimestepSampling& sampling,
+                                const ExpertControls& controls);
 
 /// `sigma` [B] carried into the experts' ranges (unchanged when no range is set).
 torch::Tensor into_expert_ranges(const torch::Tensor& sigma, const ExpertControls& controls);

@@ -91,7 +91,7 @@ torch::Tensor WanFlowMatchingModel::image_condition_of(const wanfw::Batch& batch
 }
 
 torch::Tensor WanFlowMatchingModel::sample_sigma(const wanfw::Batch& batch) const {
-  return into_expert_ranges(wan::draw_sigma(batch, settings_.timesteps), settings_.experts);
+  return draw_expert_sigma(batch, settings_.timesteps, settings_.experts);
 }
 
 torch::Tensor WanFlowMatchingModel::timesteps(const torch::Tensor& sigma, const torch::Tensor& latents) const {

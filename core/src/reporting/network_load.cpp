@@ -1,4 +1,4 @@
-#include "train/network_load.hpp"
+#include "reporting/network_load.hpp"
 
 #include <algorithm>
 
