@@ -57,6 +57,24 @@ def test_each_expert_on_its_own_rank_ends_at_the_weights_of_one_device_holding_b
     assert any(s != 0.5 for s in shares) and any(0 < s < 1 for s in shares), shares
 
 
+def test_placed_experts_with_an_fp8_base_block_swap_and_activation_offload_end_as_one_device_with_them(tmp_path):
+    # The low-memory settings of the 24 GB examples, at tiny scale: each rank streams its own
+    # expert's blocks from host memory and offloads its checkpointed inputs.
+    base = tmp_path / "experts"
+    reference_folder(base / "high_noise_model", seed=5)
+    reference_folder(base / "low_noise_model", seed=6)
+    model = {**TWO_EXPERTS, "weights": str(base), "lora": {"rank": 4, "alpha": 8}, "base_dtype": "float8_e4m3fn",
+             "gradient_checkpointing": True, "activation_offload": True}
+    swap = {"block_swap": {"blocks": 1}}
+    one = run_on(tmp_path, "one", CPU, 4, model, **swap)
+    result = torchrun("run", experiment(tmp_path, "split", placed(1, 1), 2, model, **swap), nproc=2)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "network groups: high_noise on ranks 0-0" in result.stdout
+    assert "block swap: 1 of 2 blocks" in result.stdout  # each rank streams its own expert's blocks
+    assert_same_training(state(tmp_path, "split"), one, lr=LR, tolerance=TINY_WAN)
+    assert_same_losses((tmp_path, "one"), (tmp_path, "split"))
+
+
 GROUPS = {  # name: (strategy, batch per micro-batch, ranks); every one a global batch of 4
     "two_ranks_an_expert": (placed(2, 2), 1, 4),
     "two_ranks_an_expert_sharded": (placed(2, 2, strategy=FSDP), 1, 4),
