@@ -152,8 +152,8 @@ void WanDenoiser::set_unit_runner(wanfw::UnitRunner* runner) {
   if (runner != nullptr && runner->collective() && pair_ && held_ < 0)
     throw wanfw::Error("fsdp cannot train both experts in one run: each rank's samples pick which expert's blocks run, "
                        "so the ranks would gather different units",
-                       "train one expert a run (model.expert: high_noise or low_noise), as the A14B examples do, or "
-                       "use ddp with find_unused_parameters");
+                       "put each expert on its own ranks (strategy.network_groups: [high_noise ranks, low_noise "
+                       "ranks]; fsdp then shards each over its group), or use ddp with find_unused_parameters");
   std::size_t first = 0;
   for (auto& dit : dits()) {
     dit->set_unit_runner(runner, first);
