@@ -166,6 +166,7 @@ def test_the_experts_tiny_example_trains_each_expert_on_its_rank_as_its_header_s
                       nproc=2)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "network groups: high_noise on ranks 0-0, low_noise on ranks 1-1" in result.stdout
+    assert "world size 2 in 2 network groups | global batch 8 (2 x 4 per device x 1 accumulation)" in result.stdout
     rows = metrics(tmp_path, "experts-tiny")
     first, last = float(rows[0]["loss"]), float(rows[-1]["loss"])
     assert last < 0.8 * first, (first, last)  # the loss falls, as the quickstart's

@@ -60,6 +60,11 @@ void TrainingPlan::announce(const CoreSettings& settings, const Strategy& strate
                  "batch {} | {} steps per epoch | precision {}",
                  strategy.world_size(), strategy.data_world_size(), group, settings.data.batch_size, accumulation_,
                  global_batch_, steps_per_epoch(), precision_name(settings.precision.mode));
+  else if (strategy.network_groups() != nullptr)  // networks on rank groups: a rank's share varies
+    spdlog::info("world size {} in {} network groups | global batch {} ({} x {} per device x {} accumulation), each "
+                 "sample trained on the ranks of its network | {} steps per epoch | precision {}",
+                 strategy.world_size(), strategy.network_groups()->count(), global_batch_, strategy.world_size(),
+                 settings.data.batch_size, accumulation_, steps_per_epoch(), precision_name(settings.precision.mode));
   else
     spdlog::info("world size {} | batch {} per device x {} accumulation = global batch {} | {} steps per epoch | "
                  "precision {}",
