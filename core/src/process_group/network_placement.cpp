@@ -33,10 +33,7 @@ bool NetworkPlacement::settle(const std::vector<at::Tensor>& parameters) {
   const double weight = group_->all_reduce(std::vector<double>{step_weight_}, Reduce::Sum).at(0);
   step_weight_ = 0;
   if (weight > 0) return true;
-  for (const at::Tensor& p : parameters) {
-    at::Tensor& grad = const_cast<at::Tensor&>(p).mutable_grad();
-    grad.reset();
-  }
+  for (const at::Tensor& p : parameters) p.mutable_grad().reset();
   return false;
 }
 

@@ -112,10 +112,10 @@ Trainer::MicroBatchTotals Trainer::run_micro_batches() {
       if (it == metric_sums.end()) metric_sums.emplace(name, v);
       else it->second = it->second + v;
     }
-    const double counted = batch->weight > 0 ? 1.0 : 0.0;  // a stand-in sample counts for nothing
     for (const auto& [name, mean] : out.sample_means) {  // read at the end: no device sync a micro-batch
       auto& [sum, samples] = mean_sums[name];
-      const at::Tensor s = mean.sum.detach().to(at::kDouble) * counted, n = mean.count.detach().to(at::kDouble) * counted;
+      at::Tensor s = mean.sum.detach().to(at::kDouble), n = mean.count.detach().to(at::kDouble);
+      if (batch->weight == 0) s = s * 0, n = n * 0;  // a stand-in sample counts for nothing, under its name
       sum = sum.defined() ? sum + s : s;
       samples = samples.defined() ? samples + n : n;
     }
