@@ -215,6 +215,7 @@ std::vector<wanfw::OptionSpec> distill_options() {
                                  "shared base"),
       option("gradient_checkpointing", T::Boolean).value("false").doc("Recompute the student's blocks in backward."),
       wan::activation_offload_option(),
+      wan::recompute_chunks_option(),
       wan::attention_option(),
       option("task", T::Choice)
           .value("t2v")

@@ -105,6 +105,7 @@ void prepare_student(const wanfw::Options& o, wan::WanDiTImpl& student, const Fr
   wan::apply_lora(student, lora, "");
   student.set_gradient_checkpointing(o.boolean("gradient_checkpointing"));
   student.set_activation_offload(wan::activation_offload_from(o));
+  student.set_recompute_chunks(wan::recompute_chunks_from(o));
 }
 
 }  // namespace wan_distill

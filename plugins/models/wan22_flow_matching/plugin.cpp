@@ -99,6 +99,7 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
   if (!weights.empty()) denoiser.load_weights(weights, o.string("weights_subfolder"));
   denoiser.apply_lora(model->settings().lora);
   const bool offload = wan::activation_offload_from(o);
+  const std::int64_t chunks = wan::recompute_chunks_from(o);
   if (model->settings().lora.enabled() && !ctx.layout.sharded) {
     const wan::PlannedRun run{config, model->settings().lora, o.string("dtype"), static_cast<int>(denoiser.dits().size()),
                               model->settings().task};
@@ -108,6 +109,7 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
   for (auto& dit : denoiser.dits()) {
     dit->set_gradient_checkpointing(o.boolean("gradient_checkpointing"));
     dit->set_activation_offload(offload);
+    dit->set_recompute_chunks(chunks);
   }
   return model;
 }
@@ -222,6 +224,7 @@ wanfw::PluginDescriptor describe() {
           .value("false")
           .doc("Recompute each block in backward instead of storing its activations."),
       wan::activation_offload_option(),
+      wan::recompute_chunks_option(),
       wan::attention_option(),
   };
   d.options.insert(d.options.end(), rest.begin(), rest.end());

@@ -45,16 +45,18 @@ WeightBytes weight_bytes(const WanConfig& c, double value_bytes, bool fp8) {
 }
 
 /// The activation formula, written once: for `tokens` a rank, a checkpointed block keeps its input
-/// (dim values a token) and a block that runs (or recomputes) for backward holds about
-/// 24 dim + 2 ffn_dim values a token; `a` bytes a value.
+/// (dim values a token) and a block that runs (or recomputes) for backward holds what
+/// recomputed_block_bytes counts; `a` bytes a value. `all` (no checkpointing): every block keeps
+/// its activations, whole.
 struct BlockActivations {
-  double input = 0, recompute = 0, layers = 0;
+  double input = 0, recompute = 0, all = 0, layers = 0;
   double most() const { return layers * (input + recompute); }
 };
 
-BlockActivations block_activations(const WanConfig& c, double tokens, double a) {
-  const double dim = static_cast<double>(c.dim), ffn = static_cast<double>(c.ffn_dim);
-  return {tokens * dim * a, tokens * (24 * dim + 2 * ffn) * a, static_cast<double>(c.num_layers)};
+BlockActivations block_activations(const WanConfig& c, double tokens, double a, std::int64_t chunks, bool split) {
+  const double layers = static_cast<double>(c.num_layers);
+  return {tokens * static_cast<double>(c.dim) * a, recomputed_block_bytes(c, tokens, a, chunks, split),
+          layers * recomputed_block_bytes(c, tokens, a, 1, split), layers};
 }
 
 double tokens_of(const WanConfig& c, const std::vector<std::int64_t>& latent) {
@@ -63,6 +65,14 @@ double tokens_of(const WanConfig& c, const std::vector<std::int64_t>& latent) {
 }
 
 }  // namespace
+
+double recomputed_block_bytes(const WanConfig& c, double tokens, double value_bytes, std::int64_t chunks, bool split) {
+  const double dim = static_cast<double>(c.dim), ffn = static_cast<double>(c.ffn_dim);
+  const double per_token = 24 * dim + 2 * ffn;
+  const double n = std::clamp(static_cast<double>(chunks), 1.0, std::max(1.0, tokens));
+  if (n <= 1) return tokens * per_token * value_bytes;
+  return tokens * ((split ? 13 : 10) * dim + per_token / n) * value_bytes;
+}
 
 TrainedBytes trained_parameter_bytes(double value_bytes, bool master_weights) {
   if (master_weights) return {16, "bf16 weight 2 + bf16 gradient 2 + fp32 master weight 4 + fp32 AdamW moments 8"};
@@ -158,18 +168,23 @@ MemoryEstimate estimate_memory(const PlannedRun& run, const MemorySettings& s, c
                                 layout.latent[2], with_thousands(static_cast<std::int64_t>(tokens)), layout.batch_size,
                                 layout.sequence_parallel > 1 ? fmt::format(", 1/{} a GPU", layout.sequence_parallel) : "");
     // A step keeps the graph of one network at a time: the largest one that back-propagates.
-    BlockActivations act = block_activations(c, per_rank, a);
+    const std::int64_t chunks = s.checkpointing ? s.chunks : 1;
+    const bool split = layout.sequence_parallel > 1;
+    BlockActivations act = block_activations(c, per_rank, a, chunks, split);
     for (const auto& other : {run.critic, run.held_graph})
-      if (other && block_activations(*other, per_rank, a).most() > act.most())
-        act = block_activations(*other, per_rank, a);
+      if (other && block_activations(*other, per_rank, a, chunks, split).most() > act.most())
+        act = block_activations(*other, per_rank, a, chunks, split);
     const int layers = static_cast<int>(act.layers);
+    const std::string recomputed =
+        chunks > 1 ? fmt::format("the block recomputed in {} chunks of tokens", chunks) : "the block recomputed";
     if (!s.checkpointing) {
-      device("activations of every block, kept for backward", act.layers * act.recompute);
+      device("activations of every block, kept for backward", act.all);
     } else if (!s.offload) {
       device(fmt::format("{} checkpointed block inputs", layers), act.layers * act.input);
-      device("one block recomputed", act.recompute);
+      device("one block recomputed" + (chunks > 1 ? fmt::format(" in {} chunks of tokens", chunks) : std::string()),
+             act.recompute);
     } else {
-      device("one block's input back from the host, and the block recomputed", act.input + act.recompute);
+      device("one block's input back from the host, and " + recomputed, act.input + act.recompute);
       host(fmt::format("{} checkpointed block inputs (pinned, each rounded up to a power of two)", layers),
            act.layers * power_of_two(act.input));
     }

@@ -8,11 +8,15 @@ namespace {
 
 double gib(double bytes) { return bytes / kGiB; }
 
+/// The chunk counts --fit tries for a recomputed block, after every other option.
+constexpr std::int64_t kFitChunks[] = {2, 4, 8, 16};
+
 std::string settings_text(const MemorySettings& s) {
   std::vector<std::string> parts;
   if (s.fp8) parts.push_back("fp8 base");
   if (s.checkpointing) parts.push_back("checkpointing");
   if (s.offload) parts.push_back("activation offload");
+  if (s.checkpointing && s.chunks > 1) parts.push_back(fmt::format("recompute in {} chunks", s.chunks));
   if (s.swapped > 0) parts.push_back(fmt::format("{} blocks swapped (ring {})", s.swapped, s.ring));
   if (parts.empty()) return "none";
   std::string out;
@@ -39,6 +43,10 @@ std::string variants(const PlannedRun& run, const MemorySettings& configured, co
   changed.emplace_back(v.offload ? "activation offload" : "no activation offload", v);
   v = configured;
   v.checkpointing = true;
+  v.chunks = configured.chunks > 1 ? 1 : 8;
+  changed.emplace_back(v.chunks > 1 ? "recompute in 8 chunks" : "whole blocks recomputed", v);
+  v = configured;
+  v.checkpointing = true;
   v.swapped = configured.swapped > 0 ? 0 : units / 2;
   changed.emplace_back(v.swapped > 0 ? fmt::format("{} blocks swapped", v.swapped) : "no block swap", v);
   std::string out;
@@ -47,7 +55,8 @@ std::string variants(const PlannedRun& run, const MemorySettings& configured, co
   return out;
 }
 
-/// The fewest changes that fit, cheapest first: fp8, checkpointing, offload, then the fewest swapped blocks.
+/// The fewest changes that fit, cheapest first: fp8, checkpointing, offload, the fewest swapped blocks, then
+/// the fewest chunks of a recomputed block.
 std::string fit(const PlannedRun& run, const MemorySettings& configured, const wanfw::TrainingLayout& layout,
                 std::int64_t units, bool options_apply) {
   const std::string budget = fmt::format("{:.2f} GiB of device memory{}", gib(layout.fit_device_bytes),
@@ -72,6 +81,16 @@ std::string fit(const PlannedRun& run, const MemorySettings& configured, const w
     s.swapped = swapped;
     steps.push_back(s);
   }
+  // Then the recomputed block in chunks of tokens (a second pass over three projections a block),
+  // the fewest chunks first, each with the fewest swapped blocks.
+  for (const std::int64_t chunks : kFitChunks) {
+    if (chunks <= configured.chunks) continue;
+    s.chunks = chunks;
+    for (std::int64_t swapped = configured.swapped; swapped < units; ++swapped) {
+      s.swapped = swapped;
+      steps.push_back(s);
+    }
+  }
   for (const MemorySettings& candidate : steps) {
     const MemoryEstimate e = estimate_memory(run, candidate, layout);
     if (!fits(e, layout.fit_device_bytes, layout.fit_host_bytes)) continue;
@@ -79,14 +98,15 @@ std::string fit(const PlannedRun& run, const MemorySettings& configured, const w
                                   settings_text(candidate), totals(e), gib(kDeviceReserve));
     out += fmt::format("  model:\n    base_dtype: {}\n    gradient_checkpointing: {}\n    activation_offload: {}\n",
                        candidate.fp8 ? "float8_e4m3fn" : "dtype", candidate.checkpointing, candidate.offload);
+    if (candidate.chunks > 1) out += fmt::format("    recompute_chunks: {}\n", candidate.chunks);
     out += candidate.swapped > 0
                ? fmt::format("  block_swap:\n    blocks: {}\n    ring: {}\n", candidate.swapped, candidate.ring)
                : std::string("  block_swap:\n    blocks: 0\n");
     return out;
   }
-  return fmt::format("--fit {}: does not fit even with every option ({} at {} of {} blocks swapped); use a smaller "
-                     "bucket or batch\n",
-                     budget, totals(estimate_memory(run, steps.back(), layout)), units - 1, units);
+  return fmt::format("--fit {}: does not fit even with every option ({} at {} of {} blocks swapped, recomputed in {} "
+                     "chunks); use a smaller bucket or batch\n",
+                     budget, totals(estimate_memory(run, steps.back(), layout)), units - 1, units, steps.back().chunks);
 }
 
 }  // namespace
@@ -96,6 +116,7 @@ MemorySettings configured_memory(const wanfw::Options& o, const wanfw::TrainingL
   s.fp8 = o.string("base_dtype") == "float8_e4m3fn";
   s.checkpointing = o.boolean("gradient_checkpointing");
   s.offload = o.boolean("activation_offload");
+  s.chunks = o.integer("recompute_chunks");
   s.swapped = layout.swapped_blocks;
   s.ring = layout.swap_ring;
   return s;

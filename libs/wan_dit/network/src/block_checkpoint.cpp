@@ -1,18 +1,69 @@
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
+#include "chunked_recompute.hpp"
 #include "wan/wan_dit.hpp"
 
 namespace wan {
 
 namespace {
 
+/// The state a recomputation runs under: the forward's grad mode, autocast, adapter dropout
+/// samples and adapter selection, restored when it ends.
+class ForwardState {
+ public:
+  ForwardState(torch::autograd::AutogradContext* ctx, const torch::Device& device) : device_type_(device.type()) {
+    const auto device_type = device.type();
+    autocast_ = at::autocast::is_autocast_enabled(device_type);
+    autocast_dtype_ = at::autocast::get_autocast_dtype(device_type);
+    at::autocast::set_autocast_enabled(device_type, ctx->saved_data["autocast"].toBool());
+    at::autocast::set_autocast_dtype(device_type, ctx->saved_data["autocast_dtype"].toScalarType());
+    dropout_ = reinterpret_cast<LoraDropoutStreams*>(ctx->saved_data["dropout"].toInt());
+    if (dropout_ != nullptr) {
+      samples_ = dropout_->samples();
+      std::optional<LoraDropoutStreams::Samples> samples;
+      if (ctx->saved_data.count("dropout_ids")) {
+        const torch::Tensor ids = ctx->saved_data["dropout_ids"].toTensor();
+        samples = LoraDropoutStreams::Samples{
+            std::vector<std::int64_t>(ids.data_ptr<std::int64_t>(), ids.data_ptr<std::int64_t>() + ids.numel()),
+            ctx->saved_data["dropout_epoch"].toInt(), static_cast<std::uint64_t>(ctx->saved_data["dropout_seed"].toInt()),
+            device};
+      }
+      dropout_->set(samples);
+    }
+    selection_ = reinterpret_cast<AdapterSelection*>(ctx->saved_data["selection"].toInt());
+    if (selection_ != nullptr) {
+      selection_before_ = *selection_;
+      *selection_ = {ctx->saved_data["first"].toBool(), ctx->saved_data["second"].toBool()};
+    }
+  }
+  ~ForwardState() {
+    if (selection_ != nullptr) *selection_ = selection_before_;
+    if (dropout_ != nullptr) dropout_->set(samples_);
+    at::autocast::set_autocast_enabled(device_type_, autocast_);
+    at::autocast::set_autocast_dtype(device_type_, autocast_dtype_);
+  }
+  ForwardState(const ForwardState&) = delete;
+  ForwardState& operator=(const ForwardState&) = delete;
+  LoraDropoutStreams* dropout() const { return dropout_; }
+
+ private:
+  torch::AutoGradMode grad_{true};
+  torch::DeviceType device_type_;
+  bool autocast_ = false;
+  at::ScalarType autocast_dtype_ = at::kFloat;
+  LoraDropoutStreams* dropout_ = nullptr;
+  std::optional<LoraDropoutStreams::Samples> samples_;
+  AdapterSelection* selection_ = nullptr;
+  AdapterSelection selection_before_;
+};
+
 /// Saves a block's inputs instead of its activations, and recomputes the block in backward.
 struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& e0,
                                const torch::Tensor& context, at::TensorList parameters, WanBlockImpl* block,
                                const RopeTables* rope, LoraDropoutStreams* dropout, AdapterSelection* selection,
-                               bool offload) {
+                               bool offload, std::int64_t chunks) {
     // The recomputation adds the adapters this forward adds (a DMD critic's on a shared base),
     // whichever the DiT selects when backward runs.
     ctx->saved_data["selection"] = reinterpret_cast<std::int64_t>(selection);
@@ -43,10 +94,12 @@ struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
     ctx->saved_data["rope"] = rope->rotations;
     ctx->saved_data["sequence"] = reinterpret_cast<std::int64_t>(rope->sequence);
     ctx->saved_data["parameters"] = static_cast<std::int64_t>(parameters.size());
+    ctx->saved_data["chunks"] = chunks;
     const auto device_type = x.device().type();
     ctx->saved_data["autocast"] = at::autocast::is_autocast_enabled(device_type);
     ctx->saved_data["autocast_dtype"] = at::autocast::get_autocast_dtype(device_type);
-    return block->forward(x, e0, context, *rope);
+    return chunks > 1 ? chunked_block_forward(*block, x, e0, context, *rope, chunks, dropout)
+                      : block->forward(x, e0, context, *rope);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -60,52 +113,27 @@ struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
     if (ctx->saved_data.count("x_host"))
       inputs[0] = ctx->saved_data["x_host"].toTensor().to(inputs[1].device(), /*non_blocking=*/true)
                       .requires_grad_(ctx->saved_data["x_requires_grad"].toBool());
-
-    // Recompute under the forward's grad and autocast state.
-    torch::Tensor output;
-    {
-      torch::AutoGradMode grad(true);
-      const auto device_type = inputs[0].device().type();
-      const bool autocast_before = at::autocast::is_autocast_enabled(device_type);
-      const auto dtype_before = at::autocast::get_autocast_dtype(device_type);
-      at::autocast::set_autocast_enabled(device_type, ctx->saved_data["autocast"].toBool());
-      at::autocast::set_autocast_dtype(device_type, ctx->saved_data["autocast_dtype"].toScalarType());
-      auto* dropout = reinterpret_cast<LoraDropoutStreams*>(ctx->saved_data["dropout"].toInt());
-      std::optional<LoraDropoutStreams::Samples> samples_before;
-      if (dropout != nullptr) {
-        samples_before = dropout->samples();
-        std::optional<LoraDropoutStreams::Samples> samples;
-        if (ctx->saved_data.count("dropout_ids")) {
-          const torch::Tensor ids = ctx->saved_data["dropout_ids"].toTensor();
-          samples = LoraDropoutStreams::Samples{std::vector<std::int64_t>(ids.data_ptr<std::int64_t>(),
-                                                                          ids.data_ptr<std::int64_t>() + ids.numel()),
-                                                ctx->saved_data["dropout_epoch"].toInt(),
-                                                static_cast<std::uint64_t>(ctx->saved_data["dropout_seed"].toInt()),
-                                                inputs[0].device()};
-        }
-        dropout->set(samples);
-      }
-      auto* selection = reinterpret_cast<AdapterSelection*>(ctx->saved_data["selection"].toInt());
-      const AdapterSelection selection_before = selection != nullptr ? *selection : AdapterSelection{};
-      if (selection != nullptr) *selection = {ctx->saved_data["first"].toBool(), ctx->saved_data["second"].toBool()};
-      output = block->forward(inputs[0], inputs[1], inputs[2], rope);
-      if (selection != nullptr) *selection = selection_before;
-      if (dropout != nullptr) dropout->set(samples_before);
-      at::autocast::set_autocast_enabled(device_type, autocast_before);
-      at::autocast::set_autocast_dtype(device_type, dtype_before);
+    const auto parameters = block->parameters();
+    // One gradient per forward argument: x, e0, context, each parameter, block, rope, dropout,
+    // selection, offload, chunks.
+    torch::autograd::variable_list result(inputs.size() + parameters.size() + 6);
+    const ForwardState state(ctx, inputs[0].device());
+    const std::int64_t chunks = ctx->saved_data["chunks"].toInt();
+    if (chunks > 1) {
+      const auto grads =
+          chunked_block_backward(*block, inputs, parameters, rope, chunks, state.dropout(), grad_outputs[0]);
+      for (std::size_t i = 0; i < grads.size(); ++i) result[i] = grads[i];
+      return result;
     }
-
-    // Differentiate with respect to whatever requires grad: the inputs, then the parameters.
+    // Recompute the whole block, then differentiate with respect to whatever requires grad: the
+    // inputs, then the parameters.
+    const torch::Tensor output = block->forward(inputs[0], inputs[1], inputs[2], rope);
     std::vector<torch::Tensor> wrt;
     std::vector<std::size_t> slot;  // position of each differentiated tensor in the result
     for (std::size_t i = 0; i < inputs.size(); ++i)
       if (inputs[i].requires_grad()) wrt.push_back(inputs[i]), slot.push_back(i);
-    const auto parameters = block->parameters();
     for (std::size_t i = 0; i < parameters.size(); ++i)
       if (parameters[i].requires_grad()) wrt.push_back(parameters[i]), slot.push_back(inputs.size() + i);
-    // One gradient per forward argument: x, e0, context, each parameter, block, rope, dropout,
-    // selection, offload.
-    torch::autograd::variable_list result(inputs.size() + parameters.size() + 5);
     if (!wrt.empty()) {
       const auto grads = torch::autograd::grad({output}, wrt, {grad_outputs[0]}, /*retain_graph=*/false,
                                                /*create_graph=*/false, /*allow_unused=*/true);
@@ -119,10 +147,10 @@ struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
 
 torch::Tensor checkpointed_block(WanBlockImpl& block, const torch::Tensor& x, const torch::Tensor& e0,
                                  const torch::Tensor& context, const RopeTables& rope, LoraDropoutStreams* dropout,
-                                 AdapterSelection* selection, bool offload) {
+                                 AdapterSelection* selection, bool offload, std::int64_t chunks) {
   const std::vector<torch::Tensor> parameters = block.parameters();
   return BlockCheckpoint::apply(x, e0, context, at::TensorList(parameters), &block, &rope, dropout, selection,
-                                offload);
+                                offload, chunks);
 }
 
 }  // namespace wan

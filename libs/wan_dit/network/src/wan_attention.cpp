@@ -41,30 +41,40 @@ void WanAttentionImpl::reset() {
   norm_k = register_module("norm_k", WanRMSNorm(dim_, eps_));
 }
 
-torch::Tensor WanAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& context, const RopeTables* rope) {
-  const torch::Tensor& source = context.defined() ? context : x;
-  const std::int64_t batch = x.size(0);
-  auto heads = [&](const torch::Tensor& t) { return t.view({batch, t.size(1), num_heads_, -1}); };
-  torch::Tensor query = heads(norm_q(q(x)));
+torch::Tensor WanAttentionImpl::queries(const torch::Tensor& x, const torch::Tensor& rotations) {
+  const torch::Tensor query = norm_q(q(x)).view({x.size(0), x.size(1), num_heads_, -1});
+  return rotations.defined() ? wan::rope(query, rotations) : query;
+}
+
+std::pair<torch::Tensor, torch::Tensor> WanAttentionImpl::keys_values(const torch::Tensor& source,
+                                                                      const torch::Tensor& rotations) {
+  const auto heads = [&](const torch::Tensor& t) { return t.view({source.size(0), source.size(1), num_heads_, -1}); };
   torch::Tensor key = heads(norm_k(k(source)));
-  torch::Tensor value = heads(v(source));
-  if (rope != nullptr && rope->sequence != nullptr) {
-    // Sequence parallel: every token of this rank's heads, attention over the whole (padded)
-    // sequence with the padding masked, then this rank's tokens of every head again.
-    const wanfw::SequenceSplit& split = *rope->sequence;
-    query = wan::rope(wanfw::sequence_to_heads(query, split.group()), rope->rotations);
-    key = wan::rope(wanfw::sequence_to_heads(key, split.group()), rope->rotations);
-    value = wanfw::sequence_to_heads(value, split.group());
-    torch::Tensor mask = split.key_mask(x.device());  // undefined where no token is padding
-    if (mask.defined()) mask = mask.view({1, 1, 1, -1});
-    const torch::Tensor out = attend(query, key, value, mask);
-    return o(wanfw::heads_to_sequence(out, split.group()).flatten(2).to(x.scalar_type()));
-  }
-  if (rope != nullptr) {
-    query = wan::rope(query, rope->rotations);
-    key = wan::rope(key, rope->rotations);
-  }
-  return o(attend(query, key, value, {}).flatten(2).to(x.scalar_type()));
+  if (rotations.defined()) key = wan::rope(key, rotations);
+  return {key, heads(v(source))};
+}
+
+torch::Tensor WanAttentionImpl::mix(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
+                                    const RopeTables* sequence_rope, torch::Dtype dtype) {
+  if (sequence_rope == nullptr) return attend(query, key, value, {}).flatten(2).to(dtype);
+  // Sequence parallel: every token of this rank's heads, attention over the whole (padded)
+  // sequence with the padding masked, then this rank's tokens of every head again.
+  const wanfw::SequenceSplit& split = *sequence_rope->sequence;
+  const torch::Tensor q = wan::rope(wanfw::sequence_to_heads(query, split.group()), sequence_rope->rotations);
+  const torch::Tensor k = wan::rope(wanfw::sequence_to_heads(key, split.group()), sequence_rope->rotations);
+  const torch::Tensor v = wanfw::sequence_to_heads(value, split.group());
+  torch::Tensor mask = split.key_mask(query.device());  // undefined where no token is padding
+  if (mask.defined()) mask = mask.view({1, 1, 1, -1});
+  return wanfw::heads_to_sequence(attend(q, k, v, mask), split.group()).flatten(2).to(dtype);
+}
+
+torch::Tensor WanAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& context, const RopeTables* rope) {
+  // RoPE rotates whole sequences' queries and keys here, a split sequence's after the exchange in mix.
+  const bool split = rope != nullptr && rope->sequence != nullptr;
+  const torch::Tensor rotations = rope != nullptr && !split ? rope->rotations : torch::Tensor();
+  const torch::Tensor query = queries(x, rotations);
+  const auto [key, value] = keys_values(context.defined() ? context : x, rotations);
+  return o(mix(query, key, value, split ? rope : nullptr, x.scalar_type()));
 }
 
 }  // namespace wan

@@ -19,21 +19,36 @@ void WanBlockImpl::reset() {
   modulation = register_parameter("modulation", torch::randn({1, 6, c.dim}) / std::sqrt(static_cast<double>(c.dim)));
 }
 
-torch::Tensor WanBlockImpl::forward(const torch::Tensor& x_in, const torch::Tensor& e0, const torch::Tensor& context,
+torch::Tensor WanBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& e0, const torch::Tensor& context,
                                     const RopeTables& rope) {
   // shift, scale, gate for self-attention, then for the feed-forward network; all in fp32.
-  const double eps = config_.eps;
-  const std::int64_t dim = config_.dim;
   const auto e = modulation_chunks(modulation, e0, 6);
+  const bool split = rope.sequence != nullptr;
+  const auto [query, key, value] = attention_inputs(x, e, split ? torch::Tensor() : rope.rotations);
+  const torch::Tensor mixed = self_attn->mix(query, key, value, split ? &rope : nullptr, x.scalar_type());
+  const auto [context_key, context_value] = cross_attn->keys_values(context, {});
+  return after_attention(x, mixed, e, context_key, context_value);
+}
+
+std::array<torch::Tensor, 3> WanBlockImpl::attention_inputs(const torch::Tensor& x, const std::vector<torch::Tensor>& e,
+                                                            const torch::Tensor& rotations) {
+  const torch::Tensor attn_in = modulated_layer_norm(x, e[1], e[0], config_.eps);
+  const torch::Tensor query = self_attn->queries(attn_in, rotations);
+  auto [key, value] = self_attn->keys_values(attn_in, rotations);
+  return {query, key, value};
+}
+
+torch::Tensor WanBlockImpl::after_attention(const torch::Tensor& x_in, const torch::Tensor& mixed,
+                                            const std::vector<torch::Tensor>& e, const torch::Tensor& context_key,
+                                            const torch::Tensor& context_value) {
   const auto dtype = x_in.scalar_type();
-  torch::Tensor x = x_in;
-  const torch::Tensor attn_in = modulated_layer_norm(x, e[1], e[0], eps);
-  x = gated_residual(x, self_attn(attn_in, torch::Tensor(), &rope), e[2]);
+  torch::Tensor x = gated_residual(x_in, self_attn->o(mixed), e[2]);
   // norm3 (affine) in fp32 whatever the weights' dtype.
   const auto f32 = [](const torch::Tensor& t) { return t.to(torch::kFloat32); };
-  const torch::Tensor normed = torch::layer_norm(f32(x), {dim}, f32(norm3->weight), f32(norm3->bias), eps);
-  x = x + cross_attn(normed.to(dtype), context, nullptr);
-  const torch::Tensor ffn_in = modulated_layer_norm(x, e[4], e[3], eps);
+  const torch::Tensor normed = torch::layer_norm(f32(x), {config_.dim}, f32(norm3->weight), f32(norm3->bias), config_.eps);
+  const torch::Tensor query = cross_attn->queries(normed.to(dtype), {});
+  x = x + cross_attn->o(cross_attn->mix(query, context_key, context_value, nullptr, dtype));
+  const torch::Tensor ffn_in = modulated_layer_norm(x, e[4], e[3], config_.eps);
   return gated_residual(x, ffn->forward(ffn_in), e[5]);
 }
 

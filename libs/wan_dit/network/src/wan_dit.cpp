@@ -211,7 +211,8 @@ torch::Tensor WanDiTImpl::forward(const torch::Tensor& x_in, const torch::Tensor
     auto* b = blocks[i]->as<WanBlock>();
     const auto block = [&](const std::vector<torch::Tensor>& in) {
       return std::vector<torch::Tensor>{checkpoint ? checkpointed_block(*b, in[0], in[1], in[2], rope, lora_dropout.get(),
-                                                                           adapter_selection.get(), activation_offload_)
+                                                                           adapter_selection.get(), activation_offload_,
+                                                                           recompute_chunks_)
                                                    : b->forward(in[0], in[1], in[2], rope)};
     };
     x = wanfw::run_unit(unit_runner_, first_unit_ + i, {x, e0, context}, block).at(0);

@@ -43,6 +43,27 @@ bool activation_offload_from(const wanfw::Options& options) {
   return true;
 }
 
+wanfw::OptionSpec recompute_chunks_option() {
+  return wanfw::option("recompute_chunks", T::Integer)
+      .value("1")
+      .doc("With gradient_checkpointing: each block runs and is recomputed in this many chunks of tokens, its "
+           "self-attention over every token at once; the recomputed block holds its per-token activations (the "
+           "feed-forward's hidden layer, projections, norms) for one chunk: 10 x dim + (24 x dim + 2 x ffn_dim) / "
+           "chunks values a token instead of 24 x dim + 2 x ffn_dim, for a second pass over the queries', keys' "
+           "and values' projections (docs/low-memory.md). 1: whole blocks.");
+}
+
+std::int64_t recompute_chunks_from(const wanfw::Options& options) {
+  const std::int64_t chunks = options.integer("recompute_chunks");
+  if (chunks < 1)
+    options.fail("recompute_chunks", fmt::format("{} chunks of tokens", chunks), "set 1 (whole blocks) or more");
+  if (chunks > 1 && !options.boolean("gradient_checkpointing"))
+    options.fail("recompute_chunks", "chunks of tokens serve a block recomputed in backward, but "
+                                     "gradient_checkpointing is off",
+                 "set gradient_checkpointing: true as well, or recompute_chunks: 1");
+  return chunks;
+}
+
 void check_block_swap_needs(const wanfw::Options& options, const wanfw::TrainingLayout& layout) {
   if (layout.swapped_blocks > 0 && !options.boolean("gradient_checkpointing"))
     options.fail("gradient_checkpointing",

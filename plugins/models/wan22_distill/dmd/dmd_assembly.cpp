@@ -38,6 +38,7 @@ std::unique_ptr<DmdModel> make_dmd_model(const wanfw::Options& o, wan::WanDiT st
     if (dmd.critic_lora.enabled()) wan::attach_adapters(*critic, dmd.critic_lora);
     critic->set_gradient_checkpointing(checkpointing);
     critic->set_activation_offload(wan::activation_offload_from(o));
+    critic->set_recompute_chunks(wan::recompute_chunks_from(o));
     wanfw::log::info(
         fmt::format("dmd: the critic is a copy of the teacher{}, trained {} optimizer steps per generator step",
                     dmd.critic_lora.enabled() ? fmt::format(" with adapters of rank {}", dmd.critic_lora.rank)

@@ -29,6 +29,7 @@ struct MemorySettings {
   bool offload = false;        ///< model.activation_offload
   std::int64_t swapped = 0;    ///< block_swap.blocks
   std::int64_t ring = 2;       ///< block_swap.ring
+  std::int64_t chunks = 1;     ///< model.recompute_chunks (with checkpointing)
   bool operator==(const MemorySettings&) const = default;
 };
 
@@ -79,6 +80,14 @@ double frozen_dit_bytes(const WanConfig& config, const std::string& dtype, bool 
 /// Bytes a DiT holds between steps: trained whole, its weights with gradients and AdamW moments;
 /// with adapters, its frozen weights in `dtype` and the adapters' float32 training state.
 double dit_state_bytes(const WanConfig& config, const LoraSettings& lora, const std::string& dtype);
+
+/// Bytes a block run (or recomputed) for its backward holds, `tokens` on a rank, `value_bytes` a
+/// value: 24 dim + 2 ffn_dim values a token; recomputed in `chunks` chunks of tokens (capped at the
+/// tokens), 10 dim (13 with the sequence `split` over ranks: the exchanged queries, keys and values)
+/// for the self-attention over every token, and the rest for one chunk,
+/// (24 dim + 2 ffn_dim) / chunks (bench/chunked_recompute.cpp measures both).
+double recomputed_block_bytes(const WanConfig& config, double tokens, double value_bytes, std::int64_t chunks,
+                              bool split);
 
 struct MemoryEstimate {
   double device = 0;  ///< bytes the caching allocator holds at the peak (max_memory_reserved)

@@ -8,6 +8,8 @@
 #include <optional>
 #include <set>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include <torch/nn/cloneable.h>
 #include <torch/nn/module.h>
@@ -53,6 +55,16 @@ class WanAttentionImpl : public torch::nn::Cloneable<WanAttentionImpl> {
   void reset() override;
   /// `x` [B, L, dim]; `context` [B, Lc, dim] for cross-attention, or undefined for self-attention.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& context, const RopeTables* rope);
+  /// forward's parts, o(mix(queries(x), keys_values(source))), for a block recomputed in chunks of
+  /// tokens: `x`'s queries [B, L, heads, head_dim], RMS-normed and, with `rotations` [L, head_dim / 2]
+  /// defined, rotated (RoPE of whole sequences); `source`'s keys (likewise) and values.
+  torch::Tensor queries(const torch::Tensor& x, const torch::Tensor& rotations);
+  std::pair<torch::Tensor, torch::Tensor> keys_values(const torch::Tensor& source, const torch::Tensor& rotations);
+  /// Attention of the queries over the keys and values, heads flattened, in `dtype`: [B, L, dim]
+  /// before the output projection. `sequence_rope` (a split sequence's tables, or null) exchanges
+  /// tokens for heads and rotates there.
+  torch::Tensor mix(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
+                    const RopeTables* sequence_rope, torch::Dtype dtype);
   WanLinear q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr};
   WanRMSNorm norm_q{nullptr}, norm_k{nullptr};
 
@@ -78,6 +90,15 @@ class WanBlockImpl : public torch::nn::Cloneable<WanBlockImpl> {
   /// `e0`: the time projection, [B, 6, dim] or [B, L, 6, dim] (one timestep per token).
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& e0, const torch::Tensor& context,
                         const RopeTables& rope);
+  /// forward's parts, for a recomputation in chunks of tokens (checkpointed_block): per token, the
+  /// self-attention's queries, keys and values of `x` (`e`: modulation_chunks(modulation, e0, 6)
+  /// for x's tokens; `rotations`: theirs, undefined for a split sequence); over every token,
+  /// self_attn->mix; per token again, the rest of the block from the mix, with the cross-attention's
+  /// keys and values of the context (cross_attn->keys_values(context, {})).
+  std::array<torch::Tensor, 3> attention_inputs(const torch::Tensor& x, const std::vector<torch::Tensor>& e,
+                                                const torch::Tensor& rotations);
+  torch::Tensor after_attention(const torch::Tensor& x, const torch::Tensor& mixed, const std::vector<torch::Tensor>& e,
+                                const torch::Tensor& context_key, const torch::Tensor& context_value);
   WanAttention self_attn{nullptr}, cross_attn{nullptr};
   torch::nn::LayerNorm norm3{nullptr};
   torch::nn::Sequential ffn{nullptr};
@@ -138,6 +159,10 @@ class WanDiTImpl : public torch::nn::Cloneable<WanDiTImpl> {
   /// asynchronously on a GPU) instead of on the device, and copied back for its recomputation.
   void set_activation_offload(bool enabled) { activation_offload_ = enabled; }
   bool activation_offload() const { return activation_offload_; }
+  /// With gradient checkpointing: each block run and recomputed in `chunks` chunks of tokens, the
+  /// self-attention over every token at once (checkpointed_block); 1: whole.
+  void set_recompute_chunks(std::int64_t chunks) { recompute_chunks_ = chunks; }
+  std::int64_t recompute_chunks() const { return recompute_chunks_; }
   /// Each block is a unit (wanfw/units.hpp: fsdp gathers it, block swap streams it), its forward run
   /// through `runner` as unit `first_unit` + its index; null runs the blocks directly.
   void set_unit_runner(wanfw::UnitRunner* runner, std::size_t first_unit) {
@@ -175,6 +200,7 @@ class WanDiTImpl : public torch::nn::Cloneable<WanDiTImpl> {
   WanPlacement placement_;
   bool gradient_checkpointing_ = false;
   bool activation_offload_ = false;
+  std::int64_t recompute_chunks_ = 1;
   wanfw::UnitRunner* unit_runner_ = nullptr;
   const wanfw::DistributedSession* sequence_group_ = nullptr;
   std::optional<wanfw::SequenceSplit> split_;  ///< the last forward's (its backward reads it)
@@ -191,11 +217,12 @@ TORCH_MODULE(WanDiT);
 /// With `dropout` (adapters with dropout), the recomputation draws the masks of the forward's samples.
 /// With `selection` (a second adapter set attached), the recomputation adds the adapters the forward
 /// added, whatever is selected when backward runs. With `offload`, the saved input `x` waits in host
-/// memory (pinned on a GPU) until backward.
+/// memory (pinned on a GPU) until backward. With `chunks` > 1, the block runs and is recomputed in
+/// that many chunks of tokens, the self-attention whole (src/chunked_recompute.hpp).
 torch::Tensor checkpointed_block(WanBlockImpl& block, const torch::Tensor& x, const torch::Tensor& e0,
                                  const torch::Tensor& context, const RopeTables& rope,
                                  LoraDropoutStreams* dropout = nullptr, AdapterSelection* selection = nullptr,
-                                 bool offload = false);
+                                 bool offload = false, std::int64_t chunks = 1);
 
 /// Sinusoidal embedding of timesteps `t` (any shape) into `dim` channels, cos half first,
 /// computed in float64 and returned as float32: [..., dim].

@@ -51,8 +51,17 @@ class LoraDropoutStreams {
   /// no samples are set (a training forward outside training_step).
   torch::Tensor keep_mask(const std::string& layer, at::IntArrayRef shape, double p, torch::Dtype dtype) const;
 
+  /// Tokens `offset` .. `offset` + shape[0] of sequences of `total` tokens: what a block recomputed
+  /// in chunks of tokens runs its layers on. While set, keep_mask draws each sample's masks for the
+  /// whole sequence (on the host) and gives the chunk's rows, the masks of the unchunked forward.
+  struct Rows {
+    std::int64_t offset = 0, total = 0;
+  };
+  void set_rows(std::optional<Rows> rows) { rows_ = rows; }
+
  private:
   std::optional<Samples> samples_;
+  std::optional<Rows> rows_;
 };
 
 /// Which adapters a DiT's layers add in their forward (one selection shared by the layers of a

@@ -1,7 +1,9 @@
 #pragma once
 // The options that choose where a Wan DiT's memory goes, for every model plugin that builds one:
-// the frozen base's storage (fp8) and the checkpointed activations' place (host memory).
+// the frozen base's storage (fp8), the checkpointed activations' place (host memory) and the
+// recomputed blocks' chunks of tokens.
 
+#include <cstdint>
 #include <string>
 
 #include "wanfw/options.hpp"
@@ -24,6 +26,13 @@ wanfw::OptionSpec activation_offload_option();
 /// Whether that option is on; an error pointing at it when gradient_checkpointing is off (without
 /// checkpointing every activation stays, and offloading one input per block saves nothing).
 bool activation_offload_from(const wanfw::Options& options);
+
+/// `recompute_chunks`: with gradient checkpointing, each block run and recomputed in chunks of tokens.
+wanfw::OptionSpec recompute_chunks_option();
+
+/// That option's count (1: whole blocks); an error pointing at it below 1, or above 1 without
+/// gradient_checkpointing.
+std::int64_t recompute_chunks_from(const wanfw::Options& options);
 
 /// An error pointing at gradient_checkpointing when `layout` streams blocks (block_swap.blocks)
 /// and the option is off: a block that keeps its weights for backward would find another block's
