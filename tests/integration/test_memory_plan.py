@@ -1,7 +1,7 @@
 """`wanfw model-info`'s memory plan for LoRA runs: the low-memory examples fit their GPUs and name
 their host memory, the two experts on two GPUs one expert a GPU; --fit picks the cheapest options and the fewest swapped blocks that fit (one
-fewer does not); a host too small for any plan is said; a distillation's plan counts every network
-its steps hold."""
+fewer does not), and for an A14B expert on 16 GB the recomputed block in chunks of tokens; a host too
+small for any plan is said; a distillation's plan counts every network its steps hold."""
 
 import re
 
@@ -10,6 +10,7 @@ import pytest
 from harness.runs import SOURCE, wanfw
 
 A14B = SOURCE / "examples" / "lora-wan22-a14b-24gb.yaml"
+A14B_16GB = SOURCE / "examples" / "lora-wan22-a14b-16gb.yaml"
 TI2V = SOURCE / "examples" / "lora-ti2v-5b-12gb.yaml"
 TOTAL = re.compile(r"total: device ([\d.]+) GiB, host ([\d.]+) GiB(?: \([\d.]+ GiB while building\))?; with ([\d.]+) GiB for the CUDA context: (.*)")
 
@@ -35,6 +36,27 @@ def test_the_two_expert_example_plans_one_expert_a_rank_and_each_rank_fits_a_24g
     assert "fits a 24 GB GPU" in verdict and device <= 24e9 / 2**30
     # One expert's blocks a rank: the single-expert example's plan, not both experts' (38 GiB).
     assert device == plan(A14B)[1]
+
+
+def test_fit_16gb_recomputes_the_a14b_block_in_chunks_and_the_16gb_example_takes_its_settings():
+    # No number of swapped blocks alone fits: the recomputed block (9.5 GiB whole at 32,760 tokens)
+    # is the largest part left.
+    out = wanfw("model-info", A14B, "--fit", "16GB", check=0).stdout
+    chosen = re.search(r"--fit .*: fits with fp8 base, checkpointing, activation offload, recompute in (\d+) chunks, "
+                       r"(\d+) blocks swapped", out)
+    assert chosen, out
+    chunks, blocks = map(int, chosen.groups())
+    assert f"    recompute_chunks: {chunks}\n" in out and f"block_swap:\n    blocks: {blocks}\n" in out
+    example, device, host, verdict = plan(A14B_16GB)
+    assert f"recompute in {chunks} chunks, {blocks} blocks swapped (ring 2)" in example
+    assert "fits a 16 GB GPU" in verdict and device <= 16e9 / 2**30
+    # Whole blocks, or one block fewer swapped, do not fit.
+    assert "does not fit a 16 GB GPU" in plan(A14B_16GB, "--set", "model.recompute_chunks=1")[3]
+    assert "does not fit a 16 GB GPU" in plan(A14B_16GB, "--set", f"block_swap.blocks={blocks - 1}")[3]
+    # The recomputed block's share: max(11 C, 8 C + (24 C + 2 F) / 2) values a token in bf16.
+    recomputed = float(re.search(r"the block recomputed in \d+ chunks of tokens ([\d.]+) GiB", example).group(1))
+    tokens, c, f = 32760, 5120, 13824
+    assert recomputed == pytest.approx((tokens * c + tokens * (8 * c + (24 * c + 2 * f) / 2)) * 2 / 2**30, abs=0.01)
 
 
 def test_the_ti2v_example_fits_a_12gb_gpu():

@@ -71,7 +71,12 @@ double recomputed_block_bytes(const WanConfig& c, double tokens, double value_by
   const double per_token = 24 * dim + 2 * ffn;
   const double n = std::clamp(static_cast<double>(chunks), 1.0, std::max(1.0, tokens));
   if (n <= 1) return tokens * per_token * value_bytes;
-  return tokens * ((split ? 13 : 10) * dim + per_token / n) * value_bytes;
+  // The self-attention's backward over every token (queries, keys, values, output and their
+  // gradients, the input's gradient: 11 dim), or a chunk's rest of the block beside the queries,
+  // keys, values, output and two gradients (8 dim); a split sequence adds its exchanged queries,
+  // keys and values to both.
+  const double exchanged = split ? 3 * dim : 0;
+  return tokens * (exchanged + std::max(11 * dim, 8 * dim + per_token / n)) * value_bytes;
 }
 
 TrainedBytes trained_parameter_bytes(double value_bytes, bool master_weights) {

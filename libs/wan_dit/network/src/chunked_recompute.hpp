@@ -4,8 +4,8 @@
 // residuals, norm3, the cross-attention's queries, the feed-forward — one chunk at a time, and only
 // the self-attention over every token at once. A recomputed block then holds the self-attention's
 // queries, keys, values and output for the whole sequence, and the rest of its activations for one
-// chunk: for an A14B block, about 10 x dim + (24 x dim + 2 x ffn_dim) / chunks values a token
-// instead of 24 x dim + 2 x ffn_dim (docs/low-memory.md).
+// chunk: at most max(11 x dim, 8 x dim + (24 x dim + 2 x ffn_dim) / chunks) values a token instead
+// of 24 x dim + 2 x ffn_dim (wan::recomputed_block_bytes; docs/low-memory.md).
 //
 // Every per-token value is computed by the same kernels on fewer rows, so the block's output and
 // the gradient of its input are those of the unchunked block (bit for bit where a kernel's rows do

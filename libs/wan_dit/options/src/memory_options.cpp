@@ -48,9 +48,9 @@ wanfw::OptionSpec recompute_chunks_option() {
       .value("1")
       .doc("With gradient_checkpointing: each block runs and is recomputed in this many chunks of tokens, its "
            "self-attention over every token at once; the recomputed block holds its per-token activations (the "
-           "feed-forward's hidden layer, projections, norms) for one chunk: 10 x dim + (24 x dim + 2 x ffn_dim) / "
-           "chunks values a token instead of 24 x dim + 2 x ffn_dim, for a second pass over the queries', keys' "
-           "and values' projections (docs/low-memory.md). 1: whole blocks.");
+           "feed-forward's hidden layer, projections, norms) for one chunk: about max(11, 8 + (24 x dim + 2 x "
+           "ffn_dim) / (dim x chunks)) x dim values a token instead of 24 x dim + 2 x ffn_dim, for a second pass "
+           "over the queries', keys' and values' projections (docs/low-memory.md). 1: whole blocks.");
 }
 
 std::int64_t recompute_chunks_from(const wanfw::Options& options) {

@@ -83,9 +83,10 @@ double dit_state_bytes(const WanConfig& config, const LoraSettings& lora, const 
 
 /// Bytes a block run (or recomputed) for its backward holds, `tokens` on a rank, `value_bytes` a
 /// value: 24 dim + 2 ffn_dim values a token; recomputed in `chunks` chunks of tokens (capped at the
-/// tokens), 10 dim (13 with the sequence `split` over ranks: the exchanged queries, keys and values)
-/// for the self-attention over every token, and the rest for one chunk,
-/// (24 dim + 2 ffn_dim) / chunks (bench/chunked_recompute.cpp measures both).
+/// tokens), the larger of the self-attention's backward over every token (11 dim) and a chunk's
+/// share beside what the whole sequence keeps (8 dim + (24 dim + 2 ffn_dim) / chunks), 3 dim more
+/// with the sequence `split` over ranks (the exchanged queries, keys and values).
+/// bench/chunked_recompute.cpp measures both.
 double recomputed_block_bytes(const WanConfig& config, double tokens, double value_bytes, std::int64_t chunks,
                               bool split);
 
