@@ -247,14 +247,17 @@ def test_the_4_step_dmd_student_samples_closer_to_the_teachers_40_steps_than_4_s
 @pytest.mark.every_vector_unit
 def test_a_shared_base_with_gradient_checkpointing_trains_as_without_it(tmp_path, teacher):
     # The critic's blocks recompute with the critic's adapters, whatever the shared DiT selects by
-    # the time backward runs (the generator's adapters got the critic's gradients before).
+    # the time backward runs (the generator's adapters got the critic's gradients before), whole
+    # or in chunks of tokens (each chunk's passes under the forward's selection).
     adapters = {"lora": {"rank": 4}, "critic_lora": {"rank": 4}, "shared_base": True}
     wanfw("run", config(tmp_path, teacher, name="plain", **adapters), check=0)
-    wanfw("run", config(tmp_path, teacher, name="checkpointed", gradient_checkpointing=True, **adapters), check=0)
     a = read_csv(run_dir(tmp_path, "plain") / "metrics.csv")
-    b = read_csv(run_dir(tmp_path, "checkpointed") / "metrics.csv")
-    assert [float(r["loss"]) for r in a] == pytest.approx([float(r["loss"]) for r in b], rel=1e-5)
     x = load_file(checkpoints(run_dir(tmp_path, "plain"))[-1] / "model.safetensors")
-    y = load_file(checkpoints(run_dir(tmp_path, "checkpointed"))[-1] / "model.safetensors")
-    assert x.keys() == y.keys()
-    assert all(torch.allclose(x[k], y[k], rtol=1e-5, atol=1e-7) for k in x)
+    for name, chunks in (("checkpointed", 1), ("in_chunks", 3)):
+        wanfw("run", config(tmp_path, teacher, name=name, gradient_checkpointing=True, recompute_chunks=chunks,
+                            **adapters), check=0)
+        b = read_csv(run_dir(tmp_path, name) / "metrics.csv")
+        assert [float(r["loss"]) for r in a] == pytest.approx([float(r["loss"]) for r in b], rel=1e-5), name
+        y = load_file(checkpoints(run_dir(tmp_path, name))[-1] / "model.safetensors")
+        assert x.keys() == y.keys()
+        assert all(torch.allclose(x[k], y[k], rtol=1e-5, atol=1e-7) for k in x), name
