@@ -218,7 +218,7 @@ TORCH_MODULE(WanDiT);
 /// With `selection` (a second adapter set attached), the recomputation adds the adapters the forward
 /// added, whatever is selected when backward runs. With `offload`, the saved input `x` waits in host
 /// memory (pinned on a GPU) until backward. With `chunks` > 1, the block runs and is recomputed in
-/// that many chunks of tokens, the self-attention whole (src/chunked_recompute.hpp).
+/// that many chunks of tokens, the self-attention whole (libs/wan_dit/network/src/chunked_recompute.hpp).
 torch::Tensor checkpointed_block(WanBlockImpl& block, const torch::Tensor& x, const torch::Tensor& e0,
                                  const torch::Tensor& context, const RopeTables& rope,
                                  LoraDropoutStreams* dropout = nullptr, AdapterSelection* selection = nullptr,
