@@ -24,8 +24,11 @@ torch::Tensor WanBlockImpl::forward(const torch::Tensor& x, const torch::Tensor&
   // shift, scale, gate for self-attention, then for the feed-forward network; all in fp32.
   const auto e = modulation_chunks(modulation, e0, 6);
   const bool split = rope.sequence != nullptr;
-  const auto [query, key, value] = attention_inputs(x, e, split ? torch::Tensor() : rope.rotations);
-  const torch::Tensor mixed = self_attn->mix(query, key, value, split ? &rope : nullptr, x.scalar_type());
+  torch::Tensor mixed;
+  {  // the queries, keys and values go once mixed: a forward without a graph holds them no longer
+    const auto qkv = attention_inputs(x, e, split ? torch::Tensor() : rope.rotations);
+    mixed = self_attn->mix(qkv[0], qkv[1], qkv[2], split ? &rope : nullptr, x.scalar_type());
+  }
   const auto [context_key, context_value] = cross_attn->keys_values(context, {});
   return after_attention(x, mixed, e, context_key, context_value);
 }
