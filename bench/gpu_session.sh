@@ -8,6 +8,7 @@
 #   bench/gpu_session.sh DEPS.tar.xz OUT [STAGE...]
 #     DEPS.tar.xz  scripts/pack-deps.sh's tarball (the C++ packages)
 #     STAGE        build kernels paths bench-1.3b bench-5b attention low-memory-check bench-low-memory
+#                  bench-chunked (one A14B block's backward at 32,760 tokens, whole and in chunks)
 #                  build-decode vae (the CLI and the model plugins alone; the VAE decode beside diffusers)
 #                  (default: build kernels paths bench-1.3b bench-5b attention, in this order)
 # Python packages the machine lacks (diffusers for the benchmarks) may sit as wheels in .whl/.
@@ -52,7 +53,7 @@ build() {  # build [TARGET...]: the CLI, the unit tests and every plugin unless 
     >/dev/null || return 1
   local targets=("$@")
   ((${#targets[@]})) ||
-    targets=(wanfw wanfw_unit_tests $(grep -rhoE 'wanfw_add_builtin_plugin\(\w+' plugins | sed 's/.*(//' | grep -v '_$'))
+    targets=(wanfw wanfw_unit_tests wanfw_bench_chunked_recompute $(grep -rhoE 'wanfw_add_builtin_plugin\(\w+' plugins | sed 's/.*(//' | grep -v '_$'))
   time cmake --build build -j16 -- -k 0 "${targets[@]}" >>"$out/build.log" 2>&1
   local rc=$?
   echo "warnings: $(grep -c 'warning:' "$out/build.log")"
@@ -98,6 +99,8 @@ for s in "${stages[@]}"; do
                         --steps 6 --check ;;
     bench-low-memory) stage bench-low-memory 360 python3 bench/low_memory_step.py --size 5b --device cuda \
                         --steps 5 ;;
+    bench-chunked) stage bench-chunked 240 build/bin/wanfw_bench_chunked_recompute --device cuda --dtype bfloat16 \
+                     --fp8 --tokens 32760 --chunks 1,2,4,8 ;;
     *) echo "unknown stage $s" | tee -a "$summary" ;;
   esac
 done
