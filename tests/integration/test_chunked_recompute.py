@@ -3,11 +3,12 @@ tokens at a time, its self-attention over every token at once. Each block's outp
 are then the whole block's bit for bit (tests/unit/libs/test_chunked_recompute.cpp), and the
 adapters' gradients, sums over the tokens, are summed a chunk at a time: a LoRA run of the tiny Wan
 DiT ends at the run with whole blocks within equivalence.py's rounding bound, on every vector unit,
-with adapter dropout (its masks drawn for whole sequences) and with the low-memory settings beside it."""
+with adapter dropout (its masks drawn for whole sequences) and with the low-memory settings beside it;
+a run names the memory options it takes."""
 
 import pytest
 
-from harness.equivalence import assert_same_training, tiny_wan_rounding
+from harness.equivalence import assert_same_training, state, tiny_wan_rounding
 from harness.layouts import CPU, LR, experiment, run_on
 from harness.references import reference_folder
 from harness.runs import losses, wanfw
@@ -42,10 +43,14 @@ def test_a_lora_run_recomputed_in_chunks_ends_at_the_run_with_whole_blocks(tmp_p
 
 def test_chunks_beside_the_fp8_base_block_swap_and_activation_offload_end_as_whole_blocks_with_them(tmp_path, lora):
     low = {**lora, "base_dtype": "float8_e4m3fn", "activation_offload": True}
-    swap = {"block_swap": {"blocks": 1}}
-    a = run_on(tmp_path, "chunked", CPU, 4, {**low, "recompute_chunks": 4}, **DATA, **swap)
+    swap = {"block_swap": {"blocks": 1, "ring": 1}}
+    result = wanfw("run", experiment(tmp_path, "chunked", CPU, 4, {**low, "recompute_chunks": 4}, **DATA, **swap),
+                   check=0)
+    # The start-up line names every memory option the run takes, as model-info's plan does.
+    assert ("memory options: fp8 base, checkpointing, activation offload, recompute in 4 chunks, 1 blocks swapped "
+            "(ring 1)\n") in result.stdout
     b = run_on(tmp_path, "whole", CPU, 4, low, **DATA, **swap)
-    assert_same_training(a, b, lr=LR, tolerance=BOUND)
+    assert_same_training(state(tmp_path, "chunked"), b, lr=LR, tolerance=BOUND)
     assert losses(tmp_path, "chunked")[0] == losses(tmp_path, "whole")[0]
 
 

@@ -55,6 +55,7 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
 
   const wan::WanPlacement placement{ctx.device, wan_distill::dtype_of(o, "dtype"),
                                     wan::fp8_base_from(o, "", !settings.lora.enabled())};
+  wan::log_memory_options(o, ctx.layout);
   if (settings.objective == wan_distill::Objective::Dmd) {
     wan_distill::DmdSettings dmd = wan_distill::dmd_settings_from(o, n.student, n.teacher, settings, false);
     wan::WanDiT generator(n.student, placement);

@@ -111,6 +111,7 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
     dit->set_activation_offload(offload);
     dit->set_recompute_chunks(chunks);
   }
+  wan::log_memory_options(o, ctx.layout);
   return model;
 }
 

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "wanfw/log.hpp"
+
 namespace wan {
 
 namespace {
@@ -10,19 +12,6 @@ double gib(double bytes) { return bytes / kGiB; }
 
 /// The chunk counts --fit tries for a recomputed block, after every other option.
 constexpr std::int64_t kFitChunks[] = {2, 4, 8, 16};
-
-std::string settings_text(const MemorySettings& s) {
-  std::vector<std::string> parts;
-  if (s.fp8) parts.push_back("fp8 base");
-  if (s.checkpointing) parts.push_back("checkpointing");
-  if (s.offload) parts.push_back("activation offload");
-  if (s.checkpointing && s.chunks > 1) parts.push_back(fmt::format("recompute in {} chunks", s.chunks));
-  if (s.swapped > 0) parts.push_back(fmt::format("{} blocks swapped (ring {})", s.swapped, s.ring));
-  if (parts.empty()) return "none";
-  std::string out;
-  for (const auto& p : parts) out += (out.empty() ? "" : ", ") + p;
-  return out;
-}
 
 std::string totals(const MemoryEstimate& e) {
   std::string text = fmt::format("device {:.2f} GiB, host {:.2f} GiB", gib(e.device), gib(e.host));
@@ -95,7 +84,7 @@ std::string fit(const PlannedRun& run, const MemorySettings& configured, const w
     const MemoryEstimate e = estimate_memory(run, candidate, layout);
     if (!fits(e, layout.fit_device_bytes, layout.fit_host_bytes)) continue;
     std::string out = fmt::format("--fit {}: fits with {} ({}; {:.1f} GiB reserved for the CUDA context):\n", budget,
-                                  settings_text(candidate), totals(e), gib(kDeviceReserve));
+                                  memory_settings_text(candidate), totals(e), gib(kDeviceReserve));
     out += fmt::format("  model:\n    base_dtype: {}\n    gradient_checkpointing: {}\n    activation_offload: {}\n",
                        candidate.fp8 ? "float8_e4m3fn" : "dtype", candidate.checkpointing, candidate.offload);
     if (candidate.chunks > 1) out += fmt::format("    recompute_chunks: {}\n", candidate.chunks);
@@ -110,6 +99,24 @@ std::string fit(const PlannedRun& run, const MemorySettings& configured, const w
 }
 
 }  // namespace
+
+std::string memory_settings_text(const MemorySettings& s) {
+  std::vector<std::string> parts;
+  if (s.fp8) parts.push_back("fp8 base");
+  if (s.checkpointing) parts.push_back("checkpointing");
+  if (s.offload) parts.push_back("activation offload");
+  if (s.checkpointing && s.chunks > 1) parts.push_back(fmt::format("recompute in {} chunks", s.chunks));
+  if (s.swapped > 0) parts.push_back(fmt::format("{} blocks swapped (ring {})", s.swapped, s.ring));
+  if (parts.empty()) return "none";
+  std::string out;
+  for (const auto& p : parts) out += (out.empty() ? "" : ", ") + p;
+  return out;
+}
+
+void log_memory_options(const wanfw::Options& options, const wanfw::TrainingLayout& layout) {
+  const std::string text = memory_settings_text(configured_memory(options, layout));
+  if (text != "none") wanfw::log::info("memory options: ", text);
+}
 
 MemorySettings configured_memory(const wanfw::Options& o, const wanfw::TrainingLayout& layout) {
   MemorySettings s;
@@ -129,7 +136,7 @@ std::string memory_plan(const PlannedRun& run, const MemorySettings& configured,
                                 layout.sequence_parallel > 1
                                     ? fmt::format(", sequence parallel {}", layout.sequence_parallel)
                                     : std::string(),
-                                settings_text(configured));
+                                memory_settings_text(configured));
   out += now.activations.empty() ? "  activations: none counted (data.buckets names no size to count them for)\n"
                                  : fmt::format("  activations for {}\n", now.activations);
   for (const auto& [what, bytes] : now.device_parts)

@@ -12,6 +12,14 @@
 
 namespace wan {
 
+/// The memory options `settings` takes, as plans name them ("fp8 base, checkpointing, activation
+/// offload, recompute in 2 chunks, 36 blocks swapped (ring 2)"), or "none".
+std::string memory_settings_text(const MemorySettings& settings);
+
+/// Logs "memory options: <memory_settings_text>" for the settings the options and `layout` take, when
+/// they take any (a run's start-up line).
+void log_memory_options(const wanfw::Options& options, const wanfw::TrainingLayout& layout);
+
 /// The settings layout.block_swap_* and the options say, read into MemorySettings.
 MemorySettings configured_memory(const wanfw::Options& options, const wanfw::TrainingLayout& layout);
 
