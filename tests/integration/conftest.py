@@ -6,13 +6,19 @@ from pathlib import Path
 
 import pytest
 
-# The vector units users' CPUs may have, as the environment holds ATen, MKL and oneDNN to them in
-# the processes a test starts (wanfw, torchrun's ranks). Kept in step with the unit tests' variants
-# (WANFW_VECTOR_UNITS in tests/CMakeLists.txt).
-VECTOR_UNITS = {
-    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
-    "default": {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "ONEDNN_MAX_CPU_ISA": "SSE41"},
-}
+def read_vector_units(path: Path) -> dict:
+    """tests/vector_units.txt: each unit's name and the environment that holds ATen, MKL and oneDNN
+    to it in the processes a test starts (wanfw, torchrun's ranks); the unit tests' variants read
+    the same file (tests/CMakeLists.txt)."""
+    units = {}
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, *settings = line.split()
+            units[name] = dict(setting.split("=", 1) for setting in settings)
+    return units
+
+
+VECTOR_UNITS = read_vector_units(Path(__file__).resolve().parent.parent / "vector_units.txt")
 
 
 @functools.cache
