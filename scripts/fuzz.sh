@@ -5,8 +5,7 @@
 #   scripts/fuzz.sh --build-only            configure and build only
 #   scripts/fuzz.sh --coverage [TARGET...]  line coverage of wanfw's sources by the corpora (llvm-cov)
 #
-# Targets: safetensors_reader, sharded_index, piece_index, config_loader, dataset_manifest, adapter_reader,
-# fp8_reader.
+# Targets: one a harness, tests/fuzz/fuzz_TARGET.cpp (safetensors_reader, config_loader, ...).
 # Each starts from its checked-in seed corpus (tests/fuzz/corpus/TARGET) and grows a working
 # corpus in <build>/fuzz/corpus/TARGET, kept between runs. A finding stops the run: the input is
 # saved in <build>/fuzz/findings/TARGET/ and the script exits non-zero; replay it with
@@ -18,8 +17,11 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${WANFW_BUILD_DIR:-$root/build}"
 case "$build" in /*) ;; *) build="$root/$build" ;; esac
 fuzz_build="$build/fuzz"
-all_targets=(safetensors_reader sharded_index piece_index config_loader dataset_manifest adapter_reader fp8_reader
-             vae_config trainer_state vae_weights decode_latents)
+all_targets=()
+for harness in "$root"/tests/fuzz/fuzz_*.cpp; do
+  harness="${harness##*/fuzz_}"
+  all_targets+=("${harness%.cpp}")
+done
 log() { printf '[wanfw fuzz] %s\n' "$*"; }
 
 build_only=0
