@@ -5,7 +5,7 @@
 #   scripts/fuzz.sh --build-only            configure and build only
 #   scripts/fuzz.sh --coverage [TARGET...]  line coverage of wanfw's sources by the corpora (llvm-cov)
 #
-# Targets: one a harness, tests/fuzz/fuzz_TARGET.cpp (safetensors_reader, config_loader, ...).
+# Targets: one a harness, tests/fuzz/fuzz_<target>.cpp (safetensors_reader, config_loader, ...).
 # Each starts from its checked-in seed corpus (tests/fuzz/corpus/TARGET) and grows a working
 # corpus in <build>/fuzz/corpus/TARGET, kept between runs. A finding stops the run: the input is
 # saved in <build>/fuzz/findings/TARGET/ and the script exits non-zero; replay it with
