@@ -13,8 +13,8 @@ from harness.layouts import CPU, LR, experiment, run_on
 from harness.references import reference_folder
 from harness.runs import losses, wanfw
 
-TOKENS = 48  # a 3x8x8 latent in 1x2x2 patches
-DATA = {"data": {"buckets": ["3x8x8"]}}
+TOKENS = 192  # a 3x16x16 latent in 1x2x2 patches: chunks of 38 to 48 tokens, 152 to 192 rows of 4 samples
+DATA = {"data": {"buckets": ["3x16x16"]}}
 BOUND = tiny_wan_rounding(4, TOKENS)
 
 
@@ -37,7 +37,7 @@ def assert_same_run(tmp_path, chunked, whole):
 
 @pytest.mark.every_vector_unit
 def test_a_lora_run_recomputed_in_chunks_ends_at_the_run_with_whole_blocks(tmp_path, lora):
-    # 5 chunks of 48 tokens: 9 or 10 tokens each, a count that does not divide.
+    # 5 chunks of 192 tokens: 38 or 39 tokens each, a count that does not divide.
     assert_same_run(tmp_path, ("chunked", {**lora, "recompute_chunks": 5}), ("whole", lora))
 
 
