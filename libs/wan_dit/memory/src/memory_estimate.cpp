@@ -180,16 +180,14 @@ MemoryEstimate estimate_memory(const PlannedRun& run, const MemorySettings& s, c
       if (other && block_activations(*other, per_rank, a, chunks, split).most() > act.most())
         act = block_activations(*other, per_rank, a, chunks, split);
     const int layers = static_cast<int>(act.layers);
-    const std::string recomputed =
-        chunks > 1 ? fmt::format("the block recomputed in {} chunks of tokens", chunks) : "the block recomputed";
+    const std::string in_chunks = chunks > 1 ? fmt::format(" in {} chunks of tokens", chunks) : std::string();
     if (!s.checkpointing) {
       device("activations of every block, kept for backward", act.all);
     } else if (!s.offload) {
       device(fmt::format("{} checkpointed block inputs", layers), act.layers * act.input);
-      device("one block recomputed" + (chunks > 1 ? fmt::format(" in {} chunks of tokens", chunks) : std::string()),
-             act.recompute);
+      device("one block recomputed" + in_chunks, act.recompute);
     } else {
-      device("one block's input back from the host, and " + recomputed, act.input + act.recompute);
+      device("one block's input back from the host, and the block recomputed" + in_chunks, act.input + act.recompute);
       host(fmt::format("{} checkpointed block inputs (pinned, each rounded up to a power of two)", layers),
            act.layers * power_of_two(act.input));
     }

@@ -31,6 +31,7 @@ class ChunkView {
   ChunkView& operator=(const ChunkView&) = delete;
 
   torch::Tensor x(const Chunk& c) const { return x_.narrow(1, c.start, c.count); }
+  std::int64_t tokens() const { return x_.size(1); }
   /// Per-token timesteps (ti2v, [B, L, 6, dim]) give the chunk's rows; one a sample, all of it.
   torch::Tensor e0(const Chunk& c) const { return e0_.dim() == 4 ? e0_.narrow(1, c.start, c.count) : e0_; }
   /// The chunk's RoPE rotations; undefined for a split sequence (rotated after the exchange).
@@ -78,12 +79,32 @@ struct GradientSums {
   }
 };
 
-/// Writes a chunk's rows of a gradient over every token (`add`: adds them to what is there).
-void put_rows(torch::Tensor& whole, const torch::Tensor& like, const Chunk& c, const torch::Tensor& g, bool add) {
-  if (!g.defined()) return;
-  if (!whole.defined()) whole = at::zeros_like(like);
-  if (add) whole.narrow(1, c.start, c.count).add_(g);
-  else whole.narrow(1, c.start, c.count).copy_(g);
+/// Writes a chunk's rows `part` into `whole`, a tensor of `tokens` rows made at the first chunk
+/// (`add`: adds them to what is there).
+void put_rows(torch::Tensor& whole, std::int64_t tokens, const Chunk& c, const torch::Tensor& part, bool add) {
+  if (!part.defined()) return;
+  if (!whole.defined()) {
+    auto sizes = part.sizes().vec();
+    sizes[1] = tokens;
+    whole = at::zeros(sizes, part.options());
+  }
+  if (add) whole.narrow(1, c.start, c.count).add_(part);
+  else whole.narrow(1, c.start, c.count).copy_(part);
+}
+
+/// The self-attention's queries, keys and values of every token, computed a chunk at a time
+/// (under the caller's grad mode).
+std::array<torch::Tensor, 3> attention_inputs_of_every_token(WanBlockImpl& block, ChunkView& view,
+                                                             const std::vector<Chunk>& parts) {
+  std::array<torch::Tensor, 3> qkv;
+  for (const Chunk& c : parts) {
+    view.rows(c);
+    const auto part = block.attention_inputs(view.x(c), modulation_chunks(block.modulation, view.e0(c), 6),
+                                             view.rotations(c));
+    for (std::size_t j = 0; j < 3; ++j) put_rows(qkv[j], view.tokens(), c, part[j], false);
+  }
+  view.rows({});
+  return qkv;
 }
 
 }  // namespace
@@ -93,17 +114,7 @@ torch::Tensor chunked_block_forward(WanBlockImpl& block, const torch::Tensor& x,
                                     LoraDropoutStreams* dropout) {
   ChunkView view(x, e0, rope, dropout);
   const auto parts = chunks_of(x.size(1), chunks);
-  std::array<torch::Tensor, 3> qkv;
-  for (const Chunk& c : parts) {
-    view.rows(c);
-    const auto part = block.attention_inputs(view.x(c), modulation_chunks(block.modulation, view.e0(c), 6),
-                                             view.rotations(c));
-    for (std::size_t j = 0; j < 3; ++j) {
-      if (!qkv[j].defined()) qkv[j] = at::empty({x.size(0), x.size(1), part[j].size(2), part[j].size(3)}, part[j].options());
-      qkv[j].narrow(1, c.start, c.count).copy_(part[j]);
-    }
-  }
-  view.rows({});
+  std::array<torch::Tensor, 3> qkv = attention_inputs_of_every_token(block, view, parts);
   torch::Tensor mixed =
       block.self_attn->mix(qkv[0], qkv[1], qkv[2], rope.sequence != nullptr ? &rope : nullptr, x.scalar_type());
   qkv = {};
@@ -114,8 +125,7 @@ torch::Tensor chunked_block_forward(WanBlockImpl& block, const torch::Tensor& x,
     const torch::Tensor part = block.after_attention(view.x(c), mixed.narrow(1, c.start, c.count),
                                                      modulation_chunks(block.modulation, view.e0(c), 6), context_key,
                                                      context_value);
-    if (!out.defined()) out = at::empty(x.sizes(), part.options());
-    out.narrow(1, c.start, c.count).copy_(part);
+    put_rows(out, view.tokens(), c, part, false);
   }
   return out;
 }
@@ -142,7 +152,7 @@ std::vector<torch::Tensor> chunked_block_backward(WanBlockImpl& block, const std
     for (std::size_t i = 0; i < P; ++i) sums.add(kParameters + i, g[first + i]);
   };
   const auto add_e0 = [&](const Chunk& c, const torch::Tensor& g, bool add) {
-    if (per_token) put_rows(grad_e0, e0, c, g, add);
+    if (per_token) put_rows(grad_e0, e0.size(1), c, g, add);
     else sums.add(kE0, g);
   };
 
@@ -150,17 +160,7 @@ std::vector<torch::Tensor> chunked_block_backward(WanBlockImpl& block, const std
   std::array<torch::Tensor, 3> qkv;
   {
     torch::NoGradGuard no_grad;
-    for (const Chunk& c : parts) {
-      view.rows(c);
-      const auto part = block.attention_inputs(view.x(c), modulation_chunks(block.modulation, view.e0(c), 6),
-                                               view.rotations(c));
-      for (std::size_t j = 0; j < 3; ++j) {
-        if (!qkv[j].defined())
-          qkv[j] = at::empty({x.size(0), x.size(1), part[j].size(2), part[j].size(3)}, part[j].options());
-        qkv[j].narrow(1, c.start, c.count).copy_(part[j]);
-      }
-    }
-    view.rows({});
+    qkv = attention_inputs_of_every_token(block, view, parts);
   }
   // 2. The self-attention over every token, with its graph from the queries, keys and values.
   for (auto& t : qkv) t.requires_grad_(true);
@@ -183,8 +183,8 @@ std::vector<torch::Tensor> chunked_block_backward(WanBlockImpl& block, const std
           block.after_attention(xc, mc, modulation_chunks(block.modulation, ec, 6), key_leaf, value_leaf);
       const auto g = gradients({out}, {grad_output.narrow(1, c.start, c.count)},
                                with_parameters({xc, mc, ec, key_leaf, value_leaf}));
-      put_rows(grad_x, x, c, g[0], false);
-      put_rows(grad_mixed, mixed_values, c, g[1], false);
+      put_rows(grad_x, x.size(1), c, g[0], false);
+      put_rows(grad_mixed, x.size(1), c, g[1], false);
       add_e0(c, g[2], false);
       sums.add(kKey, g[3]);
       sums.add(kValue, g[4]);
@@ -206,7 +206,7 @@ std::vector<torch::Tensor> chunked_block_backward(WanBlockImpl& block, const std
     for (std::size_t j = 0; j < 3; ++j)
       grads.push_back(grad_qkv[j].defined() ? grad_qkv[j].narrow(1, c.start, c.count) : torch::Tensor());
     const auto g = gradients({part[0], part[1], part[2]}, grads, with_parameters({xc, ec}));
-    put_rows(grad_x, x, c, g[0], true);
+    put_rows(grad_x, x.size(1), c, g[0], true);
     add_e0(c, g[1], true);
     add_parameters(g, 2);
   }

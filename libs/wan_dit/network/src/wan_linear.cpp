@@ -27,11 +27,11 @@ torch::Tensor LoraDropoutStreams::keep_mask(const std::string& layer, at::IntArr
   keys.sample_ids = samples_->ids;
   keys.epoch = samples_->epoch;
   keys.seed = samples_->seed;
-  if (!rows_) return ((wanfw::sample_rand(keys, "lora_dropout/" + layer, shape) >= p).to(dtype) / (1.0 - p))
-                    .to(samples_->device);
-  std::vector<std::int64_t> whole(shape.begin(), shape.end());
-  whole.at(0) = rows_->total;
-  const torch::Tensor u = wanfw::sample_rand(keys, "lora_dropout/" + layer, whole).narrow(1, rows_->offset, shape[0]);
+  // A chunk of a sequence draws the whole sequence's masks (on the host) and keeps its rows.
+  std::vector<std::int64_t> drawn(shape.begin(), shape.end());
+  if (rows_) drawn.at(0) = rows_->total;
+  torch::Tensor u = wanfw::sample_rand(keys, "lora_dropout/" + layer, drawn);
+  if (rows_) u = u.narrow(1, rows_->offset, shape[0]);
   return ((u >= p).to(dtype) / (1.0 - p)).to(samples_->device);
 }
 
