@@ -11,7 +11,7 @@ wan::PlannedRun planned_run(const wanfw::Options& o, const Networks& n, const Di
   wan::PlannedRun run{n.student, s.lora, o.string("dtype"), 1, s.task};
   bool teacher_held = o.string("teacher_device").empty();  // elsewhere: on another device, or the CPU
   if (s.objective == Objective::Dmd) {
-    const DmdSettings dmd = dmd_settings_from(o, n.student, n.teacher, s, n.expert != wan::Expert::None);
+    const DmdSettings dmd = dmd_settings_from(o, n.student, n.teacher, s, n.expert);
     if (dmd.shared_base) {
       run.more_adapters = wan::adapter_parameter_count(n.teacher, dmd.critic_lora);
       teacher_held = false;  // the base without adapters is the real score

@@ -96,7 +96,7 @@ Networks networks_from(const wanfw::Options& o) {
     o.fail("teacher_expert",
            fmt::format("teacher preset {} is two experts split at t = {}: say which one teaches", t.preset,
                        t.expert_boundary),
-           "set teacher_expert to high_noise or low_noise");
+           "set teacher_expert to high_noise or low_noise (or both, under objective dmd)");
   if (n.expert != wan::Expert::None) {
     if (!(boundary > 0 && boundary < 1000))
       o.fail("teacher_boundary", "an expert teacher needs a boundary between 0 and 1000",
@@ -129,6 +129,9 @@ DistillSettings settings_from(const wanfw::Options& o, const Networks& n, bool r
   s.trajectory_steps = o.integer("trajectory_steps");
   if (s.trajectory_steps < 1) o.fail("trajectory_steps", "must be at least 1");
   s.latent_size = wan::bucket_option(o, "latent_size");
+  if (n.expert == wan::Expert::Both && s.objective != Objective::Dmd)
+    o.fail("teacher_expert", "teacher_expert: both belongs to objective dmd (with shared_base)",
+           "set teacher_expert to high_noise or low_noise: the velocity objective distils one expert");
   if (s.inputs == Inputs::Generator && s.objective != Objective::Dmd)
     o.fail("inputs", "inputs: generator (the generator's own steps) belongs to objective dmd",
            "set objective: dmd, or inputs: teacher_trajectory for data-free velocity distillation");
@@ -152,7 +155,7 @@ DistillSettings settings_from(const wanfw::Options& o, const Networks& n, bool r
   s.validation_timesteps = wan::validation_timesteps_from(o, s.timesteps);
   s.sampler = wan::sampler_settings_from(o);
   if (!s.sampler.size) s.sampler.size = s.latent_size;
-  s.lora = wan::lora_settings_from(o, n.student, wan::Expert::None);
+  s.lora = wan::lora_settings_from(o, n.student, n.expert == wan::Expert::Both ? wan::Expert::Both : wan::Expert::None);
   return s;
 }
 
@@ -181,8 +184,10 @@ std::vector<wanfw::OptionSpec> distill_options() {
           .doc("Subfolder of a diffusers pipeline folder."),
       option("teacher_expert", T::Choice)
           .value("none")
-          .choices({"none", "high_noise", "low_noise"})
-          .doc("Two-expert presets (A14B): the expert that teaches; timesteps stay on its side of the boundary."),
+          .choices({"none", "high_noise", "low_noise", "both"})
+          .doc("Two-expert presets (A14B): the expert that teaches; timesteps stay on its side of the boundary. "
+               "both (objective dmd, shared_base): the generator and the critic get adapters on each expert, and "
+               "every pass runs a sample on the expert that owns its level."),
       option("teacher_boundary", T::Number).value("0").doc("Timestep splitting the experts; 0 takes the preset's."),
       option("teacher_dtype", T::Choice)
           .value("float32")

@@ -57,9 +57,12 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
                                     wan::fp8_base_from(o, "", !settings.lora.enabled())};
   wan::log_memory_options(o, ctx.layout);
   if (settings.objective == wan_distill::Objective::Dmd) {
-    wan_distill::DmdSettings dmd = wan_distill::dmd_settings_from(o, n.student, n.teacher, settings, false);
-    wan::WanDiT generator(n.student, placement);
-    wan_distill::prepare_student(o, *generator, *teacher, settings.lora);
+    wan_distill::DmdSettings dmd = wan_distill::dmd_settings_from(o, n.student, n.teacher, settings, n.expert);
+    // Both experts of a two-expert teacher: a generator expert for each (dmd_settings_from
+    // allows it on a shared base only).
+    const wan::Expert experts = n.expert == wan::Expert::Both ? wan::Expert::Both : wan::Expert::None;
+    wan::WanDenoiser generator(n.student, experts, n.boundary, placement);
+    wan_distill::prepare_student(o, generator, *teacher, settings.lora);
     auto model = wan_distill::make_dmd_model(o, std::move(generator), std::move(teacher), std::move(settings),
                                              std::move(dmd), placement);
     model->set_planned_device_bytes(planned_bytes);
@@ -99,7 +102,7 @@ std::string inspect(const wanfw::Options& o, const wanfw::TrainingLayout& layout
                                             wan_distill::planned_layout(layout, s));
   const std::string memory = wan::adapter_summary(n.student, s.lora, 1);
   const std::string dmd_lines =
-      dmd ? wan_distill::dmd_summary(o, n.student, n.teacher, s, n.expert != wan::Expert::None) : std::string();
+      dmd ? wan_distill::dmd_summary(o, n.student, n.teacher, s, n.expert) : std::string();
   return fmt::format(
              "teacher: preset {}, dim {}, {} layers, {} parameters, frozen: {:.2f} GiB in {} (no gradients, no "
              "optimizer "

@@ -80,10 +80,11 @@ StudentInit init_from_teacher(wan::WanDiTImpl& student, const wan::WanDiTImpl& t
   return out;
 }
 
-void initialise_student(const wanfw::Options& o, wan::WanDiTImpl& student, const FrozenTeacher& teacher) {
+void initialise_student(const wanfw::Options& o, wan::WanDiTImpl& student, const FrozenTeacher& teacher,
+                        std::size_t index) {
   const std::string init = o.string("student_init");
   if (init == "teacher") {
-    const StudentInit done = init_from_teacher(student, *teacher.dits().front());
+    const StudentInit done = init_from_teacher(student, *teacher.dits().at(index));
     std::vector<std::string> pairs;
     for (std::size_t i = 0; i < done.blocks.size(); ++i) pairs.push_back(fmt::format("{}<-{}", i, done.blocks[i]));
     wanfw::log::info(
@@ -99,13 +100,27 @@ void initialise_student(const wanfw::Options& o, wan::WanDiTImpl& student, const
   }
 }
 
+namespace {
+void set_memory_options(const wanfw::Options& o, wan::WanDiTImpl& student) {
+  student.set_gradient_checkpointing(o.boolean("gradient_checkpointing"));
+  student.set_activation_offload(wan::activation_offload_from(o));
+  student.set_recompute_chunks(wan::recompute_chunks_from(o));
+}
+}  // namespace
+
 void prepare_student(const wanfw::Options& o, wan::WanDiTImpl& student, const FrozenTeacher& teacher,
                      const wan::LoraSettings& lora) {
   initialise_student(o, student, teacher);
   wan::apply_lora(student, lora, "");
-  student.set_gradient_checkpointing(o.boolean("gradient_checkpointing"));
-  student.set_activation_offload(wan::activation_offload_from(o));
-  student.set_recompute_chunks(wan::recompute_chunks_from(o));
+  set_memory_options(o, student);
+}
+
+void prepare_student(const wanfw::Options& o, wan::WanDenoiser& student, const FrozenTeacher& teacher,
+                     const wan::LoraSettings& lora) {
+  auto dits = student.dits();
+  for (std::size_t i = 0; i < dits.size(); ++i) initialise_student(o, *dits[i], teacher, i);
+  student.apply_lora(lora);
+  for (auto& dit : dits) set_memory_options(o, *dit);
 }
 
 }  // namespace wan_distill

@@ -29,13 +29,20 @@ struct StudentInit {
 /// shape match, converting dtypes; the rest keep the student's own initialisation.
 StudentInit init_from_teacher(wan::WanDiTImpl& student, const wan::WanDiTImpl& teacher);
 
-/// How the config's `student_init` starts `student`: from `teacher` (logged), from
-/// student_weights, or left at its random initialisation.
-void initialise_student(const wanfw::Options& o, wan::WanDiTImpl& student, const FrozenTeacher& teacher);
+/// How the config's `student_init` starts `student`: from `teacher`'s DiT at `index` (logged; the
+/// expert of the same name when both are held), from student_weights, or left at its random
+/// initialisation.
+void initialise_student(const wanfw::Options& o, wan::WanDiTImpl& student, const FrozenTeacher& teacher,
+                        std::size_t index = 0);
 
 /// A student (the velocity objective's, or dmd's generator) ready to train: initialised
 /// (initialise_student), its adapters attached or loaded (`lora`), and gradient_checkpointing set.
 void prepare_student(const wanfw::Options& o, wan::WanDiTImpl& student, const FrozenTeacher& teacher,
+                     const wan::LoraSettings& lora);
+
+/// prepare_student for every DiT of `student` (dmd's generator of both experts: each from the
+/// teacher's expert of its name, its adapters drawn as wan::WanDenoiser::apply_lora draws them).
+void prepare_student(const wanfw::Options& o, wan::WanDenoiser& student, const FrozenTeacher& teacher,
                      const wan::LoraSettings& lora);
 
 }  // namespace wan_distill

@@ -132,14 +132,20 @@ std::vector<std::pair<std::string, at::Tensor>> second_adapter_parameters(const 
   return out;
 }
 
-AdapterScope::AdapterScope(WanDiTImpl& dit, AdapterSelection selection) : dit_(dit) {
-  if (!dit_.adapter_selection) return;
-  before_ = *dit_.adapter_selection;
-  *dit_.adapter_selection = selection;
+AdapterScope::AdapterScope(WanDiTImpl& dit, AdapterSelection selection) { select(dit, selection); }
+
+AdapterScope::AdapterScope(const std::vector<WanDiT>& dits, AdapterSelection selection) {
+  for (const WanDiT& dit : dits) select(*dit.ptr(), selection);
+}
+
+void AdapterScope::select(WanDiTImpl& dit, AdapterSelection selection) {
+  if (!dit.adapter_selection) return;
+  before_.emplace_back(&dit, *dit.adapter_selection);
+  *dit.adapter_selection = selection;
 }
 
 AdapterScope::~AdapterScope() {
-  if (dit_.adapter_selection) *dit_.adapter_selection = before_;
+  for (auto& [dit, before] : before_) *dit->adapter_selection = before;
 }
 
 std::vector<std::pair<std::string, at::Tensor>> adapter_parameters(const torch::nn::Module& module) {

@@ -108,8 +108,8 @@ WanDenoiser::WanDenoiser(const WanDenoiser& other, const c10::Device& device)
       lora_(other.lora_) {
   if (other.pair_) pair_ = WanExpertPair(std::dynamic_pointer_cast<WanExpertPairImpl>(other.pair_->clone(device)));
   else single_ = WanDiT(std::dynamic_pointer_cast<WanDiTImpl>(other.single_->clone(device)));
-  if (lora_)
-    for (auto& dit : dits()) refresh_adapters(*dit);
+  for (auto& dit : dits())  // adapters trained, or a second set beside the first (a DMD critic's)
+    if (!adapter_parameters(*dit).empty() || !second_adapter_parameters(*dit).empty()) refresh_adapters(*dit);
 }
 
 void WanDenoiser::apply_lora(const LoraSettings& settings) {
@@ -122,6 +122,16 @@ void WanDenoiser::apply_lora(const LoraSettings& settings) {
   }
   if (pair_) torch::manual_seed(base);
   lora_ = settings.enabled();
+}
+
+void WanDenoiser::attach_second_adapters(const LoraSettings& settings) {
+  auto all = dits();
+  const std::uint64_t base = at::detail::getDefaultCPUGenerator().current_seed();
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    if (pair_) seed_expert(base, expert_name(i) == "high_noise" ? 0 : 1, "second_adapters");
+    wan::attach_second_adapters(*all[i], settings);
+  }
+  if (pair_) torch::manual_seed(base);
 }
 
 std::string WanDenoiser::expert_name(std::size_t index) const {
@@ -138,14 +148,20 @@ std::shared_ptr<torch::nn::Module> WanDenoiser::module() const {
   return single_.ptr();
 }
 
-std::vector<wanfw::Unit> WanDenoiser::units() const {
+std::vector<wanfw::Unit> WanDenoiser::units(const std::string& prefix) const {
   std::vector<wanfw::Unit> units;
   auto all = dits();
   for (std::size_t i = 0; i < all.size(); ++i) {
     const std::string expert = pair_ ? expert_name(i) + "_model." : "";
-    for (auto& unit : all[i]->units(expert)) units.push_back(std::move(unit));
+    for (auto& unit : all[i]->units(prefix + expert)) units.push_back(std::move(unit));
   }
   return units;
+}
+
+std::size_t WanDenoiser::block_count() const {
+  std::size_t count = 0;
+  for (const auto& dit : dits()) count += dit->blocks->size();
+  return count;
 }
 
 void WanDenoiser::set_unit_runner(wanfw::UnitRunner* runner) {

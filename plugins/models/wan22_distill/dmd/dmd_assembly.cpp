@@ -13,7 +13,7 @@
 
 namespace wan_distill {
 
-std::unique_ptr<DmdModel> make_dmd_model(const wanfw::Options& o, wan::WanDiT student,
+std::unique_ptr<DmdModel> make_dmd_model(const wanfw::Options& o, wan::WanDenoiser student,
                                              std::shared_ptr<FrozenTeacher> teacher, DistillSettings common,
                                              DmdSettings dmd, const wan::WanPlacement& placement) {
   const bool checkpointing = o.boolean("gradient_checkpointing");
@@ -23,12 +23,17 @@ std::unique_ptr<DmdModel> make_dmd_model(const wanfw::Options& o, wan::WanDiT st
   at::CPUGeneratorImpl& generator = *at::check_generator<at::CPUGeneratorImpl>(at::detail::getDefaultCPUGenerator());
   const c10::intrusive_ptr<c10::TensorImpl> after_generator = generator.get_state();
   if (dmd.shared_base) {
-    wan::attach_second_adapters(*student, dmd.critic_lora);
+    student.attach_second_adapters(dmd.critic_lora);
     teacher.reset();  // the base without adapters is the real score: the separate copy goes
     wanfw::log::info(
         fmt::format("dmd: one frozen base shared by the real score (no adapters), the generator (lora, rank {}) and "
                     "the critic (critic_lora, rank {})",
                     common.lora.rank, dmd.critic_lora.rank));
+    if (student.expert() == wan::Expert::Both)
+      wanfw::log::info(fmt::format(
+          "dmd: both experts, each with its generator's and its critic's adapters; every pass runs each sample on the "
+          "expert that owns its level (high noise at t >= {:g})",
+          student.boundary() * 1000));
   } else {
     wan::WanPlacement critic_at = placement;
     critic_at.fp8_base = placement.fp8_base && dmd.critic_lora.enabled();  // a critic that trains every weight is not fp8

@@ -13,7 +13,10 @@
 //
 // module() holds "generator" and (unless the base is shared) "critic". With a shared base the
 // generator's DiT carries the critic's adapters as its second set, and the base with no adapters
-// is the real score: one copy of the frozen weights serves all three.
+// is the real score: one copy of the frozen weights serves all three. The generator may be both
+// experts of a two-expert teacher (A14B, shared base): each expert carries its generator's and its
+// critic's adapters, and every pass (G's steps, the critic's and the real score) runs each sample
+// on the expert that owns its level (wan::WanDenoiser::forward).
 
 #include <array>
 #include <cstdint>
@@ -27,10 +30,11 @@
 
 namespace wan_distill {
 
-/// The trained modules: the generator and, unless it shares the generator's base, the critic.
+/// The trained modules: the generator (one DiT, or the expert pair) and, unless it shares the
+/// generator's base, the critic.
 struct DmdModulesImpl : torch::nn::Module {
-  DmdModulesImpl(wan::WanDiT generator_dit, wan::WanDiT critic_dit);
-  wan::WanDiT generator{nullptr}, critic{nullptr};
+  DmdModulesImpl(const std::shared_ptr<torch::nn::Module>& generator_module, wan::WanDiT critic_dit);
+  wan::WanDiT critic{nullptr};
 };
 TORCH_MODULE(DmdModules);
 
@@ -38,13 +42,12 @@ class DmdModel final : public wanfw::Model {
  public:
   /// `critic` null: the shared base (the critic's adapters are `generator`'s second set, and
   /// `teacher` may be null: the base without adapters is the real score).
-  DmdModel(wan::WanDiT generator, wan::WanDiT critic, std::shared_ptr<FrozenTeacher> teacher, DistillSettings common,
-           DmdSettings dmd);
+  DmdModel(wan::WanDenoiser generator, wan::WanDiT critic, std::shared_ptr<FrozenTeacher> teacher,
+           DistillSettings common, DmdSettings dmd);
   /// A replica on `device` (data_parallel).
   DmdModel(const DmdModel& other, const c10::Device& device);
 
   std::shared_ptr<torch::nn::Module> module() override { return modules_.ptr(); }
-  wan::WanDiT& generator() { return modules_->generator; }
   const DmdSettings& dmd() const { return dmd_; }
   /// "generator" (G's weights or adapters) and "critic" (at critic_lr_scale).
   std::vector<wanfw::ParameterGroup> parameter_groups() override;
@@ -104,6 +107,10 @@ class DmdModel final : public wanfw::Model {
   };
   DmdGradient dmd_gradient(const torch::Tensor& x, const torch::Tensor& sigma, const torch::Tensor& noise,
                            const Conditions& c);
+  /// With both experts: "<what>_high_noise_share", the share of `sigma`'s samples the high-noise
+  /// expert ran (none with one DiT).
+  void add_expert_share(std::map<std::string, at::Tensor>& metrics, const std::string& what,
+                        const torch::Tensor& sigma) const;
   wanfw::StepOutput generator_step(const wanfw::Batch& batch);
   wanfw::StepOutput critic_step(const wanfw::Batch& batch);
   torch::Tensor noise_of(const wanfw::Batch& batch) const;
@@ -117,6 +124,7 @@ class DmdModel final : public wanfw::Model {
   static constexpr std::array<std::pair<Phase, const char*>, 2> kPhases{
       {{Phase::Generator, "generator"}, {Phase::Critic, "critic"}}};
 
+  wan::WanDenoiser generator_;  ///< before modules_, which registers its module
   DmdModules modules_{nullptr};
   std::shared_ptr<FrozenTeacher> teacher_;
   DistillSettings common_;

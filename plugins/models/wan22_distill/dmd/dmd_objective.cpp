@@ -22,11 +22,11 @@ torch::Tensor at_level(const torch::Tensor& sigma) { return sigma.to(torch::kFlo
 }  // namespace
 
 torch::Tensor DmdModel::noise_of(const wanfw::Batch& batch) const {
-  return distill_noise(batch, common_.latent_size, modules_->generator->config().out_dim);
+  return distill_noise(batch, common_.latent_size, generator_.config().out_dim);
 }
 
 torch::Tensor DmdModel::timesteps(const torch::Tensor& sigma, const torch::Tensor& x) const {
-  return wan::task_timesteps(sigma, x, modules_->generator->config(), common_.task);
+  return wan::task_timesteps(sigma, x, generator_.config(), common_.task);
 }
 
 DmdModel::Conditions DmdModel::conditions(const wanfw::Batch& batch, const torch::Tensor& noise) const {
@@ -37,9 +37,9 @@ DmdModel::Conditions DmdModel::conditions(const wanfw::Batch& batch, const torch
     c.y = wan::i2v_condition(wan::checked_condition(batch.at("image_condition"), noise, "distillation"));
   if (common_.inputs == Inputs::Data) {
     c.x0 = batch.at("latents").to(torch::kFloat32);
-    wan::check_latents(modules_->generator->config(), common_.task, c.x0, "distillation");
+    wan::check_latents(generator_.config(), common_.task, c.x0, "distillation");
   } else {
-    wan::check_latents(modules_->generator->config(), common_.task, noise, "distillation");
+    wan::check_latents(generator_.config(), common_.task, noise, "distillation");
   }
   return c;
 }
@@ -49,15 +49,16 @@ torch::Tensor DmdModel::renoised(const torch::Tensor& x, const torch::Tensor& si
   return wan::noised_to(common_.task, x, sigma, noise, c.x0);
 }
 
+// Each pass runs every sample on the expert that owns its level `sigma` (one DiT: that one).
 torch::Tensor DmdModel::generator_velocity(const torch::Tensor& x, const torch::Tensor& sigma, const Conditions& c) {
-  const wan::AdapterScope generator_only(*modules_->generator, {true, false});
-  return modules_->generator->forward(x, timesteps(sigma, x), c.context, c.y).to(torch::kFloat32);
+  const wan::AdapterScope generator_only(generator_.dits(), {true, false});
+  return generator_.forward(x, timesteps(sigma, x), c.context, c.y, sigma).to(torch::kFloat32);
 }
 
 torch::Tensor DmdModel::critic_velocity(const torch::Tensor& x, const torch::Tensor& sigma, const Conditions& c) {
   if (!shared()) return modules_->critic->forward(x, timesteps(sigma, x), c.context, c.y).to(torch::kFloat32);
-  const wan::AdapterScope critic_only(*modules_->generator, {false, true});
-  return modules_->generator->forward(x, timesteps(sigma, x), c.context, c.y).to(torch::kFloat32);
+  const wan::AdapterScope critic_only(generator_.dits(), {false, true});
+  return generator_.forward(x, timesteps(sigma, x), c.context, c.y, sigma).to(torch::kFloat32);
 }
 
 torch::Tensor DmdModel::real_velocity(const torch::Tensor& x, const torch::Tensor& sigma, const Conditions& c) {
@@ -65,10 +66,10 @@ torch::Tensor DmdModel::real_velocity(const torch::Tensor& x, const torch::Tenso
   const torch::Tensor t = timesteps(sigma, x);
   if (teacher_) return teacher_->velocity(x, t, c.context, c.negative, c.y, sigma, dmd_.real_guidance);
   // The shared base with both adapter sets off is the teacher.
-  const wan::AdapterScope base_only(*modules_->generator, {false, false});
-  const torch::Tensor conditional = modules_->generator->forward(x, t, c.context, c.y).to(torch::kFloat32);
+  const wan::AdapterScope base_only(generator_.dits(), {false, false});
+  const torch::Tensor conditional = generator_.forward(x, t, c.context, c.y, sigma).to(torch::kFloat32);
   if (dmd_.real_guidance == 1.0) return conditional;
-  const torch::Tensor unconditional = modules_->generator->forward(x, t, c.negative, c.y).to(torch::kFloat32);
+  const torch::Tensor unconditional = generator_.forward(x, t, c.negative, c.y, sigma).to(torch::kFloat32);
   return wan::guided_velocity(conditional, unconditional, dmd_.real_guidance);
 }
 
@@ -115,7 +116,7 @@ DmdModel::GeneratorInput DmdModel::generator_input(const wanfw::Batch& batch, co
 wanfw::StepOutput DmdModel::training_step(const wanfw::Batch& batch) {
   std::optional<FrozenTeacher::Use> use;
   if (teacher_) use.emplace(*teacher_);
-  const wan::DropoutSamplesScope dropout({modules_->generator}, batch);
+  const wan::DropoutSamplesScope dropout(generator_.dits(), batch);
   return phase_ == Phase::Generator ? generator_step(batch) : critic_step(batch);
 }
 
@@ -137,8 +138,9 @@ wanfw::StepOutput DmdModel::generator_step(const wanfw::Batch& batch) {
   const GeneratorInput in = generator_input(batch, c, noise);
   const torch::Tensor v = generator_velocity(in.x, in.sigma, c);
   const torch::Tensor x = in.x - at_level(in.sigma) * v;  // G's sample, with its graph
-  const DmdGradient g = dmd_gradient(x.detach(), score_levels(batch, "score_level"),
-                                     wanfw::sample_randn(batch, "score_noise", noise.sizes().slice(1)), c);
+  const torch::Tensor score_level = score_levels(batch, "score_level");
+  const DmdGradient g =
+      dmd_gradient(x.detach(), score_level, wanfw::sample_randn(batch, "score_noise", noise.sizes().slice(1)), c);
   const torch::Tensor& gradient = g.gradient;
   const torch::Tensor& normalizer = g.normalizer;
   torch::Tensor v_real_in;
@@ -151,6 +153,8 @@ wanfw::StepOutput DmdModel::generator_step(const wanfw::Batch& batch) {
       {"dmd_gradient", wan::predicted_mean(common_.task, gradient.abs()).mean()},
       {"dmd_normalizer", normalizer.mean()},
       {"generator_level", in.sigma.mean().detach()}};
+  add_expert_share(metrics, "generator", in.sigma);
+  add_expert_share(metrics, "score", score_level);
   if (v_real_in.defined()) {
     const torch::Tensor regression = wan::predicted_mean(common_.task, (v - v_real_in).pow(2)).mean();
     loss = loss + dmd_.regression_weight * regression;
@@ -172,7 +176,15 @@ wanfw::StepOutput DmdModel::critic_step(const wanfw::Batch& batch) {
   const torch::Tensor eps = wanfw::sample_randn(batch, "critic_noise", noise.sizes().slice(1));
   const torch::Tensor v = critic_velocity(renoised(x, sigma, eps, c), sigma, c);
   const torch::Tensor loss = wan::predicted_mean(common_.task, (v - (eps - x)).pow(2)).mean();
-  return {loss, {{"critic_loss", loss.detach()}}};
+  std::map<std::string, at::Tensor> metrics = {{"critic_loss", loss.detach()}};
+  add_expert_share(metrics, "critic", sigma);
+  return {loss, metrics};
+}
+
+void DmdModel::add_expert_share(std::map<std::string, at::Tensor>& metrics, const std::string& what,
+                                const torch::Tensor& sigma) const {
+  if (generator_.expert() != wan::Expert::Both) return;
+  metrics[what + "_high_noise_share"] = generator_.high_noise_samples(sigma).to(torch::kFloat32).mean();
 }
 
 std::map<std::string, at::Tensor> DmdModel::validation_step(const wanfw::Batch& batch) {

@@ -65,7 +65,7 @@ std::vector<wanfw::OptionSpec> dmd_options() {
 }
 
 DmdSettings dmd_settings_from(const wanfw::Options& o, const wan::WanConfig& student, const wan::WanConfig& teacher,
-                              const DistillSettings& common, bool expert_teacher) {
+                              const DistillSettings& common, wan::Expert expert) {
   DmdSettings s;
   s.generator_steps = o.integer("generator_steps");
   s.generator_shift = o.number("generator_shift");
@@ -88,11 +88,16 @@ DmdSettings dmd_settings_from(const wanfw::Options& o, const wan::WanConfig& stu
            fmt::format("the score levels need 0 < min < max < 1, not [{}, {}]", s.min_level, s.max_level));
   if (s.score_shift <= 0) o.fail("score_shift", "must be positive");
   if (s.regression_weight < 0) o.fail("regression_weight", "must be 0 or more");
-  if (expert_teacher)
-    o.fail("objective",
+  if (expert == wan::Expert::HighNoise || expert == wan::Expert::LowNoise)
+    o.fail("teacher_expert",
            "dmd with one expert of a two-expert teacher is not supported: the generator samples every "
            "level, which one expert does not cover",
-           "distil a single-DiT teacher (wan2.1-t2v-1.3b, wan2.2-ti2v-5b, wan2.1-t2v-14b), or use objective: velocity");
+           "set teacher_expert: both (with shared_base: true) to distil both experts, or use objective: velocity");
+  if (expert == wan::Expert::Both && !s.shared_base)
+    o.fail("shared_base",
+           "dmd of both experts keeps generator and critic as adapters on the experts' shared frozen base: "
+           "separate copies of two 14B experts are not supported",
+           "set shared_base: true, lora.rank and critic_lora.rank (e.g. 64 each)");
   if (common.inputs == Inputs::TeacherTrajectory)
     o.fail("inputs",
            "objective dmd makes its own inputs from the generator's steps: teacher_trajectory is for "

@@ -7,6 +7,7 @@
 #include "distill_settings.hpp"
 #include "dmd/dmd_settings.hpp"
 #include "wan/wan_config.hpp"
+#include "wan/wan_denoiser.hpp"
 #include "wanfw/options.hpp"
 
 namespace wan_distill {
@@ -16,8 +17,10 @@ namespace wan_distill {
 std::vector<wanfw::OptionSpec> dmd_options();
 
 /// The DMD settings; throws through `o.fail` for options that contradict each other. `student`
-/// and `teacher` are the networks' configs, `common` the distillation's other settings.
+/// and `teacher` are the networks' configs, `common` the distillation's other settings, `expert`
+/// the teacher's (one expert is refused: the generator samples every level; both need a shared
+/// base).
 DmdSettings dmd_settings_from(const wanfw::Options& o, const wan::WanConfig& student, const wan::WanConfig& teacher,
-                              const DistillSettings& common, bool expert_teacher);
+                              const DistillSettings& common, wan::Expert expert);
 
 }  // namespace wan_distill

@@ -7,6 +7,7 @@
 #include "dmd/dmd_settings.hpp"
 #include "wan/lora.hpp"
 #include "wan/wan_config.hpp"
+#include "wan/wan_denoiser.hpp"
 #include "wanfw/options.hpp"
 
 namespace wan_distill {
@@ -29,7 +30,7 @@ DmdBytes dmd_bytes(const DmdSettings& dmd, const wan::WanConfig& student, const 
 /// The phases, the generator's levels, guidance, and dmd_memory of the config. The verdict per GPU
 /// is the memory plan's, which counts every network a step holds.
 std::string dmd_summary(const wanfw::Options& o, const wan::WanConfig& student, const wan::WanConfig& teacher,
-                        const DistillSettings& common, bool expert_teacher);
+                        const DistillSettings& common, wan::Expert expert);
 
 /// Before activations, the memory of the arrangement the config chose and of the others.
 std::string dmd_memory(const DmdSettings& dmd, const DmdBytes& bytes);

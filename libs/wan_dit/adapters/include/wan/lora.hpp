@@ -79,13 +79,15 @@ std::vector<std::pair<std::string, at::Tensor>> second_adapter_parameters(const 
 class AdapterScope {
  public:
   AdapterScope(WanDiTImpl& dit, AdapterSelection selection);
+  /// The same selection for every DiT of `dits` (both experts of a denoiser).
+  AdapterScope(const std::vector<WanDiT>& dits, AdapterSelection selection);
   ~AdapterScope();
   AdapterScope(const AdapterScope&) = delete;
   AdapterScope& operator=(const AdapterScope&) = delete;
 
  private:
-  WanDiTImpl& dit_;
-  AdapterSelection before_;
+  void select(WanDiTImpl& dit, AdapterSelection selection);
+  std::vector<std::pair<WanDiTImpl*, AdapterSelection>> before_;  ///< each DiT with a second set, as it was
 };
 
 /// The adapters' parameters below `module` (any module holding DiTs), under their module names.

@@ -84,12 +84,18 @@ class WanDenoiser {
   /// Applies `settings`: the adapters it loads are merged into the weights; with a rank, every
   /// DiT gets trained adapters (its base frozen), started from the adapters loaded with `train`.
   void apply_lora(const LoraSettings& settings);
+  /// Attaches a second set of adapters to every DiT (a DMD critic's on the generator's base),
+  /// each expert's drawn from a seed of its own as apply_lora's.
+  void attach_second_adapters(const LoraSettings& settings);
   /// True when adapters train (module()'s other parameters are frozen).
   bool has_lora() const { return lora_; }
   /// "high_noise" / "low_noise" for the expert at `index` of dits(); "" without experts.
   std::string expert_name(std::size_t index) const;
-  /// Every DiT's blocks as units of fully sharded training, named as module() names them.
-  std::vector<wanfw::Unit> units() const;
+  /// Every DiT's blocks as units of fully sharded training, named as module() names them below
+  /// `prefix`.
+  std::vector<wanfw::Unit> units(const std::string& prefix = "") const;
+  /// The blocks of every DiT held, in units() order.
+  std::size_t block_count() const;
   /// Runs the blocks through `runner` (null: directly). Throws wanfw::Error for both experts,
   /// whose blocks run or not by the samples' timesteps, unlike on other ranks.
   void set_unit_runner(wanfw::UnitRunner* runner);
