@@ -1,0 +1,202 @@
+"""DMD of a two-expert teacher (the A14B layout at toy width, `teacher_expert: both`): the generator
+and the critic are one adapter set each per expert on the experts' shared frozen base, and every
+pass (G's steps, the critic's and the real score) runs each sample on the expert that owns its
+level. Checked against diffusers' experts sample by sample; the same weights on every layout; a
+resume mid-cycle bitwise; the exported per-expert adapters sample in wan22_flow_matching as the
+checkpoint does; and the tiny example's 4-step student against its teacher's 40 steps."""
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from harness.dmd import CYCLE, config, dmd
+from harness.equivalence import assert_same_training_history, tiny_wan_rounding, trained
+from harness.layouts import CPU, DDP, GLOBAL_BATCH, LR, TOKENS, run_on
+from harness.references import predict, reference_model
+from harness.runs import SOURCE, base_config, checkpoints, read_csv, run_dir, wanfw, write_config
+from test_dmd import mmd2
+
+BOUNDARY = 875
+# 4 steps at shift 5: levels 1.0, 0.9375 (high noise) and 0.8333, 0.625 (low noise), as the
+# Lightning LoRAs take them.
+EXPERTS = {"teacher_expert": "both", "teacher_boundary": BOUNDARY, "shared_base": True, "lora": {"rank": 4},
+           "critic_lora": {"rank": 4}, "generator_steps": 4}
+
+
+@pytest.fixture
+def experts(tmp_path):
+    """Two tiny diffusers DiTs of other random weights, as the official A14B download holds them."""
+    base = tmp_path / "experts"
+    return base, {"high": reference_model(base / "high_noise_model", seed=5),
+                  "low": reference_model(base / "low_noise_model", seed=6)}
+
+
+def test_every_pass_runs_each_sample_on_the_expert_that_owns_its_level(tmp_path, experts):
+    """`wanfw predict` before training (the adapters' B start at zero: generator and critic are the
+    base) at levels on both sides of the boundary, one just above and one just below it: G's and
+    the critic's velocity, the guided real score and the DMD gradient, each sample against the
+    diffusers expert that owns its level, and far from the other expert's answer."""
+    base, reference = experts
+    g = torch.Generator().manual_seed(6)
+    x, noise = torch.randn(4, 4, 2, 4, 4, generator=g), torch.randn(4, 4, 2, 4, 4, generator=g)
+    t, context = torch.tensor([990.0, 876.0, 874.0, 300.0]), torch.randn(4, 5, 32, generator=g)
+    out = predict(tmp_path, config(tmp_path, base, **EXPERTS), {"x": x, "t": t, "context": context, "noise": noise})
+    s = (t / 1000).view(-1, 1, 1, 1, 1)
+    xt = (1 - s) * x + s * noise
+
+    def expected(owner):
+        """What each sample's answers are when `owner(i)` ("high" or "low") runs sample i."""
+        parts = {name: [] for name in ("v", "teacher_v", "dmd_gradient")}
+        for i in range(4):
+            model = reference[owner(i)]
+            with torch.no_grad():
+                conditional = model(x[i:i + 1], t[i:i + 1], context[i:i + 1]).sample
+                at_xt = model(xt[i:i + 1], t[i:i + 1], context[i:i + 1]).sample
+                unconditional = model(xt[i:i + 1], t[i:i + 1], torch.zeros_like(context[i:i + 1])).sample
+                unconditional_at_x = model(x[i:i + 1], t[i:i + 1], torch.zeros_like(context[i:i + 1])).sample
+            real = unconditional + 2.0 * (at_xt - unconditional)
+            x0_real, x0_fake = xt[i:i + 1] - s[i] * real, xt[i:i + 1] - s[i] * at_xt
+            parts["v"].append(conditional)
+            parts["teacher_v"].append(unconditional_at_x + 2.0 * (conditional - unconditional_at_x))
+            parts["dmd_gradient"].append((x0_fake - x0_real) / (x[i:i + 1] - x0_real).abs().mean())
+        return {name: torch.cat(p) for name, p in parts.items()}
+
+    owners = expected(lambda i: "high" if t[i] >= BOUNDARY else "low")
+    swapped = expected(lambda i: "low" if t[i] >= BOUNDARY else "high")
+    tolerance = tiny_wan_rounding(1, TOKENS, layers=2) * 4  # two forwards, a difference over a normaliser
+    for name in ("v", "teacher_v", "dmd_gradient"):
+        torch.testing.assert_close(out[name], owners[name], rtol=0, atol=tolerance, msg=name)
+        for i in range(4):  # the other expert's answer is far: the check sees which one ran
+            assert (out[name][i] - swapped[name][i]).abs().max() > 100 * tolerance, (name, i)
+    torch.testing.assert_close(out["critic_v"], owners["v"], rtol=0, atol=tolerance)
+
+
+def test_each_phase_logs_the_share_of_its_samples_the_high_noise_expert_ran(tmp_path, experts):
+    base, _ = experts
+    result = wanfw("run", config(tmp_path, base, **EXPERTS), check=0)
+    assert "dmd: both experts, each with its generator's and its critic's adapters" in result.stdout + result.stderr
+    rows = read_csv(run_dir(tmp_path, "dmd") / "metrics.csv")
+    for row in rows:
+        generator_step = (int(row["step"]) - 1) % CYCLE == 0
+        shares = ("generator_high_noise_share", "score_high_noise_share") if generator_step else (
+            "critic_high_noise_share",)
+        for share in shares:  # a share of a batch of 4
+            assert float(row[share]) * 4 == pytest.approx(round(float(row[share]) * 4)), (row["step"], share)
+    saved = load_file(checkpoints(run_dir(tmp_path, "dmd"))[-1] / "model.safetensors")
+    for expert in ("high_noise_model", "low_noise_model"):  # each expert's generator and critic trained
+        for adapter in (".lora_B.", ".critic_lora_B."):  # B starts at zero
+            trained_b = [v for k, v in saved.items() if k.startswith(f"generator.{expert}.") and adapter in k]
+            assert trained_b and any(v.abs().max() > 0 for v in trained_b), (expert, adapter)
+
+
+@pytest.mark.parametrize("model, message", [
+    ({**EXPERTS, "shared_base": False}, "dmd of both experts keeps generator and critic as adapters"),
+    ({**EXPERTS, "teacher_expert": "high_noise"}, "dmd with one expert of a two-expert teacher is not supported"),
+    ({**EXPERTS, "objective": "velocity", "generator_steps": None},
+     "teacher_expert: both belongs to objective dmd"),
+])
+def test_a_two_expert_dmd_config_that_cannot_work_is_refused_naming_the_option(tmp_path, experts, model, message):
+    model = {k: v for k, v in model.items() if v is not None}
+    result = wanfw("validate", config(tmp_path, experts[0], **model), check=2)
+    assert message in result.stderr
+
+
+def test_every_layout_trains_both_experts_generator_and_critic_as_one_rank_with_the_whole_batch(tmp_path, experts):
+    """ddp (an expert no sample of a rank reaches gets no gradient there: find_unused_parameters)
+    and accumulation against one device; each step's update bounded as in test_dmd.py."""
+    model = dmd(experts[0], **EXPERTS)
+    every_step = {"checkpoint": {"every": 1}}
+    history = lambda name: [trained(p) for p in checkpoints(tmp_path / "runs" / name / "version_0")]
+    run_on(tmp_path, "single_1x4", CPU, 4, model, **every_step)
+    layouts = {"ddp_2x2": ({**DDP, "find_unused_parameters": True}, 2, 2),
+               "grad_accum_2x2": ({"name": "grad_accum", "steps": 2, "inner": CPU}, 2, 1)}
+    tolerance = tiny_wan_rounding(GLOBAL_BATCH, TOKENS, layers=2 * 5)
+    for name, (strategy, batch, ranks) in layouts.items():
+        run_on(tmp_path, name, strategy, batch, model, ranks, **every_step)
+        c = assert_same_training_history(history(name), history("single_1x4"), lr=LR, tolerance=tolerance)
+        print(f"{name} vs single 1x4: {c}")
+
+
+def test_a_two_expert_dmd_run_killed_mid_cycle_resumes_to_the_same_bits(tmp_path, experts):
+    path = config(tmp_path, experts[0], steps=7, **EXPERTS)
+    wanfw("run", path, check=0)
+    saved = checkpoints(run_dir(tmp_path, "dmd"))
+    uninterrupted = {kind: load_file(saved[-1] / f"{kind}.safetensors") for kind in ("model", "optimizer")}
+    for late in saved[5:]:  # as if killed after step 5, a critic step in the middle of cycle 2
+        for f in late.iterdir():
+            f.unlink()
+        late.rmdir()
+    wanfw("run", path, "--resume", "auto", check=0)
+    last = checkpoints(run_dir(tmp_path, "dmd"))[-1]
+    assert last.name == "step-00000007"
+    for kind, tensors in uninterrupted.items():
+        again = load_file(last / f"{kind}.safetensors")
+        assert again.keys() == tensors.keys()
+        assert all(torch.equal(again[k], tensors[k]) for k in tensors), kind
+
+
+def test_the_exported_expert_adapters_sample_in_wan22_flow_matching_bit_for_bit_as_the_checkpoint(tmp_path, experts):
+    """Each expert's generator adapters in high_noise_model/ and low_noise_model/, loaded to train
+    further (train: true keeps them unmerged, as the generator runs them) on the same experts."""
+    base, _ = experts
+    path = config(tmp_path, base, steps=4, sample_size="3x4x4", **EXPERTS)
+    wanfw("run", path, check=0)
+    wanfw("export", path, "--checkpoint", run_dir(tmp_path, "dmd"), "--out", tmp_path / "student", check=0)
+    for expert in ("high_noise", "low_noise"):
+        for layout in ("wan_lora", "pytorch_lora_weights"):
+            adapter = load_file(tmp_path / "student" / f"{expert}_model" / f"{layout}.safetensors")
+            assert adapter and not any("critic" in k for k in adapter), (expert, layout)
+    load = [{"file": str(tmp_path / "student" / f"{e}_model" / "wan_lora.safetensors"), "train": True, "expert": e}
+            for e in ("high_noise", "low_noise")]
+    plain = write_config(tmp_path / "plain.json", base_config(tmp_path / "runs", model={
+        "name": "wan22_flow_matching", "preset": "tiny", "weights": str(base), "expert": "both",
+        "boundary": BOUNDARY, "lora": {"rank": 4, "load": load}, "sample_steps": 4, "sample_solver": "renoise",
+        "sample_shift": 5.0, "sample_guidance": 1.0, "sample_size": "3x4x4"},
+        data={"num_samples": 24, "batch_size": 4, "workers": 0}))
+    g = torch.Generator().manual_seed(5)
+    save_file({"context": torch.randn(4, 5, 32, generator=g), "noise": torch.randn(4, 4, 3, 4, 4, generator=g)},
+              tmp_path / "cond.safetensors")
+    for name, where in (("trained", [path, "--checkpoint", run_dir(tmp_path, "dmd")]), ("exported", [plain])):
+        wanfw("sample", *where, "--inputs", tmp_path / "cond.safetensors", "--seed", "9", "--out",
+              tmp_path / f"{name}.safetensors", check=0)
+    trained_latents, exported = (load_file(tmp_path / f"{n}.safetensors")["latents"] for n in ("trained", "exported"))
+    assert trained_latents.shape == (4, 4, 3, 4, 4)
+    assert torch.equal(exported, trained_latents)
+
+
+@pytest.mark.own_entry
+def test_the_two_expert_4_step_dmd_student_samples_closer_to_the_teachers_40_steps_than_its_4_steps(tmp_path):
+    """examples/dmd-tiny-experts.yaml as its header says: the quickstart's model trained as two
+    experts with one caption for its 8 patterns, distilled for 300 steps into a 4-step generator,
+    2 steps per expert. Distance to the teacher's 40-step samples (seed 1001): MMD^2 over 200
+    latents each (test_dmd.py's measure), from held-out seeds."""
+    examples, count = SOURCE / "examples", "200"
+    teacher = ["--set", "data.captions=1", "--set", 'data.buckets=["3x8x8"]', "--set", "model.expert=both", "--set",
+               f"model.boundary={BOUNDARY}"]
+    wanfw("run", examples / "quickstart.yaml", *teacher, "--set", "run.name=teacher-experts", cwd=tmp_path, check=0)
+    wanfw("export", examples / "quickstart.yaml", *teacher, "--checkpoint", "runs/teacher-experts/version_0", "--out",
+          "runs/teacher-experts-export", cwd=tmp_path, check=0)
+    wanfw("run", examples / "dmd-tiny-experts.yaml", cwd=tmp_path, check=0)
+    rows = read_csv(tmp_path / "runs" / "dmd-tiny-experts" / "version_0" / "metrics.csv")
+    shares = [float(r["generator_high_noise_share"]) for r in rows if r["generator_high_noise_share"]]
+    assert 0.35 < sum(shares) / len(shares) < 0.65  # 2 of G's 4 steps run on the high-noise expert
+
+    def draw(config_file, seed, *extra):
+        out = tmp_path / f"samples-{len(list(tmp_path.glob('samples-*')))}.safetensors"
+        wanfw("sample", config_file, "--count", count, "--seed", str(seed), "--out", out, *extra, cwd=tmp_path,
+              check=0)
+        return load_file(out)["latents"].flatten(1)
+
+    sampled = [examples / "quickstart.yaml", "--checkpoint", "runs/teacher-experts/version_0", *teacher, "--set",
+               "model.sample_guidance=1.0", "--set", "model.sample_shift=3.0"]
+    reference = draw(sampled[0], 1001, *sampled[1:], "--set", "model.sample_steps=40")
+    distances = {
+        "teacher 40 steps, other seeds (floor)": mmd2(draw(sampled[0], 2002, *sampled[1:], "--set",
+                                                            "model.sample_steps=40"), reference),
+        "teacher 4 steps": mmd2(draw(sampled[0], 2002, *sampled[1:], "--set", "model.sample_steps=4"), reference),
+        "dmd student, 4 steps": mmd2(draw(examples / "dmd-tiny-experts.yaml", 2002, "--checkpoint",
+                                          "runs/dmd-tiny-experts/version_0"), reference),
+    }
+    print("MMD^2 to the two-expert teacher's 40-step samples: " + "; ".join(f"{k} {v:.4f}"
+                                                                            for k, v in distances.items()))
+    assert distances["dmd student, 4 steps"] < 0.5 * distances["teacher 4 steps"]
