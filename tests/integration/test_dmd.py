@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from harness.distill import teacher  # noqa: F401 (a fixture)
-from harness.dmd import CYCLE, config, dmd, shared_name
+from harness.dmd import CYCLE, config, dmd, mmd2, shared_name
 from harness.equivalence import assert_same_training_history, tiny_wan_rounding, trained
 from harness.layouts import CPU, DDP, FSDP, GLOBAL_BATCH, LR, TOKENS, run_on
 from harness.references import predict, reference_model
@@ -185,21 +185,6 @@ def test_every_task_and_input_trains_a_generator_whose_steps_move_it(tmp_path, t
     initial = load_file(teacher_folder / "diffusion_pytorch_model.safetensors")
     assert not torch.equal(first["generator.head.head.weight"], initial["proj_out.weight"])  # step 1 trained G
     assert not torch.equal(first["critic.head.head.weight"], last["critic.head.head.weight"])  # steps 2-3 the critic
-
-
-def mmd2(x, y):
-    """Unbiased MMD^2 (Gretton et al. 2012) of samples x [m, d] and y [n, d], RBF kernels at 0.5, 1
-    and 2 times the median squared distance, summed: zero in expectation iff the distributions match."""
-    both = torch.cat([x, y]).double()
-    d = torch.cdist(both, both) ** 2
-    median, m, n = d[d > 0].median(), len(x), len(y)
-    total = 0.0
-    for scale in (0.5, 1.0, 2.0):
-        k = torch.exp(-d / (2 * scale * median))
-        kxx, kyy, kxy = k[:m, :m], k[m:, m:], k[:m, m:]
-        total += ((kxx.sum() - kxx.diag().sum()) / (m * (m - 1)) + (kyy.sum() - kyy.diag().sum()) / (n * (n - 1))
-                  - 2 * kxy.mean()).item()
-    return total
 
 
 @pytest.mark.own_entry

@@ -5,16 +5,17 @@ level. Checked against diffusers' experts sample by sample; the same weights on 
 resume mid-cycle bitwise; the exported per-expert adapters sample in wan22_flow_matching as the
 checkpoint does; and the tiny example's 4-step student against its teacher's 40 steps."""
 
+import json
+
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from harness.dmd import CYCLE, config, dmd
+from harness.dmd import CYCLE, config, dmd, mmd2
 from harness.equivalence import assert_same_training_history, tiny_wan_rounding, trained
 from harness.layouts import CPU, DDP, GLOBAL_BATCH, LR, TOKENS, run_on
 from harness.references import predict, reference_model
 from harness.runs import SOURCE, base_config, checkpoints, read_csv, run_dir, wanfw, write_config
-from test_dmd import mmd2
 
 BOUNDARY = 875
 # 4 steps at shift 5: levels 1.0, 0.9375 (high noise) and 0.8333, 0.625 (low noise), as the
@@ -115,6 +116,24 @@ def test_every_layout_trains_both_experts_generator_and_critic_as_one_rank_with_
         run_on(tmp_path, name, strategy, batch, model, ranks, **every_step)
         c = assert_same_training_history(history(name), history("single_1x4"), lr=LR, tolerance=tolerance)
         print(f"{name} vs single 1x4: {c}")
+
+
+def test_a_two_expert_dmd_run_with_block_swap_ends_bitwise_as_the_run_without_it(tmp_path, experts):
+    """Both experts' blocks are units: 3 of the 4 stream from host memory, each leaving its slot for
+    the next."""
+    runs = {}
+    for name, swap in (("resident", None), ("swapped", {"blocks": 3, "ring": 1})):
+        path = config(tmp_path, experts[0], name=name, gradient_checkpointing=True, **EXPERTS)
+        if swap:
+            write_config(path, {**json.loads(path.read_text()), "block_swap": swap})
+        result = wanfw("run", path, check=0)
+        run = run_dir(tmp_path, name)
+        runs[name] = (result.stdout + result.stderr, [r["loss"] for r in read_csv(run / "metrics.csv")],
+                      load_file(checkpoints(run)[-1] / "model.safetensors"))
+    assert "block swap: 3 of 4 blocks stream from" in runs["swapped"][0]
+    assert runs["swapped"][1] == runs["resident"][1]  # every step's loss, as printed
+    a, b = runs["swapped"][2], runs["resident"][2]
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
 def test_a_two_expert_dmd_run_killed_mid_cycle_resumes_to_the_same_bits(tmp_path, experts):

@@ -62,3 +62,18 @@ def test_model_info_judges_the_gpu_by_every_network_a_dmd_step_holds_not_the_gen
         assert f"device: {part}\n" in info, part
     assert "total: device 15.39 GiB, host 0.00 GiB; with 0.5 GiB for the CUDA context: does not fit a 12 GB GPU; " \
            "does not fit a 16 GB GPU; fits a 24 GB GPU" in info
+
+
+def test_model_info_counts_both_a14b_experts_and_fits_the_4_step_example_on_one_80gb_gpu_or_with_fit_48gb():
+    example = SOURCE / "examples" / "dmd-wan22-a14b-4step.yaml"
+    info = wanfw("model-info", example, check=0).stdout
+    # Both experts' 40 blocks in fp8, four rank-64 adapter sets (generator and critic of each
+    # expert, 306,708,480 parameters a set), one expert's activations at a time.
+    for part in ("80 resident block(s) in fp8 with scales 27.83 GiB",
+                 "adapters with gradients and AdamW moments (float32) 18.28 GiB",
+                 "40 checkpointed block inputs 12.50 GiB"):
+        assert f"device: {part}\n" in info, part
+    assert "does not fit a 48 GB GPU; fits an 80 GB GPU" in info
+    fit = wanfw("model-info", example, "--fit", "48GB", check=0).stdout
+    assert "--fit 44.70 GiB of device memory: fits with fp8 base, checkpointing, activation offload, 43 blocks swapped" \
+           in fit

@@ -13,7 +13,8 @@ wan::PlannedRun planned_run(const wanfw::Options& o, const Networks& n, const Di
   if (s.objective == Objective::Dmd) {
     const DmdSettings dmd = dmd_settings_from(o, n.student, n.teacher, s, n.expert);
     if (dmd.shared_base) {
-      run.more_adapters = wan::adapter_parameter_count(n.teacher, dmd.critic_lora);
+      run.models = n.expert == wan::Expert::Both ? 2 : 1;  // both experts' bases, each with both adapter sets
+      run.more_adapters = wan::adapter_parameter_count(n.teacher, dmd.critic_lora) * run.models;
       teacher_held = false;  // the base without adapters is the real score
     } else if (dmd.critic_lora.enabled()) {
       run.critic = n.teacher;

@@ -83,8 +83,9 @@ std::string inspect(const wanfw::Options& o, const wanfw::TrainingLayout& layout
   std::vector<std::string> pairs;
   for (std::size_t i = 0; i < blocks.size(); ++i) pairs.push_back(fmt::format("{}<-{}", i, blocks[i]));
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-  const double teacher_bytes =
-      static_cast<double>(n.teacher.parameter_count()) * wan::bytes_per_value(o.string("teacher_dtype"));
+  const double teacher_bytes = static_cast<double>(n.teacher.parameter_count()) *
+                               wan::bytes_per_value(o.string("teacher_dtype")) *
+                               (n.expert == wan::Expert::Both ? 2 : 1);
   std::string weights_line = wan::describe_weights("teacher weights", n.teacher, o.string("teacher_weights"),
                                                    o.string("teacher_weights_subfolder"), n.expert);
   const std::string negative = o.string("negative_context");
@@ -113,7 +114,9 @@ std::string inspect(const wanfw::Options& o, const wanfw::TrainingLayout& layout
              "task {}, inputs {}; {}\n{}",
              n.teacher.preset, n.teacher.dim, n.teacher.num_layers, wan::with_thousands(n.teacher.parameter_count()),
              teacher_bytes / kGiB, o.string("teacher_dtype"),
-             n.expert == wan::Expert::None ? "" : fmt::format(", the {} expert", o.string("teacher_expert")),
+             n.expert == wan::Expert::None   ? ""
+             : n.expert == wan::Expert::Both ? fmt::format(", both experts (high noise at t >= {:g}), each of these dimensions", n.boundary * 1000)
+                                             : fmt::format(", the {} expert", o.string("teacher_expert")),
              n.student.dim, n.student.num_layers, wan::with_thousands(n.student.parameter_count()), o.string("dtype"),
              o.string("student_init"), fmt::join(pairs, " "),
              memory.empty() ? std::string("trained whole\n") : memory,

@@ -1,5 +1,7 @@
-"""Distribution-matching distillation (DMD) from a tiny teacher: the model section, the experiment
-and its run folder."""
+"""Distribution-matching distillation (DMD) from a tiny teacher: the model section, the experiment,
+its run folder, and the distance between two sets of samples the quality tests use."""
+
+import torch
 
 from harness.runs import base_config, write_run_config
 
@@ -26,3 +28,18 @@ def shared_name(name):
     """A separate critic's adapter name as the shared base holds it (the generator's second set)."""
     return name.replace("critic.", "generator.", 1).replace(".lora_A.", ".critic_lora_A.").replace(
         ".lora_B.", ".critic_lora_B.") if name.startswith("critic.") else name
+
+
+def mmd2(x, y):
+    """Unbiased MMD^2 (Gretton et al. 2012) of samples x [m, d] and y [n, d], RBF kernels at 0.5, 1
+    and 2 times the median squared distance, summed: zero in expectation iff the distributions match."""
+    both = torch.cat([x, y]).double()
+    d = torch.cdist(both, both) ** 2
+    median, m, n = d[d > 0].median(), len(x), len(y)
+    total = 0.0
+    for scale in (0.5, 1.0, 2.0):
+        k = torch.exp(-d / (2 * scale * median))
+        kxx, kyy, kxy = k[:m, :m], k[m:, m:], k[:m, m:]
+        total += ((kxx.sum() - kxx.diag().sum()) / (m * (m - 1)) + (kyy.sum() - kyy.diag().sum()) / (n * (n - 1))
+                  - 2 * kxy.mean()).item()
+    return total

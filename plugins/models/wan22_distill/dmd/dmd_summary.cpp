@@ -32,7 +32,10 @@ DmdBytes dmd_bytes(const DmdSettings& dmd, const wan::WanConfig& student, const 
 std::string dmd_summary(const wanfw::Options& o, const wan::WanConfig& student, const wan::WanConfig& teacher,
                         const DistillSettings& common, wan::Expert expert) {
   const DmdSettings dmd = dmd_settings_from(o, student, teacher, common, expert);
-  const DmdBytes bytes = dmd_bytes(dmd, student, teacher, common.lora, o.string("dtype"), o.string("teacher_dtype"));
+  DmdBytes bytes = dmd_bytes(dmd, student, teacher, common.lora, o.string("dtype"), o.string("teacher_dtype"));
+  if (expert == wan::Expert::Both)  // every network once per expert
+    for (double* part : {&bytes.teacher, &bytes.generator, &bytes.critic, &bytes.shared_base, &bytes.adapters})
+      *part *= 2;
   return fmt::format("dmd: generator {} steps at levels {}, critic {} steps per generator step, real guidance {}\n{}",
                      dmd.generator_steps, levels_text(dmd), dmd.critic_updates, dmd.real_guidance,
                      dmd_memory(dmd, bytes));
