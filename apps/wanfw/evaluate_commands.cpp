@@ -7,7 +7,7 @@
 namespace wanfw::cli {
 
 const char* const kPredictHelp = R"(usage: wanfw predict CONFIG --inputs IN.safetensors --out OUT.safetensors
-                     [--checkpoint PATH] [--set key=value]...
+                     [--checkpoint PATH [--ema]] [--set key=value]...
 
 Builds the config's model (with its weights) on the strategy's device and runs it once, without
 gradients, on the tensors in IN; writes what the model returns to OUT. For the Wan model: x
@@ -15,10 +15,12 @@ gradients, on the tensors in IN; writes what the model returns to OUT. For the W
 
   --checkpoint PATH   take the weights from a training checkpoint (a <run>/checkpoints/step-*
                       folder, or a run folder for its newest one) instead of the config's
+  --ema               with --checkpoint: the averaged weights (the run's ema section) in place of
+                      the trained ones
 )";
 
 const char* const kSampleHelp =
-    R"(usage: wanfw sample CONFIG --out OUT.safetensors [--inputs IN.safetensors] [--checkpoint PATH]
+    R"(usage: wanfw sample CONFIG --out OUT.safetensors [--inputs IN.safetensors] [--checkpoint PATH [--ema]]
                     [--seed N] [--count N] [--video OUT.mp4] [--set key=value]...
 
 Builds the config's model like `predict` and draws samples with its sampler, writing them to
@@ -28,6 +30,7 @@ IN holds the conditioning (context [B,L,text_dim]; optionally negative_context, 
 [B,C,H,W] for ti2v and i2v); without IN, the first N samples of the config's data set condition it.
 
   --checkpoint PATH   take the weights from a training checkpoint or run folder
+  --ema               with --checkpoint: sample the averaged weights (the run's ema section)
   --seed N            seed of the initial noise (default: run.seed)
   --count N           samples drawn when there is no IN (default 1)
   --video OUT.mp4     also decode the samples with the model plugin's decoder (the Wan models:
@@ -35,7 +38,8 @@ IN holds the conditioning (context [B,L,text_dim]; optionally negative_context, 
 )";
 
 const char* const kExportHelp =
-    R"(usage: wanfw export CONFIG --out FOLDER [--checkpoint PATH] [--merge] [--max-shard-size BYTES] [--set key=value]...
+    R"(usage: wanfw export CONFIG --out FOLDER [--checkpoint PATH [--ema]] [--merge] [--max-shard-size BYTES]
+                    [--set key=value]...
 
 Builds the config's model (with the weights of the config, or of --checkpoint: a training
 checkpoint or a run folder's newest) and writes them in the model family's release layout, so
@@ -46,6 +50,7 @@ go to high_noise_model/ and low_noise_model/. Shards hold at most BYTES (default
 A LoRA run (model.lora.rank > 0) writes its adapters instead: wan_lora.safetensors (the Wan /
 ComfyUI keys, diffusion_model.blocks.N.self_attn.q.lora_A.weight, with alpha) and
 pytorch_lora_weights.safetensors (the diffusers PEFT keys), per expert for A14B.
+  --ema               with --checkpoint: write the averaged weights (the run's ema section)
   --merge             fold the adapters into the weights and write the full official layout
 )";
 
@@ -67,17 +72,34 @@ frames for T latent frames, at model.vae_fps. Before anything is decoded, the la
   --device DEVICE     where to decode: cpu (default), cuda, cuda:N
 )";
 
-int predict_command(const std::vector<std::string>& args) {
-  const EvaluateRequest request = parse_evaluate_request(args, kPredictHelp, {});
+namespace {
+
+/// Removes the boolean `flag` from `args`; whether it was there.
+bool take_flag(std::vector<std::string>& args, const char* flag) {
+  const auto before = args.size();
+  std::erase(args, std::string(flag));
+  return args.size() != before;
+}
+
+}  // namespace
+
+int predict_command(const std::vector<std::string>& given) {
+  std::vector<std::string> args = given;
+  const bool ema = take_flag(args, "--ema");
+  EvaluateRequest request = parse_evaluate_request(args, kPredictHelp, {});
+  request.ema = ema;
   if (request.inputs.empty()) usage_error("--inputs is required", kPredictHelp);
   predict_experiment(request);
   return kSuccess;
 }
 
-int sample_command(const std::vector<std::string>& args) {
+int sample_command(const std::vector<std::string>& given) {
+  std::vector<std::string> args = given;
+  const bool ema = take_flag(args, "--ema");
   std::map<std::string, std::string> values;
   EvaluateRequest request =
       parse_evaluate_request(args, kSampleHelp, {{"--seed", ""}, {"--count", ""}, {"--video", ""}}, &values);
+  request.ema = ema;
   request.video = values["--video"];
   sample_experiment(request);
   return kSuccess;
@@ -105,12 +127,13 @@ int decode_command(const std::vector<std::string>& args) {
   return kSuccess;
 }
 
-int export_command(const std::vector<std::string>& args) {
-  std::vector<std::string> rest;
-  bool merge = false;
-  for (const auto& arg : args) (arg == "--merge" ? merge = true : (rest.push_back(arg), false));
-  EvaluateRequest request = parse_evaluate_request(rest, kExportHelp, {{"--max-shard-size", ""}});
+int export_command(const std::vector<std::string>& given) {
+  std::vector<std::string> args = given;
+  const bool merge = take_flag(args, "--merge");
+  const bool ema = take_flag(args, "--ema");
+  EvaluateRequest request = parse_evaluate_request(args, kExportHelp, {{"--max-shard-size", ""}});
   request.merge_adapters = merge;
+  request.ema = ema;
   export_experiment(request);
   return kSuccess;
 }

@@ -11,25 +11,16 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from harness.dmd import CYCLE, config, dmd, mmd2
+from harness.dmd import BOUNDARY, CYCLE, EXPERTS, config, dmd, mmd2, two_experts
 from harness.equivalence import assert_same_training_history, tiny_wan_rounding, trained
 from harness.layouts import CPU, DDP, GLOBAL_BATCH, LR, TOKENS, run_on
-from harness.references import predict, reference_model
+from harness.references import predict
 from harness.runs import SOURCE, base_config, checkpoints, read_csv, run_dir, wanfw, write_config
-
-BOUNDARY = 875
-# 4 steps at shift 5: levels 1.0, 0.9375 (high noise) and 0.8333, 0.625 (low noise), as the
-# Lightning LoRAs take them.
-EXPERTS = {"teacher_expert": "both", "teacher_boundary": BOUNDARY, "shared_base": True, "lora": {"rank": 4},
-           "critic_lora": {"rank": 4}, "generator_steps": 4}
 
 
 @pytest.fixture
 def experts(tmp_path):
-    """Two tiny diffusers DiTs of other random weights, as the official A14B download holds them."""
-    base = tmp_path / "experts"
-    return base, {"high": reference_model(base / "high_noise_model", seed=5),
-                  "low": reference_model(base / "low_noise_model", seed=6)}
+    return two_experts(tmp_path / "experts")
 
 
 def test_every_pass_runs_each_sample_on_the_expert_that_owns_its_level(tmp_path, experts):
@@ -136,8 +127,10 @@ def test_a_two_expert_dmd_run_with_block_swap_ends_bitwise_as_the_run_without_it
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_a_two_expert_dmd_run_killed_mid_cycle_resumes_to_the_same_bits(tmp_path, experts):
+def test_a_two_expert_dmd_run_killed_mid_cycle_resumes_to_the_same_bits_its_generator_average_too(tmp_path,
+                                                                                                    experts):
     path = config(tmp_path, experts[0], steps=7, **EXPERTS)
+    write_config(path, {**json.loads(path.read_text()), "ema": {"decay": 0.9, "groups": ["generator"]}})
     wanfw("run", path, check=0)
     saved = checkpoints(run_dir(tmp_path, "dmd"))
     uninterrupted = {kind: load_file(saved[-1] / f"{kind}.safetensors") for kind in ("model", "optimizer")}
@@ -152,6 +145,8 @@ def test_a_two_expert_dmd_run_killed_mid_cycle_resumes_to_the_same_bits(tmp_path
         again = load_file(last / f"{kind}.safetensors")
         assert again.keys() == tensors.keys()
         assert all(torch.equal(again[k], tensors[k]) for k in tensors), kind
+    averaged = {k for k in uninterrupted["optimizer"] if k.endswith(".ema")}  # each expert's generator adapters
+    assert averaged == {f"{k}.ema" for k in uninterrupted["model"] if ".lora_" in k and ".critic_lora_" not in k}
 
 
 def test_the_exported_expert_adapters_sample_in_wan22_flow_matching_bit_for_bit_as_the_checkpoint(tmp_path, experts):

@@ -10,7 +10,7 @@ namespace wanfw {
 using namespace limits;
 
 const std::vector<std::string>& top_level_sections() {
-  static const std::vector<std::string> sections = {"run",  "trainer", "optimizer", "scheduler", "data",
+  static const std::vector<std::string> sections = {"run",  "trainer", "optimizer", "ema", "scheduler", "data",
                                                     "validation", "precision", "checkpoint", "block_swap", "model", "strategy", "loggers", "plugin_path"};
   return sections;
 }
@@ -80,6 +80,21 @@ const std::vector<std::pair<std::string, OptionSchema>>& core_schemas() {
                  "per_tensor: torch::optim::AdamW's loop over tensors (the reference); auto: fused where the device "
                  "has the kernel (CPU, CUDA), else per_tensor. Both keep the same state: checkpoints resume under "
                  "either.")}},
+      {"ema",
+       {option("decay", T::Number)
+            .value("0")
+            .doc("Keep an exponential moving average of the trained parameters: after each optimizer step that "
+                 "updates a parameter, average = decay x average + (1 - decay) x weight, in float32 (0.99 to "
+                 "0.9999 are usual; DMD2 students 0.99). Checkpointed beside the AdamW state and resumed bitwise; "
+                 "`wanfw sample --ema` and `wanfw export --ema` use it in place of the weights. 0 keeps none."),
+        option("start_step", T::Integer)
+            .value("0")
+            .doc("Up to this optimizer step the average follows the weights themselves (an average of the "
+                 "early, fast-moving weights is of little use)."),
+        option("groups", T::StringList)
+            .value("[]")
+            .doc("The parameter groups averaged (the model's: `generator` under dmd, `high_noise` / "
+                 "`low_noise` for two experts, ...); empty: every group.")}},
       {"scheduler",
        {option("warmup_steps", T::Integer).value("0").doc("Linear warm-up from 0 to lr over this many steps."),
         option("decay", T::Choice)

@@ -47,6 +47,15 @@ struct OptimizerSettings {
   std::string implementation;  ///< auto | fused | per_tensor
 };
 
+/// The `ema` section: exponential moving averages of the trained parameters
+/// (wanfw/parameter_averages.hpp).
+struct EmaSettings {
+  double decay = 0.0;                ///< 0: no averages
+  std::int64_t start_step = 0;       ///< up to this step the average is the weights themselves
+  std::vector<std::string> groups;   ///< the parameter groups averaged; empty: every group
+  bool enabled() const { return decay > 0; }
+};
+
 struct SchedulerSettings {
   std::int64_t warmup_steps = 0;
   std::string decay;  ///< constant | cosine
@@ -96,6 +105,7 @@ struct CoreSettings {
   RunSettings run;
   TrainerSettings trainer;
   OptimizerSettings optimizer;
+  EmaSettings ema;
   SchedulerSettings scheduler;
   DataSettings data;
   ValidationSettings validation;

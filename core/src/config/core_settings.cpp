@@ -91,6 +91,14 @@ CoreSettings CoreSettings::from(Config& config) {
   s.optimizer.lr_reference_batch = optimizer.integer("lr_reference_batch");
   require_positive(optimizer, "lr_reference_batch", s.optimizer.lr_reference_batch, 0);
 
+  Options ema = section("ema");
+  s.ema.decay = ema.number("decay");
+  if (!(s.ema.decay >= 0 && s.ema.decay < 1))
+    ema.fail("decay", "must lie in [0, 1): 0 keeps no average", "0.99 to 0.9999 are usual");
+  s.ema.start_step = ema.integer("start_step");
+  require_positive(ema, "start_step", s.ema.start_step, 0);
+  s.ema.groups = ema.strings("groups");
+
   Options scheduler = section("scheduler");
   s.scheduler.warmup_steps = scheduler.integer("warmup_steps");
   s.scheduler.decay = scheduler.string("decay");

@@ -5,9 +5,11 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <torch/torch.h>
 
 #include "checkpoint/checkpoint.hpp"
 #include "checkpoint/run_directory.hpp"
+#include "checkpoint/state_piece_files.hpp"
 #include "config/config.hpp"
 #include "config/core_sections.hpp"
 #include "host/console.hpp"
@@ -24,13 +26,38 @@ namespace wanfw {
 
 namespace {
 
+/// Every trainable parameter of `model` the checkpoint in `folder` averaged takes its average.
+void load_averages(Model& model, const fs::path& folder) {
+  const auto rows = open_checkpoint_rows(folder, "optimizer");
+  torch::NoGradGuard no_grad;
+  std::size_t taken = 0;
+  for (const auto& [name, param] : model.trainable_parameters()) {
+    if (!rows->contains(name + ".ema")) continue;
+    const std::vector<std::int64_t> shape = rows->shape(name + ".ema");
+    if (param.sizes() != at::IntArrayRef(shape))
+      throw FileError(fmt::format("checkpoint {}: the average '{}.ema' has shape {}; the parameter is {}",
+                                  folder.string(), name, c10::str(at::IntArrayRef(shape)), c10::str(param.sizes())),
+                      "the checkpoint belongs to a model of another configuration");
+    param.copy_(rows->rows(name + ".ema", 0, shape.empty() ? 1 : shape[0], TensorRole::weight()).view(param.sizes()));
+    ++taken;
+  }
+  if (taken == 0)
+    throw FileError(fmt::format("--ema: checkpoint {} holds no averages", folder.string()),
+                    "the run trained without an ema section (ema.decay); leave --ema out for its weights");
+  spdlog::info("--ema: {} averaged tensor(s) in place of the trained weights", taken);
+}
+
 /// The model of an evaluation, on the strategy's device, with the checkpoint's weights if given.
 Experiment evaluation_model(const EvaluateRequest& request) {
+  if (request.ema && request.checkpoint.empty())
+    throw ConfigError(SourceLocation{"command line", 0, 0}, "--ema takes the averages of a training checkpoint",
+                      "add --checkpoint PATH (a checkpoint or run folder of a run with an ema section)");
   Experiment e = assemble(request.run);
   if (!request.checkpoint.empty()) {
     const fs::path checkpoint = locate_checkpoint(request.checkpoint, "--checkpoint");
     Checkpoint::open(checkpoint)->load_weights(*e.model);
     spdlog::info("weights from {}", checkpoint.string());
+    if (request.ema) load_averages(*e.model, checkpoint);
   }
   place_model(e);
   e.strategy->begin_evaluation(*e.model);  // a strategy that shards the weights gathers them

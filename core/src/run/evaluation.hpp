@@ -22,6 +22,7 @@ struct EvaluateRequest {
   std::int64_t count = 1;             ///< sample without inputs: how many data-set samples condition it
   std::int64_t max_shard_bytes = 5'000'000'000;  ///< export: the largest weight file
   bool merge_adapters = false;                   ///< export --merge: adapters folded into full weights
+  bool ema = false;  ///< --ema: the checkpoint's averages (the ema section) in place of the trained weights
   std::filesystem::path video;  ///< sample --video: the samples decoded to mp4 (<stem>-<i>.mp4 for several)
 };
 

@@ -8,6 +8,7 @@
 #include <torch/optim/adamw.h>
 
 #include "wanfw/error.hpp"
+#include "wanfw/parameter_averages.hpp"
 
 namespace wanfw {
 
@@ -64,7 +65,11 @@ StatePieces Strategy::state_pieces(Model& model, torch::optim::AdamW& optimizer)
   if (groups != nullptr ? groups->rank_in_group != 0 : rank() != 0) return pieces;
   for (const auto& [name, tensor] : model.checkpoint_tensors()) pieces.model.push_back(whole(name, tensor));
   auto& state = optimizer.state();
+  const ParameterAverages* averages = parameter_averages(optimizer);
   for (const auto& [name, param] : model.trainable_parameters()) {
+    if (averages != nullptr)
+      if (const at::Tensor average = averages->average(param); average.defined())
+        pieces.optimizer.push_back(whole(name + ".ema", average));
     auto it = state.find(param.unsafeGetTensorImpl());
     if (it == state.end()) continue;
     const auto& s = static_cast<const torch::optim::AdamWParamState&>(*it->second);
@@ -88,7 +93,10 @@ void Strategy::load_optimizer_state(Model& model, torch::optim::AdamW& optimizer
                       "the checkpoint belongs to a model of another configuration");
     return moments.rows(name, 0, shape.empty() ? 1 : shape[0], role).to(like.options()).view(like.sizes());
   };
+  ParameterAverages* averages = parameter_averages(optimizer);
   for (const auto& [name, param] : model.trainable_parameters()) {
+    if (averages != nullptr && moments.contains(name + ".ema"))
+      averages->restore(param, read_into(name + ".ema", param, TensorRole::weight()));
     if (!moments.contains(name + ".step")) continue;
     auto s = std::make_unique<torch::optim::AdamWParamState>();
     const at::Tensor step = moments.rows(name + ".step", 0, 1, TensorRole::step_count());

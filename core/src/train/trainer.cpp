@@ -46,13 +46,16 @@ Trainer::Trainer(const CoreSettings& settings, std::string resolved_yaml, std::s
       loggers_(loggers),
       checkpoints_(run_dir),
       run_dir_(std::move(run_dir)),
-      optimizer_(std::make_unique<TrainingOptimizer>(strategy_->parameter_groups(trained_), settings_.optimizer)),
+      optimizer_(std::make_unique<TrainingOptimizer>(strategy_->parameter_groups(trained_), settings_.optimizer,
+                                                     settings_.ema)),
       precision_(settings_.precision) {
   check_fault_setting();  // a malformed WANFW_FAULT is refused now, not at the first checkpoint
   if (strategy_->is_main()) spdlog::info("optimizer: {}", optimizer_->describe());
   if (masters_ != nullptr) check_master_weights();
   if (const std::string groups = optimizer_->describe_groups(); !groups.empty() && strategy_->is_main())
     spdlog::info("parameter groups: {}", groups);
+  if (const std::string averages = optimizer_->describe_averages(); !averages.empty() && strategy_->is_main())
+    spdlog::info("{}", averages);
   state_.world_size = strategy_->world_size();
   state_.config_yaml = resolved_yaml_;
   if (phases_.count() > 1)
@@ -139,6 +142,7 @@ void Trainer::apply_update(bool overflow, double lr) {
   } else {
     fault_point("step-optimizer", strategy_->rank(), state_.step + 1);
     optimizer_->step();
+    optimizer_->update_averages(state_.step + 1);
     if (masters_ != nullptr) masters_->publish();
   }
   precision_.update(overflow);

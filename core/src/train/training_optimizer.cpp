@@ -1,22 +1,28 @@
 #include "train/training_optimizer.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/_fused_adamw.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/optim/adamw.h>
 #include <torch/torch.h>
 
+#include "train/weight_averages.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/model.hpp"
 
 namespace wanfw {
 
-TrainingOptimizer::TrainingOptimizer(std::vector<ParameterGroup> model_groups, const OptimizerSettings& o) {
+TrainingOptimizer::TrainingOptimizer(std::vector<ParameterGroup> model_groups, const OptimizerSettings& o,
+                                     const EmaSettings& ema) {
   std::vector<torch::optim::OptimizerParamGroup> groups;
   std::map<const void*, std::string> owner;  // parameter -> its group, to refuse duplicates
+  std::vector<at::Tensor> averaged;
+  std::vector<std::string> all_groups;
   for (auto& group : model_groups) {
     if (group.parameters.empty()) continue;
     if (!(group.lr_scale >= 0) || !std::isfinite(group.lr_scale))
@@ -35,6 +41,9 @@ TrainingOptimizer::TrainingOptimizer(std::vector<ParameterGroup> model_groups, c
     options->betas({group.beta1.value_or(o.beta1), group.beta2.value_or(o.beta2)})
         .eps(o.eps)
         .weight_decay(group.weight_decay.value_or(o.weight_decay));
+    all_groups.push_back(group.name);
+    if (ema.groups.empty() || std::ranges::find(ema.groups, group.name) != ema.groups.end())
+      averaged.insert(averaged.end(), tensors.begin(), tensors.end());
     groups.emplace_back(std::move(tensors), std::move(options));
     group_names_.push_back(group.name);
     lr_scales_.push_back(group.lr_scale);
@@ -52,8 +61,31 @@ TrainingOptimizer::TrainingOptimizer(std::vector<ParameterGroup> model_groups, c
     throw Error(fmt::format("optimizer.implementation is fused, but ATen has no fused AdamW kernel for {} tensors", without),
                 "set optimizer.implementation to auto or per_tensor");
   fused_ = o.implementation != "per_tensor" && without.empty();
-  adamw_ = std::make_unique<torch::optim::AdamW>(
+  adamw_ = std::make_unique<AveragingAdamW>(
       std::move(groups), torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weight_decay));
+  if (!ema.enabled()) return;
+  for (const std::string& name : ema.groups)
+    if (std::ranges::find(all_groups, name) == all_groups.end())
+      throw Error(fmt::format("ema.groups names '{}', which is not a parameter group of the model (its groups: {})",
+                              name, fmt::join(all_groups, ", ")),
+                  "name groups the model trains, or leave ema.groups empty to average every group");
+  adamw_->averages = std::make_unique<WeightAverages>(ema);
+  adamw_->averages->track(averaged);
+}
+
+torch::optim::AdamW& TrainingOptimizer::adamw() { return *adamw_; }
+
+void TrainingOptimizer::update_averages(std::int64_t step) {
+  if (adamw_->averages) adamw_->averages->update(step);
+}
+
+std::string TrainingOptimizer::describe_averages() const {
+  if (!adamw_->averages) return {};
+  const EmaSettings& e = adamw_->averages->settings();
+  return fmt::format("ema: decay {:g} of {} ({} tensors, {:.1f} MiB in float32){}", e.decay,
+                     e.groups.empty() ? std::string("every group") : "groups " + fmt::format("{}", fmt::join(e.groups, ", ")),
+                     adamw_->averages->count(), adamw_->averages->bytes() / (1024.0 * 1024.0),
+                     e.start_step > 0 ? fmt::format(", the weights themselves up to step {}", e.start_step) : "");
 }
 
 TrainingOptimizer::~TrainingOptimizer() = default;

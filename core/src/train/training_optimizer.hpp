@@ -1,7 +1,8 @@
 #pragma once
 // Internal: the run's optimizer — AdamW over the model's parameter groups, each with its own
 // learning-rate multiplier, weight decay and betas. The trainer sets the learning rate of a step
-// and steps it; checkpoints save and restore its state.
+// and steps it; checkpoints save and restore its state. It carries the run's averages of the
+// trained parameters (the `ema` section, weight_averages.hpp).
 
 #include <map>
 #include <memory>
@@ -20,14 +21,18 @@ class AdamW;
 namespace wanfw {
 
 struct ParameterGroup;
+class AveragingAdamW;
+class WeightAverages;
 
 class TrainingOptimizer {
  public:
   /// AdamW over parameter `groups` (the model's, as the strategy places them: Strategy::
   /// parameter_groups), stepped by `settings.implementation` (auto | fused | per_tensor). Throws
   /// wanfw::Error for a parameter listed in two groups, a negative or non-finite lr_scale, nothing
-  /// to train, or `fused` for a parameter on a device ATen has no fused kernel for.
-  TrainingOptimizer(std::vector<ParameterGroup> groups, const OptimizerSettings& settings);
+  /// to train, or `fused` for a parameter on a device ATen has no fused kernel for. With `ema`
+  /// enabled, averages the parameters of its groups (wanfw::Error naming a group the model lacks).
+  TrainingOptimizer(std::vector<ParameterGroup> groups, const OptimizerSettings& settings,
+                    const EmaSettings& ema = {});
   ~TrainingOptimizer();
 
   /// The trainable parameters, in optimizer order.
@@ -48,7 +53,11 @@ class TrainingOptimizer {
   /// One AdamW step of every parameter with a gradient. Both implementations read and write the
   /// same state (torch::optim::AdamWParamState: step, exp_avg, exp_avg_sq).
   void step();
-  torch::optim::AdamW& adamw() { return *adamw_; }
+  /// After optimizer step `step`: the averages of the parameters it updated (WeightAverages::update).
+  void update_averages(std::int64_t step);
+  /// "ema: decay d of groups a, b (N tensors, M MiB in float32), the weights up to step s", or empty.
+  std::string describe_averages() const;
+  torch::optim::AdamW& adamw();
 
  private:
   /// Parameters of one group, device and dtype, for one call of the fused kernel.
@@ -63,7 +72,7 @@ class TrainingOptimizer {
   std::vector<double> lr_scales_;
   std::string devices_;  ///< the parameters' device types, for describe()
   bool fused_ = true;
-  std::unique_ptr<torch::optim::AdamW> adamw_;
+  std::unique_ptr<AveragingAdamW> adamw_;
 };
 
 }  // namespace wanfw

@@ -1,6 +1,6 @@
-// The fsdp strategy's checkpoints: each rank writes the rows it holds of every parameter and of
-// its AdamW moments (wanfw/state_pieces.hpp), and reads back the rows its layout needs, whatever
-// world size (or strategy) wrote them.
+// The fsdp strategy's checkpoints: each rank writes the rows it holds of every parameter, of its
+// AdamW moments (wanfw/state_pieces.hpp) and of its average (wanfw/parameter_averages.hpp), and
+// reads back the rows its layout needs, whatever world size (or strategy) wrote them.
 
 #include <algorithm>
 #include <optional>
@@ -13,6 +13,7 @@
 
 #include "fsdp_strategy.hpp"
 #include "wanfw/error.hpp"
+#include "wanfw/parameter_averages.hpp"
 
 namespace wanfw_fsdp {
 
@@ -44,8 +45,12 @@ wanfw::StatePieces FsdpStrategy::state_pieces(wanfw::Model& model, torch::optim:
     if (auto rows = rows_of(it->second, it->second.flat->shard(), name)) pieces.model.push_back(std::move(*rows));
   }
   auto& state = optimizer.state();
+  const wanfw::ParameterAverages* averages = wanfw::parameter_averages(optimizer);
   for (const auto& [name, tensor] : model.trainable_parameters()) {
     const Place& place = place_of_.at(tensor.unsafeGetTensorImpl());
+    if (averages != nullptr)
+      if (const at::Tensor average = averages->average(place.flat->shard()); average.defined())
+        if (auto rows = rows_of(place, average, name + ".ema")) pieces.optimizer.push_back(std::move(*rows));
     auto found = state.find(place.flat->shard().unsafeGetTensorImpl());
     if (found == state.end()) continue;
     const auto& s = static_cast<const torch::optim::AdamWParamState&>(*found->second);
@@ -62,9 +67,21 @@ void FsdpStrategy::load_optimizer_state(wanfw::Model& model, torch::optim::AdamW
   std::map<const void*, std::string> checkpoint_name;
   for (const auto& [name, tensor] : model.trainable_parameters()) checkpoint_name[tensor.unsafeGetTensorImpl()] = name;
   torch::NoGradGuard no_grad;
+  wanfw::ParameterAverages* averages = wanfw::parameter_averages(optimizer);
   for (FlatShard* flat : flats()) {
     if (!flat->trainable()) continue;
     const wanfw::UnitLayout& layout = flat->layout();
+    if (at::Tensor average = averages != nullptr ? averages->average(flat->shard()) : at::Tensor(); average.defined()) {
+      average = average.clone();  // the rows the checkpoint holds replace the weights' copy
+      for (std::size_t i = 0; i < layout.size(); ++i) {
+        const std::string& name = checkpoint_name.at(flat->parameters()[i].unsafeGetTensorImpl());
+        const wanfw::RowShard& s = layout.shard(i);
+        if (source.contains(name + ".ema") && s.end(r) > s.begin(r))
+          layout.rows(average, i, r).copy_(source.rows(name + ".ema", s.begin(r), s.end(r), wanfw::TensorRole::weight())
+                                               .view(layout.rows(average, i, r).sizes()));
+      }
+      averages->restore(flat->shard(), average);
+    }
     at::Tensor exp_avg = at::zeros_like(flat->shard()), exp_avg_sq = at::zeros_like(flat->shard());
     std::int64_t step = -1;
     for (std::size_t i = 0; i < layout.size(); ++i) {

@@ -3,10 +3,23 @@ its run folder, and the distance between two sets of samples the quality tests u
 
 import torch
 
+from harness.references import reference_model
 from harness.runs import base_config, write_run_config
 
 
 CYCLE = 3  # generator 1 step, critic 2
+BOUNDARY = 875
+# Both experts of a two-expert teacher on their shared base; 4 steps at shift 5: levels 1.0,
+# 0.9375 (high noise) and 0.8333, 0.625 (low noise), as the Lightning LoRAs take them.
+EXPERTS = {"teacher_expert": "both", "teacher_boundary": BOUNDARY, "shared_base": True, "lora": {"rank": 4},
+           "critic_lora": {"rank": 4}, "generator_steps": 4}
+
+
+def two_experts(folder):
+    """Two tiny diffusers DiTs of other random weights in `folder`, as the official A14B download
+    holds them; returns the folder and each expert's reference model ("high", "low")."""
+    return folder, {"high": reference_model(folder / "high_noise_model", seed=5),
+                    "low": reference_model(folder / "low_noise_model", seed=6)}
 
 
 def dmd(teacher, **model):
