@@ -94,13 +94,15 @@ def test_a_two_expert_dmd_config_that_cannot_work_is_refused_naming_the_option(t
 
 
 def test_every_layout_trains_both_experts_generator_and_critic_as_one_rank_with_the_whole_batch(tmp_path, experts):
-    """ddp (an expert no sample of a rank reaches gets no gradient there: find_unused_parameters)
-    and accumulation against one device; each step's update bounded as in test_dmd.py."""
+    """ddp (an expert no sample of a rank reaches gets no gradient there: find_unused_parameters),
+    sequence parallelism (each sample's tokens over 2 ranks: G's steps, the scores and the backward
+    simulation) and accumulation against one device; each step's update bounded as in test_dmd.py."""
     model = dmd(experts[0], **EXPERTS)
     every_step = {"checkpoint": {"every": 1}}
     history = lambda name: [trained(p) for p in checkpoints(tmp_path / "runs" / name / "version_0")]
     run_on(tmp_path, "single_1x4", CPU, 4, model, **every_step)
     layouts = {"ddp_2x2": ({**DDP, "find_unused_parameters": True}, 2, 2),
+               "ddp_sp2_1x4": ({**DDP, "sequence_parallel": 2}, 4, 2),
                "grad_accum_2x2": ({"name": "grad_accum", "steps": 2, "inner": CPU}, 2, 1)}
     tolerance = tiny_wan_rounding(GLOBAL_BATCH, TOKENS, layers=2 * 5)
     for name, (strategy, batch, ranks) in layouts.items():

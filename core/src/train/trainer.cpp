@@ -16,7 +16,7 @@
 #include "numerics/generators.hpp"
 #include "reporting/progress.hpp"
 #include "train/master_weights.hpp"
-#include "train/training_optimizer.hpp"
+#include "optimizer/training_optimizer.hpp"
 #include "train/validation.hpp"
 #include "wanfw/error.hpp"
 

@@ -7,7 +7,7 @@
 #include "host/peak_memory.hpp"
 #include "reporting/progress.hpp"
 #include "train/trainer.hpp"
-#include "train/training_optimizer.hpp"
+#include "optimizer/training_optimizer.hpp"
 #include "train/validation.hpp"
 
 namespace wanfw {

@@ -5,7 +5,7 @@
 #include "data/sample_log.hpp"
 #include "reporting/progress.hpp"
 #include "train/trainer.hpp"
-#include "train/training_optimizer.hpp"
+#include "optimizer/training_optimizer.hpp"
 #include "train/validation.hpp"
 #include "wanfw/error.hpp"
 

@@ -54,6 +54,8 @@ class FrozenTeacher {
                          const torch::Tensor& negative, const torch::Tensor& y, const torch::Tensor& sigma,
                          double guidance);
 
+  /// Splits each sample's tokens over `group` (sequence parallelism; null: whole sequences).
+  void set_sequence_group(const wanfw::DistributedSession* group) { denoiser_.set_sequence_group(group); }
   const wan::WanConfig& config() const { return denoiser_.config(); }
   /// The DiT(s), for initialising a student from them.
   std::vector<wan::WanDiT> dits() const { return denoiser_.dits(); }

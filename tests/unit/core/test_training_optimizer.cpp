@@ -5,7 +5,7 @@
 #include "checkpoint/checkpoint.hpp"
 #include "checkpoint/checkpoint_store.hpp"
 #include "temp_dir.hpp"
-#include "train/training_optimizer.hpp"
+#include "optimizer/training_optimizer.hpp"
 #include "wanfw/strategy.hpp"
 // doctest last: c10/util/Logging.h defines a CHECK macro of its own.
 #include <doctest/doctest.h>

@@ -117,6 +117,23 @@ void DmdModel::set_unit_runner(wanfw::UnitRunner* runner) {
   if (!shared()) modules_->critic->set_unit_runner(runner, generator_.block_count());
 }
 
+bool DmdModel::set_sequence_group(const wanfw::DistributedSession* group) {
+  if (group != nullptr && common_.lora.enabled() && common_.lora.dropout > 0)
+    throw wanfw::Error("LoRA dropout draws its masks over each sample's whole token sequence, which sequence "
+                       "parallelism splits across ranks",
+                       "set model.lora.dropout: 0, or strategy.sequence_parallel: 1");
+  if (group != nullptr && teacher_ && teacher_->placement().device != device())
+    throw wanfw::Error(fmt::format("the teacher computes on {}, the generator on {}: under sequence parallelism every "
+                                   "network splits its tokens over the group's devices",
+                                   teacher_->placement().device.str(), device().str()),
+                       "leave model.teacher_device empty (the teacher beside the generator), or set "
+                       "strategy.sequence_parallel: 1");
+  generator_.set_sequence_group(group);
+  if (!shared()) modules_->critic->set_sequence_group(group);
+  if (teacher_) teacher_->set_sequence_group(group);
+  return true;
+}
+
 std::vector<wanfw::FieldSpec> DmdModel::batch_fields() const {
   // Data-free: G's own steps make its inputs.
   const auto& c = generator_.config();

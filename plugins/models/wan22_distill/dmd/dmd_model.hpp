@@ -76,6 +76,11 @@ class DmdModel final : public wanfw::Model {
   std::unique_ptr<wanfw::Model> replicate(const c10::Device& device) override;
   std::vector<wanfw::Unit> units() override;
   void set_unit_runner(wanfw::UnitRunner* runner) override;
+  /// Every network (generator, critic, teacher) splits each sample's tokens over `group`; every
+  /// rank of the group holds the same samples, so the objective's draws and sums over whole
+  /// tensors are the same on each. Throws wanfw::Error for LoRA dropout (masks over whole
+  /// sequences) or a teacher on another device.
+  bool set_sequence_group(const wanfw::DistributedSession* group) override;
   /// The memory plan's device bytes (distill_memory.hpp), logged beside the first step's peak.
   double planned_device_bytes() const override { return planned_device_bytes_; }
   void set_planned_device_bytes(double bytes) { planned_device_bytes_ = bytes; }

@@ -1,4 +1,4 @@
-#include "train/training_optimizer.hpp"
+#include "optimizer/training_optimizer.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -11,7 +11,7 @@
 #include <torch/optim/adamw.h>
 #include <torch/torch.h>
 
-#include "train/weight_averages.hpp"
+#include "optimizer/weight_averages.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/model.hpp"
 

@@ -1,4 +1,4 @@
-#include "train/weight_averages.hpp"
+#include "optimizer/weight_averages.hpp"
 
 #include <torch/torch.h>
 
