@@ -128,3 +128,14 @@ def test_fsdp_writes_every_average_from_its_ranks_rows_and_ends_as_one_device(tm
     again = checkpoint_file(checkpoints(run_dir(tmp_path, "fsdp_2x2"))[-1], "optimizer")
     assert again.keys() == uninterrupted.keys()
     assert all(torch.equal(again[k], uninterrupted[k]) for k in uninterrupted if k.endswith(".ema"))
+
+
+@pytest.mark.parametrize("ema, command, message", [
+    ({"decay": 1.0}, "validate", "ema.decay: must lie in [0, 1): 0 keeps no average"),
+    ({"decay": 0.99, "groups": ["generator", "student"]}, "run",
+     "ema.groups names 'student', which is not a parameter group of the model (its groups: generator, critic)"),
+], ids=["decay_of_1", "a_group_the_model_lacks"])
+def test_an_ema_section_that_cannot_work_is_refused_naming_the_setting(tmp_path, experts, ema, command, message):
+    path = with_ema(config(tmp_path, experts, **EXPERTS), **ema)
+    result = wanfw(command, path, check=None)
+    assert result.returncode != 0 and message in result.stderr, result.stderr
