@@ -234,15 +234,14 @@ def test_a_shared_base_with_gradient_checkpointing_trains_as_without_it(tmp_path
     # The critic's blocks recompute with the critic's adapters, whatever the shared DiT selects by
     # the time backward runs (the generator's adapters got the critic's gradients before), whole
     # or in chunks of tokens (each chunk's passes under the forward's selection).
+    # Chunks of 4 of the 12 tokens run the few-row kernels, whose rounding differs: each step's
+    # update is bounded as in the layout test above.
     adapters = {"lora": {"rank": 4}, "critic_lora": {"rank": 4}, "shared_base": True}
+    history = lambda name: [trained(p) for p in checkpoints(run_dir(tmp_path, name))]
     wanfw("run", config(tmp_path, teacher, name="plain", **adapters), check=0)
-    a = read_csv(run_dir(tmp_path, "plain") / "metrics.csv")
-    x = load_file(checkpoints(run_dir(tmp_path, "plain"))[-1] / "model.safetensors")
+    tolerance = tiny_wan_rounding(GLOBAL_BATCH, TOKENS, layers=2 * 5)
     for name, chunks in (("checkpointed", 1), ("in_chunks", 3)):
         wanfw("run", config(tmp_path, teacher, name=name, gradient_checkpointing=True, recompute_chunks=chunks,
                             **adapters), check=0)
-        b = read_csv(run_dir(tmp_path, name) / "metrics.csv")
-        assert [float(r["loss"]) for r in a] == pytest.approx([float(r["loss"]) for r in b], rel=1e-5), name
-        y = load_file(checkpoints(run_dir(tmp_path, name))[-1] / "model.safetensors")
-        assert x.keys() == y.keys()
-        assert all(torch.allclose(x[k], y[k], rtol=1e-5, atol=1e-7) for k in x), name
+        c = assert_same_training_history(history(name), history("plain"), lr=1e-3, tolerance=tolerance)
+        print(f"{name} vs plain: {c}")

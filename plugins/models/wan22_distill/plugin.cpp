@@ -44,14 +44,17 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
   if (teacher_weights.empty())
     o.fail("teacher_weights", "a teacher needs its weights",
            "point teacher_weights at an official or diffusers Wan checkpoint (or `wanfw export`'s output)");
-  const wan_distill::TeacherPlacement where{wan_distill::teacher_device(o, ctx.train_device),
-                                            wan_distill::dtype_of(o, "teacher_dtype"), o.boolean("teacher_offload"),
-                                            wan::fp8_base_from(o, "teacher_", /*trains_base=*/false)};
-  auto teacher = std::make_shared<wan_distill::FrozenTeacher>(n.teacher, n.expert, n.boundary, where);
-  teacher->load_weights(teacher_weights, o.string("teacher_weights_subfolder"));
-  wanfw::log::info(fmt::format("teacher: {} blocks, dim {} ({}), frozen on {} in {}{}", n.teacher.num_layers,
-                               n.teacher.dim, teacher_weights, where.device.str(), o.string("teacher_dtype"),
-                               where.offload ? ", on the CPU between steps" : ""));
+  const auto make_teacher = [&] {
+    const wan_distill::TeacherPlacement where{wan_distill::teacher_device(o, ctx.train_device),
+                                              wan_distill::dtype_of(o, "teacher_dtype"), o.boolean("teacher_offload"),
+                                              wan::fp8_base_from(o, "teacher_", /*trains_base=*/false)};
+    auto teacher = std::make_shared<wan_distill::FrozenTeacher>(n.teacher, n.expert, n.boundary, where);
+    teacher->load_weights(teacher_weights, o.string("teacher_weights_subfolder"));
+    wanfw::log::info(fmt::format("teacher: {} blocks, dim {} ({}), frozen on {} in {}{}", n.teacher.num_layers,
+                                 n.teacher.dim, teacher_weights, where.device.str(), o.string("teacher_dtype"),
+                                 where.offload ? ", on the CPU between steps" : ""));
+    return teacher;
+  };
 
   const wan::WanPlacement placement{ctx.device, wan_distill::dtype_of(o, "dtype"),
                                     wan::fp8_base_from(o, "", !settings.lora.enabled())};
@@ -62,12 +65,22 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
     // allows it on a shared base only).
     const wan::Expert experts = n.expert == wan::Expert::Both ? wan::Expert::Both : wan::Expert::None;
     wan::WanDenoiser generator(n.student, experts, n.boundary, placement);
-    wan_distill::prepare_student(o, generator, *teacher, settings.lora);
+    std::shared_ptr<wan_distill::FrozenTeacher> teacher;
+    if (dmd.shared_base) {  // the teacher's weights once, as the generator's base: no copy of them is built
+      wan_distill::prepare_shared_base(o, generator, settings.lora);
+      wanfw::log::info(fmt::format("teacher: {} blocks, dim {} ({}), loaded once as the shared base{}",
+                                   n.teacher.num_layers, n.teacher.dim, teacher_weights,
+                                   experts == wan::Expert::Both ? " of each expert" : ""));
+    } else {
+      teacher = make_teacher();
+      wan_distill::prepare_student(o, generator, *teacher, settings.lora);
+    }
     auto model = wan_distill::make_dmd_model(o, std::move(generator), std::move(teacher), std::move(settings),
                                              std::move(dmd), placement);
     model->set_planned_device_bytes(planned_bytes);
     return model;
   }
+  auto teacher = make_teacher();
   auto model = std::make_unique<wan_distill::DistillModel>(n.student, std::move(settings), teacher, placement);
   wan_distill::prepare_student(o, *model->student(), *teacher, model->settings().lora);
   model->set_planned_device_bytes(planned_bytes);

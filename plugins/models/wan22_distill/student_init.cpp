@@ -12,6 +12,7 @@
 #include "wan/memory_options.hpp"
 #include "wan/wan_weights.hpp"
 #include "wanfw/log.hpp"
+#include "wanfw/sample_random.hpp"
 
 namespace wan_distill {
 
@@ -108,10 +109,19 @@ void set_memory_options(const wanfw::Options& o, wan::WanDiTImpl& student) {
 }
 }  // namespace
 
+SeededDraws::SeededDraws(const char* what) : run_seed_(at::detail::getDefaultCPUGenerator().current_seed()) {
+  torch::manual_seed(wanfw::mix_seed(wanfw::sample_stream_seed(run_seed_, 0, 0, what)));
+}
+
+SeededDraws::~SeededDraws() { torch::manual_seed(run_seed_); }
+
 void prepare_student(const wanfw::Options& o, wan::WanDiTImpl& student, const FrozenTeacher& teacher,
                      const wan::LoraSettings& lora) {
   initialise_student(o, student, teacher);
-  wan::apply_lora(student, lora, "");
+  {
+    const SeededDraws draws("student adapters");
+    wan::apply_lora(student, lora, "");
+  }
   set_memory_options(o, student);
 }
 
@@ -119,8 +129,23 @@ void prepare_student(const wanfw::Options& o, wan::WanDenoiser& student, const F
                      const wan::LoraSettings& lora) {
   auto dits = student.dits();
   for (std::size_t i = 0; i < dits.size(); ++i) initialise_student(o, *dits[i], teacher, i);
-  student.apply_lora(lora);
+  {
+    const SeededDraws draws("student adapters");
+    student.apply_lora(lora);
+  }
   for (auto& dit : dits) set_memory_options(o, *dit);
+}
+
+void prepare_shared_base(const wanfw::Options& o, wan::WanDenoiser& student, const wan::LoraSettings& lora) {
+  {
+    torch::NoGradGuard no_grad;
+    student.load_weights(o.string("teacher_weights"), o.string("teacher_weights_subfolder"));
+  }
+  {
+    const SeededDraws draws("student adapters");
+    student.apply_lora(lora);
+  }
+  for (auto& dit : student.dits()) set_memory_options(o, *dit);
 }
 
 }  // namespace wan_distill

@@ -45,4 +45,23 @@ void prepare_student(const wanfw::Options& o, wan::WanDiTImpl& student, const Fr
 void prepare_student(const wanfw::Options& o, wan::WanDenoiser& student, const FrozenTeacher& teacher,
                      const wan::LoraSettings& lora);
 
+/// dmd's generator on a shared base: the teacher's weights (teacher_weights) loaded into `student`
+/// itself, so that no separate copy of them is ever built, then its adapters and memory options
+/// as prepare_student sets them.
+void prepare_shared_base(const wanfw::Options& o, wan::WanDenoiser& student, const wan::LoraSettings& lora);
+
+/// For its life, the default generators draw from a stream of the run seed and `what` (the
+/// initial values of a set of adapters), whatever was drawn before: so adapters start the same
+/// whichever networks were built first. Afterwards they are seeded with the run seed again.
+class SeededDraws {
+ public:
+  explicit SeededDraws(const char* what);
+  ~SeededDraws();
+  SeededDraws(const SeededDraws&) = delete;
+  SeededDraws& operator=(const SeededDraws&) = delete;
+
+ private:
+  std::uint64_t run_seed_;
+};
+
 }  // namespace wan_distill

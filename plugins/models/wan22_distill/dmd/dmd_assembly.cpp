@@ -1,6 +1,5 @@
 #include "dmd/dmd_assembly.hpp"
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 #include <torch/torch.h>
 
@@ -18,13 +17,13 @@ std::unique_ptr<DmdModel> make_dmd_model(const wanfw::Options& o, wan::WanDenois
                                              DmdSettings dmd, const wan::WanPlacement& placement) {
   const bool checkpointing = o.boolean("gradient_checkpointing");
   wan::WanDiT critic{nullptr};
-  // The critic's adapters draw their initial values from where the generator's left the default
-  // generator in both arrangements, so a shared base trains exactly what separate copies train.
-  at::CPUGeneratorImpl& generator = *at::check_generator<at::CPUGeneratorImpl>(at::detail::getDefaultCPUGenerator());
-  const c10::intrusive_ptr<c10::TensorImpl> after_generator = generator.get_state();
+  // The critic's adapters draw their initial values from a stream of their own in both
+  // arrangements, so a shared base trains exactly what separate copies train.
   if (dmd.shared_base) {
-    student.attach_second_adapters(dmd.critic_lora);
-    teacher.reset();  // the base without adapters is the real score: the separate copy goes
+    {
+      const SeededDraws draws("critic adapters");
+      student.attach_second_adapters(dmd.critic_lora);
+    }
     wanfw::log::info(
         fmt::format("dmd: one frozen base shared by the real score (no adapters), the generator (lora, rank {}) and "
                     "the critic (critic_lora, rank {})",
@@ -39,8 +38,10 @@ std::unique_ptr<DmdModel> make_dmd_model(const wanfw::Options& o, wan::WanDenois
     critic_at.fp8_base = placement.fp8_base && dmd.critic_lora.enabled();  // a critic that trains every weight is not fp8
     critic = wan::WanDiT(teacher->config(), critic_at);
     init_from_teacher(*critic, *teacher->dits().front());
-    generator.set_state(*after_generator);
-    if (dmd.critic_lora.enabled()) wan::attach_adapters(*critic, dmd.critic_lora);
+    if (dmd.critic_lora.enabled()) {
+      const SeededDraws draws("critic adapters");
+      wan::attach_adapters(*critic, dmd.critic_lora);
+    }
     critic->set_gradient_checkpointing(checkpointing);
     critic->set_activation_offload(wan::activation_offload_from(o));
     critic->set_recompute_chunks(wan::recompute_chunks_from(o));
