@@ -26,13 +26,16 @@ def experts(tmp_path):
 def test_every_pass_runs_each_sample_on_the_expert_that_owns_its_level(tmp_path, experts):
     """`wanfw predict` before training (the adapters' B start at zero: generator and critic are the
     base) at levels on both sides of the boundary, one just above and one just below it: G's and
-    the critic's velocity, the guided real score and the DMD gradient, each sample against the
-    diffusers expert that owns its level, and far from the other expert's answer."""
+    the critic's velocity, the real score (each expert with its guidance: 2 high, 3 low) and the DMD
+    gradient, each sample against the diffusers expert that owns its level, and far from the other
+    expert's answer."""
     base, reference = experts
     g = torch.Generator().manual_seed(6)
     x, noise = torch.randn(4, 4, 2, 4, 4, generator=g), torch.randn(4, 4, 2, 4, 4, generator=g)
     t, context = torch.tensor([990.0, 876.0, 874.0, 300.0]), torch.randn(4, 5, 32, generator=g)
-    out = predict(tmp_path, config(tmp_path, base, **EXPERTS), {"x": x, "t": t, "context": context, "noise": noise})
+    guidance = {"high": 2.0, "low": 3.0}
+    out = predict(tmp_path, config(tmp_path, base, real_guidance_low_noise=guidance["low"], **EXPERTS),
+                  {"x": x, "t": t, "context": context, "noise": noise})
     s = (t / 1000).view(-1, 1, 1, 1, 1)
     xt = (1 - s) * x + s * noise
 
@@ -40,16 +43,16 @@ def test_every_pass_runs_each_sample_on_the_expert_that_owns_its_level(tmp_path,
         """What each sample's answers are when `owner(i)` ("high" or "low") runs sample i."""
         parts = {name: [] for name in ("v", "teacher_v", "dmd_gradient")}
         for i in range(4):
-            model = reference[owner(i)]
+            model, scale = reference[owner(i)], guidance[owner(i)]
             with torch.no_grad():
                 conditional = model(x[i:i + 1], t[i:i + 1], context[i:i + 1]).sample
                 at_xt = model(xt[i:i + 1], t[i:i + 1], context[i:i + 1]).sample
                 unconditional = model(xt[i:i + 1], t[i:i + 1], torch.zeros_like(context[i:i + 1])).sample
                 unconditional_at_x = model(x[i:i + 1], t[i:i + 1], torch.zeros_like(context[i:i + 1])).sample
-            real = unconditional + 2.0 * (at_xt - unconditional)
+            real = unconditional + scale * (at_xt - unconditional)
             x0_real, x0_fake = xt[i:i + 1] - s[i] * real, xt[i:i + 1] - s[i] * at_xt
             parts["v"].append(conditional)
-            parts["teacher_v"].append(unconditional_at_x + 2.0 * (conditional - unconditional_at_x))
+            parts["teacher_v"].append(unconditional_at_x + scale * (conditional - unconditional_at_x))
             parts["dmd_gradient"].append((x0_fake - x0_real) / (x[i:i + 1] - x0_real).abs().mean())
         return {name: torch.cat(p) for name, p in parts.items()}
 

@@ -43,8 +43,8 @@ constexpr std::array<std::pair<const char*, const char*>, 9> kVelocityOnly{{
     {"sample_guidance", "the generator samples without guidance"},
     {"sample_solver", "the generator samples with the renoise solver"},
 }};
-constexpr std::array<const char*, 12> kDmdOnly{
-    "generator_steps", "generator_shift",  "real_guidance",     "critic_updates_per_generator_update",
+constexpr std::array<const char*, 13> kDmdOnly{
+    "generator_steps", "generator_shift",  "real_guidance",     "real_guidance_low_noise", "critic_updates_per_generator_update",
     "critic_lr_scale", "critic_lora.rank", "critic_lora.alpha", "shared_base",
     "score_level_min", "score_level_max",  "score_shift",       "regression_weight"};
 

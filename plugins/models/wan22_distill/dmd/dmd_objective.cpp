@@ -32,7 +32,7 @@ torch::Tensor DmdModel::timesteps(const torch::Tensor& sigma, const torch::Tenso
 DmdModel::Conditions DmdModel::conditions(const wanfw::Batch& batch, const torch::Tensor& noise) const {
   Conditions c;
   c.context = batch.at("context");
-  if (dmd_.real_guidance != 1.0) c.negative = batch_negative(common_.negative, c.context);
+  if (dmd_.guided()) c.negative = batch_negative(common_.negative, c.context);
   if (common_.task == wan::Task::I2V)
     c.y = wan::i2v_condition(wan::checked_condition(batch.at("image_condition"), noise, "distillation"));
   if (common_.inputs == Inputs::Data) {
@@ -68,9 +68,16 @@ torch::Tensor DmdModel::real_velocity(const torch::Tensor& x, const torch::Tenso
   // The shared base with both adapter sets off is the teacher.
   const wan::AdapterScope base_only(generator_.dits(), {false, false});
   const torch::Tensor conditional = generator_.forward(x, t, c.context, c.y, sigma).to(torch::kFloat32);
-  if (dmd_.real_guidance == 1.0) return conditional;
+  if (!dmd_.guided()) return conditional;
   const torch::Tensor unconditional = generator_.forward(x, t, c.negative, c.y, sigma).to(torch::kFloat32);
-  return wan::guided_velocity(conditional, unconditional, dmd_.real_guidance);
+  if (dmd_.low_noise_real_guidance == dmd_.real_guidance)
+    return wan::guided_velocity(conditional, unconditional, dmd_.real_guidance);
+  // Each sample guided as the expert that owns its level.
+  const torch::Tensor scale = torch::where(generator_.high_noise_samples(sigma), dmd_.real_guidance,
+                                           dmd_.low_noise_real_guidance)
+                                  .to(conditional.options())
+                                  .view({-1, 1, 1, 1, 1});
+  return unconditional + scale * (conditional - unconditional);
 }
 
 torch::Tensor DmdModel::score_levels(const wanfw::Batch& batch, const char* stream) const {

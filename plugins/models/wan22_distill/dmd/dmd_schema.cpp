@@ -40,6 +40,10 @@ std::vector<wanfw::OptionSpec> dmd_options() {
           .value("4.5")
           .doc("dmd: guidance of the real score, v_u + g (v_c - v_u) (the official Wan form; a scale of the form "
                "v_c + g' (v_c - v_u) is g = g' + 1)."),
+      option("real_guidance_low_noise", T::Number)
+          .value("0")
+          .doc("dmd with teacher_expert: both: the low-noise expert's real-score guidance, real_guidance the "
+               "high-noise one's (the official T2V-A14B samplers: 4.0 high, 3.0 low); 0 takes real_guidance."),
       option("critic_updates_per_generator_update", T::Integer)
           .value("5")
           .doc("dmd: critic optimizer steps after each generator step (DMD2's two time-scale rule)."),
@@ -70,6 +74,8 @@ DmdSettings dmd_settings_from(const wanfw::Options& o, const wan::WanConfig& stu
   s.generator_steps = o.integer("generator_steps");
   s.generator_shift = o.number("generator_shift");
   s.real_guidance = o.number("real_guidance");
+  s.low_noise_real_guidance =
+      o.number("real_guidance_low_noise") > 0 ? o.number("real_guidance_low_noise") : s.real_guidance;
   s.critic_updates = static_cast<int>(o.integer("critic_updates_per_generator_update"));
   s.critic_lr_scale = o.number("critic_lr_scale");
   s.min_level = o.number("score_level_min");
@@ -81,6 +87,11 @@ DmdSettings dmd_settings_from(const wanfw::Options& o, const wan::WanConfig& stu
   if (s.generator_steps < 1) o.fail("generator_steps", "must be at least 1");
   if (s.generator_shift <= 0) o.fail("generator_shift", "must be positive");
   if (s.real_guidance <= 0) o.fail("real_guidance", "must be positive (1: the teacher's conditional score)");
+  if (o.number("real_guidance_low_noise") < 0)
+    o.fail("real_guidance_low_noise", "must be positive (1: the expert's conditional score), or 0 for real_guidance");
+  if (o.given("real_guidance_low_noise") && expert != wan::Expert::Both)
+    o.fail("real_guidance_low_noise", "a guidance of the low-noise expert's own needs both experts",
+           "set teacher_expert: both, or use real_guidance");
   if (s.critic_updates < 1) o.fail("critic_updates_per_generator_update", "must be at least 1");
   if (!(s.critic_lr_scale > 0)) o.fail("critic_lr_scale", "must be positive");
   if (!(0 < s.min_level && s.min_level < s.max_level && s.max_level < 1))

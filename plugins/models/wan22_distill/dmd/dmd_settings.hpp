@@ -15,6 +15,10 @@ struct DmdSettings {
   std::int64_t generator_steps = 4;  ///< the generator samples in this many steps ...
   double generator_shift = 5.0;      ///< ... at the levels of the schedule shifted by this
   double real_guidance = 4.5;        ///< the real score's v_u + g (v_c - v_u) (the official Wan form)
+  /// Both experts: the low-noise expert's real-score guidance (the high-noise one takes real_guidance).
+  double low_noise_real_guidance = 4.5;
+  /// Whether any real score is guided (a negative prompt is needed).
+  bool guided() const { return real_guidance != 1.0 || low_noise_real_guidance != 1.0; }
   int critic_updates = 5;            ///< critic optimizer steps per generator step (TTUR)
   double critic_lr_scale = 1.0;      ///< the critic's learning rate: optimizer.lr x this
   /// Levels the scores are evaluated at: uniform in [min_level, max_level], then shifted by score_shift.

@@ -14,6 +14,11 @@ std::string levels_text(const DmdSettings& dmd) {
   return levels;
 }
 
+std::string guidance_text(const DmdSettings& dmd) {
+  if (dmd.low_noise_real_guidance == dmd.real_guidance) return fmt::format("{}", dmd.real_guidance);
+  return fmt::format("{} (high noise), {} (low noise)", dmd.real_guidance, dmd.low_noise_real_guidance);
+}
+
 DmdBytes dmd_bytes(const DmdSettings& dmd, const wan::WanConfig& student, const wan::WanConfig& teacher,
                    const wan::LoraSettings& generator_lora, const std::string& dtype,
                    const std::string& teacher_dtype) {
@@ -37,7 +42,7 @@ std::string dmd_summary(const wanfw::Options& o, const wan::WanConfig& student, 
     for (double* part : {&bytes.teacher, &bytes.generator, &bytes.critic, &bytes.shared_base, &bytes.adapters})
       *part *= 2;
   return fmt::format("dmd: generator {} steps at levels {}, critic {} steps per generator step, real guidance {}\n{}",
-                     dmd.generator_steps, levels_text(dmd), dmd.critic_updates, dmd.real_guidance,
+                     dmd.generator_steps, levels_text(dmd), dmd.critic_updates, guidance_text(dmd),
                      dmd_memory(dmd, bytes));
 }
 

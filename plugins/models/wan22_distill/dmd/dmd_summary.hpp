@@ -14,6 +14,8 @@ namespace wan_distill {
 
 /// The generator's levels as the log and model-info print them: "1.0000, 0.8824, 0.6522".
 std::string levels_text(const DmdSettings& dmd);
+/// "4.5", or "4 (high noise), 3 (low noise)" when the experts' real scores are guided apart.
+std::string guidance_text(const DmdSettings& dmd);
 
 /// What each network of a DMD run holds between steps, in bytes (wan::dit_state_bytes and
 /// wan::frozen_dit_bytes: the memory plan's own terms): trained ones with their gradients and AdamW
