@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from harness.distill import teacher  # noqa: F401 (a fixture)
-from harness.dmd import CYCLE, config, dmd, mmd2, shared_name
+from harness.dmd import CYCLE, assert_resumes_mid_cycle_to_the_same_bits, config, dmd, mmd2, shared_name
 from harness.equivalence import assert_same_training_history, tiny_wan_rounding, trained
 from harness.layouts import CPU, DDP, FSDP, GLOBAL_BATCH, LR, TOKENS, run_on
 from harness.references import predict, reference_model
@@ -94,22 +94,8 @@ def test_every_layout_trains_the_generator_and_the_critic_of_one_rank_with_the_w
 
 
 def test_a_dmd_run_killed_mid_cycle_resumes_to_the_same_bits(tmp_path, teacher):
-    path = config(tmp_path, teacher, steps=7, **{"lora": {"rank": 4}, "critic_lora": {"rank": 4}})
-    wanfw("run", path, check=0)
-    saved = checkpoints(run_dir(tmp_path, "dmd"))
-    uninterrupted = {kind: load_file(saved[-1] / f"{kind}.safetensors") for kind in ("model", "optimizer")}
-    for late in saved[5:]:  # as if killed after step 5, a critic step in the middle of cycle 2
-        for f in late.iterdir():
-            f.unlink()
-        late.rmdir()
-    resumed = wanfw("run", path, "--resume", "auto", check=0)
-    assert "step-00000005" in resumed.stdout
-    last = checkpoints(run_dir(tmp_path, "dmd"))[-1]
-    assert last.name == "step-00000007"
-    for kind, tensors in uninterrupted.items():
-        again = load_file(last / f"{kind}.safetensors")
-        assert again.keys() == tensors.keys()
-        assert all(torch.equal(again[k], tensors[k]) for k in tensors), kind
+    assert_resumes_mid_cycle_to_the_same_bits(
+        tmp_path, config(tmp_path, teacher, steps=7, **{"lora": {"rank": 4}, "critic_lora": {"rank": 4}}))
 
 
 def test_one_shared_frozen_base_trains_exactly_what_three_separate_copies_train(tmp_path, teacher):

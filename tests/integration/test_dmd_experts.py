@@ -9,13 +9,14 @@ import json
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
-from harness.dmd import BOUNDARY, CYCLE, EXPERTS, config, dmd, mmd2, two_experts
+from harness.dmd import (BOUNDARY, CYCLE, EXPERTS, assert_resumes_mid_cycle_to_the_same_bits, config, dmd,
+                         expert_adapters_student, mmd2, sampled, two_experts)
 from harness.equivalence import assert_same_training_history, tiny_wan_rounding, trained
 from harness.layouts import CPU, DDP, GLOBAL_BATCH, LR, TOKENS, run_on
 from harness.references import predict
-from harness.runs import SOURCE, base_config, checkpoints, read_csv, run_dir, wanfw, write_config
+from harness.runs import SOURCE, checkpoints, read_csv, run_dir, wanfw, write_config
 
 
 @pytest.fixture
@@ -136,27 +137,15 @@ def test_a_two_expert_dmd_run_killed_mid_cycle_resumes_to_the_same_bits_its_gene
                                                                                                     experts):
     path = config(tmp_path, experts[0], steps=7, **EXPERTS)
     write_config(path, {**json.loads(path.read_text()), "ema": {"decay": 0.9, "groups": ["generator"]}})
-    wanfw("run", path, check=0)
-    saved = checkpoints(run_dir(tmp_path, "dmd"))
-    uninterrupted = {kind: load_file(saved[-1] / f"{kind}.safetensors") for kind in ("model", "optimizer")}
-    for late in saved[5:]:  # as if killed after step 5, a critic step in the middle of cycle 2
-        for f in late.iterdir():
-            f.unlink()
-        late.rmdir()
-    wanfw("run", path, "--resume", "auto", check=0)
-    last = checkpoints(run_dir(tmp_path, "dmd"))[-1]
-    assert last.name == "step-00000007"
-    for kind, tensors in uninterrupted.items():
-        again = load_file(last / f"{kind}.safetensors")
-        assert again.keys() == tensors.keys()
-        assert all(torch.equal(again[k], tensors[k]) for k in tensors), kind
+    uninterrupted = assert_resumes_mid_cycle_to_the_same_bits(tmp_path, path)
     averaged = {k for k in uninterrupted["optimizer"] if k.endswith(".ema")}  # each expert's generator adapters
     assert averaged == {f"{k}.ema" for k in uninterrupted["model"] if ".lora_" in k and ".critic_lora_" not in k}
 
 
 def test_the_exported_expert_adapters_sample_in_wan22_flow_matching_bit_for_bit_as_the_checkpoint(tmp_path, experts):
-    """Each expert's generator adapters in high_noise_model/ and low_noise_model/, loaded to train
-    further (train: true keeps them unmerged, as the generator runs them) on the same experts."""
+    """Each expert's generator adapters in high_noise_model/ and low_noise_model/ (or merged into
+    its weights), loaded to train further (train: true keeps them unmerged, as the generator runs
+    them) on the same experts."""
     base, _ = experts
     path = config(tmp_path, base, steps=4, sample_size="3x4x4", **EXPERTS)
     wanfw("run", path, check=0)
@@ -165,20 +154,12 @@ def test_the_exported_expert_adapters_sample_in_wan22_flow_matching_bit_for_bit_
         for layout in ("wan_lora", "pytorch_lora_weights"):
             adapter = load_file(tmp_path / "student" / f"{expert}_model" / f"{layout}.safetensors")
             assert adapter and not any("critic" in k for k in adapter), (expert, layout)
-    load = [{"file": str(tmp_path / "student" / f"{e}_model" / "wan_lora.safetensors"), "train": True, "expert": e}
-            for e in ("high_noise", "low_noise")]
-    plain = write_config(tmp_path / "plain.json", base_config(tmp_path / "runs", model={
-        "name": "wan22_flow_matching", "preset": "tiny", "weights": str(base), "expert": "both",
-        "boundary": BOUNDARY, "lora": {"rank": 4, "load": load}, "sample_steps": 4, "sample_solver": "renoise",
-        "sample_shift": 5.0, "sample_guidance": 1.0, "sample_size": "3x4x4"},
-        data={"num_samples": 24, "batch_size": 4, "workers": 0}))
-    g = torch.Generator().manual_seed(5)
-    save_file({"context": torch.randn(4, 5, 32, generator=g), "noise": torch.randn(4, 4, 3, 4, 4, generator=g)},
-              tmp_path / "cond.safetensors")
-    for name, where in (("trained", [path, "--checkpoint", run_dir(tmp_path, "dmd")]), ("exported", [plain])):
-        wanfw("sample", *where, "--inputs", tmp_path / "cond.safetensors", "--seed", "9", "--out",
-              tmp_path / f"{name}.safetensors", check=0)
-    trained_latents, exported = (load_file(tmp_path / f"{n}.safetensors")["latents"] for n in ("trained", "exported"))
+    wanfw("export", path, "--checkpoint", run_dir(tmp_path, "dmd"), "--merge", "--out", tmp_path / "merged", check=0)
+    for expert in ("high_noise", "low_noise"):  # or each expert's adapters merged into its weights
+        merged = load_file(tmp_path / "merged" / f"{expert}_model" / "diffusion_pytorch_model.safetensors")
+        assert "blocks.0.self_attn.q.weight" in merged and not any("lora" in k for k in merged), expert
+    trained_latents = sampled(tmp_path, "trained", path, "--checkpoint", run_dir(tmp_path, "dmd"))
+    exported = sampled(tmp_path, "exported", expert_adapters_student(tmp_path, base, tmp_path / "student"))
     assert trained_latents.shape == (4, 4, 3, 4, 4)
     assert torch.equal(exported, trained_latents)
 

@@ -7,13 +7,13 @@ import json
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
-from harness.dmd import BOUNDARY, EXPERTS, config, two_experts
+from harness.dmd import EXPERTS, config, expert_adapters_student, sampled, two_experts
 from harness.equivalence import U, assert_same_training, checkpoint_file, tiny_wan_rounding
 from harness.layouts import CPU, FSDP, GLOBAL_BATCH, LR, TOKENS, run_on, tiny_wan
 from harness.launch import torchrun
-from harness.runs import base_config, checkpoints, run_dir, stop_after, wanfw, write_config
+from harness.runs import checkpoints, run_dir, stop_after, wanfw, write_config
 
 DECAY, START = 0.9, 2
 
@@ -77,25 +77,12 @@ def test_export_and_sample_with_ema_take_the_averages_in_place_of_the_weights(tm
         for k in matrices:
             assert torch.equal(exported[k], averages[k.replace("diffusion_model.", f"generator.{expert}_model.") +
                                                      ".ema"]), k
-    load = [{"file": str(tmp_path / "averaged" / f"{e}_model" / "wan_lora.safetensors"), "train": True, "expert": e}
-            for e in ("high_noise", "low_noise")]
-    plain = write_config(tmp_path / "plain.json", base_config(tmp_path / "runs", model={
-        "name": "wan22_flow_matching", "preset": "tiny", "weights": str(experts), "expert": "both",
-        "boundary": BOUNDARY, "lora": {"rank": 4, "load": load}, "sample_steps": 4, "sample_solver": "renoise",
-        "sample_shift": 5.0, "sample_guidance": 1.0, "sample_size": "3x4x4"},
-        data={"num_samples": 24, "batch_size": 4, "workers": 0}))
-    g = torch.Generator().manual_seed(5)
-    save_file({"context": torch.randn(4, 5, 32, generator=g), "noise": torch.randn(4, 4, 3, 4, 4, generator=g)},
-              tmp_path / "cond.safetensors")
-    drawn = {}
-    for name, where in (("averaged", [path, "--checkpoint", run, "--ema"]), ("trained", [path, "--checkpoint", run]),
-                        ("exported", [plain])):
-        wanfw("sample", *where, "--inputs", tmp_path / "cond.safetensors", "--seed", "9", "--out",
-              tmp_path / f"{name}.safetensors", check=0)
-        drawn[name] = load_file(tmp_path / f"{name}.safetensors")["latents"]
+    drawn = {"averaged": sampled(tmp_path, "averaged", path, "--checkpoint", run, "--ema"),
+             "trained": sampled(tmp_path, "trained", path, "--checkpoint", run),
+             "exported": sampled(tmp_path, "exported", expert_adapters_student(tmp_path, experts, tmp_path / "averaged"))}
     assert torch.equal(drawn["exported"], drawn["averaged"])
     assert not torch.equal(drawn["averaged"], drawn["trained"])
-    refused = wanfw("sample", path, "--ema", "--inputs", tmp_path / "cond.safetensors", "--out",
+    refused = wanfw("sample", path, "--ema", "--inputs", tmp_path / "conditioning.safetensors", "--out",
                     tmp_path / "none.safetensors", check=2)
     assert "--ema takes the averages of a training checkpoint" in refused.stderr
 

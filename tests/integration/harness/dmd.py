@@ -2,9 +2,10 @@
 its run folder, and the distance between two sets of samples the quality tests use."""
 
 import torch
+from safetensors.torch import load_file, save_file
 
 from harness.references import reference_model
-from harness.runs import base_config, write_run_config
+from harness.runs import base_config, checkpoints, run_dir, wanfw, write_config, write_run_config
 
 
 CYCLE = 3  # generator 1 step, critic 2
@@ -56,3 +57,51 @@ def mmd2(x, y):
         total += ((kxx.sum() - kxx.diag().sum()) / (m * (m - 1)) + (kyy.sum() - kyy.diag().sum()) / (n * (n - 1))
                   - 2 * kxy.mean()).item()
     return total
+
+
+def assert_resumes_mid_cycle_to_the_same_bits(tmp_path, path):
+    """Runs `path` (7 steps, a checkpoint each), then again as if killed after step 5, a critic step
+    in the middle of cycle 2: the resumed run's last checkpoint holds the uninterrupted one's
+    tensors bit for bit. Returns them ("model", "optimizer")."""
+    wanfw("run", path, check=0)
+    saved = checkpoints(run_dir(tmp_path, "dmd"))
+    uninterrupted = {kind: load_file(saved[-1] / f"{kind}.safetensors") for kind in ("model", "optimizer")}
+    for late in saved[5:]:
+        for f in late.iterdir():
+            f.unlink()
+        late.rmdir()
+    resumed = wanfw("run", path, "--resume", "auto", check=0)
+    assert "step-00000005" in resumed.stdout
+    last = checkpoints(run_dir(tmp_path, "dmd"))[-1]
+    assert last.name == "step-00000007"
+    for kind, tensors in uninterrupted.items():
+        again = load_file(last / f"{kind}.safetensors")
+        assert again.keys() == tensors.keys()
+        assert all(torch.equal(again[k], tensors[k]) for k in tensors), kind
+    return uninterrupted
+
+
+def expert_adapters_student(tmp_path, experts, folder):
+    """wan22_flow_matching on the two `experts` with each expert's adapters as `wanfw export` wrote
+    them to `folder` (<expert>_model/wan_lora.safetensors), loaded to train further (so unmerged, as
+    the DMD generator runs them), sampling as the generator of EXPERTS does: 4 renoise steps at
+    shift 5, no guidance. Returns its config file."""
+    load = [{"file": str(folder / f"{e}_model" / "wan_lora.safetensors"), "train": True, "expert": e}
+            for e in ("high_noise", "low_noise")]
+    return write_config(tmp_path / "student.json", base_config(tmp_path / "runs", model={
+        "name": "wan22_flow_matching", "preset": "tiny", "weights": str(experts), "expert": "both",
+        "boundary": BOUNDARY, "lora": {"rank": 4, "load": load}, "sample_steps": 4, "sample_solver": "renoise",
+        "sample_shift": 5.0, "sample_guidance": 1.0, "sample_size": "3x4x4"},
+        data={"num_samples": 24, "batch_size": 4, "workers": 0}))
+
+
+def sampled(tmp_path, name, *where):
+    """The latents `wanfw sample WHERE...` draws for fixed conditioning: 4 samples of 3x4x4, seed 9."""
+    conditioning = tmp_path / "conditioning.safetensors"
+    if not conditioning.exists():
+        g = torch.Generator().manual_seed(5)
+        save_file({"context": torch.randn(4, 5, 32, generator=g), "noise": torch.randn(4, 4, 3, 4, 4, generator=g)},
+                  conditioning)
+    wanfw("sample", *where, "--inputs", conditioning, "--seed", "9", "--out", tmp_path / f"{name}.safetensors",
+          check=0)
+    return load_file(tmp_path / f"{name}.safetensors")["latents"]
