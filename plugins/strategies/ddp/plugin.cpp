@@ -148,8 +148,8 @@ class DdpStrategy final : public wanfw::Strategy {
     } catch (const c10::Error&) {
       throw wanfw::Error(
           fmt::format("rank {}: some trainable parameters got no gradient in this step, so ddp could not average "
-                      "them (with model.expert: both, a micro-batch whose samples all fall on one expert leaves the "
-                      "other without one)",
+                      "them (a model of two experts, for one: a micro-batch whose samples all fall on one expert "
+                      "leaves the other without one)",
                       rank()),
           "set strategy.find_unused_parameters: true");
     }
