@@ -115,12 +115,15 @@ def test_every_layout_trains_both_experts_generator_and_critic_as_one_rank_with_
         print(f"{name} vs single 1x4: {c}")
 
 
-def test_a_two_expert_dmd_run_with_block_swap_ends_bitwise_as_the_run_without_it(tmp_path, experts):
+def test_a_two_expert_dmd_run_with_block_swap_or_activation_offload_ends_bitwise_as_the_run_without(tmp_path,
+                                                                                                   experts):
     """Both experts' blocks are units: 3 of the 4 stream from host memory, each leaving its slot for
-    the next."""
+    the next; or each checkpointed block's input waits in host memory."""
     runs = {}
-    for name, swap in (("resident", None), ("swapped", {"blocks": 3, "ring": 1})):
-        path = config(tmp_path, experts[0], name=name, gradient_checkpointing=True, **EXPERTS)
+    for name, swap, offload in (("resident", None, False), ("swapped", {"blocks": 3, "ring": 1}, False),
+                                ("offloaded", None, True)):
+        path = config(tmp_path, experts[0], name=name, gradient_checkpointing=True, activation_offload=offload,
+                      **EXPERTS)
         if swap:
             write_config(path, {**json.loads(path.read_text()), "block_swap": swap})
         result = wanfw("run", path, check=0)
@@ -128,9 +131,11 @@ def test_a_two_expert_dmd_run_with_block_swap_ends_bitwise_as_the_run_without_it
         runs[name] = (result.stdout + result.stderr, [r["loss"] for r in read_csv(run / "metrics.csv")],
                       load_file(checkpoints(run)[-1] / "model.safetensors"))
     assert "block swap: 3 of 4 blocks stream from" in runs["swapped"][0]
-    assert runs["swapped"][1] == runs["resident"][1]  # every step's loss, as printed
-    a, b = runs["swapped"][2], runs["resident"][2]
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert "activation offload" in runs["offloaded"][0]
+    for name in ("swapped", "offloaded"):
+        assert runs[name][1] == runs["resident"][1], name  # every step's loss, as printed
+        a, b = runs[name][2], runs["resident"][2]
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
 
 
 def test_a_two_expert_dmd_run_killed_mid_cycle_resumes_to_the_same_bits_its_generator_average_too(tmp_path,
