@@ -9,7 +9,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from harness.distill import teacher  # noqa: F401 (a fixture)
-from harness.dmd import CYCLE, assert_resumes_mid_cycle_to_the_same_bits, config, dmd, mmd2, shared_name
+from harness.dmd import (CYCLE, assert_resumes_mid_cycle_to_the_same_bits, config, distances_to_the_teachers_40_steps,
+                         dmd, shared_name)
 from harness.equivalence import assert_same_training_history, tiny_wan_rounding, trained
 from harness.layouts import CPU, DDP, FSDP, GLOBAL_BATCH, LR, TOKENS, run_on
 from harness.references import predict, reference_model
@@ -180,7 +181,7 @@ def test_the_4_step_dmd_student_samples_closer_to_the_teachers_40_steps_than_4_s
     half-depth 4-step generator by DMD, and by velocity matching for as many steps. Distance to the
     teacher's 40-step samples (seed 1001): MMD^2 over 200 latents each, drawn from held-out seeds
     (training used run.seed 42)."""
-    examples, count = SOURCE / "examples", "200"
+    examples = SOURCE / "examples"
     one_caption = ["--set", "data.captions=1", "--set", 'data.buckets=["3x8x8"]']
     wanfw("run", examples / "quickstart.yaml", *one_caption, "--set", "run.name=teacher-one-caption", cwd=tmp_path,
           check=0)
@@ -192,23 +193,12 @@ def test_the_4_step_dmd_student_samples_closer_to_the_teachers_40_steps_than_4_s
                   "model.sample_guidance=1.0", "--set", "model.sample_shift=3.0"]
     wanfw("run", examples / "dmd-tiny.yaml", *regression, cwd=tmp_path, check=0)
 
-    def draw(config, seed, *extra):
-        out = tmp_path / f"samples-{len(list(tmp_path.glob('samples-*')))}.safetensors"
-        wanfw("sample", config, "--count", count, "--seed", str(seed), "--out", out, *extra, cwd=tmp_path, check=0)
-        return load_file(out)["latents"].flatten(1)
-
     teacher = [examples / "quickstart.yaml", "--checkpoint", "runs/teacher-one-caption/version_0", *one_caption,
                "--set", "model.sample_guidance=1.0", "--set", "model.sample_shift=3.0"]
-    reference = draw(teacher[0], 1001, *teacher[1:], "--set", "model.sample_steps=40")
-    distances = {
-        "teacher 40 steps, other seeds (floor)": mmd2(draw(teacher[0], 2002, *teacher[1:], "--set",
-                                                            "model.sample_steps=40"), reference),
-        "teacher 4 steps": mmd2(draw(teacher[0], 2002, *teacher[1:], "--set", "model.sample_steps=4"), reference),
-        "velocity-matching student, 4 steps": mmd2(draw(examples / "dmd-tiny.yaml", 2002, "--checkpoint",
-                                                        "runs/velocity-tiny/version_0", *regression), reference),
-        "dmd student, 4 steps": mmd2(draw(examples / "dmd-tiny.yaml", 2002, "--checkpoint",
-                                          "runs/dmd-tiny/version_0"), reference),
-    }
+    distances = distances_to_the_teachers_40_steps(tmp_path, teacher, {
+        "velocity-matching student, 4 steps": [examples / "dmd-tiny.yaml", "--checkpoint",
+                                               "runs/velocity-tiny/version_0", *regression],
+        "dmd student, 4 steps": [examples / "dmd-tiny.yaml", "--checkpoint", "runs/dmd-tiny/version_0"]})
     print("MMD^2 to the teacher's 40-step samples: " + "; ".join(f"{k} {v:.4f}" for k, v in distances.items()))
     dmd_distance = distances["dmd student, 4 steps"]
     assert dmd_distance < 0.5 * distances["teacher 4 steps"]

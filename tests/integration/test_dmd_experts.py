@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from harness.dmd import (BOUNDARY, CYCLE, EXPERTS, assert_resumes_mid_cycle_to_the_same_bits, config, dmd,
-                         expert_adapters_student, mmd2, sampled, two_experts)
+                         distances_to_the_teachers_40_steps, expert_adapters_student, sampled, two_experts)
 from harness.equivalence import assert_same_training_history, tiny_wan_rounding, trained
 from harness.layouts import CPU, DDP, GLOBAL_BATCH, LR, TOKENS, run_on
 from harness.references import predict
@@ -175,7 +175,7 @@ def test_the_two_expert_4_step_dmd_student_samples_closer_to_the_teachers_40_ste
     experts with one caption for its 8 patterns, distilled for 300 steps into a 4-step generator,
     2 steps per expert. Distance to the teacher's 40-step samples (seed 1001): MMD^2 over 200
     latents each (test_dmd.py's measure), from held-out seeds."""
-    examples, count = SOURCE / "examples", "200"
+    examples = SOURCE / "examples"
     teacher = ["--set", "data.captions=1", "--set", 'data.buckets=["3x8x8"]', "--set", "model.expert=both", "--set",
                f"model.boundary={BOUNDARY}"]
     wanfw("run", examples / "quickstart.yaml", *teacher, "--set", "run.name=teacher-experts", cwd=tmp_path, check=0)
@@ -186,22 +186,11 @@ def test_the_two_expert_4_step_dmd_student_samples_closer_to_the_teachers_40_ste
     shares = [float(r["generator_high_noise_share"]) for r in rows if r["generator_high_noise_share"]]
     assert 0.35 < sum(shares) / len(shares) < 0.65  # 2 of G's 4 steps run on the high-noise expert
 
-    def draw(config_file, seed, *extra):
-        out = tmp_path / f"samples-{len(list(tmp_path.glob('samples-*')))}.safetensors"
-        wanfw("sample", config_file, "--count", count, "--seed", str(seed), "--out", out, *extra, cwd=tmp_path,
-              check=0)
-        return load_file(out)["latents"].flatten(1)
-
-    sampled = [examples / "quickstart.yaml", "--checkpoint", "runs/teacher-experts/version_0", *teacher, "--set",
-               "model.sample_guidance=1.0", "--set", "model.sample_shift=3.0"]
-    reference = draw(sampled[0], 1001, *sampled[1:], "--set", "model.sample_steps=40")
-    distances = {
-        "teacher 40 steps, other seeds (floor)": mmd2(draw(sampled[0], 2002, *sampled[1:], "--set",
-                                                            "model.sample_steps=40"), reference),
-        "teacher 4 steps": mmd2(draw(sampled[0], 2002, *sampled[1:], "--set", "model.sample_steps=4"), reference),
-        "dmd student, 4 steps": mmd2(draw(examples / "dmd-tiny-experts.yaml", 2002, "--checkpoint",
-                                          "runs/dmd-tiny-experts/version_0"), reference),
-    }
+    teacher_samples = [examples / "quickstart.yaml", "--checkpoint", "runs/teacher-experts/version_0", *teacher,
+                       "--set", "model.sample_guidance=1.0", "--set", "model.sample_shift=3.0"]
+    distances = distances_to_the_teachers_40_steps(tmp_path, teacher_samples, {
+        "dmd student, 4 steps": [examples / "dmd-tiny-experts.yaml", "--checkpoint",
+                                 "runs/dmd-tiny-experts/version_0"]})
     print("MMD^2 to the two-expert teacher's 40-step samples: " + "; ".join(f"{k} {v:.4f}"
                                                                             for k, v in distances.items()))
     assert distances["dmd student, 4 steps"] < 0.5 * distances["teacher 4 steps"]

@@ -105,3 +105,24 @@ def sampled(tmp_path, name, *where):
     wanfw("sample", *where, "--inputs", conditioning, "--seed", "9", "--out", tmp_path / f"{name}.safetensors",
           check=0)
     return load_file(tmp_path / f"{name}.safetensors")["latents"]
+
+
+def distances_to_the_teachers_40_steps(folder, teacher, students, count=200):
+    """MMD^2 (mmd2) to the teacher's 40-step samples from seed 1001, of: its 40 steps from seed 2002
+    (the floor), its own 4 steps, and each of `students` (name: `wanfw sample` arguments, the
+    config first), `count` latents each from seed 2002. `teacher`: the teacher's `wanfw sample`
+    arguments, the config first; runs in `folder`."""
+    def draw(config_file, seed, *extra):
+        out = folder / f"samples-{len(list(folder.glob('samples-*')))}.safetensors"
+        wanfw("sample", config_file, "--count", str(count), "--seed", str(seed), "--out", out, *extra, cwd=folder,
+              check=0)
+        return load_file(out)["latents"].flatten(1)
+
+    reference = draw(teacher[0], 1001, *teacher[1:], "--set", "model.sample_steps=40")
+    distances = {
+        "teacher 40 steps, other seeds (floor)": mmd2(draw(teacher[0], 2002, *teacher[1:], "--set",
+                                                            "model.sample_steps=40"), reference),
+        "teacher 4 steps": mmd2(draw(teacher[0], 2002, *teacher[1:], "--set", "model.sample_steps=4"), reference)}
+    for name, student in students.items():
+        distances[name] = mmd2(draw(student[0], 2002, *student[1:]), reference)
+    return distances
