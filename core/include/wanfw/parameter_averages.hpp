@@ -6,7 +6,7 @@
 //
 // A strategy that writes its own optimizer pieces (Strategy::state_pieces) writes the rows of each
 // average it holds as it writes exp_avg, and restores them in load_optimizer_state; the host
-// refuses to save a run whose averages a strategy left out.
+// refuses to save a run whose strategy wrote moments but no averages (Trainer::check_averages_written).
 
 #include <ATen/core/Tensor.h>
 

@@ -22,7 +22,6 @@ TrainingOptimizer::TrainingOptimizer(std::vector<ParameterGroup> model_groups, c
   std::vector<torch::optim::OptimizerParamGroup> groups;
   std::map<const void*, std::string> owner;  // parameter -> its group, to refuse duplicates
   std::vector<at::Tensor> averaged;
-  std::vector<std::string> all_groups;
   for (auto& group : model_groups) {
     if (group.parameters.empty()) continue;
     if (!(group.lr_scale >= 0) || !std::isfinite(group.lr_scale))
@@ -41,7 +40,6 @@ TrainingOptimizer::TrainingOptimizer(std::vector<ParameterGroup> model_groups, c
     options->betas({group.beta1.value_or(o.beta1), group.beta2.value_or(o.beta2)})
         .eps(o.eps)
         .weight_decay(group.weight_decay.value_or(o.weight_decay));
-    all_groups.push_back(group.name);
     if (ema.groups.empty() || std::ranges::find(ema.groups, group.name) != ema.groups.end())
       averaged.insert(averaged.end(), tensors.begin(), tensors.end());
     groups.emplace_back(std::move(tensors), std::move(options));
@@ -65,9 +63,9 @@ TrainingOptimizer::TrainingOptimizer(std::vector<ParameterGroup> model_groups, c
       std::move(groups), torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weight_decay));
   if (!ema.enabled()) return;
   for (const std::string& name : ema.groups)
-    if (std::ranges::find(all_groups, name) == all_groups.end())
+    if (std::ranges::find(group_names_, name) == group_names_.end())
       throw Error(fmt::format("ema.groups names '{}', which is not a parameter group of the model (its groups: {})",
-                              name, fmt::join(all_groups, ", ")),
+                              name, fmt::join(group_names_, ", ")),
                   "name groups the model trains, or leave ema.groups empty to average every group");
   adamw_->averages = std::make_unique<WeightAverages>(ema);
   adamw_->averages->track(averaged);

@@ -154,8 +154,9 @@ fs::path Trainer::save_checkpoint() {
   if (sample_log_) sample_log_->flush();
   fs::path path;
   if (strategy_->partial_state()) {  // every rank writes its pieces, in collective phases
-    path = checkpoints_.save_pieces(state_, strategy_->state_pieces(trained_, optimizer_->adamw()), *strategy_,
-                                    settings_.checkpoint.keep_last);
+    StatePieces pieces = strategy_->state_pieces(trained_, optimizer_->adamw());
+    check_averages_written(pieces);
+    path = checkpoints_.save_pieces(state_, std::move(pieces), *strategy_, settings_.checkpoint.keep_last);
   } else {
     strategy_->barrier();
     path = strategy_->is_main() ? checkpoints_.save(state_, trained_, optimizer_->adamw(), settings_.checkpoint.keep_last)

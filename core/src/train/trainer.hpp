@@ -126,6 +126,9 @@ class Trainer {
   /// bf16_weights: every rank's fp32 masters are equal (a collective; a strategy's broadcast of the
   /// starting weights reaches the module's bf16 parameters, not the masters), else an error.
   void check_master_weights();
+  /// A strategy that writes its own pieces (`pieces`: this rank's) wrote the run's averages too,
+  /// agreed over ranks; else an error naming the strategy.
+  void check_averages_written(const StatePieces& pieces);
   void apply_update(bool overflow, double lr);
   /// Adds the step to the logging window; at a logging step (`log_now`) returns the window's
   /// scalars averaged over ranks (a collective), else nothing.

@@ -1,7 +1,8 @@
 // The trainer's collective decisions: what every rank agrees on after a step (a stop signal, a
-// loss or gradient norm that is not finite), the stop that follows a non-finite value, and the
-// ranks' agreement on their master weights at the start.
+// loss or gradient norm that is not finite), the stop that follows a non-finite value, the ranks'
+// agreement on their master weights at the start, and on a checkpoint's averages.
 
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -11,6 +12,7 @@
 #include "train/master_weights.hpp"
 #include "train/trainer.hpp"
 #include "wanfw/error.hpp"
+#include "wanfw/parameter_averages.hpp"
 
 namespace wanfw {
 
@@ -86,6 +88,19 @@ void Trainer::check_master_weights() {
                             strategy_->rank()),
                 "every rank must build the model alike: the same run.seed and weights files, and an initialisation "
                 "that draws only from the seeded generators");
+}
+
+void Trainer::check_averages_written(const StatePieces& pieces) {
+  if (parameter_averages(optimizer_->adamw()) == nullptr) return;
+  const auto wrote = [&](const char* suffix) {
+    return std::ranges::any_of(pieces.optimizer, [&](const TensorRows& rows) { return rows.name.ends_with(suffix); });
+  };
+  const bool left_out = wrote(".exp_avg") && !wrote(".ema");  // moments of this rank's rows, no averages
+  if (strategy_->all_reduce({left_out ? 1.0 : 0.0}, Reduce::Max).at(0) > 0)
+    throw Error(fmt::format("{} wrote its checkpoint pieces without the run's averages (the ema section)",
+                            strategy_->describe()),
+                "the strategy's state_pieces must write each average's rows as \"<parameter>.ema\" "
+                "(wanfw/parameter_averages.hpp); or train without ema.decay");
 }
 
 }  // namespace wanfw

@@ -6,8 +6,7 @@ namespace wan_distill {
 
 wan::WanDiT replica_dit(const wan::WanDiT& dit, const c10::Device& device) {
   wan::WanDiT copy(std::dynamic_pointer_cast<wan::WanDiTImpl>(dit->clone(device)));
-  if (!wan::adapter_parameters(*copy).empty() || !wan::second_adapter_parameters(*copy).empty())
-    wan::refresh_adapters(*copy);
+  wan::refresh_adapters(*copy);
   return copy;
 }
 

@@ -101,6 +101,7 @@ void attach_second_adapters(WanDiTImpl& dit, const LoraSettings& settings) {
 }
 
 void refresh_adapters(WanDiTImpl& dit) {
+  if (adapter_parameters(dit).empty() && second_adapter_parameters(dit).empty()) return;  // trained whole
   for (auto& p : dit.parameters()) p.set_requires_grad(false);
   dit.lora_dropout = std::make_shared<LoraDropoutStreams>();
   if (dit.adapter_selection) dit.adapter_selection = std::make_shared<AdapterSelection>(*dit.adapter_selection);

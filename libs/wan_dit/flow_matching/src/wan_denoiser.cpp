@@ -108,8 +108,7 @@ WanDenoiser::WanDenoiser(const WanDenoiser& other, const c10::Device& device)
       lora_(other.lora_) {
   if (other.pair_) pair_ = WanExpertPair(std::dynamic_pointer_cast<WanExpertPairImpl>(other.pair_->clone(device)));
   else single_ = WanDiT(std::dynamic_pointer_cast<WanDiTImpl>(other.single_->clone(device)));
-  for (auto& dit : dits())  // adapters trained, or a second set beside the first (a DMD critic's)
-    if (!adapter_parameters(*dit).empty() || !second_adapter_parameters(*dit).empty()) refresh_adapters(*dit);
+  for (auto& dit : dits()) refresh_adapters(*dit);
 }
 
 void WanDenoiser::apply_lora(const LoraSettings& settings) {

@@ -65,7 +65,8 @@ void attach_adapters(WanDiTImpl& dit, const LoraSettings& settings);
 void attach_second_adapters(WanDiTImpl& dit, const LoraSettings& settings);
 
 /// Makes the DiT's adapters draw dropout from streams of its own (a replica's) and select from a
-/// selection of its own, and freezes its base again (cloning re-enables gradients).
+/// selection of its own, and freezes its base again (cloning re-enables gradients); a no-op for a
+/// DiT without adapters of either set (trained whole).
 void refresh_adapters(WanDiTImpl& dit);
 
 /// Removes the second set from every layer of `dit` (before exporting the first: the critic's
