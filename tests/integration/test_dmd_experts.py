@@ -24,6 +24,7 @@ def experts(tmp_path):
     return two_experts(tmp_path / "experts")
 
 
+@pytest.mark.every_vector_unit
 def test_every_pass_runs_each_sample_on_the_expert_that_owns_its_level(tmp_path, experts):
     """`wanfw predict` before training (the adapters' B start at zero: generator and critic are the
     base) at levels on both sides of the boundary, one just above and one just below it: G's and
@@ -100,18 +101,20 @@ def test_a_two_expert_dmd_config_that_cannot_work_is_refused_naming_the_option(t
 def test_every_layout_trains_both_experts_generator_and_critic_as_one_rank_with_the_whole_batch(tmp_path, experts):
     """ddp (an expert no sample of a rank reaches gets no gradient there: find_unused_parameters),
     sequence parallelism (each sample's tokens over 2 ranks: G's steps, the scores and the backward
-    simulation) and accumulation against one device; each step's update bounded as in test_dmd.py."""
-    model = dmd(experts[0], **EXPERTS)
+    simulation; 12 tokens, and 27 that leave one rank's share padded) and accumulation against one
+    device; each step's update bounded as in test_dmd.py (the bound's terms: batch x tokens)."""
     every_step = {"checkpoint": {"every": 1}}
     history = lambda name: [trained(p) for p in checkpoints(tmp_path / "runs" / name / "version_0")]
-    run_on(tmp_path, "single_1x4", CPU, 4, model, **every_step)
-    layouts = {"ddp_2x2": ({**DDP, "find_unused_parameters": True}, 2, 2),
-               "ddp_sp2_1x4": ({**DDP, "sequence_parallel": 2}, 4, 2),
-               "grad_accum_2x2": ({"name": "grad_accum", "steps": 2, "inner": CPU}, 2, 1)}
-    tolerance = tiny_wan_rounding(GLOBAL_BATCH, TOKENS, layers=2 * 5)
-    for name, (strategy, batch, ranks) in layouts.items():
-        run_on(tmp_path, name, strategy, batch, model, ranks, **every_step)
-        c = assert_same_training_history(history(name), history("single_1x4"), lr=LR, tolerance=tolerance)
+    layouts = {"ddp_2x2": ({**DDP, "find_unused_parameters": True}, 2, 2, "3x4x4"),
+               "ddp_sp2_1x4": ({**DDP, "sequence_parallel": 2}, 4, 2, "3x4x4"),
+               "grad_accum_2x2": ({"name": "grad_accum", "steps": 2, "inner": CPU}, 2, 1, "3x4x4"),
+               "ddp_sp2_1x4_padded": ({**DDP, "sequence_parallel": 2}, 4, 2, "3x6x6")}
+    for latent, tokens in (("3x4x4", TOKENS), ("3x6x6", 27)):
+        run_on(tmp_path, f"single_1x4_{latent}", CPU, 4, dmd(experts[0], **EXPERTS, latent_size=latent), **every_step)
+    for name, (strategy, batch, ranks, latent) in layouts.items():
+        run_on(tmp_path, name, strategy, batch, dmd(experts[0], **EXPERTS, latent_size=latent), ranks, **every_step)
+        tolerance = tiny_wan_rounding(GLOBAL_BATCH, TOKENS if latent == "3x4x4" else 27, layers=2 * 5)
+        c = assert_same_training_history(history(name), history(f"single_1x4_{latent}"), lr=LR, tolerance=tolerance)
         print(f"{name} vs single 1x4: {c}")
 
 
