@@ -26,8 +26,8 @@ double bell_normaliser() {
 }
 
 const char* kPredictInputs =
-    "give x [B,C,F,H,W], t [B] or [B,tokens], context [B,L,text_dim] (and y for image conditioning); or x0, noise, "
-    "sigma and context to evaluate the loss";
+    "give x [B,C,F,H,W], t [B] or [B,tokens], context [B,L,text_dim] (and y for image conditioning, vace_context "
+    "and optionally vace_scale [1 or hints] for a VACE model); or x0, noise, sigma and context to evaluate the loss";
 
 }  // namespace
 
@@ -49,6 +49,10 @@ std::vector<int> WanFlowMatchingModel::route(const wanfw::Batch& keys) const {
   return routes;
 }
 
+torch::Tensor WanFlowMatchingModel::vace_context_of(const wanfw::Batch& batch) const {
+  return denoiser_.config().has_vace() ? batch.at("vace_context") : torch::Tensor();
+}
+
 std::vector<wanfw::ParameterGroup> WanFlowMatchingModel::parameter_groups() {
   if (settings_.expert == Expert::Both) return expert_groups(denoiser_, settings_.lora, settings_.experts);
   if (!denoiser_.has_lora()) return wanfw::Model::parameter_groups();
@@ -65,6 +69,7 @@ bool WanFlowMatchingModel::set_sequence_group(const wanfw::DistributedSession* g
 }
 
 std::vector<std::pair<std::string, at::Tensor>> WanFlowMatchingModel::checkpoint_tensors() {
+  if (denoiser_.trains_vace_branch()) return trainable_parameters();  // the base is rebuilt from model.weights
   if (!denoiser_.has_lora()) return wanfw::Model::checkpoint_tensors();
   return wan::adapter_parameters(*module());
 }
@@ -101,13 +106,14 @@ torch::Tensor WanFlowMatchingModel::timesteps(const torch::Tensor& sigma, const 
 WanFlowMatchingModel::Objective WanFlowMatchingModel::objective(const torch::Tensor& x0, const torch::Tensor& noise,
                                                                 const torch::Tensor& sigma,
                                                                 const torch::Tensor& context,
-                                                                const torch::Tensor& image_condition) {
+                                                                const torch::Tensor& image_condition,
+                                                                const wan::VaceInput& vace) {
   const torch::Tensor xt = wan::noised_to(settings_.task, x0, sigma, noise, x0);
   const torch::Tensor target = noise - x0;
   const torch::Tensor y = settings_.task == wan::Task::I2V
                               ? wan::i2v_condition(wan::checked_condition(image_condition, x0, "training"))
                               : torch::Tensor();
-  const torch::Tensor prediction = denoiser_.forward(xt, timesteps(sigma, x0), context, y, sigma);
+  const torch::Tensor prediction = denoiser_.forward(xt, timesteps(sigma, x0), context, y, sigma, vace);
   torch::Tensor error = (prediction.to(torch::kFloat32) - target.to(torch::kFloat32)).pow(2);
   torch::Tensor per_sample = wan::predicted_mean(settings_.task, error);
   if (settings_.bell_weighting)
@@ -122,7 +128,7 @@ wanfw::StepOutput WanFlowMatchingModel::training_step(const wanfw::Batch& batch)
   const torch::Tensor noise = wanfw::sample_randn(batch, "noise", x0.sizes().slice(1), x0.scalar_type());
   const torch::Tensor sigma = sample_sigma(batch);
   const wan::DropoutSamplesScope dropout(denoiser_.dits(), batch);
-  const Objective out = objective(x0, noise, sigma, batch.at("context"), image_condition_of(batch));
+  const Objective out = objective(x0, noise, sigma, batch.at("context"), image_condition_of(batch), {vace_context_of(batch), {}});
   wanfw::StepOutput step{out.loss, {{"sigma_mean", sigma.mean().detach()}}};
   if (settings_.expert == Expert::Both) {  // each expert's loss over the samples routed to it
     const torch::Tensor high = denoiser_.high_noise_samples(sigma).to(torch::kFloat64);
@@ -142,7 +148,7 @@ std::map<std::string, at::Tensor> WanFlowMatchingModel::validation_step(const wa
   const torch::Tensor noise = wanfw::sample_randn(batch, "noise", x0.sizes().slice(1), x0.scalar_type());
   return wan::per_timestep(settings_.validation_timesteps, "loss_t", [&](double s) {
     const torch::Tensor sigma = torch::full({x0.size(0)}, s, x0.options().dtype(torch::kFloat32));
-    return objective(x0, noise, sigma, batch.at("context"), image_condition_of(batch)).loss;
+    return objective(x0, noise, sigma, batch.at("context"), image_condition_of(batch), {vace_context_of(batch), {}}).loss;
   });
 }
 
@@ -156,15 +162,20 @@ std::map<std::string, at::Tensor> WanFlowMatchingModel::predict(const std::map<s
     if (required) throw wanfw::Error(fmt::format("predict: the inputs have no tensor '{}'", name), kPredictInputs);
     return {};
   };
+  wan::VaceInput vace{input("vace_context", denoiser_.config().has_vace()), {}};
+  if (const torch::Tensor scale = input("vace_scale", false); scale.defined()) {
+    const torch::Tensor values = scale.to(torch::kCPU, torch::kFloat64).contiguous().flatten();
+    vace.scales.assign(values.data_ptr<double>(), values.data_ptr<double>() + values.numel());
+  }
   if (inputs.count("x0")) {  // the training objective for given draws
     const Objective out = objective(input("x0"), input("noise"), input("sigma"), input("context"),
-                                    input("image_condition", settings_.task == wan::Task::I2V));
+                                    input("image_condition", settings_.task == wan::Task::I2V), vace);
     return {{"loss", out.loss.cpu()}, {"v", out.prediction.cpu()}, {"target", out.target.cpu()}};
   }
   const torch::Tensor t = input("t");
   // The expert of each sample follows its timestep (per-token timesteps: the noisy tokens' one).
   const torch::Tensor sigma = (t.dim() == 2 ? std::get<0>(t.max(1)) : t).to(torch::kFloat32) / 1000.0;
-  return {{"v", denoiser_.forward(input("x"), t, input("context"), input("y", false), sigma).cpu()}};
+  return {{"v", denoiser_.forward(input("x"), t, input("context"), input("y", false), sigma, vace).cpu()}};
 }
 
 std::map<std::string, at::Tensor> WanFlowMatchingModel::sample(const std::map<std::string, at::Tensor>& inputs,

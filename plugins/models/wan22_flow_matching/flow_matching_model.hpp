@@ -55,7 +55,8 @@ class WanFlowMatchingModel final : public wanfw::Model {
                                            std::uint64_t seed) override;
   /// With adapters: one group "lora" (lora.lr_scale, lora.weight_decay) holding them alone.
   std::vector<wanfw::ParameterGroup> parameter_groups() override;
-  /// With adapters: the adapters alone (the base is rebuilt from model.weights and lora.load).
+  /// With adapters: the adapters alone; a VACE branch trained whole: the branch alone (the base is
+  /// rebuilt from model.weights and lora.load).
   std::vector<std::pair<std::string, at::Tensor>> checkpoint_tensors() override;
   /// The official layout: one DiT in `folder`; experts in folder/high_noise_model and
   /// folder/low_noise_model (a single trained expert in its own subfolder). With adapters: the
@@ -87,9 +88,11 @@ class WanFlowMatchingModel final : public wanfw::Model {
   /// Each sample's sigma, from its "timestep" stream: [B] fp32.
   torch::Tensor sample_sigma(const wanfw::Batch& batch) const;
   Objective objective(const torch::Tensor& x0, const torch::Tensor& noise, const torch::Tensor& sigma,
-                      const torch::Tensor& context, const torch::Tensor& image_condition);
+                      const torch::Tensor& context, const torch::Tensor& image_condition, const wan::VaceInput& vace);
   /// The batch's image_condition for i2v (undefined for the other tasks).
   torch::Tensor image_condition_of(const wanfw::Batch& batch) const;
+  /// The batch's vace_context for a VACE model (undefined for the others).
+  torch::Tensor vace_context_of(const wanfw::Batch& batch) const;
   /// Per-token timesteps for ti2v (the first frame's tokens at 0), else t as given: [B] -> [B] or [B, L].
   torch::Tensor timesteps(const torch::Tensor& sigma, const torch::Tensor& latents) const;
   torch::Device device() const;

@@ -90,14 +90,18 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
   // Built where it will train, in the weights' dtype, part by part: the checkpoint is then copied
   // straight into the final parameters, never held whole in fp32 on the CPU.
   FlowMatchingSettings settings = settings_from(o, config);
+  // A VACE model trains its branch (whole, or through adapters); the base stays frozen.
+  const bool vace_whole = config.has_vace() && !settings.lora.enabled();
   const wan::WanPlacement placement{ctx.device, o.string("dtype") == "bfloat16" ? torch::kBFloat16 : torch::kFloat32,
-                                    wan::fp8_base_from(o, "", !settings.lora.enabled())};
+                                    wan::fp8_base_from(o, "", !settings.lora.enabled() && !config.has_vace()),
+                                    vace_whole};
   const int held = held_expert(o, ctx, settings.expert);
   auto model = std::make_unique<wan_fm::WanFlowMatchingModel>(config, std::move(settings), placement, held);
   wan::WanDenoiser& denoiser = model->denoiser();
   const std::string weights = o.string("weights");
   if (!weights.empty()) denoiser.load_weights(weights, o.string("weights_subfolder"));
   denoiser.apply_lora(model->settings().lora);
+  if (vace_whole) denoiser.train_vace_branch();
   const bool offload = wan::activation_offload_from(o);
   const std::int64_t chunks = wan::recompute_chunks_from(o);
   if (model->settings().lora.enabled() && !ctx.layout.sharded) {

@@ -8,6 +8,7 @@ from there; the model itself is loaded from them when a test first runs it."""
 
 import hashlib
 import importlib.metadata
+import json
 import os
 import shutil
 import tempfile
@@ -46,9 +47,10 @@ class OfficialReference:
 
     @property
     def model(self):
-        if self.loaded is None:
-            from diffusers import WanTransformer3DModel
-            self.loaded = WanTransformer3DModel.from_pretrained(self.folder).eval()
+        if self.loaded is None:  # the class save_pretrained wrote: the Wan transformer or its VACE model
+            import diffusers
+            cls = json.loads((Path(self.folder) / "config.json").read_text())["_class_name"]
+            self.loaded = getattr(diffusers, cls).from_pretrained(self.folder).eval()
         return self.loaded
 
     def __call__(self, x, t, context, **kwargs):
@@ -61,12 +63,14 @@ class OfficialReference:
 
 
 def randomised_reference(folder, seed, overrides):
-    """Builds the tiny diffusers Wan transformer with every parameter randomised (norm weights
-    included) and saves it with save_pretrained."""
+    """Builds the tiny diffusers Wan transformer (with `vace_layers`: its VACE model) with every
+    parameter randomised (norm weights included; a VACE model's proj_in and proj_out too, which the
+    official initialisation zeroes) and saves it with save_pretrained."""
     import diffusers
+    cls = diffusers.WanVACETransformer3DModel if "vace_layers" in overrides else diffusers.WanTransformer3DModel
     with torch.random.fork_rng(devices=[]):  # the caller's random stream is left as it was
         torch.manual_seed(seed)
-        model = diffusers.WanTransformer3DModel(**{**TINY, **overrides}).eval()
+        model = cls(**{**TINY, **overrides}).eval()
         with torch.no_grad():
             for name, p in model.named_parameters():
                 p.copy_(torch.randn_like(p) * (0.1 if p.dim() > 1 else 0.05) + (1.0 if "norm" in name else 0.0))

@@ -24,12 +24,12 @@ constexpr const char* kMetadataKey = "lora_adapter_metadata";
 /// "blocks.0.self_attn.q" -> "blocks.0.attn1.to_q"
 std::string diffusers_layer(const std::string& name) {
   static const std::vector<std::pair<std::regex, std::string>> rules = {
-      {std::regex(R"(^(blocks\.\d+)\.self_attn\.o$)"), "$1.attn1.to_out.0"},
-      {std::regex(R"(^(blocks\.\d+)\.self_attn\.([qkv])$)"), "$1.attn1.to_$2"},
-      {std::regex(R"(^(blocks\.\d+)\.cross_attn\.o$)"), "$1.attn2.to_out.0"},
-      {std::regex(R"(^(blocks\.\d+)\.cross_attn\.([qkv])$)"), "$1.attn2.to_$2"},
-      {std::regex(R"(^(blocks\.\d+)\.ffn\.0$)"), "$1.ffn.net.0.proj"},
-      {std::regex(R"(^(blocks\.\d+)\.ffn\.2$)"), "$1.ffn.net.2"},
+      {std::regex(R"(^((?:vace_)?blocks\.\d+)\.self_attn\.o$)"), "$1.attn1.to_out.0"},
+      {std::regex(R"(^((?:vace_)?blocks\.\d+)\.self_attn\.([qkv])$)"), "$1.attn1.to_$2"},
+      {std::regex(R"(^((?:vace_)?blocks\.\d+)\.cross_attn\.o$)"), "$1.attn2.to_out.0"},
+      {std::regex(R"(^((?:vace_)?blocks\.\d+)\.cross_attn\.([qkv])$)"), "$1.attn2.to_$2"},
+      {std::regex(R"(^((?:vace_)?blocks\.\d+)\.ffn\.0$)"), "$1.ffn.net.0.proj"},
+      {std::regex(R"(^((?:vace_)?blocks\.\d+)\.ffn\.2$)"), "$1.ffn.net.2"},
   };
   for (const auto& [pattern, replacement] : rules)
     if (std::regex_match(name, pattern)) return std::regex_replace(name, pattern, replacement);

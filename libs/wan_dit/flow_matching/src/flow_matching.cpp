@@ -110,9 +110,13 @@ std::vector<wanfw::FieldSpec> task_fields(const WanConfig& c, Task task) {
   wanfw::FieldSpec latents{"latents", {c.out_dim, wanfw::dim::frames, wanfw::dim::height, wanfw::dim::width}};
   wanfw::FieldSpec context{"context", {wanfw::dim::tokens, c.text_dim}};
   context.max_tokens = c.text_len;
-  if (task != Task::I2V) return {latents, context};
+  std::vector<wanfw::FieldSpec> fields = {latents, context};
   // The I2V models see the image as the VAE encodes it followed by zero frames.
-  return {latents, context, wanfw::FieldSpec{"image_condition", latents.shape}};
+  if (task == Task::I2V) fields.push_back({"image_condition", latents.shape});
+  // VACE: the control context on the latents' grid (inactive and reactive latents, the mask).
+  if (c.has_vace())
+    fields.push_back({"vace_context", {c.vace_in_dim, wanfw::dim::frames, wanfw::dim::height, wanfw::dim::width}});
+  return fields;
 }
 
 std::int64_t task_in_dim(const WanConfig& config, Task task) {

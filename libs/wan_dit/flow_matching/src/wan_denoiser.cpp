@@ -109,6 +109,14 @@ WanDenoiser::WanDenoiser(const WanDenoiser& other, const c10::Device& device)
   if (other.pair_) pair_ = WanExpertPair(std::dynamic_pointer_cast<WanExpertPairImpl>(other.pair_->clone(device)));
   else single_ = WanDiT(std::dynamic_pointer_cast<WanDiTImpl>(other.single_->clone(device)));
   for (auto& dit : dits()) refresh_adapters(*dit);
+  if (other.vace_branch_) train_vace_branch();  // cloning re-enables every parameter's gradient
+}
+
+void WanDenoiser::train_vace_branch() {
+  vace_branch_ = true;
+  for (auto& dit : dits())
+    for (auto& item : dit->named_parameters(/*recurse=*/true))
+      item.value().requires_grad_(item.key().starts_with("vace_") && !item.key().ends_with("weight_scale"));
 }
 
 void WanDenoiser::apply_lora(const LoraSettings& settings) {
@@ -159,7 +167,7 @@ std::vector<wanfw::Unit> WanDenoiser::units(const std::string& prefix) const {
 
 std::size_t WanDenoiser::block_count() const {
   std::size_t count = 0;
-  for (const auto& dit : dits()) count += dit->blocks->size();
+  for (const auto& dit : dits()) count += dit->unit_count();
   return count;
 }
 
@@ -172,7 +180,7 @@ void WanDenoiser::set_unit_runner(wanfw::UnitRunner* runner) {
   std::size_t first = 0;
   for (auto& dit : dits()) {
     dit->set_unit_runner(runner, first);
-    first += dit->blocks->size();
+    first += dit->unit_count();
   }
 }
 
@@ -211,13 +219,13 @@ torch::Tensor WanDenoiser::high_noise_samples(const torch::Tensor& sigma) const 
 }
 
 torch::Tensor WanDenoiser::forward(const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& context,
-                                   const torch::Tensor& y, const torch::Tensor& sigma) {
-  if (!pair_) return single_->forward(x, t, context, y);
-  if (held_ >= 0) return dits().front()->forward(x, t, context, y);  // the samples were routed to this expert
+                                   const torch::Tensor& y, const torch::Tensor& sigma, const VaceInput& vace) {
+  if (!pair_) return single_->forward(x, t, context, y, vace);
+  if (held_ >= 0) return dits().front()->forward(x, t, context, y, vace);  // the samples were routed to this expert
   const torch::Tensor high = high_noise_samples(sigma);
   const std::int64_t high_count = high.sum().item<std::int64_t>();
-  if (high_count == x.size(0)) return pair_->high_noise_model->forward(x, t, context, y);
-  if (high_count == 0) return pair_->low_noise_model->forward(x, t, context, y);
+  if (high_count == x.size(0)) return pair_->high_noise_model->forward(x, t, context, y, vace);
+  if (high_count == 0) return pair_->low_noise_model->forward(x, t, context, y, vace);
   const torch::Tensor high_index = high.nonzero().squeeze(1).to(x.device());
   const torch::Tensor low_index = (~high).nonzero().squeeze(1).to(x.device());
   auto part = [&](WanDiT& dit, const torch::Tensor& index) {
@@ -232,8 +240,10 @@ torch::Tensor WanDenoiser::forward(const torch::Tensor& x, const torch::Tensor& 
       for (std::int64_t i = 0; i < rows.numel(); ++i) part_samples.ids.push_back(all_samples->ids.at(row[i]));
       dit->lora_dropout->set(part_samples);
     }
-    torch::Tensor out = dit->forward(x.index_select(0, index), t.index_select(0, index), context.index_select(0, index),
-                                     y.defined() ? y.index_select(0, index) : torch::Tensor());
+    const auto rows = [&](const torch::Tensor& tensor) {
+      return tensor.defined() ? tensor.index_select(0, index) : torch::Tensor();
+    };
+    torch::Tensor out = dit->forward(rows(x), rows(t), rows(context), rows(y), {rows(vace.context), vace.scales});
     if (all_samples) dit->lora_dropout->set(all_samples);
     return out;
   };

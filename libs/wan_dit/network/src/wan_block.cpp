@@ -7,7 +7,10 @@ namespace wan {
 
 torch::Tensor WanGeluTanhImpl::forward(const torch::Tensor& x) { return gelu_tanh(x); }
 
-WanBlockImpl::WanBlockImpl(const WanConfig& config) : config_(config) { reset(); }
+WanBlockImpl::WanBlockImpl(const WanConfig& config, std::int64_t vace_index)
+    : config_(config), vace_index_(vace_index) {
+  reset();
+}
 
 void WanBlockImpl::reset() {
   const WanConfig& c = config_;
@@ -17,6 +20,8 @@ void WanBlockImpl::reset() {
   ffn = register_module("ffn", torch::nn::Sequential(WanLinear(c.dim, c.ffn_dim), WanGeluTanh(),
                                                      WanLinear(c.ffn_dim, c.dim)));
   modulation = register_parameter("modulation", torch::randn({1, 6, c.dim}) / std::sqrt(static_cast<double>(c.dim)));
+  if (vace_index_ == 0) before_proj = register_module("before_proj", torch::nn::Linear(c.dim, c.dim));
+  if (vace_index_ >= 0) after_proj = register_module("after_proj", torch::nn::Linear(c.dim, c.dim));
 }
 
 torch::Tensor WanBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& e0, const torch::Tensor& context,

@@ -12,6 +12,7 @@ struct Preset {
   const char* name;
   std::int64_t dim, ffn_dim, num_heads, num_layers, in_dim, out_dim, text_dim, text_len;
   std::int64_t expert_boundary;
+  std::int64_t vace_every = 0;  ///< VACE: a hint after every n-th block from block 0; 0: no branch
 };
 // Dimensions of the public Wan configs; `tiny` exists for tests and quick runs on a CPU.
 constexpr Preset kPresets[] = {
@@ -20,6 +21,11 @@ constexpr Preset kPresets[] = {
     {"wan2.2-t2v-a14b", 5120, 13824, 40, 40, 16, 16, 4096, 512, 875},  // boundary_ratio 0.875
     {"wan2.2-i2v-a14b", 5120, 13824, 40, 40, 36, 16, 4096, 512, 900},  // boundary_ratio 0.9
     {"tiny", 48, 96, 2, 2, 4, 4, 32, 16, 0},
+    // VACE: the base DiT and its control branch (diffusers' conversion configs).
+    {"wan2.1-vace-1.3b", 1536, 8960, 12, 30, 16, 16, 4096, 512, 0, 2},
+    {"wan2.1-vace-14b", 5120, 13824, 40, 40, 16, 16, 4096, 512, 0, 5},
+    {"wan2.2-vace-fun-a14b", 5120, 13824, 40, 40, 16, 16, 4096, 512, 875, 5},  // boundary_ratio 0.875
+    {"tiny-vace", 48, 96, 2, 4, 4, 4, 32, 16, 0, 2},
 };
 }  // namespace
 
@@ -46,6 +52,8 @@ WanConfig wan_preset(const std::string& name) {
       c.text_dim = p.text_dim;
       c.text_len = p.text_len;
       c.expert_boundary = p.expert_boundary;
+      for (std::int64_t i = 0; p.vace_every > 0 && i < p.num_layers; i += p.vace_every) c.vace_layers.push_back(i);
+      c.vace_in_dim = 2 * p.out_dim + 64;  // inactive and reactive latents, the 8 x 8 mask cell
       return c;
     }
   throw wanfw::Error(fmt::format("unknown Wan preset '{}'", name),
@@ -72,6 +80,21 @@ void WanConfig::validate() const {
                                    head_dim(), dim, num_heads, split[0], split[1], split[2]),
                        "use a head dim that is even and at least 6, such as 128 (the official models) or 24");
   if (freq_dim % 2 != 0) throw wanfw::Error(fmt::format("Wan config: freq_dim {} must be even", freq_dim));
+  validate_vace();
+}
+
+void WanConfig::validate_vace() const {
+  if (!has_vace()) return;
+  const auto where = fmt::format("Wan config: vace_layers [{}]", fmt::join(vace_layers, ", "));
+  if (vace_layers.front() != 0)
+    throw wanfw::Error(where + " does not start at block 0, where the branch takes the embedded latents",
+                       "list the main blocks whose outputs get a hint, the first 0 (the official models: 0, 2, 4, ...)");
+  for (std::size_t k = 1; k < vace_layers.size(); ++k)
+    if (vace_layers[k] <= vace_layers[k - 1])
+      throw wanfw::Error(where + " is not strictly ascending", "list each hinted block once, in order");
+  if (vace_layers.back() >= num_layers)
+    throw wanfw::Error(fmt::format("{} names block {}, but the model has {} blocks", where, vace_layers.back(), num_layers));
+  if (vace_in_dim < 1) throw wanfw::Error(fmt::format("Wan config: vace_in_dim must be positive, got {}", vace_in_dim));
 }
 
 std::vector<std::pair<std::string, std::vector<std::int64_t>>> WanConfig::parameter_shapes() const {
@@ -88,8 +111,7 @@ std::vector<std::pair<std::string, std::vector<std::int64_t>>> WanConfig::parame
   linear("time_embedding.0", freq_dim, dim);
   linear("time_embedding.2", dim, dim);
   linear("time_projection.1", dim, 6 * dim);
-  for (std::int64_t i = 0; i < num_layers; ++i) {
-    const std::string block = "blocks." + std::to_string(i) + ".";
+  const auto block_shapes = [&](const std::string& block) {
     for (const char* attention : {"self_attn", "cross_attn"}) {
       const std::string prefix = block + attention + ".";
       for (const char* projection : {"q", "k", "v", "o"}) linear(prefix + projection, dim, dim);
@@ -103,6 +125,17 @@ std::vector<std::pair<std::string, std::vector<std::int64_t>>> WanConfig::parame
     linear(block + "ffn.0", dim, ffn_dim);
     linear(block + "ffn.2", ffn_dim, dim);
     shapes.push_back({block + "modulation", {1, 6, dim}});
+  };
+  for (std::int64_t i = 0; i < num_layers; ++i) block_shapes("blocks." + std::to_string(i) + ".");
+  for (std::size_t n = 0; n < vace_layers.size(); ++n) {
+    const std::string block = "vace_blocks." + std::to_string(n) + ".";
+    block_shapes(block);
+    if (n == 0) linear(block + "before_proj", dim, dim);
+    linear(block + "after_proj", dim, dim);
+  }
+  if (has_vace()) {
+    shapes.push_back({"vace_patch_embedding.weight", {dim, vace_in_dim, patch[0], patch[1], patch[2]}});
+    shapes.push_back({"vace_patch_embedding.bias", {dim}});
   }
   linear("head.head", dim, patch_volume * out_dim);
   shapes.push_back({"head.modulation", {1, 2, dim}});

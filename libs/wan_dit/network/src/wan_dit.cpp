@@ -104,16 +104,21 @@ void WanDiTImpl::reset() {
     torch::nn::init::zeros_(head->head->weight);
   }
   place(*head);
+  if (c.has_vace()) reset_vace();
 }
 
 std::vector<wanfw::Unit> WanDiTImpl::units(const std::string& prefix) {
   std::vector<wanfw::Unit> units;
-  for (std::size_t i = 0; i < blocks->size(); ++i) {
-    wanfw::Unit unit{fmt::format("{}blocks.{}", prefix, i), {}};
-    for (const auto& item : blocks[i]->named_parameters(/*recurse=*/true))
-      unit.parameters.push_back(unit.name + "." + item.key());
-    units.push_back(std::move(unit));
-  }
+  const auto add = [&](torch::nn::ModuleList list, const char* name) {
+    for (std::size_t i = 0; list && i < list->size(); ++i) {
+      wanfw::Unit unit{fmt::format("{}{}.{}", prefix, name, i), {}};
+      for (const auto& item : list[i]->named_parameters(/*recurse=*/true))
+        unit.parameters.push_back(unit.name + "." + item.key());
+      units.push_back(std::move(unit));
+    }
+  };
+  add(blocks, "blocks");
+  add(vace_blocks, "vace_blocks");
   return units;
 }
 
@@ -165,7 +170,7 @@ torch::Tensor WanDiTImpl::padded_context(const torch::Tensor& context, std::int6
 }
 
 torch::Tensor WanDiTImpl::forward(const torch::Tensor& x_in, const torch::Tensor& t, const torch::Tensor& context_in,
-                                  const torch::Tensor& y) {
+                                  const torch::Tensor& y, const VaceInput& vace) {
   const auto& c = config_;
   // Latents enter in the weights' dtype (float32 inputs to a bfloat16 model, for one).
   const torch::Tensor x_full = (y.defined() ? torch::cat({x_in, y}, 1) : x_in).to(patch_embedding->weight.scalar_type());
@@ -179,6 +184,7 @@ torch::Tensor WanDiTImpl::forward(const torch::Tensor& x_in, const torch::Tensor
 
   torch::Tensor x = patch_embedding(x_full).flatten(2).transpose(1, 2).contiguous();  // [B, L, dim]
   const auto dtype = x.scalar_type();
+  torch::Tensor vace_state = embedded_vace(vace, x_full);  // the branch's running state (VACE)
 
   if (!(t.dim() == 1 || (t.dim() == 2 && t.size(1) == tokens)) || t.size(0) != batch)
     throw wanfw::Error(fmt::format("timesteps have shape {}; expected [{}] or [{}, {}]", c10::str(t.sizes()), batch,
@@ -199,6 +205,7 @@ torch::Tensor WanDiTImpl::forward(const torch::Tensor& x_in, const torch::Tensor
                        split_->padded() == tokens ? std::string()
                                                   : fmt::format(" ({} padding, masked)", split_->padded() - tokens));
     x = split_->split(x);
+    if (vace_state.defined()) vace_state = split_->split(vace_state);
     if (e0.dim() == 4) e0 = split_->split(e0);  // per-token timesteps (ti2v)
     if (e.dim() == 3) e_local = split_->split(e);
     if (split_->padded() != tokens)  // padded tokens rotate by nothing; attention masks them
@@ -207,15 +214,33 @@ torch::Tensor WanDiTImpl::forward(const torch::Tensor& x_in, const torch::Tensor
     rope.sequence = &*split_;
   }
   const bool checkpoint = gradient_checkpointing_ && is_training() && torch::GradMode::is_enabled();
+  const auto run_block = [&](WanBlockImpl& b, const torch::Tensor& in, const torch::Tensor& block_e0,
+                             const torch::Tensor& block_context) {
+    return checkpoint ? checkpointed_block(b, in, block_e0, block_context, rope, lora_dropout.get(),
+                                           adapter_selection.get(), activation_offload_, recompute_chunks_)
+                      : b.forward(in, block_e0, block_context, rope);
+  };
+  const torch::Tensor embedded = x;  // the first VACE block adds the embedded latents
+  std::size_t hint = 0;
   for (std::size_t i = 0; i < blocks->size(); ++i) {
     auto* b = blocks[i]->as<WanBlock>();
-    const auto block = [&](const std::vector<torch::Tensor>& in) {
-      return std::vector<torch::Tensor>{checkpoint ? checkpointed_block(*b, in[0], in[1], in[2], rope, lora_dropout.get(),
-                                                                           adapter_selection.get(), activation_offload_,
-                                                                           recompute_chunks_)
-                                                   : b->forward(in[0], in[1], in[2], rope)};
-    };
-    x = wanfw::run_unit(unit_runner_, first_unit_ + i, {x, e0, context}, block).at(0);
+    x = wanfw::run_unit(unit_runner_, first_unit_ + i, {x, e0, context}, [&](const std::vector<torch::Tensor>& in) {
+          return std::vector<torch::Tensor>{run_block(*b, in[0], in[1], in[2])};
+        }).at(0);
+    if (hint < c.vace_layers.size() && c.vace_layers[hint] == static_cast<std::int64_t>(i)) {
+      auto* vb = vace_blocks[hint]->as<WanBlock>();
+      std::vector<torch::Tensor> inputs = {vace_state, e0, context};
+      if (hint == 0) inputs.push_back(embedded);
+      const auto out = wanfw::run_unit(
+          unit_runner_, first_unit_ + blocks->size() + hint, inputs, [&](const std::vector<torch::Tensor>& in) {
+            const torch::Tensor state = run_block(*vb, vb->before_proj ? vb->before_proj(in[0]) + in[3] : in[0], in[1], in[2]);
+            return std::vector<torch::Tensor>{state, vb->after_proj(state)};
+          });
+      vace_state = out.at(0);
+      const double scale = vace.scales.empty() ? 1.0 : vace.scales.size() == 1 ? vace.scales[0] : vace.scales.at(hint);
+      x = scale == 1.0 ? x + out.at(1) : x + out.at(1) * scale;
+      ++hint;
+    }
   }
   x = head(x, e_local);  // [B, L, patch_volume * out_dim]
   if (sequence_group_ != nullptr) x = split_->gather(x);

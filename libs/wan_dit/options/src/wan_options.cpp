@@ -40,6 +40,16 @@ std::vector<wanfw::OptionSpec> dimension_options(const std::string& prefix, cons
                            "model does (longer contexts are refused); synthetic contexts are this long unless "
                            "data.text_tokens says otherwise. 0 keeps {} (512; 16 for tiny).",
                            keeps)),
+      wanfw::option(prefix + "vace_layers", T::IntegerList)
+          .value("[]")
+          .doc(fmt::format("VACE: the blocks after which the control branch adds its hints, one VACE block each, "
+                           "ascending from 0; [] keeps {} (none for a base model).",
+                           keeps)),
+      wanfw::option(prefix + "vace_in_dim", T::Integer)
+          .value("0")
+          .doc(fmt::format("VACE: channels of the control context (2 x latent channels + 64 mask channels); 0 "
+                           "keeps {} (96).",
+                           keeps)),
   };
 }
 
@@ -60,6 +70,13 @@ WanConfig config_from_options(const wanfw::Options& o, const std::string& prefix
                              {"num_layers", &c.num_layers}, {"in_dim", &c.in_dim}, {"out_dim", &c.out_dim},
                              {"text_dim", &c.text_dim}, {"text_len", &c.text_len}})
     if (o.integer(prefix + name) > 0) *field = o.integer(prefix + name);
+  if (!o.integers(prefix + "vace_layers").empty()) c.vace_layers = o.integers(prefix + "vace_layers");
+  if (o.integer(prefix + "vace_in_dim") > 0) c.vace_in_dim = o.integer(prefix + "vace_in_dim");
+  try {
+    c.validate_vace();
+  } catch (const wanfw::Error& e) {
+    o.fail(prefix + "vace_layers", e.what());
+  }
   try {
     c.validate();
   } catch (const wanfw::Error& e) {

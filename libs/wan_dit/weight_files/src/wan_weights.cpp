@@ -183,14 +183,18 @@ void save_wan_weights(const WanDiTImpl& model, const fs::path& folder, const std
                     weight_map));
   }
   const WanConfig& c = model.config();
+  // A VACE model's config is the official VaceWanModel's: model_type "vace" and the branch's fields.
+  const std::string vace = c.has_vace() ? fmt::format(",\n  \"vace_layers\": [{}],\n  \"vace_in_dim\": {}",
+                                                      fmt::join(c.vace_layers, ", "), c.vace_in_dim)
+                                        : "";
   wanfw::write_file_atomically(
       folder / "config.json",
-      fmt::format("{{\n  \"_class_name\": \"WanModel\",\n  \"model_type\": \"{}\",\n  \"patch_size\": [{}, {}, {}],\n"
+      fmt::format("{{\n  \"_class_name\": \"{}\",\n  \"model_type\": \"{}\",\n  \"patch_size\": [{}, {}, {}],\n"
                   "  \"text_len\": {},\n  \"in_dim\": {},\n  \"dim\": {},\n  \"ffn_dim\": {},\n  \"freq_dim\": {},\n"
                   "  \"text_dim\": {},\n  \"out_dim\": {},\n  \"num_heads\": {},\n  \"num_layers\": {},\n"
-                  "  \"window_size\": [-1, -1],\n  \"qk_norm\": true,\n  \"cross_attn_norm\": true,\n  \"eps\": {}\n}}\n",
-                  model_type, c.patch[0], c.patch[1], c.patch[2], c.text_len, c.in_dim, c.dim, c.ffn_dim, c.freq_dim, c.text_dim,
-                  c.out_dim, c.num_heads, c.num_layers, c.eps));
+                  "  \"window_size\": [-1, -1],\n  \"qk_norm\": true,\n  \"cross_attn_norm\": true,\n  \"eps\": {}{}\n}}\n",
+                  c.has_vace() ? "VaceWanModel" : "WanModel", c.has_vace() ? "vace" : model_type, c.patch[0], c.patch[1], c.patch[2], c.text_len, c.in_dim, c.dim, c.ffn_dim, c.freq_dim, c.text_dim,
+                  c.out_dim, c.num_heads, c.num_layers, c.eps, vace));
 }
 
 }  // namespace wan

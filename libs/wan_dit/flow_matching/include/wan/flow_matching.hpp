@@ -79,7 +79,8 @@ const torch::Tensor& checked_condition(const torch::Tensor& image_condition, con
 void check_latents(const WanConfig& config, Task task, const torch::Tensor& latents, const char* what);
 
 /// The fields a Wan model of `task` reads: latents [out_dim, frames, height, width], context
-/// [tokens <= text_len, text_dim], and for i2v image_condition (the latents' shape).
+/// [tokens <= text_len, text_dim], for i2v image_condition (the latents' shape), and for a VACE
+/// model vace_context [vace_in_dim, frames, height, width].
 std::vector<wanfw::FieldSpec> task_fields(const WanConfig& config, Task task);
 
 /// in_dim the task needs: out_dim, or for i2v out_dim x 2 + 4 mask channels.

@@ -65,11 +65,11 @@ class WanDenoiser {
   /// A replica of `other` on `device`: its modules cloned, weights and settings included.
   WanDenoiser(const WanDenoiser& other, const c10::Device& device);
 
-  /// The velocity for noisy latents `x`, timesteps `t` ([B] or [B, tokens]), text `context` and
-  /// image conditioning `y` (or undefined). `sigma` [B] picks each sample's expert when both
-  /// experts are trained.
+  /// The velocity for noisy latents `x`, timesteps `t` ([B] or [B, tokens]), text `context`,
+  /// image conditioning `y` (or undefined) and, for a VACE model, the control branch's input.
+  /// `sigma` [B] picks each sample's expert when both experts are trained.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& context,
-                        const torch::Tensor& y, const torch::Tensor& sigma);
+                        const torch::Tensor& y, const torch::Tensor& sigma, const VaceInput& vace = {});
 
   /// [B] bool: the samples whose `sigma` routes them to the high-noise expert (t >= boundary).
   torch::Tensor high_noise_samples(const torch::Tensor& sigma) const;
@@ -89,12 +89,16 @@ class WanDenoiser {
   void attach_second_adapters(const LoraSettings& settings);
   /// True when adapters train (module()'s other parameters are frozen).
   bool has_lora() const { return lora_; }
+  /// A VACE model trained whole: every weight but the VACE branch's (vace_patch_embedding,
+  /// vace_blocks) frozen, in every DiT and every replica.
+  void train_vace_branch();
+  bool trains_vace_branch() const { return vace_branch_; }
   /// "high_noise" / "low_noise" for the expert at `index` of dits(); "" without experts.
   std::string expert_name(std::size_t index) const;
   /// Every DiT's blocks as units of fully sharded training, named as module() names them below
   /// `prefix`.
   std::vector<wanfw::Unit> units(const std::string& prefix = "") const;
-  /// The blocks of every DiT held, in units() order.
+  /// The blocks of every DiT held (VACE blocks included), in units() order.
   std::size_t block_count() const;
   /// Runs the blocks through `runner` (null: directly). Throws wanfw::Error for both experts,
   /// whose blocks run or not by the samples' timesteps, unlike on other ranks.
@@ -115,6 +119,7 @@ class WanDenoiser {
   WanExpertPair pair_{nullptr};
   int held_ = -1;
   bool lora_ = false;
+  bool vace_branch_ = false;
 };
 
 }  // namespace wan

@@ -29,6 +29,14 @@ struct WanConfig {
   /// For the two-expert (MoE) presets: the timestep (0..1000) at which the high-noise expert
   /// hands over to the low-noise one; 0 for single-model presets.
   std::int64_t expert_boundary = 0;
+  /// VACE (the control branch): the main blocks after which its hints are added, one VACE block
+  /// each, ascending from 0 (the official models: every 2nd block of 1.3B, every 5th of 14B);
+  /// empty: a base model without the branch.
+  std::vector<std::int64_t> vace_layers;
+  /// Channels of the VACE context: inactive 16 + reactive 16 latents and the 64-channel mask.
+  std::int64_t vace_in_dim = 96;
+
+  bool has_vace() const { return !vace_layers.empty(); }
 
   std::int64_t head_dim() const { return dim / num_heads; }
   /// RoPE split of the head dim into frame, height, width parts: d-4(d/6), 2(d/6), 2(d/6).
@@ -39,9 +47,12 @@ struct WanConfig {
   std::int64_t parameter_count() const;
   /// Throws wanfw::Error when the dimensions do not fit together (dim % heads, RoPE split).
   void validate() const;
+  /// validate()'s part for the VACE branch: vace_layers from 0, ascending, within the blocks.
+  void validate_vace() const;
 };
 
-/// A named preset: wan2.1-t2v-1.3b, wan2.2-ti2v-5b, wan2.2-t2v-a14b, wan2.2-i2v-a14b, tiny.
+/// A named preset: wan2.1-t2v-1.3b, wan2.2-ti2v-5b, wan2.2-t2v-a14b, wan2.2-i2v-a14b, the VACE
+/// models wan2.1-vace-1.3b, wan2.1-vace-14b, wan2.2-vace-fun-a14b, and tiny / tiny-vace.
 WanConfig wan_preset(const std::string& name);
 const std::vector<std::string>& wan_preset_names();
 

@@ -83,9 +83,12 @@ class WanGeluTanhImpl : public torch::nn::Cloneable<WanGeluTanhImpl> {
 };
 TORCH_MODULE(WanGeluTanh);
 
+/// One transformer block. With `vace_index` n >= 0 it is VACE block n (vace_blocks.n): the same
+/// block, plus `after_proj` (its hint: a Linear of its output) and, for n = 0, `before_proj` (the
+/// embedded context's projection, added to the embedded latents); the DiT applies both around forward.
 class WanBlockImpl : public torch::nn::Cloneable<WanBlockImpl> {
  public:
-  explicit WanBlockImpl(const WanConfig& config);
+  explicit WanBlockImpl(const WanConfig& config, std::int64_t vace_index = -1);
   void reset() override;
   /// `e0`: the time projection, [B, 6, dim] or [B, L, 6, dim] (one timestep per token).
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& e0, const torch::Tensor& context,
@@ -103,9 +106,11 @@ class WanBlockImpl : public torch::nn::Cloneable<WanBlockImpl> {
   torch::nn::LayerNorm norm3{nullptr};
   torch::nn::Sequential ffn{nullptr};
   torch::Tensor modulation;
+  torch::nn::Linear before_proj{nullptr}, after_proj{nullptr};  ///< VACE blocks only
 
  private:
   WanConfig config_;
+  std::int64_t vace_index_;
 };
 TORCH_MODULE(WanBlock);
 
@@ -133,6 +138,16 @@ struct WanPlacement {
   /// scales and frozen (WanLinearImpl::quantize_base), each block quantized from float32 before it
   /// is placed; norms, modulation, embeddings, time projection and head stay in `dtype`.
   bool fp8_base = false;
+  /// The VACE branch trains whole: its blocks stay in `dtype` under fp8_base (else, a frozen base
+  /// for adapters, they are quantized as the main blocks are).
+  bool trained_vace = false;
+};
+
+/// The VACE branch's input: `context` [B, vace_in_dim, F, H, W] on the latents' grid (reference
+/// frames prepended as the latents' are), and each hint's scale (empty: 1; one value: every hint's).
+struct VaceInput {
+  torch::Tensor context;
+  std::vector<double> scales;
 };
 
 /// The whole DiT: patchify, text and time conditioning, blocks, head, unpatchify.
@@ -147,9 +162,16 @@ class WanDiTImpl : public torch::nn::Cloneable<WanDiTImpl> {
   /// `x` [B, in_dim - y_channels, F, H, W] noisy latents; `t` [B] or [B, tokens] timesteps on the
   /// 0..1000 scale; `context` [B, Lc, text_dim] with Lc <= text_len, zero-padded to text_len as
   /// the official model does; `y` (optional) [B, C_y, F, H, W] concatenated to `x` along
-  /// channels (I2V). Returns [B, out_dim, F, H, W].
+  /// channels (I2V); `vace` the control branch's input, which a VACE model (config().has_vace())
+  /// requires and any other refuses. Returns [B, out_dim, F, H, W].
+  ///
+  /// VACE: the branch is a chain of blocks on the embedded context, the first adding the embedded
+  /// latents (before_proj(c) + x), each emitting a hint (after_proj) that is added, times its
+  /// scale, to the output of main block vace_layers[n]. VACE block n runs right after that main
+  /// block rather than all before the first: the same operations on the same values, with one hint
+  /// alive at a time instead of all of them.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& context,
-                        const torch::Tensor& y = {});
+                        const torch::Tensor& y = {}, const VaceInput& vace = {});
 
   /// Recompute each block's activations in the backward pass instead of keeping them: memory
   /// for activations drops to one block's, at the price of a second forward per block.
@@ -164,13 +186,17 @@ class WanDiTImpl : public torch::nn::Cloneable<WanDiTImpl> {
   void set_recompute_chunks(std::int64_t chunks) { recompute_chunks_ = chunks; }
   std::int64_t recompute_chunks() const { return recompute_chunks_; }
   /// Each block is a unit (wanfw/units.hpp: fsdp gathers it, block swap streams it), its forward run
-  /// through `runner` as unit `first_unit` + its index; null runs the blocks directly.
+  /// through `runner` as unit `first_unit` + its index, the VACE blocks after the main ones (unit
+  /// first_unit + num_layers + n); null runs the blocks directly.
   void set_unit_runner(wanfw::UnitRunner* runner, std::size_t first_unit) {
     unit_runner_ = runner;
     first_unit_ = first_unit;
   }
-  /// The blocks as units, their parameters named with `prefix` (the DiT's name in the trained module).
+  /// The blocks as units (the main blocks, then the VACE blocks), their parameters named with
+  /// `prefix` (the DiT's name in the trained module).
   std::vector<wanfw::Unit> units(const std::string& prefix);
+  /// The blocks the DiT runs as units: num_layers + the VACE blocks.
+  std::size_t unit_count() const { return blocks->size() + (vace_blocks ? vace_blocks->size() : 0); }
   /// Sequence parallelism (wanfw/sequence_parallel.hpp): each sample's tokens split over `group`
   /// after the patch embedding, the blocks and head run on this rank's share, self-attention over
   /// every token through two all-to-alls (the padding masked), the outputs gathered before
@@ -185,6 +211,9 @@ class WanDiTImpl : public torch::nn::Cloneable<WanDiTImpl> {
   torch::nn::Sequential text_embedding{nullptr}, time_embedding{nullptr}, time_projection{nullptr};
   torch::nn::ModuleList blocks{nullptr};
   WanHead head{nullptr};
+  /// VACE only (config().has_vace()): the context's patch embedding and the branch's blocks.
+  torch::nn::Conv3d vace_patch_embedding{nullptr};
+  torch::nn::ModuleList vace_blocks{nullptr};
   /// The adapters' dropout streams (wan::attach_adapters makes them; null without adapters).
   std::shared_ptr<LoraDropoutStreams> lora_dropout;
   /// Which adapters the layers add, with a second set attached (wan::attach_second_adapters; null: the first alone).
@@ -193,6 +222,12 @@ class WanDiTImpl : public torch::nn::Cloneable<WanDiTImpl> {
  private:
   /// `context` checked and zero-padded to text_len tokens.
   torch::Tensor padded_context(const torch::Tensor& context, std::int64_t batch) const;
+  /// Registers the VACE branch as the official model builds it: PyTorch's default initialisation,
+  /// before_proj and after_proj zero (the hints start at nothing); placed part by part.
+  void reset_vace();
+  /// The embedded VACE context [B, L, dim] for latents `x_full` [B, in_dim, F, H, W], checked with
+  /// the scales; undefined for a model without the branch (which refuses a context).
+  torch::Tensor embedded_vace(const VaceInput& vace, const torch::Tensor& x_full);
   /// The RoPE tables of a token grid on a device, built once and kept.
   const RopeTables& rope_for(const std::array<std::int64_t, 3>& grid, const torch::Device& device);
 
