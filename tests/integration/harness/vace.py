@@ -91,12 +91,14 @@ def official_name(key: str) -> str:
     return key.replace(".proj_out.", ".after_proj.")
 
 
-def control_dataset(folder: Path, samples: int, bucket=(2, 8, 8), channels=4, shuffled=False, seed=0) -> Path:
+def control_dataset(folder: Path, samples: int, bucket=(2, 8, 8), channels=4, shuffled=False, seed=0,
+                    negated=False) -> Path:
     """A data set folder in the real format for a tiny VACE model in the control mode of the official
     pipeline (mask all ones: no inactive part): each sample's latents are random, its reactive
     latents are those latents (the control video is the target), and every caption is the same, so
     only the control tells one sample from another. `shuffled`: each sample carries another
-    sample's control, which then tells nothing."""
+    sample's control, which then tells nothing. `negated`: the control video is the target negated
+    (another control for a model that learned the first)."""
     g = torch.Generator().manual_seed(seed)
     f, h, w = bucket
     latents = [torch.randn(channels, f, h, w, generator=g) for _ in range(samples)]
@@ -107,7 +109,8 @@ def control_dataset(folder: Path, samples: int, bucket=(2, 8, 8), channels=4, sh
     shard = "shards/control-00000.safetensors"
     ref = lambda name: {"shard": shard, "tensor": name, "shape": list(tensors[name].shape)}  # noqa: E731
     for i, x in enumerate(latents):
-        control = torch.cat([torch.zeros(channels, f, h, w), latents[order[i]], torch.ones(64, f, h, w)])
+        reactive = -latents[order[i]] if negated else latents[order[i]]
+        control = torch.cat([torch.zeros(channels, f, h, w), reactive, torch.ones(64, f, h, w)])
         tensors[f"latents/{i}"], tensors[f"vace_context/{i}"] = x.bfloat16(), control.bfloat16()
         entries.append({"id": f"sample_{i:04d}", "bucket": "x".join(map(str, bucket)), "caption_hash": "same",
                         "fields": {"latents": ref(f"latents/{i}"), "vace_context": ref(f"vace_context/{i}"),

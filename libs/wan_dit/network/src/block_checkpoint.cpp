@@ -58,12 +58,31 @@ class ForwardState {
   AdapterSelection selection_before_;
 };
 
+/// The `embedded` input of a block that adds no embedded latents: an empty tensor (a custom
+/// function's inputs must be defined).
+torch::Tensor no_embedded(const torch::Tensor& like) { return torch::empty({0}, like.options()); }
+
+/// A block's outputs from its inputs: a main block's output; a VACE block's state and hint (its
+/// input first projected and added to the embedded latents where it has before_proj).
+std::vector<torch::Tensor> block_outputs(WanBlockImpl& block, const torch::Tensor& x, const torch::Tensor& embedded,
+                                         const torch::Tensor& e0, const torch::Tensor& context, const RopeTables& rope,
+                                         std::int64_t chunks, LoraDropoutStreams* dropout) {
+  const torch::Tensor in = block.before_proj ? block.before_proj(x) + embedded : x;
+  torch::Tensor out = chunks > 1 ? chunked_block_forward(block, in, e0, context, rope, chunks, dropout)
+                                 : block.forward(in, e0, context, rope);
+  if (!block.after_proj) return {out};
+  torch::Tensor hint = block.after_proj(out);
+  return {out, hint};
+}
+
 /// Saves a block's inputs instead of its activations, and recomputes the block in backward.
 struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& e0,
-                               const torch::Tensor& context, at::TensorList parameters, WanBlockImpl* block,
-                               const RopeTables* rope, LoraDropoutStreams* dropout, AdapterSelection* selection,
-                               bool offload, std::int64_t chunks) {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                                                const torch::Tensor& e0, const torch::Tensor& context,
+                                                const torch::Tensor& embedded, at::TensorList parameters,
+                                                WanBlockImpl* block, const RopeTables* rope,
+                                                LoraDropoutStreams* dropout, AdapterSelection* selection, bool offload,
+                                                std::int64_t chunks) {
     // The recomputation adds the adapters this forward adds (a DMD critic's on a shared base),
     // whichever the DiT selects when backward runs.
     ctx->saved_data["selection"] = reinterpret_cast<std::int64_t>(selection);
@@ -72,16 +91,21 @@ struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
       ctx->saved_data["second"] = selection->second;
     }
     if (offload) {
-      // The block's input waits in host memory (pinned on a GPU, copied asynchronously on the
-      // compute stream, so backward's copy back is ordered after it); e0 and the context are the
-      // same tensors for every block, kept once on the device.
-      at::Tensor host = at::empty(x.sizes(), x.options().device(torch::kCPU).pinned_memory(x.is_cuda()));
-      host.copy_(x, /*non_blocking=*/x.is_cuda());
-      ctx->saved_data["x_host"] = host;
-      ctx->saved_data["x_requires_grad"] = x.requires_grad();
-      ctx->save_for_backward({torch::Tensor(), e0, context});
+      // The block's input (and a VACE block's embedded latents) wait in host memory (pinned on a
+      // GPU, copied asynchronously on the compute stream, so backward's copy back is ordered after
+      // it); e0 and the context are the same tensors for every block, kept once on the device.
+      const auto to_host = [&](const torch::Tensor& t, const char* name) {
+        if (t.numel() == 0) return;  // no embedded latents
+        at::Tensor host = at::empty(t.sizes(), t.options().device(torch::kCPU).pinned_memory(t.is_cuda()));
+        host.copy_(t, /*non_blocking=*/t.is_cuda());
+        ctx->saved_data[std::string(name) + "_host"] = host;
+        ctx->saved_data[std::string(name) + "_requires_grad"] = t.requires_grad();
+      };
+      to_host(x, "x");
+      to_host(embedded, "embedded");
+      ctx->save_for_backward({torch::Tensor(), e0, context, torch::Tensor()});
     } else {
-      ctx->save_for_backward({x, e0, context});
+      ctx->save_for_backward({x, e0, context, embedded});
     }
     ctx->saved_data["dropout"] = reinterpret_cast<std::int64_t>(dropout);
     if (dropout != nullptr && dropout->samples()) {  // the recomputation draws the same masks
@@ -98,8 +122,7 @@ struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
     const auto device_type = x.device().type();
     ctx->saved_data["autocast"] = at::autocast::is_autocast_enabled(device_type);
     ctx->saved_data["autocast_dtype"] = at::autocast::get_autocast_dtype(device_type);
-    return chunks > 1 ? chunked_block_forward(*block, x, e0, context, *rope, chunks, dropout)
-                      : block->forward(x, e0, context, *rope);
+    return block_outputs(*block, x, embedded, e0, context, *rope, chunks, dropout);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -108,37 +131,35 @@ struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
     const RopeTables rope{ctx->saved_data["rope"].toTensor(),
                           reinterpret_cast<const wanfw::SequenceSplit*>(ctx->saved_data["sequence"].toInt())};
     const auto saved = ctx->get_saved_variables();
-    std::vector<torch::Tensor> inputs;
+    std::vector<torch::Tensor> inputs;  // x, e0, context, embedded
     for (const auto& t : saved) inputs.push_back(t.defined() ? t.detach().requires_grad_(t.requires_grad()) : t);
-    if (ctx->saved_data.count("x_host"))
-      inputs[0] = ctx->saved_data["x_host"].toTensor().to(inputs[1].device(), /*non_blocking=*/true)
-                      .requires_grad_(ctx->saved_data["x_requires_grad"].toBool());
+    for (const auto& [name, index] : {std::pair{"x", 0}, {"embedded", 3}})
+      if (ctx->saved_data.count(std::string(name) + "_host"))
+        inputs[index] = ctx->saved_data[std::string(name) + "_host"].toTensor()
+                            .to(inputs[1].device(), /*non_blocking=*/true)
+                            .requires_grad_(ctx->saved_data[std::string(name) + "_requires_grad"].toBool());
     const auto parameters = block->parameters();
-    // One gradient per forward argument: x, e0, context, each parameter, block, rope, dropout,
-    // selection, offload, chunks.
+    // One gradient per forward argument: x, e0, context, embedded, each parameter, block, rope,
+    // dropout, selection, offload, chunks.
     torch::autograd::variable_list result(inputs.size() + parameters.size() + 6);
     const ForwardState state(ctx, inputs[0].device());
     const std::int64_t chunks = ctx->saved_data["chunks"].toInt();
-    if (chunks > 1) {
-      const auto grads =
-          chunked_block_backward(*block, inputs, parameters, rope, chunks, state.dropout(), grad_outputs[0]);
-      for (std::size_t i = 0; i < grads.size(); ++i) result[i] = grads[i];
-      return result;
+    std::vector<torch::Tensor> grads;
+    if (chunks > 1 && block->after_proj) {
+      grads = chunked_vace_backward(*block, inputs, parameters, rope, chunks, state.dropout(), grad_outputs);
+    } else if (chunks > 1) {
+      grads = chunked_block_backward(*block, {inputs[0], inputs[1], inputs[2]}, parameters, rope, chunks,
+                                     state.dropout(), grad_outputs[0]);
+      grads.insert(grads.begin() + 3, torch::Tensor());  // no embedded latents
+    } else {
+      // Recompute the whole block, then differentiate with respect to whatever requires grad: the
+      // inputs, then the parameters.
+      const auto outputs = block_outputs(*block, inputs[0], inputs[3], inputs[1], inputs[2], rope, 1, nullptr);
+      std::vector<torch::Tensor> wrt = inputs;
+      wrt.insert(wrt.end(), parameters.begin(), parameters.end());
+      grads = gradients_of(outputs, grad_outputs, wrt);
     }
-    // Recompute the whole block, then differentiate with respect to whatever requires grad: the
-    // inputs, then the parameters.
-    const torch::Tensor output = block->forward(inputs[0], inputs[1], inputs[2], rope);
-    std::vector<torch::Tensor> wrt;
-    std::vector<std::size_t> slot;  // position of each differentiated tensor in the result
-    for (std::size_t i = 0; i < inputs.size(); ++i)
-      if (inputs[i].requires_grad()) wrt.push_back(inputs[i]), slot.push_back(i);
-    for (std::size_t i = 0; i < parameters.size(); ++i)
-      if (parameters[i].requires_grad()) wrt.push_back(parameters[i]), slot.push_back(inputs.size() + i);
-    if (!wrt.empty()) {
-      const auto grads = torch::autograd::grad({output}, wrt, {grad_outputs[0]}, /*retain_graph=*/false,
-                                               /*create_graph=*/false, /*allow_unused=*/true);
-      for (std::size_t i = 0; i < grads.size(); ++i) result[slot[i]] = grads[i];
-    }
+    for (std::size_t i = 0; i < grads.size(); ++i) result[i] = grads[i];
     return result;
   }
 };
@@ -149,8 +170,21 @@ torch::Tensor checkpointed_block(WanBlockImpl& block, const torch::Tensor& x, co
                                  const torch::Tensor& context, const RopeTables& rope, LoraDropoutStreams* dropout,
                                  AdapterSelection* selection, bool offload, std::int64_t chunks) {
   const std::vector<torch::Tensor> parameters = block.parameters();
-  return BlockCheckpoint::apply(x, e0, context, at::TensorList(parameters), &block, &rope, dropout, selection,
-                                offload, chunks);
+  return BlockCheckpoint::apply(x, e0, context, no_embedded(x), at::TensorList(parameters), &block, &rope, dropout,
+                                selection, offload, chunks)
+      .at(0);
+}
+
+std::array<torch::Tensor, 2> checkpointed_vace_block(WanBlockImpl& block, const torch::Tensor& state,
+                                                     const torch::Tensor& embedded, const torch::Tensor& e0,
+                                                     const torch::Tensor& context, const RopeTables& rope,
+                                                     LoraDropoutStreams* dropout, AdapterSelection* selection,
+                                                     bool offload, std::int64_t chunks) {
+  const std::vector<torch::Tensor> parameters = block.parameters();
+  const auto out = BlockCheckpoint::apply(state, e0, context, embedded.defined() ? embedded : no_embedded(state),
+                                          at::TensorList(parameters), &block, &rope, dropout, selection, offload,
+                                          chunks);
+  return {out.at(0), out.at(1)};
 }
 
 }  // namespace wan

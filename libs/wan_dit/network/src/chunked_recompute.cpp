@@ -52,10 +52,10 @@ class ChunkView {
 
 torch::Tensor leaf(const torch::Tensor& t, bool requires_grad) { return t.detach().requires_grad_(requires_grad); }
 
-/// Gradients of `outputs` weighted by `grads` for each of `wrt` that requires grad; undefined for
-/// the others, for those the outputs do not reach, and when no output needs one.
-std::vector<torch::Tensor> gradients(const std::vector<torch::Tensor>& outputs, const std::vector<torch::Tensor>& grads,
-                                     const std::vector<torch::Tensor>& wrt) {
+}  // namespace
+
+std::vector<torch::Tensor> gradients_of(const std::vector<torch::Tensor>& outputs,
+                                        const std::vector<torch::Tensor>& grads, const std::vector<torch::Tensor>& wrt) {
   std::vector<torch::Tensor> out_list, grad_list, wrt_list;
   for (std::size_t i = 0; i < outputs.size(); ++i)
     if (outputs[i].requires_grad() && grads[i].defined()) out_list.push_back(outputs[i]), grad_list.push_back(grads[i]);
@@ -69,6 +69,8 @@ std::vector<torch::Tensor> gradients(const std::vector<torch::Tensor>& outputs, 
   for (std::size_t i = 0; i < g.size(); ++i) result[slot[i]] = g[i];
   return result;
 }
+
+namespace {
 
 /// Sums of gradients that arrive a chunk at a time.
 struct GradientSums {
@@ -181,7 +183,7 @@ std::vector<torch::Tensor> chunked_block_backward(WanBlockImpl& block, const std
       const torch::Tensor mc = leaf(mixed_values.narrow(1, c.start, c.count), true);
       const torch::Tensor out =
           block.after_attention(xc, mc, modulation_chunks(block.modulation, ec, 6), key_leaf, value_leaf);
-      const auto g = gradients({out}, {grad_output.narrow(1, c.start, c.count)},
+      const auto g = gradients_of({out}, {grad_output.narrow(1, c.start, c.count)},
                                with_parameters({xc, mc, ec, key_leaf, value_leaf}));
       put_rows(grad_x, x.size(1), c, g[0], false);
       put_rows(grad_mixed, x.size(1), c, g[1], false);
@@ -193,7 +195,7 @@ std::vector<torch::Tensor> chunked_block_backward(WanBlockImpl& block, const std
     view.rows({});
   }
   // 4. The self-attention's backward over every token.
-  auto grad_qkv = gradients({mixed}, {grad_mixed}, {qkv[0], qkv[1], qkv[2]});
+  auto grad_qkv = gradients_of({mixed}, {grad_mixed}, {qkv[0], qkv[1], qkv[2]});
   mixed = torch::Tensor();
   grad_mixed = torch::Tensor();
   qkv = {};
@@ -205,7 +207,7 @@ std::vector<torch::Tensor> chunked_block_backward(WanBlockImpl& block, const std
     std::vector<torch::Tensor> grads;
     for (std::size_t j = 0; j < 3; ++j)
       grads.push_back(grad_qkv[j].defined() ? grad_qkv[j].narrow(1, c.start, c.count) : torch::Tensor());
-    const auto g = gradients({part[0], part[1], part[2]}, grads, with_parameters({xc, ec}));
+    const auto g = gradients_of({part[0], part[1], part[2]}, grads, with_parameters({xc, ec}));
     put_rows(grad_x, x.size(1), c, g[0], true);
     add_e0(c, g[1], true);
     add_parameters(g, 2);
@@ -213,13 +215,53 @@ std::vector<torch::Tensor> chunked_block_backward(WanBlockImpl& block, const std
   view.rows({});
   grad_qkv = {};
   // 6. The cross-attention's keys' and values' backward.
-  const auto g = gradients({context_key, context_value}, {sums.sums[kKey], sums.sums[kValue]}, with_parameters({context}));
+  const auto g = gradients_of({context_key, context_value}, {sums.sums[kKey], sums.sums[kValue]}, with_parameters({context}));
   add_parameters(g, 1);
 
   std::vector<torch::Tensor> result{x.requires_grad() ? grad_x : torch::Tensor(),
                                     e0.requires_grad() ? (per_token ? grad_e0 : sums.sums[kE0]) : torch::Tensor(),
                                     g[0]};
   for (std::size_t i = 0; i < P; ++i) result.push_back(sums.sums[kParameters + i]);
+  return result;
+}
+
+std::vector<torch::Tensor> chunked_vace_backward(WanBlockImpl& block, const std::vector<torch::Tensor>& inputs,
+                                                 const std::vector<torch::Tensor>& parameters, const RopeTables& rope,
+                                                 std::int64_t chunks, LoraDropoutStreams* dropout,
+                                                 const std::vector<torch::Tensor>& grad_outputs) {
+  const torch::Tensor &x = inputs[0], &e0 = inputs[1], &context = inputs[2], &embedded = inputs[3];
+  // The block's input, with its graph from the state and the embedded latents (block 0's before_proj).
+  const torch::Tensor in = block.before_proj ? block.before_proj(x) + embedded : x;
+  const torch::Tensor in_leaf = leaf(in, in.requires_grad());
+  // The block's output again, without a graph, and the hint's backward: what reaches the output.
+  torch::Tensor out;
+  {
+    torch::NoGradGuard no_grad;
+    out = chunked_block_forward(block, in_leaf, e0, context, rope, chunks, dropout);
+  }
+  const torch::Tensor out_leaf = leaf(out, true);
+  std::vector<torch::Tensor> wrt = {out_leaf};
+  wrt.insert(wrt.end(), parameters.begin(), parameters.end());
+  const auto hint = gradients_of({block.after_proj(out_leaf)}, {grad_outputs.at(1)}, wrt);
+  const torch::Tensor& state = grad_outputs.at(0);
+  const torch::Tensor grad_out = !state.defined() ? hint[0] : hint[0].defined() ? state + hint[0] : state;
+  // The block's backward a chunk at a time, then the input's through before_proj.
+  const auto inner = chunked_block_backward(block, {in_leaf, e0, context}, parameters, rope, chunks, dropout, grad_out);
+  std::vector<torch::Tensor> before(2 + parameters.size());
+  if (block.before_proj) {
+    std::vector<torch::Tensor> in_wrt = {x, embedded};
+    in_wrt.insert(in_wrt.end(), parameters.begin(), parameters.end());
+    before = gradients_of({in}, {inner[0]}, in_wrt);
+  } else {
+    before[0] = inner[0];
+  }
+  std::vector<torch::Tensor> result = {before[0], inner[1], inner[2], before[1]};
+  for (std::size_t i = 0; i < parameters.size(); ++i) {
+    torch::Tensor sum;
+    for (const torch::Tensor& g : {hint[1 + i], inner[3 + i], before[2 + i]})
+      if (g.defined()) sum = sum.defined() ? sum + g : g;
+    result.push_back(sum);
+  }
   return result;
 }
 

@@ -35,4 +35,19 @@ std::vector<torch::Tensor> chunked_block_backward(WanBlockImpl& block, const std
                                                   std::int64_t chunks, LoraDropoutStreams* dropout,
                                                   const torch::Tensor& grad_output);
 
+/// chunked_block_backward for VACE block `block`, `inputs` {state, e0, context, embedded latents}
+/// and `grad_outputs` {its state's, its hint's}: the input projected (before_proj) and the hint
+/// (after_proj) differentiated whole, the block a chunk of tokens at a time, after one more chunked
+/// forward for the hint's input. Gradients for the inputs, then the parameters.
+std::vector<torch::Tensor> chunked_vace_backward(WanBlockImpl& block, const std::vector<torch::Tensor>& inputs,
+                                                 const std::vector<torch::Tensor>& parameters, const RopeTables& rope,
+                                                 std::int64_t chunks, LoraDropoutStreams* dropout,
+                                                 const std::vector<torch::Tensor>& grad_outputs);
+
+/// Gradients of `outputs` weighted by `grads` (undefined: that output passes none) for each of
+/// `wrt` that requires grad; undefined for the others, for those the outputs do not reach, and when
+/// no output needs one.
+std::vector<torch::Tensor> gradients_of(const std::vector<torch::Tensor>& outputs,
+                                        const std::vector<torch::Tensor>& grads, const std::vector<torch::Tensor>& wrt);
+
 }  // namespace wan

@@ -233,7 +233,15 @@ torch::Tensor WanDiTImpl::forward(const torch::Tensor& x_in, const torch::Tensor
       if (hint == 0) inputs.push_back(embedded);
       const auto out = wanfw::run_unit(
           unit_runner_, first_unit_ + blocks->size() + hint, inputs, [&](const std::vector<torch::Tensor>& in) {
-            const torch::Tensor state = run_block(*vb, vb->before_proj ? vb->before_proj(in[0]) + in[3] : in[0], in[1], in[2]);
+            const torch::Tensor added = in.size() > 3 ? in[3] : torch::Tensor();
+            if (checkpoint) {
+              const auto [state, next] = checkpointed_vace_block(*vb, in[0], added, in[1], in[2], rope,
+                                                                 lora_dropout.get(), adapter_selection.get(),
+                                                                 activation_offload_, recompute_chunks_);
+              return std::vector<torch::Tensor>{state, next};
+            }
+            const torch::Tensor state = vb->forward(vb->before_proj ? vb->before_proj(in[0]) + added : in[0], in[1],
+                                                    in[2], rope);
             return std::vector<torch::Tensor>{state, vb->after_proj(state)};
           });
       vace_state = out.at(0);

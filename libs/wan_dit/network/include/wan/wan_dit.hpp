@@ -259,6 +259,17 @@ torch::Tensor checkpointed_block(WanBlockImpl& block, const torch::Tensor& x, co
                                  LoraDropoutStreams* dropout = nullptr, AdapterSelection* selection = nullptr,
                                  bool offload = false, std::int64_t chunks = 1);
 
+/// checkpointed_block for VACE block `block`: from the branch's `state` (and, for block 0, the
+/// embedded latents `embedded` it adds after before_proj; undefined for the others), its next
+/// state and its hint (after_proj), the projections recomputed with the block (so that a streamed
+/// unit keeps none of its weights for backward).
+std::array<torch::Tensor, 2> checkpointed_vace_block(WanBlockImpl& block, const torch::Tensor& state,
+                                                     const torch::Tensor& embedded, const torch::Tensor& e0,
+                                                     const torch::Tensor& context, const RopeTables& rope,
+                                                     LoraDropoutStreams* dropout = nullptr,
+                                                     AdapterSelection* selection = nullptr, bool offload = false,
+                                                     std::int64_t chunks = 1);
+
 /// Sinusoidal embedding of timesteps `t` (any shape) into `dim` channels, cos half first,
 /// computed in float64 and returned as float32: [..., dim].
 torch::Tensor sinusoidal_embedding(const torch::Tensor& t, std::int64_t dim);
