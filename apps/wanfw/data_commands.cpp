@@ -24,7 +24,7 @@ namespace fs = std::filesystem;
 namespace wanfw::cli {
 
 const char* const kDataHelp = R"(usage: wanfw data synth DIR [--samples N] [--buckets FxHxW,...] [--channels C] [--text-dim D]
-                         [--max-tokens L] [--seed N] [--shard-mb M] [--image-condition]
+                         [--max-tokens L] [--seed N] [--shard-mb M] [--image-condition] [--vace]
        wanfw data inspect DIR [--batch-size B] [--world-size N] [--accumulation K] [--keep-last]
        wanfw data verify DIR
        wanfw data throughput DIR [--workers N] [--prefetch P] [--batch-size B] [--epochs E] [--for-gpu]
@@ -38,6 +38,8 @@ manifest.json (docs/data.md). tools/encode_dataset.py makes them from videos and
            embedding. A model can learn it: the loss falls. Defaults fit the tiny Wan preset:
            64 samples, buckets 2x8x8,3x8x12, 4 channels, text 32 wide, at most 16 tokens.
            --image-condition: each sample also carries image_condition (the i2v models' field).
+           --vace: each sample also carries vace_context (the VACE models' field) in the official
+           control mode, its mask all ones: no inactive part, its latents as the control video.
   inspect  prints samples, buckets, fields with shapes and dtypes, bytes, and the bucket plan
            for a batch size / world size / accumulation (default 1 / 1 / 1; --keep-last: as
            data.drop_last: false).
@@ -111,11 +113,16 @@ std::vector<Bucket> buckets_of(const std::string& list) {
   return buckets;
 }
 
+/// The VACE control mode's context of `latents` [C, F, H, W]: inactive 0, reactive the latents, mask 1.
+at::Tensor control_context(const at::Tensor& latents) {
+  return at::cat({at::zeros_like(latents), latents, at::ones_like(latents).narrow(0, 0, 1).expand({64, -1, -1, -1})});
+}
+
 int synth(const std::vector<std::string>& args) {
   std::map<std::string, std::string> flags = {{"--samples", "64"},   {"--buckets", "2x8x8,3x8x12"}, {"--channels", "4"},
                                               {"--text-dim", "32"},  {"--max-tokens", "16"},        {"--seed", "0"},
-                                              {"--shard-mb", "256"}, {"--image-condition", "0"}};
-  const fs::path folder = parse(args, flags, {"--image-condition"});
+                                              {"--shard-mb", "256"}, {"--image-condition", "0"}, {"--vace", "0"}};
+  const fs::path folder = parse(args, flags, {"--image-condition", "--vace"});
   const std::int64_t samples = integer(flags, "--samples", 1, 10'000'000);
   const std::int64_t channels = integer(flags, "--channels", 1, 4096);
   const std::int64_t text_dim = integer(flags, "--text-dim", 1, 65536);
@@ -147,11 +154,11 @@ int synth(const std::vector<std::string>& args) {
     const std::int64_t pattern = data.pattern_of(i);
     // Each caption its own length: batches pad text, as real captions do.
     const std::int64_t tokens = std::max<std::int64_t>(2, max_tokens - pattern);
+    Sample own = {{"latents", sample.at("latents").to(at::kBFloat16)}};
+    if (image_condition) own["image_condition"] = sample.at("image_condition").to(at::kBFloat16);
+    if (flags.at("--vace") == "1") own["vace_context"] = control_context(sample.at("latents")).to(at::kBFloat16);
     writer.add(fmt::format("synth_{:06d}", i), buckets[static_cast<std::size_t>(data.bucket_of(i))],
-               fmt::format("synthetic pattern {}", pattern),
-               image_condition ? Sample{{"latents", sample.at("latents").to(at::kBFloat16)},
-                                        {"image_condition", sample.at("image_condition").to(at::kBFloat16)}}
-                               : Sample{{"latents", sample.at("latents").to(at::kBFloat16)}},
+               fmt::format("synthetic pattern {}", pattern), own,
                {{"context", sample.at("context").narrow(0, 0, tokens).to(at::kBFloat16)}}, fmt::format("synthetic {}", i));
   }
   writer.set_empty_caption({{"context", data.empty_caption().at("context").to(at::kBFloat16)}});

@@ -78,6 +78,10 @@ Networks networks_from(const wanfw::Options& o) {
   n.student = wan::config_from_options(o, "student_", &n.teacher);
   const auto& t = n.teacher;
   const auto& s = n.student;
+  if (t.has_vace() || s.has_vace())
+    o.fail(t.has_vace() ? "teacher_preset" : "student_preset",
+           "wan22_distill distills base models; a VACE model's control branch is not distilled yet",
+           "distill the base model (its preset without VACE), or train the VACE model with wan22_flow_matching");
   if (s.in_dim != t.in_dim || s.out_dim != t.out_dim || s.patch != t.patch)
     o.fail("student_preset",
            fmt::format("the student must share the teacher's latent space: in/out channels {}/{} and patch {}x{}x{}, "

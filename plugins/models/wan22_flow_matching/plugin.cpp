@@ -17,6 +17,7 @@
 #include "wan/wan_options.hpp"
 #include "wan/wan_weights.hpp"
 #include "wanfw/error.hpp"
+#include "wanfw/log.hpp"
 #include "wanfw/plugin.hpp"
 
 namespace {
@@ -99,7 +100,14 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
   auto model = std::make_unique<wan_fm::WanFlowMatchingModel>(config, std::move(settings), placement, held);
   wan::WanDenoiser& denoiser = model->denoiser();
   const std::string weights = o.string("weights");
-  if (!weights.empty()) denoiser.load_weights(weights, o.string("weights_subfolder"));
+  const bool new_branch = o.string("vace_branch") == "new";
+  if (new_branch && !config.has_vace())
+    o.fail("vace_branch", "a new VACE branch needs a VACE model", "choose a VACE preset or set model.vace_layers");
+  if (!weights.empty()) denoiser.load_weights(weights, o.string("weights_subfolder"), new_branch);
+  else if (config.has_vace())
+    wanfw::log::warn("the VACE model starts from the official random initialisation, whose zero head passes the "
+                     "control branch no gradient: set model.weights to a VACE checkpoint (Wan2.1-VACE, "
+                     "Wan2.2-VACE-Fun), or to a base model's with model.vace_branch: new");
   denoiser.apply_lora(model->settings().lora);
   if (vace_whole) denoiser.train_vace_branch();
   const bool offload = wan::activation_offload_from(o);
@@ -119,10 +127,27 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
   return model;
 }
 
+/// model-info's words for a VACE model: its context in the batches, and what trains.
+std::string vace_summary(const wan::WanConfig& c, const wan::LoraSettings& lora) {
+  if (!c.has_vace()) return "";
+  std::int64_t branch = 0;
+  for (const auto& [name, shape] : c.parameter_shapes()) {
+    std::int64_t n = 1;
+    for (const std::int64_t d : shape) n *= d;
+    if (name.rfind("vace_", 0) == 0) branch += n;
+  }
+  return fmt::format(", vace_context [{}, frames, height, width]\nVACE: hints after blocks {} ({} VACE blocks, "
+                     "{} parameters in the branch); {}",
+                     c.vace_in_dim, fmt::join(c.vace_layers, ", "), c.vace_layers.size(), wan::with_thousands(branch),
+                     lora.enabled() ? "adapters train, the base and the branch frozen"
+                                    : "the branch trains whole, the base frozen");
+}
+
 std::string weights_summary(const wanfw::Options& o, const wan::WanConfig& c, Expert expert) {
   const std::string weights = o.string("weights");
   if (weights.empty()) return "weights: none (the official random initialisation)\n";
-  return wan::describe_weights("weights", c, weights, o.string("weights_subfolder"), expert);
+  return wan::describe_weights("weights", c, weights, o.string("weights_subfolder"), expert,
+                               c.has_vace() && o.string("vace_branch") == "new");
 }
 
 /// The memory plan of each network group's ranks (strategy.network_groups): one expert a rank,
@@ -186,11 +211,11 @@ std::string inspect(const wanfw::Options& o, const wanfw::TrainingLayout& layout
              "{}parameters: {}\n"
              "size of the weights: {:.2f} GiB in float32, {:.2f} GiB in bfloat16\n"
              "{}"
-             "task {}; batches: latents [{}, frames, height, width], text [tokens <= {}, {}]\n{}",
+             "task {}; batches: latents [{}, frames, height, width], text [tokens <= {}, {}]{}\n{}",
              c.preset, c.dim, c.ffn_dim, c.num_heads, c.head_dim(), split[0], split[1], split[2], c.num_layers,
              c.in_dim, c.out_dim, c.text_dim, c.text_len, experts, wan::with_thousands(c.parameter_count() * models),
              n * 4 / kGiB, n * 2 / kGiB, memory, wan::task_name(s.task), c.out_dim, c.text_len, c.text_dim,
-             weights_summary(o, c, s.expert)) +
+             vace_summary(c, s.lora), weights_summary(o, c, s.expert)) +
          plan;
 }
 
@@ -208,6 +233,12 @@ wanfw::PluginDescriptor describe() {
       option("weights", T::String).value("\"\"").doc("Checkpoint to start from (official or diffusers layout); "
                                                      "empty: the official random initialisation."),
       option("weights_subfolder", T::String).value("transformer").doc("Subfolder of a diffusers pipeline folder."),
+      option("vace_branch", T::Choice)
+          .value("checkpoint")
+          .choices({"checkpoint", "new"})
+          .doc("A VACE model: checkpoint, its branch from `weights` (a VACE checkpoint); new, `weights` hold a base "
+               "model and the branch starts as the official VaceWanModel builds it (its hints zero): a control "
+               "branch for a model without a VACE release."),
       option("loss_weighting", T::Choice)
           .value("none")
           .choices({"none", "bell"})

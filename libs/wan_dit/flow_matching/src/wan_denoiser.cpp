@@ -83,15 +83,16 @@ std::vector<ExpertWeights> expert_weights(const fs::path& weights, const std::st
 }
 
 std::string describe_weights(const std::string& label, const WanConfig& config, const fs::path& weights,
-                             const std::string& subfolder, Expert expert) {
+                             const std::string& subfolder, Expert expert, bool new_vace_branch) {
   if (!fs::exists(weights))
     return fmt::format("{}: {} is not on this machine; it is checked when a run starts\n", label, weights.string());
   std::string out;
   for (const auto& source : expert_weights(weights, subfolder, expert)) {
-    const WeightLayout layout = check_wan_weights(config, source.path, source.subfolder);
-    out += fmt::format("{}{}: {} ({} layout): every tensor present with the model's shape\n", label,
+    const WeightLayout layout = check_wan_weights(config, source.path, source.subfolder, nullptr, new_vace_branch);
+    out += fmt::format("{}{}: {} ({} layout): every tensor present with the model's shape{}\n", label,
                        source.expert.empty() ? "" : " of " + source.expert, source.path.string(),
-                       layout == WeightLayout::Diffusers ? "diffusers" : "official");
+                       layout == WeightLayout::Diffusers ? "diffusers" : "official",
+                       new_vace_branch ? " (a base model: the VACE branch starts new)" : "");
   }
   return out;
 }
@@ -198,12 +199,12 @@ std::vector<WanDiT> WanDenoiser::dits() const {
   return {single_};
 }
 
-void WanDenoiser::load_weights(const fs::path& weights, const std::string& subfolder) {
+void WanDenoiser::load_weights(const fs::path& weights, const std::string& subfolder, bool new_vace_branch) {
   auto sources = expert_weights(weights, subfolder, expert_);
   if (held_ >= 0) sources = {sources.at(static_cast<std::size_t>(held_))};  // this process's expert alone
   auto targets = dits();
   for (std::size_t i = 0; i < sources.size(); ++i)
-    load_wan_weights(*targets[i].ptr(), sources[i].path, sources[i].subfolder);
+    load_wan_weights(*targets[i].ptr(), sources[i].path, sources[i].subfolder, new_vace_branch);
 }
 
 std::pair<double, double> WanDenoiser::sigma_range() const {

@@ -15,31 +15,44 @@ namespace {
 double power_of_two(double bytes) { return bytes <= 1 ? 1 : std::exp2(std::ceil(std::log2(bytes))); }
 
 /// One block's parameters and the rest of the DiT's (embeddings, time projection, head): their
-/// counts, and their bytes in the weights' storage.
+/// counts, and their bytes in the weights' storage; a VACE model's branch apart: each VACE block
+/// (a unit) and the context's patch embedding.
 struct WeightBytes {
   double block = 0, rest = 0;              ///< bytes (a block's Linear weights in fp8 with scales, when asked)
   double block_values = 0, rest_values = 0;  ///< parameters
+  std::vector<double> vace_blocks;          ///< bytes of each VACE block (its projections included)
+  double vace_values = 0;                   ///< parameters of the branch (its blocks and patch embedding)
+  double vace_embedding = 0;                ///< bytes of the context's patch embedding
 };
 
-WeightBytes weight_bytes(const WanConfig& c, double value_bytes, bool fp8) {
+WeightBytes weight_bytes(const WanConfig& c, double value_bytes, bool fp8, bool fp8_vace) {
   WeightBytes out;
+  out.vace_blocks.assign(c.vace_layers.size(), 0.0);
   double all = 0;
+  const auto stored = [&](const std::vector<std::int64_t>& shape, const std::string& name, double numel, bool quantized) {
+    const bool linear = shape.size() == 2 && name.ends_with(".weight") && !name.ends_with("_proj.weight");
+    if (!(quantized && linear)) return numel * value_bytes;
+    const double out_features = static_cast<double>(shape[0]);
+    const double scales = shape[1] % 64 == 0 ? out_features * static_cast<double>(shape[1] / 64) : out_features;
+    return numel + 4 * scales;  // e4m3 values, float32 scales
+  };
   for (const auto& [name, shape] : c.parameter_shapes()) {
     double numel = 1;
     for (const std::int64_t d : shape) numel *= static_cast<double>(d);
     all += numel;
+    if (name.rfind("vace_", 0) == 0) {
+      out.vace_values += numel;
+      if (name.rfind("vace_blocks.", 0) == 0)
+        out.vace_blocks.at(std::stoul(name.substr(12))) += stored(shape, name, numel, fp8_vace);
+      else
+        out.vace_embedding += numel * value_bytes;
+      continue;
+    }
     if (name.rfind("blocks.0.", 0) != 0) continue;
     out.block_values += numel;
-    const bool linear = shape.size() == 2 && name.ends_with(".weight");
-    if (fp8 && linear) {
-      const double out_features = static_cast<double>(shape[0]);
-      const double scales = shape[1] % 64 == 0 ? out_features * static_cast<double>(shape[1] / 64) : out_features;
-      out.block += numel + 4 * scales;  // e4m3 values, float32 scales
-    } else {
-      out.block += numel * value_bytes;
-    }
+    out.block += stored(shape, name, numel, fp8);
   }
-  out.rest_values = all - out.block_values * static_cast<double>(c.num_layers);
+  out.rest_values = all - out.block_values * static_cast<double>(c.num_layers) - out.vace_values;
   out.rest = out.rest_values * value_bytes;
   return out;
 }
@@ -54,7 +67,7 @@ struct BlockActivations {
 };
 
 BlockActivations block_activations(const WanConfig& c, double tokens, double a, std::int64_t chunks, bool split) {
-  const double layers = static_cast<double>(c.num_layers);
+  const double layers = static_cast<double>(c.num_layers + std::ssize(c.vace_layers));  // VACE blocks are blocks
   return {tokens * static_cast<double>(c.dim) * a, recomputed_block_bytes(c, tokens, a, chunks, split),
           layers * recomputed_block_bytes(c, tokens, a, 1, split), layers};
 }
@@ -87,8 +100,10 @@ TrainedBytes trained_parameter_bytes(double value_bytes, bool master_weights) {
 }
 
 double frozen_dit_bytes(const WanConfig& config, const std::string& dtype, bool fp8) {
-  const WeightBytes w = weight_bytes(config, bytes_per_value(dtype), fp8);
-  return w.rest + w.block * static_cast<double>(config.num_layers);
+  const WeightBytes w = weight_bytes(config, bytes_per_value(dtype), fp8, fp8);
+  double vace = w.vace_embedding;
+  for (const double block : w.vace_blocks) vace += block;
+  return w.rest + w.block * static_cast<double>(config.num_layers) + vace;
 }
 
 double dit_state_bytes(const WanConfig& config, const LoraSettings& lora, const std::string& dtype) {
@@ -101,17 +116,25 @@ double dit_state_bytes(const WanConfig& config, const LoraSettings& lora, const 
 MemoryEstimate estimate_memory(const PlannedRun& run, const MemorySettings& s, const wanfw::TrainingLayout& layout) {
   const WanConfig& c = run.config;
   const double value = bytes_per_value(run.dtype);
-  const bool whole = !run.lora.enabled();  // the DiTs train every weight: nothing to quantize or stream
+  // A VACE model without adapters trains its branch whole over its frozen base (fp8 allowed there).
+  const bool branch = c.has_vace() && !run.lora.enabled();
+  const bool whole = !run.lora.enabled() && !branch;  // the DiTs train every weight: nothing to quantize or stream
   const bool fp8 = s.fp8 && !whole;
   const double share = layout.sharded ? 1.0 / std::max(1, layout.gpus) : 1.0;
   const std::string a_gpu = layout.sharded ? fmt::format(" (1/{} a GPU)", layout.gpus) : "";
-  const WeightBytes w = weight_bytes(c, value, fp8);
-  const WeightBytes critic = run.critic ? weight_bytes(*run.critic, value, fp8) : WeightBytes{};
-  // The units in the order the model declares them: the DiTs' blocks, then a critic's; block swap
-  // streams the ones wanfw::streamed_units names, as the runtime does.
-  std::vector<double> units(static_cast<std::size_t>(c.num_layers * run.models), w.block);
+  const WeightBytes w = weight_bytes(c, value, fp8, fp8 && !branch);
+  const WeightBytes critic = run.critic ? weight_bytes(*run.critic, value, fp8, fp8) : WeightBytes{};
+  // The units in the order the model declares them: each DiT's blocks and VACE blocks, then a
+  // critic's; block swap streams the ones wanfw::streamed_units names, as the runtime does (a
+  // branch trained whole streams none).
+  std::vector<double> units;
+  for (int m = 0; m < run.models; ++m) {
+    units.insert(units.end(), static_cast<std::size_t>(c.num_layers), w.block);
+    if (!branch) units.insert(units.end(), w.vace_blocks.begin(), w.vace_blocks.end());
+  }
   if (run.critic) units.insert(units.end(), static_cast<std::size_t>(run.critic->num_layers), critic.block);
-  const std::size_t swapped = whole ? 0 : static_cast<std::size_t>(std::clamp<std::int64_t>(s.swapped, 0, std::ssize(units)));
+  const std::size_t swapped =
+      whole || branch ? 0 : static_cast<std::size_t>(std::clamp<std::int64_t>(s.swapped, 0, std::ssize(units)));
   double streamed = 0, slot = 0, all_blocks = 0;
   for (const std::size_t u : wanfw::streamed_units(units.size(), swapped)) {
     streamed += units[u];
@@ -137,7 +160,13 @@ MemoryEstimate estimate_memory(const PlannedRun& run, const MemorySettings& s, c
     if (run.critic) device(fmt::format("the critic's frozen weights in {}{}", run.dtype, a_gpu),
                            (critic.rest + critic.block * static_cast<double>(run.critic->num_layers)) * share);
   } else {
-    const double rest = run.models * w.rest + critic.rest;
+    if (branch) {  // the branch's training state, beside the frozen base below
+      const TrainedBytes per = trained_parameter_bytes(value, layout.master_weights);
+      device(fmt::format("the VACE branch's training state (weights, gradients, AdamW moments: {:g} bytes a "
+                         "parameter){}", per.bytes, a_gpu),
+             run.models * w.vace_values * per.bytes * share);
+    }
+    const double rest = run.models * (w.rest + (branch ? 0.0 : w.vace_embedding)) + critic.rest;
     device(fmt::format("weights outside the blocks in {}{}", run.dtype, a_gpu), rest * share);
     device(fmt::format("{} resident block(s) in {}{}", units.size() - swapped, fp8 ? "fp8 with scales" : run.dtype, a_gpu),
            (all_blocks - streamed) * share);
@@ -192,6 +221,7 @@ MemoryEstimate estimate_memory(const PlannedRun& run, const MemorySettings& s, c
            act.layers * power_of_two(act.input));
     }
     if (run.task == Task::TI2V) device("the per-token time embedding (ti2v)", 7 * act.input);
+    if (c.has_vace()) device("the VACE branch's embedded context and a hint", 2 * act.input);
   }
   if (fp8) {
     // A product dequantizes its weight (a float32 product, rounded to the compute dtype); the

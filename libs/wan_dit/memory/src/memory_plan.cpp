@@ -151,7 +151,8 @@ std::string memory_plan(const PlannedRun& run, const MemorySettings& configured,
   }
   // The memory options serve adapters on a frozen base, one device a rank.
   const bool options_apply = adapters && !layout.sharded;
-  const std::int64_t units = run.config.num_layers * run.models + (run.critic ? run.critic->num_layers : 0);
+  const std::int64_t blocks = run.config.num_layers + std::ssize(run.config.vace_layers);  // VACE blocks are units
+  const std::int64_t units = blocks * run.models + (run.critic ? run.critic->num_layers : 0);
   if (options_apply) out += variants(run, configured, layout, units);
   if (layout.fit_device_bytes > 0) out += fit(run, configured, layout, units, options_apply);
   return out;

@@ -236,10 +236,12 @@ std::vector<wanfw::OptionSpec> lora_options(const std::string& trained) {
           .value("0")
           .doc("Dropout on the adapters' input while training, drawn from each sample's own stream."),
       wanfw::option("lora.targets", T::StringList)
-          .value("[\"blocks.*.self_attn.*\", \"blocks.*.cross_attn.*\", \"blocks.*.ffn.*\"]")
+          .value("[]")
           .doc("Layers that get adapters: patterns ('*' any run, '?' one character) over the official names of the "
                "attention projections (blocks.N.self_attn.q|k|v|o, blocks.N.cross_attn.q|k|v|o) and feed-forward "
-               "layers (blocks.N.ffn.0, blocks.N.ffn.2)."),
+               "layers (blocks.N.ffn.0, blocks.N.ffn.2), and a VACE model's VACE blocks' (vace_blocks.N.*). Empty: "
+               "every attention projection and feed-forward layer of the blocks the model trains: blocks.* for a "
+               "base model, vace_blocks.* for a VACE model (its control branch, as the VACE trainers adapt it)."),
       wanfw::option("lora.lr_scale", T::Number).value("1.0").doc("The adapters' learning rate as a multiple of "
                                                                  "optimizer.lr (their own parameter group)."),
       wanfw::option("lora.weight_decay", T::Number).doc("The adapters' weight decay; unset: optimizer.weight_decay."),
@@ -249,6 +251,11 @@ std::vector<wanfw::OptionSpec> lora_options(const std::string& trained) {
           .doc("Existing adapters applied when the model is built, in order: `- {file: a.safetensors, scale: 1.0}` "
                "merges one into the frozen base (a Lightning LoRA, say); `train: true` trains it further."),
   };
+}
+
+std::vector<std::string> default_lora_targets(const WanConfig& config) {
+  const std::string blocks = config.has_vace() ? "vace_blocks" : "blocks";
+  return {blocks + ".*.self_attn.*", blocks + ".*.cross_attn.*", blocks + ".*.ffn.*"};
 }
 
 LoraSettings lora_settings_from(const wanfw::Options& o, const WanConfig& config, Expert expert) {
@@ -265,11 +272,11 @@ LoraSettings lora_settings_from(const wanfw::Options& o, const WanConfig& config
   s.dropout = o.number("lora.dropout");
   if (!(s.dropout >= 0 && s.dropout < 1)) o.fail("lora.dropout", "must be in [0, 1)");
   s.targets = o.strings("lora.targets");
+  if (s.targets.empty()) s.targets = default_lora_targets(config);
   s.lr_scale = o.number("lora.lr_scale");
   if (!(s.lr_scale > 0)) o.fail("lora.lr_scale", "must be positive");
   if (o.has("lora.weight_decay")) s.weight_decay = o.number("lora.weight_decay");
   if (s.enabled()) {
-    if (s.targets.empty()) o.fail("lora.targets", "selects no layer", "list patterns such as blocks.*.self_attn.*");
     std::vector<std::string> unmatched;
     target_layers(config, s.targets, &unmatched);
     if (!unmatched.empty())

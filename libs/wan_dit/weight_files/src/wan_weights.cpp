@@ -90,7 +90,13 @@ WeightLayout check_opened(const WanConfig& config, const wanfw::SafetensorsCheck
     if (!missing.empty()) problem += fmt::format("\n  missing ({}): {}", missing.size(), listed(missing));
     if (!unexpected.empty()) problem += fmt::format("\n  unexpected ({}): {}", unexpected.size(), listed(unexpected));
     if (!mismatched.empty()) problem += fmt::format("\n  shape mismatch ({}): {}", mismatched.size(), listed(mismatched));
-    throw wanfw::FileError(problem, "choose the preset (or dims) the checkpoint was trained with");
+    const bool base_model = unexpected.empty() && mismatched.empty() &&
+                            std::all_of(missing.begin(), missing.end(), [](const std::string& name) {
+                              return name.rfind("vace_", 0) == 0;
+                            });
+    throw wanfw::FileError(problem, base_model ? "the checkpoint is a base model without the VACE branch: load a VACE "
+                                                 "checkpoint, or set model.vace_branch: new to start the branch there"
+                                               : "choose the preset (or dims) the checkpoint was trained with");
   }
   if (key_of != nullptr) *key_of = std::move(source_of);
   return layout;
@@ -98,17 +104,28 @@ WeightLayout check_opened(const WanConfig& config, const wanfw::SafetensorsCheck
 
 }  // namespace
 
-WeightLayout check_wan_weights(const WanConfig& config, const fs::path& given, const std::string& subfolder,
-                               std::map<std::string, std::string>* key_of) {
-  const fs::path path = resolve(given, subfolder);
-  return check_opened(config, wanfw::SafetensorsCheckpoint::open(path), path, key_of);
+namespace {
+
+/// The parameters a checkpoint must hold: `config`'s, less a new VACE branch.
+WanConfig held_by_checkpoint(WanConfig config, bool new_branch) {
+  if (new_branch) config.vace_layers.clear();
+  return config;
 }
 
-WeightLayout load_wan_weights(WanDiTImpl& model, const fs::path& given, const std::string& subfolder) {
+}  // namespace
+
+WeightLayout check_wan_weights(const WanConfig& config, const fs::path& given, const std::string& subfolder,
+                               std::map<std::string, std::string>* key_of, bool new_branch) {
+  const fs::path path = resolve(given, subfolder);
+  return check_opened(held_by_checkpoint(config, new_branch), wanfw::SafetensorsCheckpoint::open(path), path, key_of);
+}
+
+WeightLayout load_wan_weights(WanDiTImpl& model, const fs::path& given, const std::string& subfolder,
+                              bool new_branch) {
   const fs::path path = resolve(given, subfolder);
   const wanfw::SafetensorsCheckpoint checkpoint = wanfw::SafetensorsCheckpoint::open(path);
   std::map<std::string, std::string> key_of;
-  const WeightLayout layout = check_opened(model.config(), checkpoint, path, &key_of);
+  const WeightLayout layout = check_opened(held_by_checkpoint(model.config(), new_branch), checkpoint, path, &key_of);
   std::map<std::string, WanLinearImpl*> fp8_layers;  // "<layer>.weight" -> the layer
   for (const auto& item : model.named_modules())
     if (auto* layer = item.value()->as<WanLinearImpl>(); layer != nullptr && layer->fp8_base())
@@ -118,6 +135,7 @@ WeightLayout load_wan_weights(WanDiTImpl& model, const fs::path& given, const st
   std::int64_t as_stored = 0, fp8_bytes = 0;
   for (auto& p : model.named_parameters(/*recurse=*/true)) {
     if (p.key().ends_with(".weight_scale")) continue;  // set with its weight
+    if (new_branch && p.key().rfind("vace_", 0) == 0) continue;  // the new branch keeps its initial values
     const std::string& key = key_of.at(p.key());
     const fs::path file = checkpoint.file_of(key);
     // An fp8 file's weight is read as stored (never quantized again), a wider one quantized here,

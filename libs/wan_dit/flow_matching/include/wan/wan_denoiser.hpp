@@ -52,7 +52,7 @@ std::vector<ExpertWeights> expert_weights(const std::filesystem::path& weights, 
 /// alone: "<label>[ of <expert>]: <path> (<layout> layout): every tensor present with the model's
 /// shape", or that `weights` is not on this machine (it is checked when a run starts).
 std::string describe_weights(const std::string& label, const WanConfig& config, const std::filesystem::path& weights,
-                             const std::string& subfolder, Expert expert);
+                             const std::string& subfolder, Expert expert, bool new_vace_branch = false);
 
 class WanDenoiser {
  public:
@@ -80,7 +80,9 @@ class WanDenoiser {
   std::vector<WanDiT> dits() const;
   /// With Both: the expert this process holds alone (0 high noise, 1 low noise), or -1 for both.
   int held_expert() const { return held_; }
-  void load_weights(const std::filesystem::path& weights, const std::string& subfolder);
+  /// With `new_vace_branch`, `weights` hold a base model: a VACE model's branch keeps the values
+  /// it was built with (the official initialisation: its hints zero).
+  void load_weights(const std::filesystem::path& weights, const std::string& subfolder, bool new_vace_branch = false);
   /// Applies `settings`: the adapters it loads are merged into the weights; with a rank, every
   /// DiT gets trained adapters (its base frozen), started from the adapters loaded with `train`.
   void apply_lora(const LoraSettings& settings);

@@ -48,6 +48,10 @@ SamplerSettings sampler_settings_from(const wanfw::Options& options);
 /// file, scale, train, expert); `trained` names what the adapters attach to in the docs.
 std::vector<wanfw::OptionSpec> lora_options(const std::string& trained);
 
+/// The adapters' layers when lora.targets is empty: the attention projections and feed-forward
+/// layers of every block (blocks.*), or of a VACE model's VACE blocks (vace_blocks.*).
+std::vector<std::string> default_lora_targets(const WanConfig& config);
+
 /// Those options read and checked against `config` (a target pattern that selects no layer, an
 /// adapter file that is missing, an expert the model does not have: errors pointing at them).
 LoraSettings lora_settings_from(const wanfw::Options& options, const WanConfig& config, Expert expert);

@@ -16,15 +16,19 @@ namespace wan {
 /// parameters `config` describes with their shapes; returns the layout and, per official name,
 /// the checkpoint key. Throws wanfw::FileError listing missing, unexpected and shape-mismatched
 /// tensors together. Reads no tensor data.
+/// With `new_branch`, a VACE config's checkpoint is a base model's: every parameter but the VACE
+/// branch's (which then starts as the DiT built it).
 WeightLayout check_wan_weights(const WanConfig& config, const std::filesystem::path& path,
-                               const std::string& subfolder, std::map<std::string, std::string>* key_of = nullptr);
+                               const std::string& subfolder, std::map<std::string, std::string>* key_of = nullptr,
+                               bool new_branch = false);
 
 /// Copies every parameter of `model` from the checkpoint at `path` (a .safetensors file, an
 /// index json, or a folder holding either; a diffusers pipeline folder is entered through
 /// `subfolder`, e.g. "transformer"), converting dtypes. Reads through the file mapping, so a
 /// checkpoint never needs twice its size in memory. Throws wanfw::FileError listing missing,
 /// unexpected and shape-mismatched tensors together.
-WeightLayout load_wan_weights(WanDiTImpl& model, const std::filesystem::path& path, const std::string& subfolder = "");
+WeightLayout load_wan_weights(WanDiTImpl& model, const std::filesystem::path& path, const std::string& subfolder = "",
+                              bool new_branch = false);
 
 /// Writes `model` in the official layout to `folder`: official tensor names in
 /// diffusion_pytorch_model.safetensors, or, past `max_shard_bytes`, in
