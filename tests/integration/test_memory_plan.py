@@ -128,3 +128,13 @@ def test_a_velocity_distillation_plan_holds_its_teacher_in_fp8_when_asked():
     assert 0.5 < teacher_fp8 / teacher_bf16 < 0.56  # e4m3 Linear weights and their scales; the rest in bf16
     # Data-free: the activations of latent_size (21x60x104: 32,760 tokens), the student's 20 blocks.
     assert "20 checkpointed block inputs" in bf16
+
+
+def test_the_vace_a14b_example_fits_a_24gb_gpu_counting_its_vace_blocks_and_context():
+    out, device, host, verdict = plan(SOURCE / "examples" / "vace-wan22-a14b-24gb.yaml")
+    assert "fits a 24 GB GPU" in verdict and "does not fit a 16 GB GPU" in verdict
+    assert device <= 24e9 / 2**30
+    assert "VACE: hints after blocks 0, 5, 10, 15, 20, 25, 30, 35 (8 VACE blocks" in out
+    assert "19 resident block(s) in fp8" in out and "29 blocks swapped" in out  # 48 units: 40 main, 8 VACE
+    assert "48 checkpointed block inputs" in out and "the VACE branch's embedded context and a hint" in out
+    assert "vace_context [96, frames, height, width]" in out

@@ -71,3 +71,36 @@ def test_vace_layers_that_do_not_start_at_block_0_are_a_config_error(tmp_path):
     result = wanfw("validate", config)
     assert result.returncode == 2
     assert "model.vace_layers" in result.stderr and "does not start at block 0" in result.stderr, result.stderr
+
+
+def test_a_new_branch_on_a_base_models_weights_adds_zero_hints_until_it_trains(tmp_path):
+    reference_model(tmp_path / "base", seed=7, num_layers=4)  # a base model: no VACE tensors
+    section = model_section({**CONFIGS["hints_after_0_1_3_of_5"], "num_layers": 4, "vace_layers": [0, 2]})
+    inputs = forward_inputs(CONFIGS["hints_after_0_1_3_of_5"], seed=8)
+    refused = wanfw("validate", wan_config(tmp_path, tmp_path / "base", **section))
+    assert refused.returncode != 0
+    assert "missing (62): vace_blocks.0.self_attn.q.weight" in refused.stderr
+    assert "a base model without the VACE branch" in refused.stderr and "vace_branch: new" in refused.stderr
+    (tmp_path / "vace").mkdir()
+    vace = predict(tmp_path / "vace", wan_config(tmp_path / "vace", tmp_path / "base", vace_branch="new", **section),
+                   inputs)["v"]
+    (tmp_path / "plain").mkdir()
+    base = {k: v for k, v in section.items() if not k.startswith("vace_")}
+    plain = predict(tmp_path / "plain", wan_config(tmp_path / "plain", tmp_path / "base", **base),
+                    {k: v for k, v in inputs.items() if k != "vace_context"})["v"]
+    assert torch.equal(vace, plain)  # after_proj starts at zero, as the official model builds it
+
+
+def test_both_experts_of_a_vace_fun_model_take_the_samples_on_their_side_of_the_boundary(tmp_path):
+    config = CONFIGS["hints_after_0_1_3_of_5"]
+    experts = [reference_model(tmp_path / "pipeline" / folder, seed=seed, **config)  # diffusers' A14B layout
+               for folder, seed in (("transformer", 12), ("transformer_2", 13))]
+    inputs, scales = forward_inputs(config, seed=14), distinct_scales(config)
+    inputs["t"] = torch.tensor([950.0, 300.0])  # high noise, then low noise at boundary 875
+    got = predict(tmp_path, wan_config(tmp_path, tmp_path / "pipeline", expert="both", boundary=875,
+                                       **model_section(config)), {**inputs, "vace_scale": scales})["v"]
+    bound = min(tolerance(config, tokens=inputs["x"][0, 0].numel() // 4), 1e-4)
+    for sample, expert in enumerate(experts):
+        one = {k: v[sample:sample + 1] for k, v in inputs.items()}
+        expected = reference_output(expert, one, scales)
+        assert torch.allclose(got[sample:sample + 1], expected, atol=bound, rtol=0), sample

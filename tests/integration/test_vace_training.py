@@ -2,6 +2,8 @@
 through adapters it learns the control that determines its target; trained whole it moves the
 branch alone; and either way it ends at the same weights on every layout (ddp, gradient
 accumulation, sequence parallelism, fsdp) and, with block swap streaming its blocks, bit for bit."""
+import re
+
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -9,7 +11,7 @@ from safetensors.torch import load_file
 from harness.equivalence import assert_same_training, tiny_wan_rounding
 from harness.layouts import CPU, DDP, FSDP, GLOBAL_BATCH, LR, TOKENS, run_on
 from harness.references import reference_folder
-from harness.runs import base_config, checkpoints, read_csv, run_dir, wanfw, write_run_config
+from harness.runs import SOURCE, base_config, checkpoints, read_csv, run_dir, wanfw, write_run_config
 from harness.vace import control_dataset, official_name
 
 BASE = dict(num_layers=4, vace_layers=[0, 2], vace_in_channels=72)  # the tiny-vace preset's shape
@@ -104,3 +106,17 @@ def test_checkpointing_recompute_in_chunks_and_offload_train_the_branch_as_plain
                          "offload": {"gradient_checkpointing": True, "activation_offload": True}}.items():
         got = run_on(tmp_path, name, CPU, 4, {**model, **memory})
         assert_same_training(got, reference, lr=LR, tolerance=TOLERANCE)
+
+
+def test_the_tiny_vace_example_trains_a_new_branch_on_the_quickstarts_model(tmp_path):
+    # The commands examples/vace-tiny.yaml lists, from a folder where its relative paths resolve
+    # (the quickstart's base shortened to 60 steps).
+    (tmp_path / "examples").symlink_to(SOURCE / "examples")
+    for command in (["run", "examples/quickstart.yaml", "--set", "run.name=vace-base", "--set", "trainer.max_steps=60"],
+                    ["export", "examples/quickstart.yaml", "--checkpoint", "runs/vace-base/version_0", "--out",
+                     "runs/vace-base-export"],
+                    ["data", "synth", "runs/vace-data", "--vace", "--buckets", "3x8x8", "--samples", "256"]):
+        wanfw(*command, check=0, cwd=tmp_path)
+    out = wanfw("run", "examples/vace-tiny.yaml", check=0, cwd=tmp_path).stdout
+    first, last = map(float, re.search(r"loss ([\d.]+) \(mean of steps 1-20\) -> ([\d.]+) \(steps 181-200\)", out).groups())
+    assert last < 0.5 * first, out

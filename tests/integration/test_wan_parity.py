@@ -199,7 +199,7 @@ def test_i2v_with_the_wrong_input_channels_is_a_config_error(tmp_path):
 def test_the_large_model_examples_validate_without_allocating_their_weights():
     for example in ("wan22-ti2v-5b-finetune.yaml", "wan22-t2v-a14b-low-noise-finetune.yaml",
                     "distill-wan22-ti2v-5b-half-depth.yaml", "distill-wan22-a14b-low-noise.yaml",
-                    "dmd-wan22-ti2v-5b-shared-base.yaml"):
+                    "dmd-wan22-ti2v-5b-shared-base.yaml", "vace-wan21-1.3b-lora.yaml", "vace-wan22-a14b-24gb.yaml"):
         result = subprocess.run(["bash", "-c", 'ulimit -v 6000000 && exec "$0" validate "$1"', WANFW,
                                  SOURCE / "examples" / example], capture_output=True, text=True, timeout=120)
         assert result.returncode == 0, result.stderr

@@ -149,3 +149,39 @@ TEST_CASE("a DiT trained whole is planned at its built parameters' training stat
   CHECK(wan::fits(sharded, sharded.device + wan::kDeviceReserve));
   CHECK_FALSE(wan::fits(sharded, sharded.device + wan::kDeviceReserve - 1));
 }
+
+TEST_CASE("the memory plan counts a VACE model's blocks as built: its VACE blocks beside the main ones, fp8 or not") {
+  wan::WanConfig config = wide_tiny();
+  config.num_layers = 4;
+  config.vace_layers = {0, 2};
+  config.vace_in_dim = 72;
+  wan::LoraSettings lora = block_adapters();
+  lora.targets = {"vace_blocks.*"};
+  for (const bool fp8 : {false, true}) {
+    CAPTURE(fp8);
+    wan::WanDiT dit(config, wan::WanPlacement{torch::kCPU, torch::kBFloat16, fp8});
+    wan::attach_adapters(*dit, lora);
+    double vace = 0;
+    for (const auto& p : dit->vace_blocks->parameters())
+      if (!p.requires_grad()) vace += static_cast<double>(p.nbytes());
+    const wan::PlannedRun run{config, lora, "bfloat16", 1, wan::Task::T2V};
+    const wan::MemoryEstimate e = estimate_memory(run, {fp8, true, false, 0, 2}, {});
+    CHECK(part(e, "6 resident block(s)") == block_bytes(*dit) + vace);
+  }
+}
+
+TEST_CASE("a VACE branch trained whole is planned at its parameters' training state beside the frozen base") {
+  wan::WanConfig config = wan::wan_preset("tiny-vace");
+  wan::WanDiT dit(config, wan::WanPlacement{torch::kCPU, torch::kFloat32, false, true});
+  double branch = 0, rest = 0;
+  for (const auto& item : dit->named_parameters())
+    if (item.key().rfind("vace_", 0) == 0) branch += static_cast<double>(item.value().numel());
+    else if (item.key().rfind("blocks.", 0) != 0) rest += static_cast<double>(item.value().nbytes());
+  const wan::PlannedRun run{config, {}, "float32", 1, wan::Task::T2V};
+  const wan::MemoryEstimate e = estimate_memory(run, {false, true, false, 0, 2}, {});
+  CHECK(part(e, "the VACE branch's training state") == branch * 16);  // fp32 weight, gradient, two moments
+  CHECK(part(e, "weights outside the blocks") == rest);
+  double blocks = 0;  // the main blocks, frozen
+  for (const auto& p : dit->blocks->parameters()) blocks += static_cast<double>(p.nbytes());
+  CHECK(part(e, "4 resident block(s)") == blocks);
+}

@@ -41,3 +41,34 @@ TEST_CASE("a head dim too small to split for 3-D RoPE is refused") {
 TEST_CASE("an unknown preset names the presets there are") {
   CHECK_THROWS_WITH_AS(wan::wan_preset("wan3"), doctest::Contains("unknown Wan preset 'wan3'"), wanfw::Error);
 }
+
+TEST_CASE("a VACE model's parameter shapes worked out without allocating are the module's own") {
+  const wan::WanConfig config = wan::wan_preset("tiny-vace");
+  CHECK(config.vace_layers == std::vector<std::int64_t>{0, 2});
+  CHECK(config.vace_in_dim == 72);  // 4 + 4 latent channels and the 64 mask channels
+  const auto analytic = config.parameter_shapes();
+  CHECK(std::map<std::string, std::vector<std::int64_t>>(analytic.begin(), analytic.end()) == module_shapes(config));
+}
+
+TEST_CASE("the VACE presets add the official branches: 734,975,232 parameters to 1.3B, 3,049,101,312 to 14B") {
+  const auto branch = [](const std::string& preset) {
+    wan::WanConfig vace = wan::wan_preset(preset), base = vace;
+    base.vace_layers.clear();
+    return vace.parameter_count() - base.parameter_count();
+  };
+  CHECK(wan::wan_preset("wan2.1-vace-1.3b").vace_layers.size() == 15);
+  CHECK(branch("wan2.1-vace-1.3b") == 734'975'232LL);
+  CHECK(branch("wan2.1-vace-14b") == 3'049'101'312LL);
+  CHECK(wan::wan_preset("wan2.2-vace-fun-a14b").vace_layers == wan::wan_preset("wan2.1-vace-14b").vace_layers);
+  CHECK(wan::wan_preset("wan2.2-vace-fun-a14b").expert_boundary == 875);
+}
+
+TEST_CASE("VACE layers that skip block 0, repeat, or pass the last block are refused") {
+  wan::WanConfig config = wan::wan_preset("tiny-vace");
+  config.vace_layers = {1, 3};
+  CHECK_THROWS_WITH_AS(config.validate(), doctest::Contains("does not start at block 0"), wanfw::Error);
+  config.vace_layers = {0, 2, 2};
+  CHECK_THROWS_WITH_AS(config.validate(), doctest::Contains("not strictly ascending"), wanfw::Error);
+  config.vace_layers = {0, 4};
+  CHECK_THROWS_WITH_AS(config.validate(), doctest::Contains("names block 4, but the model has 4 blocks"), wanfw::Error);
+}
