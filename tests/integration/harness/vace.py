@@ -32,9 +32,9 @@ def model_section(reference: dict) -> dict:
 
 
 def tolerance(reference: dict, tokens: int) -> float:
-    """TOLERANCE of harness/references.py for a deeper DiT: the time embedding's float32 angles
-    (1000 u) and the forward's rounding through every main and VACE block, the context's patch
-    embedding and the projections counted as one more block."""
+    """TOLERANCE of tests/integration/harness/references.py for a deeper DiT: the time embedding's
+    float32 angles (1000 u) and the forward's rounding through every main and VACE block, the
+    context's patch embedding and the projections counted as one more block."""
     blocks = reference["num_layers"] + len(reference["vace_layers"]) + 1
     return 1000 * U + tiny_wan_rounding(global_batch=1, tokens=tokens, layers=blocks)
 
@@ -61,7 +61,7 @@ def distinct_scales(reference: dict) -> torch.Tensor:
     return torch.tensor([0.5 + 0.75 * k for k in range(len(reference["vace_layers"]))])
 
 
-# diffusers' names -> the official ones, for the parts of a VACE checkpoint (Wan2.1's vace_model.py
+# diffusers' names -> the official ones, for the parts of a VACE checkpoint (the official VACE model
 # and diffusers' conversion: before_proj <-> proj_in, after_proj <-> proj_out, the norms swapped).
 OFFICIAL = [
     ("condition_embedder.time_embedder.linear_1.", "time_embedding.0."),
