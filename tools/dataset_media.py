@@ -24,14 +24,15 @@ def clean_caption(text: str) -> str:
 
 
 def list_items(source: Path, prompts=False):
-    """(id, media path, caption) for every item, in a stable order; --prompts: (id, None, prompt)
-    for every non-empty line of a text file."""
+    """(id, media path, caption, extras) for every item, in a stable order; --prompts: (id, None,
+    prompt, {}) for every non-empty line of a text file. A JSONL line's extras are its control
+    sources (--control): "control" and "mask" (videos) and "references" (images), as paths."""
     items = []
     if prompts:
         if not source.is_file():
             sys.exit(f"{source}: --prompts needs a text file, one prompt per line")
         lines = [line for line in source.read_text().splitlines() if line.strip()]
-        items = [(f"prompt_{n:06d}", None, line) for n, line in enumerate(lines)]
+        items = [(f"prompt_{n:06d}", None, line, {}) for n, line in enumerate(lines)]
     elif source.is_file() and source.suffix == ".jsonl":
         for number, line in enumerate(source.read_text().splitlines(), 1):
             if not line.strip():
@@ -40,16 +41,19 @@ def list_items(source: Path, prompts=False):
             if "path" not in entry or "caption" not in entry:
                 sys.exit(f"{source}:{number}: each line needs 'path' and 'caption'")
             path = (source.parent / entry["path"]).resolve()
-            items.append((entry.get("id", str(Path(entry["path"]).with_suffix(""))), path, entry["caption"]))
+            extras = {key: (source.parent / entry[key]).resolve() for key in ("control", "mask") if entry.get(key)}
+            if entry.get("references"):
+                extras["references"] = [(source.parent / r).resolve() for r in entry["references"]]
+            items.append((entry.get("id", str(Path(entry["path"]).with_suffix(""))), path, entry["caption"], extras))
     elif source.is_dir():
         for path in sorted(p for p in source.rglob("*") if p.suffix.lower() in VIDEO | IMAGE):
             sidecar = path.with_suffix(".txt")
             if not sidecar.exists():
                 sys.exit(f"{path}: no caption ({sidecar.name} is missing)")
-            items.append((str(path.relative_to(source).with_suffix("")), path, sidecar.read_text()))
+            items.append((str(path.relative_to(source).with_suffix("")), path, sidecar.read_text(), {}))
     else:
         sys.exit(f"{source}: not a folder of media files nor a .jsonl file")
-    ids = [i for i, _, _ in items]
+    ids = [item[0] for item in items]
     if len(set(ids)) != len(ids):
         sys.exit("two items share an id: " + ", ".join(sorted({i for i in ids if ids.count(i) > 1})[:5]))
     return items

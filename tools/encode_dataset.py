@@ -25,6 +25,13 @@ VAE, no buckets): the data of data-free distillation (docs/distillation.md).
 latents of its first frame followed by zero frames, as the official I2V pipeline encodes its image
 (the VAE gives the zero frames latents of their own, so they cannot be derived from the clip's).
 
+--control (for the VACE models, docs/control.md): SOURCE is a JSONL file whose lines may also name
+"control" (a video: pose, depth, edges, or the source of an inpainting), "mask" (a video, white =
+generate) and "references" (images of a subject); each item gets vace_context, the control split by
+the mask into inactive and reactive latents and the mask folded onto the latent grid, and each
+reference image one latent frame prepended to both its latents and its context (tools/dataset_control.py).
+The control and mask videos are read at --fps and fitted to the item's bucket as the video is.
+
 Resumable: a re-run reuses every item whose source file (size, mtime), caption and encoding settings
 are unchanged, re-encodes the text alone when only the caption changed, and encodes the rest. The
 manifest is rewritten after every shard, so a killed run keeps what it finished.
@@ -49,6 +56,7 @@ from pathlib import Path
 
 import torch
 
+from dataset_control import control_fields
 from dataset_encoders import Encoders
 from dataset_folder import Folder, log, merge, previous_manifest
 from dataset_media import caption_hash, choose_bucket, fit, list_items, read_frames, source_fingerprint
@@ -59,7 +67,7 @@ def encoding_fingerprint(args, encoders):
                 "text_encoder": str(args.text_encoder),
                 "tokenizer": str(args.tokenizer or args.text_encoder), "text_len": args.text_len,
                 "fps": args.fps, "dtype": args.dtype, "buckets": args.buckets,
-                "image_condition": args.image_condition}
+                "image_condition": args.image_condition, "control": args.control}
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -77,6 +85,22 @@ def parse_buckets(text, spatial_multiple=None):
                      f"(its spatial stride x the DiT's patch of 2)")
         buckets.append((f, h, w))
     return buckets
+
+
+def control_sample(encoders, video, extras, bucket, fps):
+    """An item's latents and vace_context (tools/dataset_control.py), and its reference frames;
+    ValueError when a control or mask video is shorter than the bucket."""
+    def fitted(key):
+        if key not in extras:
+            return None
+        frames = read_frames(extras[key], fps)
+        if frames.shape[0] < bucket[0]:
+            raise ValueError(f"its {key} has {frames.shape[0]} frames at {fps:g} fps, the bucket {bucket[0]}")
+        return fit(frames, bucket)
+    control, mask = fitted("control"), fitted("mask")
+    mask = None if mask is None else ((mask[0] + 1) / 2).clamp(0, 1)
+    references = [read_frames(p, fps)[0].float() / 127.5 - 1.0 for p in extras.get("references", [])]
+    return control_fields(encoders, video, control, mask, references), len(references)
 
 
 def main(argv=None):
@@ -97,6 +121,9 @@ def main(argv=None):
     parser.add_argument("--shard-mb", type=float, default=256)
     parser.add_argument("--image-condition", action="store_true",
                         help="also store each item's first frame followed by zero frames, encoded (i2v models)")
+    parser.add_argument("--control", action="store_true",
+                        help="also store each item's vace_context from its JSONL control, mask and references "
+                             "(VACE models)")
     parser.add_argument("--rank", type=int, default=int(os.environ.get("RANK", 0)))
     parser.add_argument("--world-size", type=int, default=int(os.environ.get("WORLD_SIZE", 1)))
     args = parser.parse_args(argv)
@@ -148,8 +175,9 @@ def main(argv=None):
     encoded = text_only = reused = 0
     unfit = []
     started = time.monotonic()
-    for n, (item_id, path, caption) in enumerate(mine, 1):
-        source = source_fingerprint(path) if path else caption_hash(caption)
+    for n, (item_id, path, caption, extras) in enumerate(mine, 1):
+        sources = [path, extras.get("control"), extras.get("mask"), *extras.get("references", [])]
+        source = " ".join(source_fingerprint(p) for p in sources if p) if path else caption_hash(caption)
         before = reusable.get(item_id)
         if before and before["source_fingerprint"] == source:
             sample = dict(before)
@@ -170,13 +198,23 @@ def main(argv=None):
                 unfit.append(f"{item_id}: {frames.shape[0]} frames at {args.fps:g} fps fit no bucket")
                 continue
             video = fit(frames, bucket)
-            latents = encoders.latents(video)
-            fields = {"latents": folder.store(f"latents/{item_id}", latents)}
+            if args.control:
+                try:
+                    tensors, references = control_sample(encoders, video, extras, bucket, args.fps)
+                except ValueError as e:
+                    unfit.append(f"{item_id}: {e}")
+                    continue
+            else:
+                tensors, references = {"latents": encoders.latents(video)}, 0
+            latents = tensors["latents"]
+            fields = {name: folder.store(f"{name}/{item_id}", t) for name, t in tensors.items()}
             if args.image_condition:
                 fields["image_condition"] = folder.store(f"image_condition/{item_id}", encoders.image_condition(video))
             sample = {"id": item_id, "bucket": "x".join(map(str, latents.shape[1:])),
                       "caption_hash": caption_hash(caption), "source_fingerprint": source,
                       "fields": {**fields, **text_fields(caption)}}
+            if args.control:
+                sample["reference_frames"] = references  # the latent frames before the video's
             encoded += 1
         kept_shards.update(t["shard"] for t in sample["fields"].values())
         folder.add(sample)
@@ -200,7 +238,7 @@ def main(argv=None):
                 os.close(os.open(lock, os.O_CREAT | os.O_EXCL))
             except FileExistsError:
                 return 0
-            merge(args.out, args.world_size, [i for i, _, _ in items])
+            merge(args.out, args.world_size, [item[0] for item in items])
             lock.unlink()
     # Shards no sample uses any more (their items were re-encoded) are removed.
     final = json.loads((args.out / "manifest.json").read_text()) if (args.out / "manifest.json").exists() else None

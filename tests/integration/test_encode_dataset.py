@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from harness.media import TOOL, encode_dataset, tiny_encoders
+from harness.media import TOOL, encode_dataset, tiny_encoders, write_video
 from harness.references import reference_model
 from harness.runs import base_config, wanfw, write_config
 
@@ -17,20 +17,6 @@ av = pytest.importorskip("av")
 transformers = pytest.importorskip("transformers")
 
 TEXT_LEN = 16  # the tiny Wan preset's
-
-
-def write_video(path: Path, frames: int, size=(48, 64), fps=16):
-    with av.open(str(path), "w") as container:
-        stream = container.add_stream("mpeg4", rate=fps)
-        stream.height, stream.width = size
-        stream.pix_fmt = "yuv420p"
-        for i in range(frames):
-            y, x = torch.meshgrid(torch.arange(size[0]), torch.arange(size[1]), indexing="ij")
-            image = torch.stack([(x * 4 + i * 8) % 256, (y * 4) % 256, torch.full_like(x, 128)], -1).to(torch.uint8)
-            for packet in stream.encode(av.VideoFrame.from_ndarray(image.numpy(), format="rgb24")):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
 
 
 @pytest.fixture(scope="module")

@@ -100,3 +100,21 @@ def tiny_encoders(folder: Path):
                         pad_token_id=0, eos_token_id=1, decoder_start_token_id=0)
     UMT5EncoderModel(config).save_pretrained(folder / "text_encoder")
     return folder
+
+
+def write_video(path: Path, frames: int, size=(48, 64), fps=16, pattern=None):
+    """An mp4 of `frames` frames of `size` (height, width): moving colour ramps, or `pattern(i, y, x)`
+    (uint8 RGB [height, width, 3] of frame i)."""
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("mpeg4", rate=fps)
+        stream.height, stream.width = size
+        stream.pix_fmt = "yuv420p"
+        for i in range(frames):
+            y, x = torch.meshgrid(torch.arange(size[0]), torch.arange(size[1]), indexing="ij")
+            image = pattern(i, y, x) if pattern else \
+                torch.stack([(x * 4 + i * 8) % 256, (y * 4) % 256, torch.full_like(x, 128)], -1).to(torch.uint8)
+            for packet in stream.encode(av.VideoFrame.from_ndarray(image.numpy(), format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+
