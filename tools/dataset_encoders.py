@@ -39,10 +39,13 @@ class Encoders:
         z = self.vae.encode(x).latent_dist.mode()
         return ((z.float() - self.mean) * self.inv_std)[0].to(self.dtype).cpu()
 
-    def image_condition(self, video):
-        """The first frame of [3, F, H, W] followed by F - 1 zero frames, encoded: [C, F', H', W']."""
+    def image_condition(self, video, last_frame=False):
+        """The first frame of [3, F, H, W] followed by F - 1 zero frames, encoded: [C, F', H', W'];
+        `last_frame`: the last frame kept too (first-last-frame video), zero frames between."""
         condition = torch.zeros_like(video)
         condition[:, 0] = video[:, 0]
+        if last_frame:
+            condition[:, -1] = video[:, -1]
         return self.latents(condition)
 
     @torch.no_grad()

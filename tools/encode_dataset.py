@@ -24,6 +24,8 @@ VAE, no buckets): the data of data-free distillation (docs/distillation.md).
 --image-condition (for the i2v models, Wan2.2 I2V-A14B): each item also gets image_condition, the
 latents of its first frame followed by zero frames, as the official I2V pipeline encodes its image
 (the VAE gives the zero frames latents of their own, so they cannot be derived from the clip's).
+With --last-frame (first-last-frame video, model.last_frame: true) the clip's last frame is kept
+too, after the zero frames, as diffusers' Wan I2V pipeline encodes a last_image.
 
 --control (for the VACE models, docs/control.md): SOURCE is a JSONL file whose lines may also name
 "control" (a video: pose, depth, edges, or the source of an inpainting), "mask" (a video, white =
@@ -67,7 +69,7 @@ def encoding_fingerprint(args, encoders):
                 "text_encoder": str(args.text_encoder),
                 "tokenizer": str(args.tokenizer or args.text_encoder), "text_len": args.text_len,
                 "fps": args.fps, "dtype": args.dtype, "buckets": args.buckets,
-                "image_condition": args.image_condition, "control": args.control}
+                "image_condition": args.image_condition, "last_frame": args.last_frame, "control": args.control}
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -121,6 +123,8 @@ def main(argv=None):
     parser.add_argument("--shard-mb", type=float, default=256)
     parser.add_argument("--image-condition", action="store_true",
                         help="also store each item's first frame followed by zero frames, encoded (i2v models)")
+    parser.add_argument("--last-frame", action="store_true",
+                        help="with --image-condition: the last frame kept too (first-last-frame video)")
     parser.add_argument("--control", action="store_true",
                         help="also store each item's vace_context from its JSONL control, mask and references "
                              "(VACE models)")
@@ -134,6 +138,8 @@ def main(argv=None):
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", args.rank)) % torch.cuda.device_count())
     dtype = getattr(torch, args.dtype)
 
+    if args.last_frame and not args.image_condition:
+        sys.exit("--last-frame keeps the last frame in the image condition: give --image-condition too")
     if not args.prompts and not (args.vae and args.buckets):
         sys.exit("--vae and --buckets are needed to encode media (or --prompts for a text file of prompts)")
     items = list_items(args.source, args.prompts)
@@ -209,7 +215,8 @@ def main(argv=None):
             latents = tensors["latents"]
             fields = {name: folder.store(f"{name}/{item_id}", t) for name, t in tensors.items()}
             if args.image_condition:
-                fields["image_condition"] = folder.store(f"image_condition/{item_id}", encoders.image_condition(video))
+                fields["image_condition"] = folder.store(f"image_condition/{item_id}",
+                                                         encoders.image_condition(video, args.last_frame))
             sample = {"id": item_id, "bucket": "x".join(map(str, latents.shape[1:])),
                       "caption_hash": caption_hash(caption), "source_fingerprint": source,
                       "fields": {**fields, **text_fields(caption)}}

@@ -111,7 +111,8 @@ WanFlowMatchingModel::Objective WanFlowMatchingModel::objective(const torch::Ten
   const torch::Tensor xt = wan::noised_to(settings_.task, x0, sigma, noise, x0);
   const torch::Tensor target = noise - x0;
   const torch::Tensor y = settings_.task == wan::Task::I2V
-                              ? wan::i2v_condition(wan::checked_condition(image_condition, x0, "training"))
+                              ? wan::i2v_condition(wan::checked_condition(image_condition, x0, "training"),
+                                                   settings_.last_frame)
                               : torch::Tensor();
   const torch::Tensor prediction = denoiser_.forward(xt, timesteps(sigma, x0), context, y, sigma, vace);
   torch::Tensor error = (prediction.to(torch::kFloat32) - target.to(torch::kFloat32)).pow(2);
@@ -192,7 +193,8 @@ std::map<std::string, at::Tensor> WanFlowMatchingModel::draw(const std::map<std:
   torch::NoGradGuard no_grad;
   module()->eval();
   const wan::SampleInputs given =
-      wan::sample_inputs(inputs, denoiser_.config(), settings_.task, settings_.sampler.size, seed, device());
+      wan::sample_inputs(inputs, denoiser_.config(), settings_.task, settings_.sampler.size, seed, device(),
+                         settings_.last_frame);
   if (settings_.expert == Expert::HighNoise || settings_.expert == Expert::LowNoise)
     wanfw::log::warn(
         fmt::format("sampling with the {} expert alone: it denoises every step, also those the other expert takes",

@@ -25,6 +25,7 @@ using wan::WanDenoiser;
 
 struct FlowMatchingSettings {
   wan::Task task = wan::Task::T2V;
+  bool last_frame = false;          ///< i2v: image_condition holds the first and the last frame (FLF)
   wan::TimestepSampling timesteps;  ///< how training draws s
   bool bell_weighting = false;
   Expert expert = Expert::None;

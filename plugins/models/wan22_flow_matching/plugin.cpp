@@ -33,6 +33,10 @@ wan::WanConfig config_from(const wanfw::Options& o) { return wan::config_from_op
 FlowMatchingSettings settings_from(const wanfw::Options& o, const wan::WanConfig& config) {
   FlowMatchingSettings s;
   s.task = wan::parse_task(o.string("task"));
+  s.last_frame = o.boolean("last_frame");
+  if (s.last_frame && s.task != wan::Task::I2V)
+    o.fail("last_frame", fmt::format("a last frame conditions the i2v task, not {}", wan::task_name(s.task)),
+           "set task: i2v (Wan2.2 I2V-A14B), or last_frame: false");
   s.bell_weighting = o.string("loss_weighting") == "bell";
   s.sampler = wan::sampler_settings_from(o);
 
@@ -230,6 +234,11 @@ wanfw::PluginDescriptor describe() {
           .doc("t2v text-to-video; ti2v clean first frame (Wan2.2 5B); i2v image channels concatenated (A14B I2V: "
                "each sample also carries image_condition, the VAE latents of its first frame followed by zero "
                "frames: tools/encode_dataset.py --image-condition)."),
+      option("last_frame", T::Boolean)
+          .value("false")
+          .doc("i2v: each sample's image_condition encodes its first and its last frame (first–last-frame video: "
+               "tools/encode_dataset.py --image-condition --last-frame), and the mask marks both, as diffusers' "
+               "Wan I2V pipeline with last_image builds them."),
       option("weights", T::String).value("\"\"").doc("Checkpoint to start from (official or diffusers layout); "
                                                      "empty: the official random initialisation."),
       option("weights_subfolder", T::String).value("transformer").doc("Subfolder of a diffusers pipeline folder."),

@@ -78,9 +78,10 @@ torch::Tensor task_timesteps(const torch::Tensor& sigma, const torch::Tensor& la
   return t;
 }
 
-torch::Tensor i2v_condition(const torch::Tensor& image_condition) {
+torch::Tensor i2v_condition(const torch::Tensor& image_condition, bool last_frame) {
   torch::Tensor mask = torch::zeros_like(image_condition.narrow(1, 0, 4));
   mask.select(2, 0).fill_(1.0);
+  if (last_frame) mask.select(1, 3).select(1, mask.size(2) - 1).fill_(1.0);  // [B, F, H, W] after the channel
   return torch::cat({mask, image_condition}, 1);
 }
 
@@ -125,7 +126,7 @@ std::int64_t task_in_dim(const WanConfig& config, Task task) {
 
 SampleInputs sample_inputs(const std::map<std::string, at::Tensor>& inputs, const WanConfig& c, Task task,
                            const std::optional<wanfw::Bucket>& sample_size, std::uint64_t seed,
-                           const torch::Device& device) {
+                           const torch::Device& device, bool last_frame) {
   auto input = [&](const char* name, bool required) -> torch::Tensor {
     auto it = inputs.find(name);
     if (it != inputs.end()) return it->second.to(device).to(torch::kFloat32);
@@ -173,7 +174,8 @@ SampleInputs sample_inputs(const std::map<std::string, at::Tensor>& inputs, cons
                                      c10::str(out.image.sizes()), batch, c.out_dim, out.noise.size(3),
                                      out.noise.size(4)));
   }
-  if (task == Task::I2V) out.y = i2v_condition(checked_condition(input("image_condition", true), out.noise, "sample"));
+  if (task == Task::I2V)
+    out.y = i2v_condition(checked_condition(input("image_condition", true), out.noise, "sample"), last_frame);
   return out;
 }
 

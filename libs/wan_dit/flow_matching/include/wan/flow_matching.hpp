@@ -69,7 +69,11 @@ torch::Tensor task_timesteps(const torch::Tensor& sigma, const torch::Tensor& la
 /// frame (the official pipeline's mask of the first pixel frame, repeated 4 times and folded by
 /// the VAE's temporal stride), then `image_condition` [B, C, F, H, W]: the VAE latents of the
 /// image followed by zero frames (their latents are not zeros: the data set stores them).
-torch::Tensor i2v_condition(const torch::Tensor& image_condition);
+/// With `last_frame` (first–last-frame video: `image_condition` encodes the first frame, zero
+/// frames and the last frame), the mask also marks the last pixel frame: channel 3 of the last
+/// latent frame (channel k of latent frame t is pixel frame 4t + k - 3), as the official FLF2V
+/// pipeline and diffusers' Wan I2V pipeline with `last_image` build it.
+torch::Tensor i2v_condition(const torch::Tensor& image_condition, bool last_frame = false);
 
 /// `image_condition` when it is defined and of the latents' shape; else wanfw::Error naming `what`.
 const torch::Tensor& checked_condition(const torch::Tensor& image_condition, const torch::Tensor& latents,
@@ -106,7 +110,7 @@ struct SampleInputs {
 };
 SampleInputs sample_inputs(const std::map<std::string, at::Tensor>& inputs, const WanConfig& config, Task task,
                            const std::optional<wanfw::Bucket>& sample_size, std::uint64_t seed,
-                           const torch::Device& device);
+                           const torch::Device& device, bool last_frame = false);
 
 /// Classifier-free guidance in the official Wan form, v_u + scale (v_c - v_u); scale 1 is v_c.
 torch::Tensor guided_velocity(const torch::Tensor& conditional, const torch::Tensor& unconditional, double scale);
