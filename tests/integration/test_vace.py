@@ -1,13 +1,14 @@
 """VACE, the Wan DiT's control branch: `wanfw predict` of a VACE model against diffusers'
 WanVACETransformer3DModel (fp32, CPU) on diffusers' own tiny configs and one of ours, the
-official names loading bit for bit what the diffusers names load, the checks of its inputs, and
-the branch trained (whole, or through adapters) on data whose control determines the target."""
+official names loading bit for bit what the diffusers names load, the checks of its inputs, a new
+branch on a base model, both VACE-Fun experts, and `wanfw sample` and previews with a control."""
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from harness.references import padded, predict, reference_model, wan_config
-from harness.runs import wanfw
+from harness.media import probe, wan_model
+from harness.references import padded, predict, reference_model, reference_vae, wan_config
+from harness.runs import base_config, wanfw, write_config
 from harness.vace import CONFIGS, distinct_scales, forward_inputs, model_section, official_name, tolerance
 
 
@@ -104,3 +105,49 @@ def test_both_experts_of_a_vace_fun_model_take_the_samples_on_their_side_of_the_
         one = {k: v[sample:sample + 1] for k, v in inputs.items()}
         expected = reference_output(expert, one, scales)
         assert torch.allclose(got[sample:sample + 1], expected, atol=bound, rtol=0), sample
+
+
+def test_sampling_with_a_control_follows_the_guided_euler_loop_and_drops_the_reference_frame(tmp_path):
+    # The official sampler around diffusers' VACE model: both guidance passes see the control at
+    # the sampling scales, and the reference frame, denoised with the video, leaves at the end.
+    config = CONFIGS["hints_after_0_1_3_of_5"]
+    reference = reference_model(tmp_path / "transformer", seed=3, **config)
+    inputs, scales = forward_inputs(config, seed=9, batch=1), [0.5, 1.0, 1.5]
+    g = torch.Generator().manual_seed(10)
+    negative = torch.randn(1, 3, 32, generator=g)
+    steps, shift, guidance = 3, 5.0, 4.0
+    sigmas = [shift * s / (1 + (shift - 1) * s) for s in (1 - i / steps for i in range(steps + 1))]
+    x = inputs["x"].clone()
+    with torch.no_grad():
+        for i in range(steps):
+            velocity = [reference.model(x, torch.tensor([sigmas[i] * 1000]), padded(text),
+                                        control_hidden_states=inputs["vace_context"],
+                                        control_hidden_states_scale=torch.tensor(scales)).sample
+                        for text in (inputs["context"], negative)]
+            x = x + (sigmas[i + 1] - sigmas[i]) * (velocity[1] + guidance * (velocity[0] - velocity[1]))
+    section = {**model_section(config), "sample_steps": steps, "sample_shift": shift, "sample_guidance": guidance,
+               "sample_vace_scale": scales}
+    save_file({"noise": inputs["x"], "context": inputs["context"], "negative_context": negative,
+               "vace_context": inputs["vace_context"].contiguous(), "reference_frames": torch.tensor([1])},
+              tmp_path / "cond.safetensors")
+    wanfw("sample", wan_config(tmp_path, tmp_path / "transformer", **section), "--inputs", tmp_path / "cond.safetensors",
+          "--out", tmp_path / "samples.safetensors", check=0)
+    got = load_file(tmp_path / "samples.safetensors")["latents"]
+    assert got.shape == (1, 4, 2, 16, 16)  # 3 latent frames less the reference's
+    assert torch.allclose(got, x[:, :, 1:], atol=1e-4, rtol=0), (got - x[:, :, 1:]).abs().max()
+
+
+def test_a_vace_runs_preview_shows_its_control_beside_what_the_model_made(tmp_path):
+    reference_vae(tmp_path / "vae", "wan2.1")  # 16 latent channels: the context is 16 + 16 + 64 wide
+    model = wan_model(tmp_path / "vae", preset="tiny-vace", vace_in_dim=96)
+    config = base_config(tmp_path / "runs", model=model,
+                         data={"num_samples": 8, "batch_size": 2, "workers": 0, "buckets": ["3x4x4"]},
+                         trainer={"max_steps": 2, "log_every": 1}, validation={"every": 2, "num_samples": 4},
+                         checkpoint={"every": 0, "keep_last": 0})
+    out = wanfw("run", write_config(tmp_path / "wan.json", config), check=0).stdout
+    assert "previews at step 2: 1 sample(s) decoded" in out
+    folder = tmp_path / "runs" / "exp" / "version_0" / "previews" / "step-00000002"
+    latents = load_file(folder / "sample-0.safetensors")["latents"]
+    assert latents.shape == (1, 16, 3, 4, 8)  # what the model made, and the control's latents to its right
+    assert not torch.equal(latents[..., :4], latents[..., 4:])
+    assert probe(folder / "sample-0.mp4")["width"] == 2 * probe(folder / "sample-0.mp4")["height"]

@@ -185,7 +185,14 @@ std::map<std::string, at::Tensor> WanFlowMatchingModel::sample(const std::map<st
 }
 
 at::Tensor WanFlowMatchingModel::preview(const wanfw::Batch& batch, std::uint64_t seed) {
-  return draw(wan::preview_inputs(batch, settings_.task, settings_.sampler.size), seed, settings_.sampler.preview_steps).at("latents");
+  const auto inputs = wan::preview_inputs(batch, settings_.task, settings_.sampler.size);
+  const torch::Tensor made = draw(inputs, seed, settings_.sampler.preview_steps).at("latents");
+  const auto control = inputs.find("vace_context");
+  if (control == inputs.end()) return made;
+  // A VACE run shows its control beside what the model made: the context's reactive latents (the
+  // control video where the mask says generate, as the VAE encoded it), to the right.
+  const std::int64_t channels = denoiser_.config().out_dim;
+  return torch::cat({made, control->second.narrow(1, channels, channels).to(made.device(), made.scalar_type())}, 4);
 }
 
 std::map<std::string, at::Tensor> WanFlowMatchingModel::draw(const std::map<std::string, at::Tensor>& inputs,
@@ -200,7 +207,9 @@ std::map<std::string, at::Tensor> WanFlowMatchingModel::draw(const std::map<std:
         fmt::format("sampling with the {} expert alone: it denoises every step, also those the other expert takes",
                     settings_.expert == Expert::HighNoise ? "high-noise" : "low-noise"));
   const auto velocity = [&](const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& context,
-                            const torch::Tensor& sigma) { return denoiser_.forward(x, t, context, given.y, sigma); };
+                            const torch::Tensor& sigma) {
+    return denoiser_.forward(x, t, context, given.y, sigma, {given.vace_context, settings_.sampler.vace_scales});
+  };
   return wan::euler_sample(velocity, given, denoiser_.config(), settings_.task, steps, settings_.sampler.shift,
                            settings_.sampler.guidance, settings_.sampler.solver, seed);
 }

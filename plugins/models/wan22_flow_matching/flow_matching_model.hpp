@@ -79,7 +79,8 @@ class WanFlowMatchingModel final : public wanfw::Model {
   /// are drawn over whole sequences.
   bool set_sequence_group(const wanfw::DistributedSession* group) override;
   /// The first sample's latent video [1, C, T, h, w] drawn with `preview_steps` guided Euler
-  /// steps, for the VAE (model.vae) to decode or the host to show as a strip.
+  /// steps, for the VAE (model.vae) to decode or the host to show as a strip; a VACE model's with
+  /// its control's latents beside it ([1, C, T, h, 2w]).
   at::Tensor preview(const wanfw::Batch& batch, std::uint64_t seed) override;
 
  private:

@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include "flow_matching_model.hpp"
+#include "flow_matching_settings.hpp"
 #include "wan/attention_backend.hpp"
 #include "wan/memory_plan.hpp"
 #include "wan/vae/vae_decoding.hpp"
@@ -29,50 +30,7 @@ using T = wanfw::OptionType;
 
 wan::WanConfig config_from(const wanfw::Options& o) { return wan::config_from_options(o, ""); }
 
-/// Every option besides the dimensions, checked against them.
-FlowMatchingSettings settings_from(const wanfw::Options& o, const wan::WanConfig& config) {
-  FlowMatchingSettings s;
-  s.task = wan::parse_task(o.string("task"));
-  s.last_frame = o.boolean("last_frame");
-  if (s.last_frame && s.task != wan::Task::I2V)
-    o.fail("last_frame", fmt::format("a last frame conditions the i2v task, not {}", wan::task_name(s.task)),
-           "set task: i2v (Wan2.2 I2V-A14B), or last_frame: false");
-  s.bell_weighting = o.string("loss_weighting") == "bell";
-  s.sampler = wan::sampler_settings_from(o);
-
-  // Experts: the boundary comes from the preset (A14B) or the config.
-  s.expert = wan::parse_expert(o.string("expert"));
-  const double boundary = o.number("boundary") > 0 ? o.number("boundary") : static_cast<double>(config.expert_boundary);
-  if (s.expert == Expert::None && config.expert_boundary > 0 && o.number("boundary") == 0)
-    o.fail("expert",
-           fmt::format("preset {} is two experts split at t = {}: say which to train", config.preset,
-                       config.expert_boundary),
-           "set model.expert to high_noise, low_noise or both");
-  if (s.expert != Expert::None) {
-    if (!(boundary > 0 && boundary < 1000))
-      o.fail("boundary", fmt::format("expert: {} needs a boundary between 0 and 1000; preset {} has none",
-                                     o.string("expert"), config.preset),
-             "set model.boundary (875 for Wan2.2 T2V-A14B, 900 for I2V-A14B)");
-    s.boundary = boundary / 1000.0;
-  }
-  // A single expert trains on its side of the boundary, within [min_timestep, max_timestep].
-  const double lo = s.expert == Expert::HighNoise ? s.boundary : 0.0;
-  const double hi = s.expert == Expert::LowNoise ? s.boundary : 1.0;
-  s.timesteps = wan::timestep_sampling_from(o, lo, hi, "expert");
-  s.validation_timesteps = wan::validation_timesteps_from(o, s.timesteps);
-  s.experts = wan_fm::expert_controls_from(o, s.expert, s.boundary, s.timesteps);
-  s.lora = wan::lora_settings_from(o, config, s.expert);
-
-  const std::int64_t expected_in = wan::task_in_dim(config, s.task);
-  if (config.in_dim != expected_in)
-    o.fail("task",
-           fmt::format("the {} task feeds the model {} input channels (out_dim {}{}), but in_dim is {}",
-                       wan::task_name(s.task), expected_in, config.out_dim,
-                       s.task == wan::Task::I2V ? " x 2 + 4 mask channels" : "", config.in_dim),
-           s.task == wan::Task::I2V ? "use preset wan2.2-i2v-a14b, or set in_dim"
-                                    : "use a t2v/ti2v preset, or set in_dim");
-  return s;
-}
+using wan_fm::settings_from;
 
 /// Under network groups (wanfw/network_groups.hpp), the expert this rank holds: expert: both only.
 int held_expert(const wanfw::Options& o, const wanfw::PluginContext& ctx, Expert expert) {
@@ -234,6 +192,10 @@ wanfw::PluginDescriptor describe() {
           .doc("t2v text-to-video; ti2v clean first frame (Wan2.2 5B); i2v image channels concatenated (A14B I2V: "
                "each sample also carries image_condition, the VAE latents of its first frame followed by zero "
                "frames: tools/encode_dataset.py --image-condition)."),
+      option("sample_vace_scale", T::NumberList)
+          .value("[]")
+          .doc("A VACE model's hints' scale when sampling and previewing: one value, or one a hint; [] is 1 (training "
+               "always adds them at 1)."),
       option("last_frame", T::Boolean)
           .value("false")
           .doc("i2v: each sample's image_condition encodes its first and its last frame (first–last-frame video: "

@@ -16,7 +16,8 @@ namespace {
 const char* kSampleInputs =
     "give context [B,L,text_dim] and noise [B,C,F,H,W] (or latents of that shape); optionally negative_context; "
     "for ti2v image [B,C,H,W] (the first-frame latent; default: the latents' first frame), for i2v image_condition "
-    "[B,C,F,H,W] (the VAE latents of the image followed by zero frames; tools/encode_dataset.py --image-condition)";
+    "[B,C,F,H,W] (the VAE latents of the image followed by zero frames; tools/encode_dataset.py --image-condition), "
+    "for a VACE model vace_context [B,C,F,H,W] (its shape the video's; reference_frames: the first R dropped)";
 }  // namespace
 
 torch::Tensor draw_sigma(const wanfw::Batch& batch, const TimestepSampling& s) {
@@ -146,10 +147,16 @@ SampleInputs sample_inputs(const std::map<std::string, at::Tensor>& inputs, cons
 
   out.noise = input("noise", false);
   const torch::Tensor latents = input("latents", false);  // data set samples: their shape, their first frame
+  out.vace_context = input("vace_context", c.has_vace());  // VACE: the control, on the video's latent grid
+  if (const torch::Tensor references = input("reference_frames", false); references.defined())
+    out.reference_frames = static_cast<std::int64_t>(references.flatten()[0].item<float>());
   if (!out.noise.defined()) {
     std::vector<std::int64_t> shape;
     if (latents.defined()) {
       shape = latents.sizes().vec();
+    } else if (out.vace_context.defined()) {
+      shape = out.vace_context.sizes().vec();
+      shape[1] = c.out_dim;
     } else if (sample_size) {
       shape = {batch, c.out_dim, sample_size->frames, sample_size->height, sample_size->width};
     } else {
@@ -204,6 +211,8 @@ std::map<std::string, at::Tensor> euler_sample(const Velocity& velocity, const S
     }
   }
   if (given.image.defined()) x = with_kept_first_frame(task, given.image.unsqueeze(2), x);
+  if (given.reference_frames > 0)  // VACE: the reference frames were denoised with the video, and leave it here
+    x = x.narrow(2, given.reference_frames, x.size(2) - given.reference_frames);
   return {{"latents", x.cpu()}, {"sigmas", torch::tensor(sigmas, torch::kFloat64)}};
 }
 
@@ -230,6 +239,7 @@ std::map<std::string, at::Tensor> preview_inputs(const wanfw::Batch& batch, Task
                        "for 81 frames of 480x832 with the Wan2.1 VAE");
   }
   if (task == Task::I2V) inputs["image_condition"] = batch.at("image_condition").narrow(0, 0, 1);
+  if (batch.fields.count("vace_context")) inputs["vace_context"] = batch.at("vace_context").narrow(0, 0, 1);
   return inputs;
 }
 

@@ -99,14 +99,20 @@ struct SamplerSettings {
   double shift = 5.0;
   std::string solver = "euler";       ///< euler | renoise (euler_sample)
   std::optional<wanfw::Bucket> size;  ///< latent F x H x W when the inputs give no shape
+  std::vector<double> vace_scales;    ///< a VACE model's hints' scales (empty: 1)
 };
 
 /// What `wanfw sample` conditions a Wan model on, read from its inputs and checked: context
 /// [B, L, text_dim], negative context (default zeros), noise [B, C, F, H, W] (given, or drawn on
 /// the CPU from `seed` in the shape of `latents` or `sample_size`), for ti2v the first-frame
-/// latent `image` (default: the latents' first frame), for i2v `y` from image_condition.
+/// latent `image` (default: the latents' first frame), for i2v `y` from image_condition, for a VACE
+/// model its vace_context (the noise's shape when no other input gives one) and reference_frames.
 struct SampleInputs {
   torch::Tensor context, negative, noise, image, y;
+  /// VACE: the control context (the noise takes its shape when neither noise nor latents are given),
+  /// and the reference frames at its front, which the sampled latents leave out.
+  torch::Tensor vace_context;
+  std::int64_t reference_frames = 0;
 };
 SampleInputs sample_inputs(const std::map<std::string, at::Tensor>& inputs, const WanConfig& config, Task task,
                            const std::optional<wanfw::Bucket>& sample_size, std::uint64_t seed,
@@ -139,7 +145,7 @@ std::map<std::string, at::Tensor> per_timestep(const std::vector<double>& timest
                                                const std::function<at::Tensor(double sigma)>& metric);
 
 /// The inputs of a preview sample from a validation batch's first sample (its shape, its text,
-/// its first frame for ti2v, its image_condition for i2v). A batch without latents (a preview
+/// its first frame for ti2v, its image_condition for i2v, its vace_context for a VACE model). A batch without latents (a preview
 /// prompt) gives its text alone, its shape then being `sample_size`; throws when that is unset.
 std::map<std::string, at::Tensor> preview_inputs(const wanfw::Batch& batch, Task task,
                                                  const std::optional<wanfw::Bucket>& sample_size);
