@@ -82,10 +82,20 @@ def test_the_branch_ends_at_the_same_weights_on_every_layout(tmp_path, base, tra
                "sequence_parallel_2": ({**DDP, "sequence_parallel": 2}, 4, 2)}
     if trained == "whole":
         layouts["fsdp_2x2"] = (FSDP, 2, 2)
+    assert all(name.startswith("vace_") for name in reference.weights)  # the branch alone trains...
+    assert all(v.abs().max() > 0 for v in reference.exp_avg_sq.values())  # ...every tensor of it
     for name, (strategy, batch, ranks) in layouts.items():
         got = run_on(tmp_path, name, strategy, batch, model, ranks)
         assert got.weights.keys() == reference.weights.keys()
         assert_same_training(got, reference, lr=LR, tolerance=TOLERANCE)
+
+
+def test_sequence_parallelism_pads_the_branchs_context_with_the_tokens_it_splits(tmp_path, base):
+    # 27 tokens a sample (3 x 6 x 6 latents): one rank's share padded, the context's as the latents'.
+    model, data = vace(base, **LORA), {"buckets": ["3x6x6"]}
+    reference = run_on(tmp_path, "single", CPU, 4, model, data=data)
+    split = run_on(tmp_path, "sp2", {**DDP, "sequence_parallel": 2}, 4, model, 2, data=data)
+    assert_same_training(split, reference, lr=LR, tolerance=tiny_wan_rounding(GLOBAL_BATCH, 27, layers=4 + 2 + 1))
 
 
 def test_block_swap_streams_the_vace_blocks_and_ends_bitwise_as_the_run_without_it(tmp_path, base):
