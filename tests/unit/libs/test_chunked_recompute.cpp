@@ -1,4 +1,5 @@
 #include <cmath>
+#include <cstdlib>
 
 #include <torch/torch.h>
 
@@ -67,9 +68,38 @@ bool same_bits(const torch::Tensor& a, const torch::Tensor& b) {
 /// (tests/integration/harness/equivalence.py derives it); `depth` the reductions behind each term.
 double rounding(double terms, double depth) { return 6.0 * std::ldexp(1.0, -24) * std::sqrt(terms * depth); }
 
+/// Whether this process may expect a chunk's rows to keep their bits: on the CPU's own vector unit
+/// (no ATEN_CPU_CAPABILITY override), where the products and attention kernels gave every row the
+/// bits it gets among all rows on each machine probed (AVX2 and AVX-512 cores), and where a probe of
+/// the block's product shapes agrees. Under another unit's kernels (tests/vector_units.txt) an
+/// AVX-512 core gave 128 to 152 rows of a [rows, 48] x [48, 48] product other bits, and chunked
+/// outputs differed from the whole block's by up to 2e-7 of their scale: there, rounding is the claim.
+bool rows_keep_their_bits(const wan::WanConfig& c, std::int64_t chunks) {
+  if (std::getenv("ATEN_CPU_CAPABILITY") != nullptr) return false;
+  torch::manual_seed(17);
+  const std::int64_t tokens = 151, length = (tokens + chunks - 1) / chunks;
+  for (const auto& [in, out] : {std::pair{c.dim, c.dim}, {c.dim, c.ffn_dim}, {c.ffn_dim, c.dim}}) {
+    const torch::Tensor x = torch::randn({2, tokens, in}), w = torch::randn({out, in});
+    const torch::Tensor whole = torch::nn::functional::linear(x, w);
+    for (std::int64_t start = 0; start < tokens; start += length) {
+      const std::int64_t n = std::min(length, tokens - start);
+      if (!same_bits(torch::nn::functional::linear(x.narrow(1, start, n).contiguous(), w), whole.narrow(1, start, n)))
+        return false;
+    }
+  }
+  return true;
+}
+
+/// `chunked` equal to `whole` bit for bit where rows keep their bits, else within the rounding of
+/// the block's 16 reductions of up to ffn_dim terms.
+bool as_whole(const torch::Tensor& chunked, const torch::Tensor& whole, bool bitwise, const wan::WanConfig& c) {
+  if (bitwise) return same_bits(chunked, whole);
+  return (chunked - whole).abs().max().item<double>() <= rounding(c.ffn_dim, 16) * whole.abs().max().item<double>();
+}
+
 }  // namespace
 
-TEST_CASE("a block run in chunks of tokens gives the whole block's output bit for bit") {
+TEST_CASE("a block run in chunks of tokens gives the whole block's output: bit for bit natively, to rounding elsewhere") {
   const wan::WanConfig c = wan::wan_preset("tiny");
   wan::WanBlock block = random_block(c);
   for (const bool per_token : {false, true}) {
@@ -80,8 +110,10 @@ TEST_CASE("a block run in chunks of tokens gives the whole block's output bit fo
     // each row the bits they give it among all rows (a few rows, 1 to 11 here, take other kernels).
     for (const std::int64_t chunks : {2, 3}) {
       INFO("per-token timesteps ", per_token, ", chunks ", chunks);
-      CHECK(same_bits(wan::checkpointed_block(*block, in.x, in.e0, in.context, in.rope, nullptr, nullptr, false, chunks),
-                      whole));
+      const bool bitwise = rows_keep_their_bits(c, chunks);
+      if (!bitwise) MESSAGE("another vector unit's kernels: a chunk's rows held to rounding");
+      CHECK(as_whole(wan::checkpointed_block(*block, in.x, in.e0, in.context, in.rope, nullptr, nullptr, false, chunks),
+                     whole, bitwise, c));
     }
     // 64 chunks: 2 or 3 tokens each (4 to 6 rows). Products of so few rows take other kernels, which
     // round otherwise: within the rounding of the block's 16 reductions of up to ffn_dim terms.
@@ -95,7 +127,7 @@ TEST_CASE("a block run in chunks of tokens gives the whole block's output bit fo
   }
 }
 
-TEST_CASE("a block recomputed in chunks gives its input's gradient bit for bit and summed gradients to rounding") {
+TEST_CASE("a block recomputed in chunks gives its input's gradient as whole and summed gradients to rounding") {
   const wan::WanConfig c = wan::wan_preset("tiny");
   wan::WanBlock block = random_block(c);
   for (const bool per_token : {false, true}) {
@@ -104,10 +136,12 @@ TEST_CASE("a block recomputed in chunks gives its input's gradient bit for bit a
     for (const std::int64_t chunks : {2, 3}) {
       INFO("per-token timesteps ", per_token, ", chunks ", chunks);
       const Gradients chunked = run(*block, in, chunks);
-      CHECK(same_bits(chunked.output, whole.output));
-      CHECK(same_bits(chunked.x, whole.x));
+      const bool bitwise = rows_keep_their_bits(c, chunks);
+      if (!bitwise) MESSAGE("another vector unit's kernels: a chunk's rows held to rounding");
+      CHECK(as_whole(chunked.output, whole.output, bitwise, c));
+      CHECK(as_whole(chunked.x, whole.x, bitwise, c));
       // Per-token timesteps: each token's own rows, bit for bit; one a sample: summed over tokens.
-      if (per_token) CHECK(same_bits(chunked.e0, whole.e0));
+      if (per_token) CHECK(as_whole(chunked.e0, whole.e0, bitwise, c));
       // Sums over the tokens (the weights', the modulation's, the context's through the
       // cross-attention's keys and values): another grouping of 2 x 151 terms, each behind the
       // block's 16 reductions.

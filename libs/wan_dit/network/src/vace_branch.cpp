@@ -6,6 +6,7 @@
 
 #include "wan/wan_dit.hpp"
 #include "wanfw/error.hpp"
+#include "wanfw/units.hpp"
 
 namespace wan {
 
@@ -64,6 +65,30 @@ torch::Tensor WanDiTImpl::embedded_vace(const VaceInput& vace, const torch::Tens
                        "give one scale, or one for each entry of vace_layers");
   const torch::Tensor embedded = vace_patch_embedding(context.to(vace_patch_embedding->weight.scalar_type()));
   return embedded.flatten(2).transpose(1, 2).contiguous();  // [B, L, dim]
+}
+
+std::array<torch::Tensor, 2> WanDiTImpl::vace_unit(std::size_t n, const torch::Tensor& state,
+                                                   const torch::Tensor& embedded, const torch::Tensor& e0,
+                                                   const torch::Tensor& context, const RopeTables& rope,
+                                                   bool checkpoint) {
+  auto* block = vace_blocks[n]->as<WanBlock>();
+  std::vector<torch::Tensor> inputs = {state, e0, context};
+  if (n == 0) inputs.push_back(embedded);  // the first block adds the embedded latents
+  const auto out = wanfw::run_unit(unit_runner_, first_unit_ + blocks->size() + n, inputs,
+                                   [&](const std::vector<torch::Tensor>& in) {
+                                     const torch::Tensor added = in.size() > 3 ? in[3] : torch::Tensor();
+                                     if (checkpoint) {
+                                       const auto [next, hint] = checkpointed_vace_block(
+                                           *block, in[0], added, in[1], in[2], rope, lora_dropout.get(),
+                                           adapter_selection.get(), activation_offload_, recompute_chunks_);
+                                       return std::vector<torch::Tensor>{next, hint};
+                                     }
+                                     const torch::Tensor input = block->before_proj ? block->before_proj(in[0]) + added
+                                                                                    : in[0];
+                                     const torch::Tensor next = block->forward(input, in[1], in[2], rope);
+                                     return std::vector<torch::Tensor>{next, block->after_proj(next)};
+                                   });
+  return {out.at(0), out.at(1)};
 }
 
 }  // namespace wan

@@ -214,39 +214,22 @@ torch::Tensor WanDiTImpl::forward(const torch::Tensor& x_in, const torch::Tensor
     rope.sequence = &*split_;
   }
   const bool checkpoint = gradient_checkpointing_ && is_training() && torch::GradMode::is_enabled();
-  const auto run_block = [&](WanBlockImpl& b, const torch::Tensor& in, const torch::Tensor& block_e0,
-                             const torch::Tensor& block_context) {
-    return checkpoint ? checkpointed_block(b, in, block_e0, block_context, rope, lora_dropout.get(),
-                                           adapter_selection.get(), activation_offload_, recompute_chunks_)
-                      : b.forward(in, block_e0, block_context, rope);
-  };
   const torch::Tensor embedded = x;  // the first VACE block adds the embedded latents
-  std::size_t hint = 0;
+  std::size_t hint = 0;             // the next VACE block
   for (std::size_t i = 0; i < blocks->size(); ++i) {
     auto* b = blocks[i]->as<WanBlock>();
-    x = wanfw::run_unit(unit_runner_, first_unit_ + i, {x, e0, context}, [&](const std::vector<torch::Tensor>& in) {
-          return std::vector<torch::Tensor>{run_block(*b, in[0], in[1], in[2])};
-        }).at(0);
+    const auto block = [&](const std::vector<torch::Tensor>& in) {
+      return std::vector<torch::Tensor>{checkpoint ? checkpointed_block(*b, in[0], in[1], in[2], rope, lora_dropout.get(),
+                                                                           adapter_selection.get(), activation_offload_,
+                                                                           recompute_chunks_)
+                                                   : b->forward(in[0], in[1], in[2], rope)};
+    };
+    x = wanfw::run_unit(unit_runner_, first_unit_ + i, {x, e0, context}, block).at(0);
     if (hint < c.vace_layers.size() && c.vace_layers[hint] == static_cast<std::int64_t>(i)) {
-      auto* vb = vace_blocks[hint]->as<WanBlock>();
-      std::vector<torch::Tensor> inputs = {vace_state, e0, context};
-      if (hint == 0) inputs.push_back(embedded);
-      const auto out = wanfw::run_unit(
-          unit_runner_, first_unit_ + blocks->size() + hint, inputs, [&](const std::vector<torch::Tensor>& in) {
-            const torch::Tensor added = in.size() > 3 ? in[3] : torch::Tensor();
-            if (checkpoint) {
-              const auto [state, next] = checkpointed_vace_block(*vb, in[0], added, in[1], in[2], rope,
-                                                                 lora_dropout.get(), adapter_selection.get(),
-                                                                 activation_offload_, recompute_chunks_);
-              return std::vector<torch::Tensor>{state, next};
-            }
-            const torch::Tensor state = vb->forward(vb->before_proj ? vb->before_proj(in[0]) + added : in[0], in[1],
-                                                    in[2], rope);
-            return std::vector<torch::Tensor>{state, vb->after_proj(state)};
-          });
-      vace_state = out.at(0);
+      const auto [state, added] = vace_unit(hint, vace_state, embedded, e0, context, rope, checkpoint);
+      vace_state = state;
       const double scale = vace.scales.empty() ? 1.0 : vace.scales.size() == 1 ? vace.scales[0] : vace.scales.at(hint);
-      x = scale == 1.0 ? x + out.at(1) : x + out.at(1) * scale;
+      x = scale == 1.0 ? x + added : x + added * scale;
       ++hint;
     }
   }

@@ -228,6 +228,12 @@ class WanDiTImpl : public torch::nn::Cloneable<WanDiTImpl> {
   /// The embedded VACE context [B, L, dim] for latents `x_full` [B, in_dim, F, H, W], checked with
   /// the scales; undefined for a model without the branch (which refuses a context).
   torch::Tensor embedded_vace(const VaceInput& vace, const torch::Tensor& x_full);
+  /// VACE block `n` run as its unit (first_unit + num_layers + n), checkpointed with its
+  /// projections when `checkpoint`: from the branch's `state` (and for n = 0 the `embedded`
+  /// latents), its next state and its hint.
+  std::array<torch::Tensor, 2> vace_unit(std::size_t n, const torch::Tensor& state, const torch::Tensor& embedded,
+                                         const torch::Tensor& e0, const torch::Tensor& context,
+                                         const RopeTables& rope, bool checkpoint);
   /// The RoPE tables of a token grid on a device, built once and kept.
   const RopeTables& rope_for(const std::array<std::int64_t, 3>& grid, const torch::Device& device);
 
