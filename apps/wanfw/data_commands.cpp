@@ -1,5 +1,6 @@
 // `wanfw data`: make, inspect and verify data set folders.
 
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -86,14 +87,9 @@ fs::path parse(const std::vector<std::string>& args, std::map<std::string, std::
 std::int64_t integer(const std::map<std::string, std::string>& flags, const std::string& name, std::int64_t least,
                      std::int64_t most) {
   const std::string& text = flags.at(name);
-  std::size_t used = 0;
   std::int64_t value = 0;
-  try {
-    value = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != text.size() || text.empty() || value < least || value > most)
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size() || text.empty() || value < least || value > most)
     usage(fmt::format("{} must be an integer in [{}, {}], got '{}'", name, least, most, shortened(text)));
   return value;
 }
@@ -183,6 +179,12 @@ int inspect(const std::vector<std::string>& args) {
   for (const auto& [role, name] : m.encoders) std::printf("  encoder %s: %s\n", role.c_str(), name.c_str());
   if (!m.encoding_fingerprint.empty()) std::printf("  encoding: %s\n", m.encoding_fingerprint.c_str());
   std::printf("  empty prompt: %s\n", m.empty_caption.empty() ? "none (no caption dropout)" : "stored");
+  std::map<std::int64_t, std::size_t> references;  // VACE: latent frames of reference images -> samples
+  for (const auto& sample : m.samples)
+    if (sample.reference_frames > 0) ++references[sample.reference_frames];
+  for (const auto& [frames, count] : references)
+    std::printf("  reference images: %zu sample(s) begin with %lld latent frame(s) of them\n", count,
+                static_cast<long long>(frames));
 
   // Fields: shapes by bucket (tokens as a range), dtypes from the shard headers.
   std::map<std::string, std::string> dtypes;
@@ -273,9 +275,8 @@ int throughput(const std::vector<std::string>& args) {
     loader.start_epoch(epoch);
     while (auto batch = loader.next()) samples += batch->size;
   }
-  double shard_bytes = 0;  // every sample is read each epoch (drop_last off), so every shard byte
-  for (const auto& shard : reader->manifest().shards) shard_bytes += static_cast<double>(shard.bytes);
-  const double stored_bytes = shard_bytes * static_cast<double>(epochs);
+  double stored_bytes = 0;  // every sample is read each epoch (drop_last off), so every shard byte
+  for (const auto& shard : reader->manifest().shards) stored_bytes += static_cast<double>(shard.bytes * epochs);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   std::printf("%lld samples in %.3f s: %.1f samples/s, %.1f MB/s of shards (%d workers, batch %lld, %s)\n",
               static_cast<long long>(samples), seconds, static_cast<double>(samples) / seconds, stored_bytes / 1e6 / seconds,

@@ -118,9 +118,21 @@ def test_an_encoded_control_set_verifies_and_trains_a_tiny_vace_model(sources, t
     root, encoders = sources
     encode(root, encoders, tmp_path / "set")
     assert "ok: 2 samples" in wanfw("data", "verify", tmp_path / "set", check=0).stdout
-    assert "field vace_context: F32, one shape per bucket" in wanfw("data", "inspect", tmp_path / "set", check=0).stdout
+    inspected = wanfw("data", "inspect", tmp_path / "set", check=0).stdout
+    assert "field vace_context: F32, one shape per bucket" in inspected
+    assert "reference images: 1 sample(s) begin with 1 latent frame(s) of them" in inspected
     config = base_config(tmp_path / "runs", model={"name": "wan22_flow_matching", "preset": "tiny-vace"},
                          data={"name": "latent_shards", "path": str(tmp_path / "set"), "batch_size": 1},
                          trainer={"max_steps": 2, "log_every": 1})
     out = wanfw("run", write_config(tmp_path / "run.json", config), check=0).stdout
     assert "2 samples in 2 bucket(s)" in out and "step 2/2" in out
+
+
+def test_reference_frames_that_leave_no_video_frame_are_refused_naming_the_sample(sources, tmp_path):
+    root, encoders = sources
+    manifest = encode(root, encoders, tmp_path / "set")
+    manifest["samples"][0]["reference_frames"] = 3  # its bucket 3x4x6: nothing left of the video
+    (tmp_path / "set" / "manifest.json").write_text(json.dumps(manifest))
+    result = wanfw("data", "verify", tmp_path / "set")
+    assert result.returncode != 0
+    assert "samples[0]: 'reference_frames' is 3, but its bucket 3x4x6 has 3 latent frames in all" in result.stderr

@@ -152,6 +152,13 @@ DatasetManifest DatasetManifest::read(const fs::path& folder) {
     if (entry.contains("caption_hash")) s.caption_hash = r.string(entry, where, "caption_hash");
     if (entry.contains("source_fingerprint")) s.source_fingerprint = r.string(entry, where, "source_fingerprint");
     s.fields = r.tensors(r.member(entry, where, "fields", json::value_t::object), where + ".fields", shard_files);
+    if (entry.contains("reference_frames")) {
+      const auto frames = r.member(entry, where, "reference_frames", json::value_t::number_unsigned).get<std::uint64_t>();
+      if (frames >= static_cast<std::uint64_t>(s.bucket.frames))
+        r.fail(where, fmt::format("'reference_frames' is {}, but its bucket {} has {} latent frames in all", frames,
+                                  s.bucket.name(), s.bucket.frames));
+      s.reference_frames = static_cast<std::int64_t>(frames);
+    }
     m.samples.push_back(std::move(s));
   }
   return m;
@@ -180,6 +187,7 @@ void DatasetManifest::write(const fs::path& folder) const {
                            {"caption_hash", s.caption_hash},
                            {"source_fingerprint", s.source_fingerprint},
                            {"fields", fields}});
+    if (s.reference_frames > 0) sample_list.back()["reference_frames"] = s.reference_frames;
   }
   root["samples"] = sample_list;
   write_file_atomically(folder / kFileName, root.dump(1) + "\n");

@@ -35,6 +35,7 @@ struct ManifestSample {
   std::string caption_hash;        ///< identifies the caption (and its one text embedding)
   std::string source_fingerprint;  ///< of the source file the sample was encoded from
   std::map<std::string, ManifestTensor> fields;  ///< field name -> tensor
+  std::int64_t reference_frames = 0;  ///< VACE: latent frames of reference images at the front (encode_dataset.py --control)
 };
 
 struct ManifestShard {
