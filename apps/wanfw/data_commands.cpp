@@ -276,7 +276,7 @@ int throughput(const std::vector<std::string>& args) {
     while (auto batch = loader.next()) samples += batch->size;
   }
   double stored_bytes = 0;  // every sample is read each epoch (drop_last off), so every shard byte
-  for (const auto& shard : reader->manifest().shards) stored_bytes += static_cast<double>(shard.bytes * epochs);
+  for (const auto& shard : reader->manifest().shards) stored_bytes += static_cast<double>(shard.bytes) * epochs;
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   std::printf("%lld samples in %.3f s: %.1f samples/s, %.1f MB/s of shards (%d workers, batch %lld, %s)\n",
               static_cast<long long>(samples), seconds, static_cast<double>(samples) / seconds, stored_bytes / 1e6 / seconds,
