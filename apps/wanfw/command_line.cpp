@@ -1,5 +1,6 @@
 #include "command_line.hpp"
 
+#include <algorithm>
 #include <optional>
 
 #include <fmt/format.h>
@@ -69,6 +70,12 @@ std::vector<std::filesystem::path> plugin_path_flags(const std::vector<std::stri
   return extra;
 }
 
+bool is_device_name(const std::string& text) {
+  if (text == "auto" || text == "cpu" || text == "cuda") return true;
+  if (text.rfind("cuda:", 0) != 0 || text.size() == 5 || text.size() > 8) return false;
+  return std::all_of(text.begin() + 5, text.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
 EvaluateRequest parse_evaluate_request(const std::vector<std::string>& args, const char* help,
                                        std::map<std::string, std::string> named,
                                        std::map<std::string, std::string>* values) {
@@ -96,6 +103,8 @@ EvaluateRequest parse_evaluate_request(const std::vector<std::string>& args, con
     if (*bytes < 1) usage_error("--max-shard-size needs a positive number of bytes", help);
     request.max_shard_bytes = *bytes;
   }
+  if (const auto device = named.find("--device"); device != named.end() && !is_device_name(device->second))
+    usage_error(fmt::format("--device '{}' is not a device: use auto, cpu, cuda or cuda:N", device->second), help);
   if (values != nullptr) *values = named;
   return request;
 }

@@ -26,8 +26,11 @@ RunRequest parse_run_request(const std::vector<std::string>& args, bool allow_re
 std::vector<std::filesystem::path> plugin_path_flags(const std::vector<std::string>& args,
                                                      std::vector<std::string>* rest, const char* help);
 
+/// auto, cpu, cuda or cuda:N: what --device takes.
+bool is_device_name(const std::string& text);
+
 /// The flags `predict`, `sample` and `export` share (--inputs, --out, --checkpoint, and those in
-/// `named`: --seed, --count, --max-shard-size), parsed into an EvaluateRequest; `values`, when
+/// `named`: --seed, --count, --max-shard-size, --device: a device name), parsed into an EvaluateRequest; `values`, when
 /// given, receives every named flag's value (its default when absent).
 EvaluateRequest parse_evaluate_request(const std::vector<std::string>& args, const char* help,
                                        std::map<std::string, std::string> named,

@@ -7,23 +7,30 @@
 namespace wanfw::cli {
 
 const char* const kPredictHelp = R"(usage: wanfw predict CONFIG --inputs IN.safetensors --out OUT.safetensors
-                     [--checkpoint PATH [--ema]] [--set key=value]...
+                     [--checkpoint PATH [--ema]] [--device DEVICE] [--set key=value]...
 
-Builds the config's model (with its weights) on the strategy's device and runs it once, without
-gradients, on the tensors in IN; writes what the model returns to OUT. For the Wan model: x
-[B,C,F,H,W] (noisy latents), t [B] or [B,tokens] (0..1000), context [B,L,text_dim] -> v.
+Builds the config's model (with its weights) and runs it once, without gradients, on the tensors
+in IN; writes what the model returns to OUT. For the Wan model: x [B,C,F,H,W] (noisy latents),
+t [B] or [B,tokens] (0..1000), context [B,L,text_dim] -> v.
+
+predict, sample and export run as one process with the whole model on one device, whatever
+layout the config trains on (ddp, fsdp, network groups, sequence parallelism, replicas,
+accumulation): start them without torchrun or srun; a checkpoint is read whole, however many
+ranks wrote its pieces.
 
   --checkpoint PATH   take the weights from a training checkpoint (a <run>/checkpoints/step-*
                       folder, or a run folder for its newest one) instead of the config's
   --ema               with --checkpoint: the averaged weights (the run's ema section) in place of
                       the trained ones
+  --device DEVICE     where the model runs: auto (default: the first GPU, else the CPU), cpu, cuda,
+                      cuda:N
 )";
 
 const char* const kSampleHelp =
     R"(usage: wanfw sample CONFIG --out OUT.safetensors [--inputs IN.safetensors] [--checkpoint PATH [--ema]]
-                    [--seed N] [--count N] [--video OUT.mp4] [--set key=value]...
+                    [--seed N] [--count N] [--video OUT.mp4] [--device DEVICE] [--set key=value]...
 
-Builds the config's model like `predict` and draws samples with its sampler, writing them to
+Builds the config's model like `predict` (one process, one device) and draws samples with its sampler, writing them to
 OUT. For the Wan model: a flow-matching Euler sampler with classifier-free guidance (options
 model.sample_steps, sample_guidance, sample_shift) writes `latents` [B,C,F,H,W] and `sigmas`.
 IN holds the conditioning (context [B,L,text_dim]; optionally negative_context, noise, and image
@@ -35,14 +42,16 @@ IN holds the conditioning (context [B,L,text_dim]; optionally negative_context, 
   --count N           samples drawn when there is no IN (default 1)
   --video OUT.mp4     also decode the samples with the model plugin's decoder (the Wan models:
                       model.vae) to OUT.mp4, or OUT-<i>.mp4 for several
+  --device DEVICE     where the model runs: auto (default: the first GPU, else the CPU), cpu, cuda,
+                      cuda:N
 )";
 
 const char* const kExportHelp =
     R"(usage: wanfw export CONFIG --out FOLDER [--checkpoint PATH [--ema]] [--merge] [--max-shard-size BYTES]
-                    [--set key=value]...
+                    [--device DEVICE] [--set key=value]...
 
 Builds the config's model (with the weights of the config, or of --checkpoint: a training
-checkpoint or a run folder's newest) and writes them in the model family's release layout, so
+checkpoint or a run folder's newest) as one process, like `predict`, and writes them in the model family's release layout, so
 that other tools load them. For the Wan model: the official layout (official tensor names,
 diffusion_pytorch_model*.safetensors shards with their index json, config.json); the A14B experts
 go to high_noise_model/ and low_noise_model/. Shards hold at most BYTES (default 5000000000).
@@ -52,6 +61,8 @@ ComfyUI keys, diffusion_model.blocks.N.self_attn.q.lora_A.weight, with alpha) an
 pytorch_lora_weights.safetensors (the diffusers PEFT keys), per expert for A14B.
   --ema               with --checkpoint: write the averaged weights (the run's ema section)
   --merge             fold the adapters into the weights and write the full official layout
+  --device DEVICE     where the model is built (default cpu: an export computes nothing but merges,
+                      and leaves the GPUs to a run that is still training); auto, cuda, cuda:N
 )";
 
 const char* const kDecodeHelp =
@@ -86,8 +97,10 @@ bool take_flag(std::vector<std::string>& args, const char* flag) {
 int predict_command(const std::vector<std::string>& given) {
   std::vector<std::string> args = given;
   const bool ema = take_flag(args, "--ema");
-  EvaluateRequest request = parse_evaluate_request(args, kPredictHelp, {});
+  std::map<std::string, std::string> values;
+  EvaluateRequest request = parse_evaluate_request(args, kPredictHelp, {{"--device", "auto"}}, &values);
   request.ema = ema;
+  request.run.one_process_device = values["--device"];
   if (request.inputs.empty()) usage_error("--inputs is required", kPredictHelp);
   predict_experiment(request);
   return kSuccess;
@@ -98,8 +111,10 @@ int sample_command(const std::vector<std::string>& given) {
   const bool ema = take_flag(args, "--ema");
   std::map<std::string, std::string> values;
   EvaluateRequest request =
-      parse_evaluate_request(args, kSampleHelp, {{"--seed", ""}, {"--count", ""}, {"--video", ""}}, &values);
+      parse_evaluate_request(args, kSampleHelp, {{"--seed", ""}, {"--count", ""}, {"--video", ""}, {"--device", "auto"}},
+                             &values);
   request.ema = ema;
+  request.run.one_process_device = values["--device"];
   request.video = values["--video"];
   sample_experiment(request);
   return kSuccess;
@@ -131,7 +146,10 @@ int export_command(const std::vector<std::string>& given) {
   std::vector<std::string> args = given;
   const bool merge = take_flag(args, "--merge");
   const bool ema = take_flag(args, "--ema");
-  EvaluateRequest request = parse_evaluate_request(args, kExportHelp, {{"--max-shard-size", ""}});
+  std::map<std::string, std::string> values;
+  EvaluateRequest request =
+      parse_evaluate_request(args, kExportHelp, {{"--max-shard-size", ""}, {"--device", "cpu"}}, &values);
+  request.run.one_process_device = values["--device"];
   request.merge_adapters = merge;
   request.ema = ema;
   export_experiment(request);

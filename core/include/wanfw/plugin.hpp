@@ -95,6 +95,13 @@ struct StrategyCapabilities {
   bool places_networks = false;
 };
 
+/// How a strategy's validated options lay out the ranks, read without joining them
+/// (PluginDescriptor::strategy_layout).
+struct StrategyLayout {
+  int sequence_parallel = 1;        ///< ranks that share each sample's tokens
+  std::vector<int> network_groups;  ///< ranks of each network's group; empty: every rank the whole model
+};
+
 /// What the host hands a factory besides the plugin's own options.
 struct PluginContext {
   /// The run's seed (run.seed).
@@ -154,6 +161,12 @@ struct PluginDescriptor {
   /// built from the model's options alone, on `context.device`; null when the options name none
   /// (the Wan models: no `vae`), so previews stay images.
   std::unique_ptr<VideoDecoder> (*make_decoder)(const Options&, const PluginContext&) = nullptr;
+  /// Optional, for strategies: the layout of ranks the options describe, checked as make_strategy
+  /// checks them (a refusal through Options::fail) but without joining any process group. The host
+  /// asks it (never the option keys) where no strategy is built: `validate` and `model-info` plan
+  /// by it, and a config it lays out on more ranks than a process has is validated as one process.
+  /// Null: one rank group, whole sequences.
+  StrategyLayout (*strategy_layout)(const Options&) = nullptr;
 
   static PluginDescriptor for_model(std::string name, std::string version, std::string summary);
   static PluginDescriptor for_strategy(std::string name, std::string version, std::string summary);

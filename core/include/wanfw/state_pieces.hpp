@@ -7,6 +7,7 @@
 // Tensors are split along dim 0 (a scalar is one row), the layout of wanfw/shard_layout.hpp.
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,17 @@ class TensorRowSource {
   /// checked against `role` (tensor_check.hpp). Throws FileError naming the file and tensor.
   virtual at::Tensor rows(const std::string& name, std::int64_t begin, std::int64_t end,
                           const TensorRole& role) const = 0;
+  /// What a message about its content names: the file's path, or its pieces' index's. Every
+  /// refusal of a tensor read from here starts with it, so that a user knows which file to look at.
+  virtual std::filesystem::path path() const = 0;
 };
+
+/// The shape of `name` in `source`, refused with a FileError that names the file, the tensor and
+/// both shapes unless it is `expected` (the shape of the model's parameter it belongs to).
+void require_shape(const TensorRowSource& source, const std::string& name, const std::vector<std::int64_t>& expected);
+
+/// The optimizer step count `name` ("<parameter>.step") of `source`: one non-negative integer, else
+/// a FileError naming the file and the tensor.
+std::int64_t read_step_count(const TensorRowSource& source, const std::string& name);
 
 }  // namespace wanfw

@@ -41,8 +41,6 @@ class CheckpointRows : public TensorRowSource {
   /// any device and dtype).
   virtual void copy_rows(const at::Tensor& destination, const std::string& name, std::int64_t begin,
                          std::int64_t end, const TensorRole& role) const;
-  /// What a message calls this file: the file's or the index's path.
-  virtual std::filesystem::path path() const = 0;
 };
 
 /// `folder`'s `kind` ("model", "optimizer"): the whole file `<kind>.safetensors` when it exists,

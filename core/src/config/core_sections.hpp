@@ -53,6 +53,7 @@ struct EmaSettings {
   double decay = 0.0;                ///< 0: no averages
   std::int64_t start_step = 0;       ///< up to this step the average is the weights themselves
   std::vector<std::string> groups;   ///< the parameter groups averaged; empty: every group
+  SourceLocation groups_where;       ///< where the config sets `groups`, for an error about a name
   bool enabled() const { return decay > 0; }
 };
 

@@ -98,6 +98,12 @@ CoreSettings CoreSettings::from(Config& config) {
   s.ema.start_step = ema.integer("start_step");
   require_positive(ema, "start_step", s.ema.start_step, 0);
   s.ema.groups = ema.strings("groups");
+  s.ema.groups_where = ema.where("groups");
+  if (s.ema.decay == 0)
+    for (const char* key : {"start_step", "groups"})
+      if (ema.given(key))
+        ema.fail(key, "is set, but ema.decay is 0: no average is kept",
+                 "set ema.decay (0.99 to 0.9999 are usual) to keep one, or remove the ema section");
 
   Options scheduler = section("scheduler");
   s.scheduler.warmup_steps = scheduler.integer("warmup_steps");

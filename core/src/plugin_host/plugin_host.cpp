@@ -255,6 +255,14 @@ std::shared_ptr<Object> build(const PluginHost& host, Config& config, const std:
 
 }  // namespace
 
+void PluginHost::check_section(const Config& config, const std::string& section, PluginKind kind) const {
+  const PluginInfo& info = find(kind, config.string_at(section + ".name"), config.where(section + ".name"));
+  refuse_removed_options(config, section, info);
+  std::vector<std::string> extra_keys = info.descriptor->subsections;
+  extra_keys.push_back("name");
+  (void)config.section(section, info.descriptor->options, extra_keys);
+}
+
 std::shared_ptr<Model> PluginHost::make_model(Config& config, const std::string& section,
                                               const PluginContext& context) const {
   return build<Model>(*this, config, section, PluginKind::Model, context, &PluginDescriptor::make_model,

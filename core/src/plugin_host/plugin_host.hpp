@@ -70,6 +70,12 @@ class PluginHost {
   std::shared_ptr<Dataset> make_dataset(Config& config, const std::string& section, const std::string& name,
                                         const std::vector<std::string>& core_keys, const PluginContext& context) const;
 
+  /// Checks the section at `section` against the schema of the plugin of `kind` its `name:` key
+  /// names (removed options, unknown keys, types, choices) without building anything: a section the
+  /// command does not build (the strategy of a config a one-process command reads) is still the
+  /// one a run would accept. Throws ConfigError as building it would.
+  void check_section(const Config& config, const std::string& section, PluginKind kind) const;
+
   /// Loads one library and checks it; throws PluginError naming the file and the reason.
   static PluginInfo load_library(const std::filesystem::path& path);
 

@@ -18,6 +18,7 @@
 #include "run/experiment_assembly.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/safetensors.hpp"
+#include "wanfw/state_pieces.hpp"
 #include "wanfw/tensor_check.hpp"
 
 namespace fs = std::filesystem;
@@ -33,16 +34,13 @@ void load_averages(Model& model, const fs::path& folder) {
   std::size_t taken = 0;
   for (const auto& [name, param] : model.trainable_parameters()) {
     if (!rows->contains(name + ".ema")) continue;
-    const std::vector<std::int64_t> shape = rows->shape(name + ".ema");
-    if (param.sizes() != at::IntArrayRef(shape))
-      throw FileError(fmt::format("checkpoint {}: the average '{}.ema' has shape {}; the parameter is {}",
-                                  folder.string(), name, c10::str(at::IntArrayRef(shape)), c10::str(param.sizes())),
-                      "the checkpoint belongs to a model of another configuration");
-    param.copy_(rows->rows(name + ".ema", 0, shape.empty() ? 1 : shape[0], TensorRole::weight()).view(param.sizes()));
+    require_shape(*rows, name + ".ema", param.sizes().vec());
+    param.copy_(rows->rows(name + ".ema", 0, param.dim() == 0 ? 1 : param.size(0), TensorRole::weight())
+                    .view(param.sizes()));
     ++taken;
   }
   if (taken == 0)
-    throw FileError(fmt::format("--ema: checkpoint {} holds no averages", folder.string()),
+    throw FileError(fmt::format("--ema: {} holds no averages (<parameter>.ema)", rows->path().string()),
                     "the run trained without an ema section (ema.decay); leave --ema out for its weights");
   spdlog::info("--ema: {} averaged tensor(s) in place of the trained weights", taken);
 }

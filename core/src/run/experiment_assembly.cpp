@@ -9,6 +9,7 @@
 
 #include "host/console.hpp"
 #include "run/training_layout.hpp"
+#include "wanfw/distributed.hpp"
 #include "wanfw/error.hpp"
 
 namespace wanfw {
@@ -70,6 +71,61 @@ void check_network_groups(const Experiment& e, const NetworkGroups& groups) {
   }
 }
 
+/// The strategy a one-process command (predict, sample, export) runs on: the built-in `single` on
+/// `device`, whatever layout the config trains on. The config's strategy sections are checked as a
+/// run would check them, not built: building them could join a process group.
+std::shared_ptr<Strategy> one_process_strategy(Experiment& e, const StrategyChain& chain, const std::string& device,
+                                               const PluginContext& context) {
+  const LaunchEnvironment launch = detect_launch(process_environment(), 29500);
+  if (launch.world_size > 1)
+    throw ConfigError(SourceLocation{"command line", 0, 0},
+                      fmt::format("this command runs as one process, but {} started {} ranks",
+                                  launch.launcher.empty() ? "the environment" : launch.launcher, launch.world_size),
+                      "run it without torchrun or srun: one process reads a checkpoint whole, whatever layout "
+                      "wrote it");
+  for (const std::string& section : chain.sections) e.host->check_section(e.config, section, PluginKind::Strategy);
+  Config one = Config::parse(fmt::format("strategy:\n  name: single\n  device: {}\n", yaml_quoted(device)),
+                             "--device");
+  return e.host->make_strategy(one, "strategy", context);
+}
+
+/// The built strategy answers as its descriptor declared (model-info and the checks plan by it).
+void check_declared_capabilities(const Experiment& e, const StrategyChain& chain) {
+  if (e.strategy->shards_state() != chain.capabilities.shards_state)
+    throw PluginError(fmt::format("the strategy plugin '{}' {} StrategyCapabilities::shards_state in its descriptor, "
+                                  "but its strategy answers shards_state() {}",
+                                  chain.innermost_name, chain.capabilities.shards_state ? "declares" : "does not declare",
+                                  e.strategy->shards_state()),
+                      "a strategy that shards the training state declares it, so that model-info and the config's "
+                      "checks treat it as it trains");
+  if (e.strategy->network_groups() != nullptr && !chain.capabilities.places_networks)
+    throw PluginError(fmt::format("the strategy plugin '{}' places networks on rank groups, but does not declare "
+                                  "StrategyCapabilities::places_networks in its descriptor",
+                                  chain.innermost_name),
+                      "a strategy that places networks on rank groups declares it, so that model-info plans each "
+                      "group");
+  if (e.settings.precision.mode == PrecisionMode::BF16Weights && e.strategy->shards_state())
+    throw ConfigError(e.config.where("precision.mode"),
+                      "precision.mode bf16_weights does not combine with a strategy that shards the weights",
+                      "use precision.mode bf16: fsdp then gathers and computes in bf16 (param_dtype) while each "
+                      "rank's fp32 shards stay the master weights");
+}
+
+/// Block swap streams each rank's own copy of the weights: not for a strategy that shards or
+/// replicates them.
+void check_block_swap_strategy(const Experiment& e, const StrategyChain& chain) {
+  if (chain.capabilities.shards_state)
+    throw ConfigError(e.config.where("block_swap.blocks"),
+                      fmt::format("block swap does not combine with a strategy that shards the weights ({})",
+                                  chain.innermost_name),
+                      "use ddp or single (each rank streams its own copy), or fsdp without block_swap");
+  if (chain.capabilities.replicates_module)
+    throw ConfigError(e.config.where("block_swap.blocks"),
+                      fmt::format("block swap does not combine with a strategy that replicates the module on several "
+                                  "devices ({}: its replicas copy the model's weights)", chain.innermost_name),
+                      "use ddp, one process per GPU, each streaming its own copy");
+}
+
 }  // namespace
 
 std::optional<std::string> describe_model(Config& config, const PluginHost& host, const TrainingLayout& layout,
@@ -97,50 +153,43 @@ Experiment assemble(const RunRequest& request, ModelAssembly assembly) {
   if (!e.config.has("strategy"))
     throw ConfigError(e.config.where("strategy"), "the config has no 'strategy' section",
                       "add 'strategy: {name: single}' to train on one device");
-  e.strategy = e.host->make_strategy(e.config, "strategy", context);
-  configure_console(e.settings.run.log_level, e.strategy->rank());
   const StrategyChain chain = strategy_chain(e.config, *e.host);
-  if (e.strategy->shards_state() != chain.capabilities.shards_state)
-    throw PluginError(fmt::format("the strategy plugin '{}' {} StrategyCapabilities::shards_state in its descriptor, "
-                                  "but its strategy answers shards_state() {}",
-                                  chain.innermost_name, chain.capabilities.shards_state ? "declares" : "does not declare",
-                                  e.strategy->shards_state()),
-                      "a strategy that shards the training state declares it, so that model-info and the config's "
-                      "checks treat it as it trains");
-  if (e.strategy->network_groups() != nullptr && !chain.capabilities.places_networks)
-    throw PluginError(fmt::format("the strategy plugin '{}' places networks on rank groups, but does not declare "
-                                  "StrategyCapabilities::places_networks in its descriptor",
-                                  chain.innermost_name),
-                      "a strategy that places networks on rank groups declares it, so that model-info plans each "
-                      "group");
-  if (e.settings.precision.mode == PrecisionMode::BF16Weights && e.strategy->shards_state())
-    throw ConfigError(e.config.where("precision.mode"),
-                      "precision.mode bf16_weights does not combine with a strategy that shards the weights",
-                      "use precision.mode bf16: fsdp then gathers and computes in bf16 (param_dtype) while each "
-                      "rank's fp32 shards stay the master weights");
+  std::string one_process_device = request.one_process_device;
+  if (request.one_process_unless_launched) {
+    int ranks = chain.layout.sequence_parallel;
+    int groups = 0;
+    for (const int size : chain.layout.network_groups) groups += size;
+    ranks = std::max(ranks, groups);
+    if (ranks > 1 && detect_launch(process_environment(), 29500).world_size == 1) {
+      e.ranks_laid_out = ranks;
+      one_process_device = "cpu";
+    }
+  }
+  const bool one_process = !one_process_device.empty();
+  if (one_process) {
+    e.strategy = one_process_strategy(e, chain, one_process_device, context);
+  } else {
+    e.strategy = e.host->make_strategy(e.config, "strategy", context);
+    check_declared_capabilities(e, chain);
+  }
+  configure_console(e.settings.run.log_level, e.strategy->rank());
   // Models and loggers learn where the model will live, so weights are built there. A device this
   // machine lacks (a config validated away from its GPUs) leaves them on the CPU; the strategy's
   // setup names the missing device when a run starts.
   context.device = usable(e.strategy->device()) ? e.strategy->device() : c10::Device(c10::kCPU);
   context.train_device = context.device;
   if (e.settings.block_swap.blocks > 0) {
-    if (chain.capabilities.shards_state)
-      throw ConfigError(e.config.where("block_swap.blocks"),
-                        fmt::format("block swap does not combine with a strategy that shards the weights ({})",
-                                    chain.innermost_name),
-                        "use ddp or single (each rank streams its own copy), or fsdp without block_swap");
-    if (chain.capabilities.replicates_module)
-      throw ConfigError(e.config.where("block_swap.blocks"),
-                        fmt::format("block swap does not combine with a strategy that replicates the module on several "
-                                    "devices ({}: its replicas copy the model's weights)", chain.innermost_name),
-                        "use ddp, one process per GPU, each streaming its own copy");
+    if (!one_process) check_block_swap_strategy(e, chain);
     // Built on the host: the streamed blocks never reach the device whole, the rest moves there
     // when the strategy places the model.
     context.device = c10::Device(c10::kCPU);
   }
   if (const NetworkGroups* groups = e.strategy->network_groups()) context.network_groups = *groups;
   context.dtype = compute_dtype(e.settings.precision.mode);
-  context.layout = training_layout(e.config, e.settings, *e.host, e.strategy->world_size());
+  // Validated as one process, the config's layout is still the one planned and checked.
+  context.layout = training_layout(e.config, e.settings, *e.host,
+                                   e.ranks_laid_out > 0 ? e.ranks_laid_out : e.strategy->world_size());
+  if (one_process && e.ranks_laid_out == 0) context.layout = one_process_layout(context.layout);
 
   if (!e.config.has("model"))
     throw ConfigError(e.config.where("model"), "the config has no 'model' section",

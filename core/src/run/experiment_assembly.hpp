@@ -37,6 +37,9 @@ struct Experiment {
   /// (place_model sets them up).
   std::shared_ptr<BlockSwap> block_swap;
   std::shared_ptr<UnitRuntime> units;
+  /// Set when the config's strategy lays out more ranks than the job has and the experiment was
+  /// assembled as one process instead (RunRequest::one_process_unless_launched): those ranks.
+  int ranks_laid_out = 0;
 };
 
 /// The built model placed by the strategy (Strategy::setup) and, with block_swap, its streamed

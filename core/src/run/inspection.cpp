@@ -35,7 +35,9 @@ std::string inspect_model(const RunRequest& request, const InspectRequest& inspe
                     "`wanfw validate` builds the model and reports its trainable parameters");
 }
 
-std::string validate_experiment(const RunRequest& request) {
+std::string validate_experiment(const RunRequest& given) {
+  RunRequest request = given;
+  request.one_process_unless_launched = true;
   Experiment e = assemble(request, ModelAssembly::DescribeIfPossible);
   std::string model;
   if (e.model_summary) {
@@ -53,8 +55,13 @@ std::string validate_experiment(const RunRequest& request) {
   std::string data = fmt::format("{} ({})", e.settings.data.name, e.data->training_set()->summary());
   for (const auto& line : e.data->sampler(e.strategy->data_world_size(), e.strategy->accumulation_steps())->describe())
     data += "\n    " + line;
+  const std::string strategy =
+      e.ranks_laid_out > 0
+          ? fmt::format("{}, laid out on {} ranks: checked as one process (start its ranks with torchrun or srun)",
+                        e.config.string_at("strategy.name"), e.ranks_laid_out)
+          : e.strategy->describe();
   return fmt::format("{}: valid\n  strategy: {}\n  model: {} {}  loggers: {}\n  data: {}\n--- resolved config ---\n{}",
-                     request.config.string(), e.strategy->describe(), e.config.string_at("model.name"), model,
+                     request.config.string(), strategy, e.config.string_at("model.name"), model,
                      e.loggers.size(), data, e.resolved_yaml);
 }
 

@@ -13,11 +13,17 @@ StrategyChain strategy_chain(const Config& config, const PluginHost& host) {
   while (config.has(section + ".name")) {
     const std::string name = config.string_at(section + ".name");
     const PluginDescriptor& descriptor = *host.find(PluginKind::Strategy, name, config.where(section + ".name")).descriptor;
+    chain.sections.push_back(section);
     chain.innermost_section = section;
     chain.innermost_name = name;
     chain.capabilities.shards_state |= descriptor.capabilities.shards_state;
     chain.capabilities.replicates_module |= descriptor.capabilities.replicates_module;
     chain.capabilities.places_networks |= descriptor.capabilities.places_networks;
+    if (descriptor.strategy_layout != nullptr) {
+      std::vector<std::string> extra_keys = descriptor.subsections;
+      extra_keys.push_back("name");
+      chain.layout = descriptor.strategy_layout(config.section(section, descriptor.options, extra_keys));
+    }
     const auto wrapped = std::find_if(descriptor.subsections.begin(), descriptor.subsections.end(),
                                       [&](const std::string& key) { return config.has(section + "." + key + ".name"); });
     if (wrapped == descriptor.subsections.end()) break;
@@ -40,14 +46,10 @@ TrainingLayout training_layout(const Config& config, const CoreSettings& setting
   TrainingLayout layout;
   layout.gpus = gpus;
   const StrategyChain chain = strategy_chain(config, host);
-  const std::string& section = chain.innermost_section;
   if (!chain.innermost_name.empty()) layout.strategy = chain.innermost_name;
   layout.sharded = chain.capabilities.shards_state;
-  if (!section.empty() && config.has(section + ".sequence_parallel"))
-    layout.sequence_parallel = std::max(1, std::atoi(config.string_at(section + ".sequence_parallel").c_str()));
-  if (chain.capabilities.places_networks && !section.empty() && config.has(section + ".network_groups"))
-    for (std::size_t i = 0; i < config.sequence_size(section + ".network_groups"); ++i)
-      layout.network_groups.push_back(std::atoi(config.string_at(fmt::format("{}.network_groups.{}", section, i)).c_str()));
+  layout.sequence_parallel = chain.layout.sequence_parallel;
+  layout.network_groups = chain.layout.network_groups;
   layout.batch_size = settings.data.batch_size;
   layout.dtype = compute_dtype(settings.precision.mode);
   layout.master_weights = settings.precision.mode == PrecisionMode::BF16Weights;
@@ -66,6 +68,15 @@ TrainingLayout training_layout(const Config& config, const CoreSettings& setting
       const auto volume = [](const std::vector<std::int64_t>& v) { return v.size() == 3 ? v[0] * v[1] * v[2] : 0; };
       if (sizes.size() == 3 && volume(sizes) > volume(layout.latent)) layout.latent = sizes;
     }
+  return layout;
+}
+
+TrainingLayout one_process_layout(TrainingLayout layout) {
+  layout.gpus = 1;
+  layout.strategy = "single";
+  layout.sharded = false;
+  layout.sequence_parallel = 1;
+  layout.network_groups.clear();
   return layout;
 }
 

@@ -3,6 +3,7 @@
 // what it declares it does with the model, the ranks, the batch, the largest bucket, the precision.
 
 #include <string>
+#include <vector>
 
 #include "config/config.hpp"
 #include "config/core_sections.hpp"
@@ -15,9 +16,11 @@ namespace wanfw {
 /// strategy that wraps another holds it in a subsection (grad_accum's `inner`), and the chain ends
 /// at the strategy that places the model.
 struct StrategyChain {
+  std::vector<std::string> sections;  ///< every link's section, outermost first
   std::string innermost_section;      ///< "strategy", or "strategy.inner" under a wrapper
   std::string innermost_name;         ///< that section's plugin ("ddp")
   StrategyCapabilities capabilities;  ///< what any strategy of the chain declares
+  StrategyLayout layout;              ///< the innermost layout a strategy of the chain declares
 };
 
 /// The chain of the config's `strategy` section; throws ConfigError when it names no plugin found.
@@ -30,5 +33,9 @@ at::ScalarType compute_dtype(PrecisionMode mode);
 /// shards the training state, the sequence-parallel size, the batch, the largest latent bucket
 /// (data.buckets) and the precision.
 TrainingLayout training_layout(const Config& config, const CoreSettings& settings, const PluginHost& host, int gpus);
+
+/// `layout` as one process holding the whole model on one device lays it out: what a command that
+/// evaluates a checkpoint runs, whatever the config trains on.
+TrainingLayout one_process_layout(TrainingLayout layout);
 
 }  // namespace wanfw

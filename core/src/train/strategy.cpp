@@ -86,12 +86,8 @@ void Strategy::load_optimizer_state(Model& model, torch::optim::AdamW& optimizer
     throw std::logic_error(describe() + ": a strategy that shards the state restores its own (load_optimizer_state)");
   auto& optimizer_state = optimizer.state();
   auto read_into = [&](const std::string& name, const at::Tensor& like, const TensorRole& role) {
-    const std::vector<std::int64_t> shape = moments.shape(name);
-    if (like.sizes() != at::IntArrayRef(shape))
-      throw FileError(fmt::format("optimizer state '{}' has shape {} in the checkpoint; the model's parameter is {}",
-                                  name, c10::str(at::IntArrayRef(shape)), c10::str(like.sizes())),
-                      "the checkpoint belongs to a model of another configuration");
-    return moments.rows(name, 0, shape.empty() ? 1 : shape[0], role).to(like.options()).view(like.sizes());
+    require_shape(moments, name, like.sizes().vec());
+    return moments.rows(name, 0, like.dim() == 0 ? 1 : like.size(0), role).to(like.options()).view(like.sizes());
   };
   ParameterAverages* averages = parameter_averages(optimizer);
   for (const auto& [name, param] : model.trainable_parameters()) {
@@ -99,15 +95,10 @@ void Strategy::load_optimizer_state(Model& model, torch::optim::AdamW& optimizer
       averages->restore(param, read_into(name + ".ema", param, TensorRole::weight()));
     if (!moments.contains(name + ".step")) continue;
     auto s = std::make_unique<torch::optim::AdamWParamState>();
-    const at::Tensor step = moments.rows(name + ".step", 0, 1, TensorRole::step_count());
-    if (step.numel() != 1)
-      throw FileError(fmt::format("optimizer state '{}.step' is {} of {} elements, not one integer", name,
-                                  c10::toString(step.scalar_type()), step.numel()),
-                      "the checkpoint is damaged; resume from an earlier one");
-    s->step(step.item<std::int64_t>());
+    s->step(read_step_count(moments, name + ".step"));
     for (const char* field : {".exp_avg", ".exp_avg_sq"})
       if (!moments.contains(name + field))
-        throw FileError(fmt::format("optimizer state '{}{}' is missing", name, field),
+        throw FileError(fmt::format("{}: optimizer state '{}{}' is missing", moments.path().string(), name, field),
                         "the checkpoint is damaged; resume from an earlier one");
     s->exp_avg(read_into(name + ".exp_avg", param, TensorRole::first_moment()));
     s->exp_avg_sq(read_into(name + ".exp_avg_sq", param, TensorRole::second_moment()));

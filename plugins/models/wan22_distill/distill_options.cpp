@@ -160,6 +160,11 @@ DistillSettings settings_from(const wanfw::Options& o, const Networks& n, bool r
   s.sampler = wan::sampler_settings_from(o);
   if (!s.sampler.size) s.sampler.size = s.latent_size;
   s.lora = wan::lora_settings_from(o, n.student, n.expert == wan::Expert::Both ? wan::Expert::Both : wan::Expert::None);
+  s.fp8_base = wan::fp8_base_from(o, "", !s.lora.enabled());
+  s.teacher_fp8 = wan::fp8_base_from(o, "teacher_", /*trains_base=*/false);
+  s.activation_offload = wan::activation_offload_from(o);
+  s.recompute_chunks = wan::recompute_chunks_from(o);
+  (void)teacher_device(o, c10::Device(c10::kCPU));  // the name is checked with the config
   return s;
 }
 

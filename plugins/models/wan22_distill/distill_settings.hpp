@@ -40,6 +40,10 @@ struct DistillSettings {
   std::vector<double> validation_timesteps;  ///< 0..1000
   wan::SamplerSettings sampler;              ///< the student's `wanfw sample` and preview
   wan::LoraSettings lora;                    ///< adapters on the student (rank 0: every weight trains)
+  bool fp8_base = false;                     ///< base_dtype float8_e4m3fn: the student's frozen base in fp8
+  bool teacher_fp8 = false;                  ///< teacher_base_dtype float8_e4m3fn
+  bool activation_offload = false;           ///< checkpointed blocks' inputs wait in host memory
+  std::int64_t recompute_chunks = 1;         ///< a checkpointed block recomputed in chunks of tokens
 };
 
 }  // namespace wan_distill

@@ -34,6 +34,7 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
   wan::check_block_swap_needs(o, ctx.layout);
   wan::use_attention_backend(wan::parse_attention_backend(o.string("attention")));
   wan_distill::DistillSettings settings = wan_distill::settings_from(o, n, true);
+  wan::warn_chunks_beyond_tokens(o, ctx.layout, n.student.patch);
   const double planned_bytes =
       settings.lora.enabled() && !ctx.layout.sharded
           ? wan::estimate_memory(wan_distill::planned_run(o, n, settings), wan::configured_memory(o, ctx.layout),
@@ -47,7 +48,7 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
   const auto make_teacher = [&] {
     const wan_distill::TeacherPlacement where{wan_distill::teacher_device(o, ctx.train_device),
                                               wan_distill::dtype_of(o, "teacher_dtype"), o.boolean("teacher_offload"),
-                                              wan::fp8_base_from(o, "teacher_", /*trains_base=*/false)};
+                                              settings.teacher_fp8};
     auto teacher = std::make_shared<wan_distill::FrozenTeacher>(n.teacher, n.expert, n.boundary, where);
     teacher->load_weights(teacher_weights, o.string("teacher_weights_subfolder"));
     wanfw::log::info(fmt::format("teacher: {} blocks, dim {} ({}), frozen on {} in {}{}", n.teacher.num_layers,
@@ -56,8 +57,7 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
     return teacher;
   };
 
-  const wan::WanPlacement placement{ctx.device, wan_distill::dtype_of(o, "dtype"),
-                                    wan::fp8_base_from(o, "", !settings.lora.enabled())};
+  const wan::WanPlacement placement{ctx.device, wan_distill::dtype_of(o, "dtype"), settings.fp8_base};
   wan::log_memory_options(o, ctx.layout);
   if (settings.objective == wan_distill::Objective::Dmd) {
     wan_distill::DmdSettings dmd = wan_distill::dmd_settings_from(o, n.student, n.teacher, settings, n.expert);
@@ -92,6 +92,7 @@ std::string inspect(const wanfw::Options& o, const wanfw::TrainingLayout& layout
   wan::check_vae_option(o, n.student.out_dim, false);  // `wanfw validate`: the VAE's headers, not its values
   wan::check_block_swap_needs(o, layout);
   const wan_distill::DistillSettings s = wan_distill::settings_from(o, n, false);
+  wan::warn_chunks_beyond_tokens(o, layout, n.student.patch);
   const auto blocks = wan_distill::block_mapping(n.student.num_layers, n.teacher.num_layers);
   std::vector<std::string> pairs;
   for (std::size_t i = 0; i < blocks.size(); ++i) pairs.push_back(fmt::format("{}<-{}", i, blocks[i]));

@@ -34,6 +34,10 @@ struct FlowMatchingSettings {
   wan::SamplerSettings sampler;  ///< `wanfw sample` and the preview
   wan::LoraSettings lora;        ///< low-rank adapters (rank 0: every weight trains)
   ExpertControls experts;        ///< expert: both: each expert's learning-rate scale and timestep range
+  bool fp8_base = false;            ///< base_dtype float8_e4m3fn: the frozen base's block weights in fp8
+  bool new_vace_branch = false;     ///< vace_branch: new (the weights hold a base model)
+  bool activation_offload = false;  ///< checkpointed blocks' inputs wait in host memory
+  std::int64_t recompute_chunks = 1;  ///< a checkpointed block recomputed in chunks of tokens
 };
 
 class WanFlowMatchingModel final : public wanfw::Model {

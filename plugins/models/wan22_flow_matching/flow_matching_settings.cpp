@@ -20,6 +20,9 @@ FlowMatchingSettings settings_from(const wanfw::Options& o, const wan::WanConfig
   s.bell_weighting = o.string("loss_weighting") == "bell";
   s.sampler = wan::sampler_settings_from(o);
   s.sampler.vace_scales = o.numbers("sample_vace_scale");
+  if (!s.sampler.vace_scales.empty() && !config.has_vace())
+    o.fail("sample_vace_scale", "scales a VACE model's hints, but this model has no VACE branch",
+           "choose a VACE preset or set model.vace_layers, or remove sample_vace_scale");
   if (s.sampler.vace_scales.size() > 1 && s.sampler.vace_scales.size() != config.vace_layers.size())
     o.fail("sample_vace_scale", fmt::format("{} scales for the model's {} hints", s.sampler.vace_scales.size(),
                                             config.vace_layers.size()),
@@ -27,6 +30,13 @@ FlowMatchingSettings settings_from(const wanfw::Options& o, const wan::WanConfig
 
   // Experts: the boundary comes from the preset (A14B) or the config.
   s.expert = wan::parse_expert(o.string("expert"));
+  if (o.number("boundary") != 0 && !(o.number("boundary") > 0 && o.number("boundary") < 1000))
+    o.fail("boundary", fmt::format("{} lies outside the timesteps (0, 1000)", o.number("boundary")),
+           "875 for Wan2.2 T2V-A14B, 900 for I2V-A14B; 0 takes the preset's");
+  if (o.number("boundary") != 0 && s.expert == Expert::None)
+    o.fail("boundary", "a boundary splits the timesteps between two experts, but the run trains one network "
+                       "(expert: none)",
+           "set model.expert (high_noise, low_noise or both), or remove boundary");
   const double boundary = o.number("boundary") > 0 ? o.number("boundary") : static_cast<double>(config.expert_boundary);
   if (s.expert == Expert::None && config.expert_boundary > 0 && o.number("boundary") == 0)
     o.fail("expert",
@@ -47,6 +57,16 @@ FlowMatchingSettings settings_from(const wanfw::Options& o, const wan::WanConfig
   s.validation_timesteps = wan::validation_timesteps_from(o, s.timesteps);
   s.experts = wan_fm::expert_controls_from(o, s.expert, s.boundary, s.timesteps);
   s.lora = wan::lora_settings_from(o, config, s.expert);
+  s.new_vace_branch = o.string("vace_branch") == "new";
+  if (s.new_vace_branch && !config.has_vace())
+    o.fail("vace_branch", "a new VACE branch needs a VACE model", "choose a VACE preset or set model.vace_layers");
+  if (s.new_vace_branch && o.string("weights").empty())
+    o.fail("vace_branch", "vace_branch: new adds a branch to the base model of model.weights, which is empty",
+           "set model.weights to a base model's checkpoint, or leave vace_branch: checkpoint");
+  // A VACE model trains its branch (whole, or through adapters); the base stays frozen.
+  s.fp8_base = wan::fp8_base_from(o, "", !s.lora.enabled() && !config.has_vace());
+  s.activation_offload = wan::activation_offload_from(o);
+  s.recompute_chunks = wan::recompute_chunks_from(o);
 
   const std::int64_t expected_in = wan::task_in_dim(config, s.task);
   if (config.in_dim != expected_in)

@@ -32,16 +32,21 @@ wan::WanConfig config_from(const wanfw::Options& o) { return wan::config_from_op
 
 using wan_fm::settings_from;
 
-/// Under network groups (wanfw/network_groups.hpp), the expert this rank holds: expert: both only.
+/// Network groups (wanfw/network_groups.hpp) of `groups` sizes hold the two experts of expert: both
+/// only; a refusal at `expert` otherwise.
+void check_network_groups(const wanfw::Options& o, const std::vector<int>& groups, Expert expert) {
+  if (groups.empty() || (expert == Expert::Both && groups.size() == 2)) return;
+  o.fail("expert",
+         fmt::format("the strategy places {} network group(s); this model has {} (expert: {})", groups.size(),
+                     expert == Expert::Both ? "two experts" : "one network", o.string("expert")),
+         "set model.expert: both with strategy.network_groups: [high_noise ranks, low_noise ranks], or remove "
+         "strategy.network_groups");
+}
+
+/// Under network groups, the expert this rank holds; -1 when every rank holds the whole model.
 int held_expert(const wanfw::Options& o, const wanfw::PluginContext& ctx, Expert expert) {
   if (ctx.network_groups.sizes.empty()) return -1;
-  if (expert != Expert::Both || ctx.network_groups.count() != 2)
-    o.fail("expert",
-           fmt::format("the strategy places {} network group(s); this model has {} (expert: {})",
-                       ctx.network_groups.count(), expert == Expert::Both ? "two experts" : "one network",
-                       o.string("expert")),
-           "set model.expert: both with strategy.network_groups: [high_noise ranks, low_noise ranks], or remove "
-           "strategy.network_groups");
+  check_network_groups(o, ctx.network_groups.sizes, expert);
   return ctx.network_groups.group;
 }
 
@@ -53,37 +58,32 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
   // Built where it will train, in the weights' dtype, part by part: the checkpoint is then copied
   // straight into the final parameters, never held whole in fp32 on the CPU.
   FlowMatchingSettings settings = settings_from(o, config);
+  wan::warn_chunks_beyond_tokens(o, ctx.layout, config.patch);
   // A VACE model trains its branch (whole, or through adapters); the base stays frozen.
   const bool vace_whole = config.has_vace() && !settings.lora.enabled();
   const wan::WanPlacement placement{ctx.device, o.string("dtype") == "bfloat16" ? torch::kBFloat16 : torch::kFloat32,
-                                    wan::fp8_base_from(o, "", !settings.lora.enabled() && !config.has_vace()),
-                                    vace_whole};
+                                    settings.fp8_base, vace_whole};
   const int held = held_expert(o, ctx, settings.expert);
   auto model = std::make_unique<wan_fm::WanFlowMatchingModel>(config, std::move(settings), placement, held);
+  const FlowMatchingSettings& s = model->settings();
   wan::WanDenoiser& denoiser = model->denoiser();
   const std::string weights = o.string("weights");
-  const bool new_branch = o.string("vace_branch") == "new";
-  if (new_branch && !config.has_vace())
-    o.fail("vace_branch", "a new VACE branch needs a VACE model", "choose a VACE preset or set model.vace_layers");
-  if (!weights.empty()) denoiser.load_weights(weights, o.string("weights_subfolder"), new_branch);
+  if (!weights.empty()) denoiser.load_weights(weights, o.string("weights_subfolder"), s.new_vace_branch);
   else if (config.has_vace())
     wanfw::log::warn("the VACE model starts from the official random initialisation, whose zero head passes the "
                      "control branch no gradient: set model.weights to a VACE checkpoint (Wan2.1-VACE, "
                      "Wan2.2-VACE-Fun), or to a base model's with model.vace_branch: new");
-  denoiser.apply_lora(model->settings().lora);
+  denoiser.apply_lora(s.lora);
   if (vace_whole) denoiser.train_vace_branch();
-  const bool offload = wan::activation_offload_from(o);
-  const std::int64_t chunks = wan::recompute_chunks_from(o);
-  if (model->settings().lora.enabled() && !ctx.layout.sharded) {
-    const wan::PlannedRun run{config, model->settings().lora, o.string("dtype"), static_cast<int>(denoiser.dits().size()),
-                              model->settings().task};
+  if (s.lora.enabled() && !ctx.layout.sharded) {
+    const wan::PlannedRun run{config, s.lora, o.string("dtype"), static_cast<int>(denoiser.dits().size()), s.task};
     model->set_planned_device_bytes(
         wan::estimate_memory(run, wan::configured_memory(o, ctx.layout), ctx.layout).device);
   }
   for (auto& dit : denoiser.dits()) {
     dit->set_gradient_checkpointing(o.boolean("gradient_checkpointing"));
-    dit->set_activation_offload(offload);
-    dit->set_recompute_chunks(chunks);
+    dit->set_activation_offload(s.activation_offload);
+    dit->set_recompute_chunks(s.recompute_chunks);
   }
   wan::log_memory_options(o, ctx.layout);
   return model;
@@ -116,11 +116,7 @@ std::string weights_summary(const wanfw::Options& o, const wan::WanConfig& c, Ex
 /// data-parallel or sharded over its group.
 std::string placed_plan(const wanfw::Options& o, const wan::WanConfig& c, const FlowMatchingSettings& s,
                         const wanfw::TrainingLayout& layout) {
-  const std::vector<int>& sizes = layout.network_groups;
-  if (s.expert != Expert::Both || sizes.size() != 2)
-    return fmt::format("network groups: the strategy places {} group(s), but this model has {}: the run is refused "
-                       "(set model.expert: both with two groups)\n",
-                       sizes.size(), s.expert == Expert::Both ? "two experts" : "one network");
+  const std::vector<int>& sizes = layout.network_groups;  // two: check_network_groups refused others
   int world = 0;
   for (const int size : sizes) world += size;
   std::string out;
@@ -147,6 +143,8 @@ std::string inspect(const wanfw::Options& o, const wanfw::TrainingLayout& layout
   wan::check_vae_option(o, c.out_dim, false);  // `wanfw validate`: the VAE's headers, not its values
   wan::check_block_swap_needs(o, layout);
   const FlowMatchingSettings s = settings_from(o, c);
+  wan::warn_chunks_beyond_tokens(o, layout, c.patch);
+  check_network_groups(o, layout.network_groups, s.expert);
   const int models = s.expert == Expert::Both ? 2 : 1;
   const bool placed = !layout.network_groups.empty();  // each rank group holds one expert
   const double n = static_cast<double>(c.parameter_count() * models);

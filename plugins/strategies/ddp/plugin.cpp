@@ -209,12 +209,9 @@ std::unique_ptr<wanfw::Strategy> make_strategy(const wanfw::Options& o, const wa
   s.first_bucket_bytes = static_cast<std::size_t>(first * (1 << 20));
   s.find_unused_parameters = o.boolean("find_unused_parameters");
   s.broadcast_buffers = o.boolean("broadcast_buffers");
-  s.sequence_parallel = static_cast<int>(o.integer("sequence_parallel"));
-  if (s.sequence_parallel < 1) o.fail("sequence_parallel", "must be at least 1");
-  for (const std::int64_t size : o.integers("network_groups")) s.network_groups.push_back(static_cast<int>(size));
-  if (!s.network_groups.empty() && s.sequence_parallel > 1)
-    o.fail("network_groups", "network groups do not combine with sequence_parallel yet",
-           "set sequence_parallel: 1, or train every network on every rank (network_groups: [])");
+  const wanfw::StrategyLayout layout = wanfw::rank_layout_of(o);
+  s.sequence_parallel = layout.sequence_parallel;
+  s.network_groups = layout.network_groups;
   return std::make_unique<DdpStrategy>(s, wanfw::DistributedSession::join(wanfw::process_group_options(o, ctx)));
 }
 
@@ -230,12 +227,11 @@ wanfw::PluginDescriptor describe() {
        option("find_unused_parameters", T::Boolean).value("false").doc(
            "Allow parameters that get no gradient in a step (e.g. expert: both with every sample on one expert)."),
        option("broadcast_buffers", T::Boolean).value("true").doc("Copy rank 0's buffers to every rank before each step."),
-       option("network_groups", T::IntegerList).value("[]").doc(
-           "One group of ranks per network of the model, in its order (model.expert: both: [high_noise ranks, "
-           "low_noise ranks]): each rank holds its group's network alone, each sample trains on the ranks of its "
-           "network, gradients are averaged within the group. Empty: every rank holds the whole model.")});
+       wanfw::network_groups_option("each rank holds its group's network alone, its gradients averaged within "
+                                    "the group")});
   d.capabilities.places_networks = true;
   d.make_strategy = make_strategy;
+  d.strategy_layout = wanfw::rank_layout_of;
   return d;
 }
 

@@ -76,7 +76,9 @@ void FsdpStrategy::load_optimizer_state(wanfw::Model& model, torch::optim::AdamW
       for (std::size_t i = 0; i < layout.size(); ++i) {
         const std::string& name = checkpoint_name.at(flat->parameters()[i].unsafeGetTensorImpl());
         const wanfw::RowShard& s = layout.shard(i);
-        if (source.contains(name + ".ema") && s.end(r) > s.begin(r))
+        if (!source.contains(name + ".ema")) continue;
+        wanfw::require_shape(source, name + ".ema", s.shape);
+        if (s.end(r) > s.begin(r))
           layout.rows(average, i, r).copy_(source.rows(name + ".ema", s.begin(r), s.end(r), wanfw::TensorRole::weight())
                                                .view(layout.rows(average, i, r).sizes()));
       }
@@ -87,18 +89,16 @@ void FsdpStrategy::load_optimizer_state(wanfw::Model& model, torch::optim::AdamW
     for (std::size_t i = 0; i < layout.size(); ++i) {
       const std::string& name = checkpoint_name.at(flat->parameters()[i].unsafeGetTensorImpl());
       if (!source.contains(name + ".step")) continue;
-      const at::Tensor saved_step = source.rows(name + ".step", 0, 1, wanfw::TensorRole::step_count());
-      step = std::max(step, saved_step.item<std::int64_t>());
+      step = std::max(step, wanfw::read_step_count(source, name + ".step"));
       const wanfw::RowShard& s = layout.shard(i);
       for (const auto& [moment, role, target] :
            {std::tuple{".exp_avg", wanfw::TensorRole::first_moment(), exp_avg},
             std::tuple{".exp_avg_sq", wanfw::TensorRole::second_moment(), exp_avg_sq}}) {
-        if (source.shape(name + moment) != s.shape)
-          throw wanfw::FileError(fmt::format("optimizer state '{}{}' has shape [{}] in the checkpoint; the model's "
-                                             "parameter is [{}]",
-                                             name, moment, fmt::join(source.shape(name + moment), ", "),
-                                             fmt::join(s.shape, ", ")),
-                                 "the checkpoint belongs to a model of another configuration");
+        if (!source.contains(name + moment))
+          throw wanfw::FileError(fmt::format("{}: optimizer state '{}{}' is missing", source.path().string(), name,
+                                             moment),
+                                 "the checkpoint is damaged; resume from an earlier one");
+        wanfw::require_shape(source, name + moment, s.shape);
         if (s.end(r) > s.begin(r))
           layout.rows(target, i, r).copy_(source.rows(name + moment, s.begin(r), s.end(r), role).view(
               layout.rows(target, i, r).sizes()));

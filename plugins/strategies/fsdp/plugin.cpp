@@ -23,12 +23,9 @@ std::unique_ptr<wanfw::Strategy> make_strategy(const wanfw::Options& o, const wa
   s.runner.compute = dtype_named(o.string("param_dtype"), ctx.dtype);
   s.runner.reduce = o.string("reduce_dtype") == "bfloat16" ? at::kBFloat16 : at::kFloat;
   s.runner.prefetch = o.boolean("prefetch");
-  s.sequence_parallel = static_cast<int>(o.integer("sequence_parallel"));
-  if (s.sequence_parallel < 1) o.fail("sequence_parallel", "must be at least 1");
-  for (const std::int64_t size : o.integers("network_groups")) s.network_groups.push_back(static_cast<int>(size));
-  if (!s.network_groups.empty() && s.sequence_parallel > 1)
-    o.fail("network_groups", "network groups do not combine with sequence_parallel yet",
-           "set sequence_parallel: 1, or shard the whole model over every rank (network_groups: [])");
+  const wanfw::StrategyLayout layout = wanfw::rank_layout_of(o);
+  s.sequence_parallel = layout.sequence_parallel;
+  s.network_groups = layout.network_groups;
   return std::make_unique<wanfw_fsdp::FsdpStrategy>(
       s, wanfw::DistributedSession::join(wanfw::process_group_options(o, ctx)));
 }
@@ -48,13 +45,11 @@ wanfw::PluginDescriptor describe() {
            "dtype gradients are reduce-scattered in (the mean over ranks)."),
        option("prefetch", T::Boolean).value("true").doc(
            "Start gathering the next unit's parameters while the current one computes (forward and backward)."),
-       option("network_groups", T::IntegerList).value("[]").doc(
-           "One group of ranks per network of the model, in its order (model.expert: both: [high_noise ranks, "
-           "low_noise ranks]): each network sharded over its own group, each sample trained on the ranks of its "
-           "network. Empty: the whole model sharded over every rank.")});
+       wanfw::network_groups_option("each network sharded over its own group")});
   d.capabilities.shards_state = true;
   d.capabilities.places_networks = true;
   d.make_strategy = make_strategy;
+  d.strategy_layout = wanfw::rank_layout_of;
   return d;
 }
 

@@ -1,6 +1,10 @@
 #include "wan/memory_options.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
+
+#include "wanfw/log.hpp"
 
 namespace wan {
 
@@ -62,6 +66,20 @@ std::int64_t recompute_chunks_from(const wanfw::Options& options) {
                                      "gradient_checkpointing is off",
                  "set gradient_checkpointing: true as well, or recompute_chunks: 1");
   return chunks;
+}
+
+void warn_chunks_beyond_tokens(const wanfw::Options& options, const wanfw::TrainingLayout& layout,
+                               const std::array<std::int64_t, 3>& patch) {
+  const std::int64_t chunks = options.integer("recompute_chunks");
+  if (layout.latent.size() != 3 || chunks <= 1) return;
+  std::int64_t tokens = 1;
+  for (std::size_t i = 0; i < 3; ++i) tokens *= std::max<std::int64_t>(1, layout.latent[i] / patch[i]);
+  tokens = (tokens + layout.sequence_parallel - 1) / std::max(1, layout.sequence_parallel);
+  if (chunks > tokens)
+    wanfw::log::warn(fmt::format("{}: recompute_chunks {} asks for more chunks than a rank holds tokens of the largest "
+                                 "bucket ({}): each block recomputes in {} chunks of one token, which saves no more "
+                                 "memory than fewer, longer ones",
+                                 options.where("recompute_chunks").str(), chunks, tokens, tokens));
 }
 
 void check_block_swap_needs(const wanfw::Options& options, const wanfw::TrainingLayout& layout) {

@@ -72,6 +72,12 @@ WanConfig config_from_options(const wanfw::Options& o, const std::string& prefix
     if (o.integer(prefix + name) > 0) *field = o.integer(prefix + name);
   if (!o.integers(prefix + "vace_layers").empty()) c.vace_layers = o.integers(prefix + "vace_layers");
   if (o.integer(prefix + "vace_in_dim") > 0) c.vace_in_dim = o.integer(prefix + "vace_in_dim");
+  if (o.integer(prefix + "vace_in_dim") > 0 && !c.has_vace())
+    o.fail(prefix + "vace_in_dim", "sets the channels of a VACE model's control context, but this model has no VACE "
+                                   "branch",
+           "set vace_layers (the blocks that get hints) as well, or choose a VACE preset");
+  if (o.integer(prefix + "vace_in_dim") < 0)
+    o.fail(prefix + "vace_in_dim", "must be positive (0 keeps the preset's)");
   try {
     c.validate_vace();
   } catch (const wanfw::Error& e) {

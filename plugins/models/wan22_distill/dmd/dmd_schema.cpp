@@ -84,7 +84,10 @@ DmdSettings dmd_settings_from(const wanfw::Options& o, const wan::WanConfig& stu
   s.regression_weight = o.number("regression_weight");
   s.shared_base = o.boolean("shared_base");
   if (common.objective != Objective::Dmd) return s;
-  if (s.generator_steps < 1) o.fail("generator_steps", "must be at least 1");
+  // The schedule has 1000 timesteps: a generator of more steps would visit the same levels again.
+  if (s.generator_steps < 1 || s.generator_steps > 1000)
+    o.fail("generator_steps", fmt::format("must lie in [1, 1000] (the schedule's timesteps), got {}", s.generator_steps),
+           "DMD students take 1 to 4 steps");
   if (s.generator_shift <= 0) o.fail("generator_shift", "must be positive");
   if (s.real_guidance <= 0) o.fail("real_guidance", "must be positive (1: the teacher's conditional score)");
   if (o.number("real_guidance_low_noise") < 0)

@@ -3,6 +3,7 @@
 // the frozen base's storage (fp8), the checkpointed activations' place (host memory) and the
 // recomputed blocks' chunks of tokens.
 
+#include <array>
 #include <cstdint>
 #include <string>
 
@@ -33,6 +34,12 @@ wanfw::OptionSpec recompute_chunks_option();
 /// That option's count (1: whole blocks); an error pointing at it below 1, or above 1 without
 /// gradient_checkpointing.
 std::int64_t recompute_chunks_from(const wanfw::Options& options);
+
+/// A warning naming recompute_chunks when it asks for more chunks than a rank holds tokens of the
+/// largest bucket `layout` names (latent frames x height x width in `patch`es, split over the
+/// sequence-parallel group): a chunk holds one token at least, so the count is clamped there.
+void warn_chunks_beyond_tokens(const wanfw::Options& options, const wanfw::TrainingLayout& layout,
+                               const std::array<std::int64_t, 3>& patch);
 
 /// An error pointing at gradient_checkpointing when `layout` streams blocks (block_swap.blocks)
 /// and the option is off: a block that keeps its weights for backward would find another block's
