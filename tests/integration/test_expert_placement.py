@@ -4,6 +4,8 @@ weights and losses of one device holding both experts. The tiny two-expert Wan D
 and timesteps, real torchrun with Gloo on loopback."""
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
 from harness.equivalence import assert_same_training, state
 from harness.layouts import CPU, DDP, FSDP, LR, TINY_WAN, experiment, run_on
@@ -177,3 +179,10 @@ def test_the_experts_tiny_example_trains_each_expert_on_its_rank_as_its_header_s
         assert min(idle) >= 0 and max(idle) > 0  # the slower group waited for nothing, the other did
     checkpoint = state(tmp_path, "experts-tiny")  # both experts in one checkpoint, written by two ranks
     assert {k.split(".")[0] for k in checkpoint.weights} == {"high_noise_model", "low_noise_model"}
+    # The header's `wanfw export`, as one process with the config it trained with: both experts.
+    wanfw("export", SOURCE / "examples" / "experts-tiny.yaml", "--checkpoint", run_dir(tmp_path, "experts-tiny"),
+          "--out", tmp_path / "experts-export", check=0)
+    for name, tensor in checkpoint.weights.items():
+        expert, official = name.split(".", 1)
+        file = tmp_path / "experts-export" / expert / "diffusion_pytorch_model.safetensors"
+        assert torch.equal(load_file(file)[official], tensor), name
