@@ -120,7 +120,7 @@ def test_fsdp_writes_every_average_from_its_ranks_rows_and_ends_as_one_device(tm
 @pytest.mark.parametrize("ema, command, message", [
     ({"decay": 1.0}, "validate", "ema.decay: must lie in [0, 1): 0 keeps no average"),
     ({"decay": 0.99, "groups": ["generator", "student"]}, "run",
-     "ema.groups names 'student', which is not a parameter group of the model (its groups: generator, critic)"),
+     "ema.groups: 'student' is not a parameter group of the model (its groups: generator, critic)"),
 ], ids=["decay_of_1", "a_group_the_model_lacks"])
 def test_an_ema_section_that_cannot_work_is_refused_naming_the_setting(tmp_path, experts, ema, command, message):
     path = with_ema(config(tmp_path, experts, **EXPERTS), **ema)

@@ -65,7 +65,7 @@ TrainingOptimizer::TrainingOptimizer(std::vector<ParameterGroup> model_groups, c
   for (const std::string& name : ema.groups)
     if (std::ranges::find(group_names_, name) == group_names_.end())
       throw ConfigError(ema.groups_where,
-                        fmt::format("ema.groups names '{}', which is not a parameter group of the model (its groups: {})",
+                        fmt::format("ema.groups: '{}' is not a parameter group of the model (its groups: {})",
                                     name, fmt::join(group_names_, ", ")),
                   "name groups the model trains, or leave ema.groups empty to average every group");
   adamw_->averages = std::make_unique<WeightAverages>(ema);

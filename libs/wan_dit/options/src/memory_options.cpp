@@ -76,10 +76,10 @@ void warn_chunks_beyond_tokens(const wanfw::Options& options, const wanfw::Train
   for (std::size_t i = 0; i < 3; ++i) tokens *= std::max<std::int64_t>(1, layout.latent[i] / patch[i]);
   tokens = (tokens + layout.sequence_parallel - 1) / std::max(1, layout.sequence_parallel);
   if (chunks > tokens)
-    wanfw::log::warn(fmt::format("{}: recompute_chunks {} asks for more chunks than a rank holds tokens of the largest "
+    wanfw::log::warn(fmt::format("{}: {}.recompute_chunks: {} chunks, more than a rank holds tokens of the largest "
                                  "bucket ({}): each block recomputes in {} chunks of one token, which saves no more "
                                  "memory than fewer, longer ones",
-                                 options.where("recompute_chunks").str(), chunks, tokens, tokens));
+                                 options.where("recompute_chunks").str(), options.section(), chunks, tokens, tokens));
 }
 
 void check_block_swap_needs(const wanfw::Options& options, const wanfw::TrainingLayout& layout) {
