@@ -10,6 +10,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from harness.references import reference_model, wan_config
+from harness.launch import torchrun
 from harness.runs import base_config, checkpoints, wanfw, write_config
 
 FOREIGN_TEXT = ("Exception raised from", "c10::Error", "std::", "Expected a CPUGeneratorImplState",
@@ -26,11 +27,13 @@ def folder_digest(folder):
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """A tiny Wan run of 2 steps with its checkpoint; each test tampers with a copy."""
+    """A tiny Wan run of 2 steps with its checkpoint (weights, AdamW moments and averages); each
+    test tampers with a copy."""
     root = tmp_path_factory.mktemp("trained")
     config = base_config(root / "runs", model={"name": "wan22_flow_matching", "preset": "tiny"},
                          data={"num_samples": 16, "batch_size": 2, "workers": 0, "buckets": ["2x4x4"]},
-                         trainer={"max_steps": 2, "log_every": 1}, checkpoint={"every": 2, "keep_last": 0})
+                         trainer={"max_steps": 2, "log_every": 1}, checkpoint={"every": 2, "keep_last": 0},
+                         ema={"decay": 0.9})
     path = write_config(root / "wan.yaml", config)
     wanfw("run", path, check=0)
     return root, config
@@ -141,6 +144,60 @@ def test_a_generator_state_of_the_wrong_size_or_dtype_is_refused_in_our_words(tm
 
     result, checkpoint, before, after = resume_with(tmp_path, trained, "rng.safetensors", poison)
     assert_refused(result, before, after, f"{checkpoint / 'rng.safetensors'}: tensor 'cpu' {words}")
+
+
+def reshaped(tensors, suffix):
+    """The first matrix ending in `suffix` flattened to one dimension; returns its name."""
+    name = first_moment_name(tensors, suffix)
+    tensors[name] = tensors[name].reshape(-1).contiguous()
+    return name
+
+
+@pytest.mark.parametrize("suffix", [".exp_avg", ".ema"])
+def test_a_moment_or_average_of_another_shape_is_refused_naming_the_optimizer_file(tmp_path, trained, suffix):
+    names = {}
+    result, checkpoint, before, after = resume_with(
+        tmp_path, trained, "optimizer.safetensors", lambda tensors: names.update(name=reshaped(tensors, suffix)))
+    shape = list(load_file(checkpoint / "model.safetensors")[names["name"][: -len(suffix)]].shape)
+    assert_refused(result, before, after, f"{checkpoint / 'optimizer.safetensors'}: tensor '{names['name']}' has "
+                   f"shape [{shape[0] * shape[1]}]; the model's parameter is [{shape[0]}, {shape[1]}]",
+                   "resume or evaluate it with the config that wrote it")
+
+
+def test_a_step_count_of_several_elements_is_refused_naming_the_optimizer_file(tmp_path, trained):
+    names = {}
+
+    def poison(tensors):
+        names["step"] = next(name for name in sorted(tensors) if name.endswith(".step"))
+        tensors[names["step"]] = torch.tensor([2, 2], dtype=torch.int64)
+
+    result, checkpoint, before, after = resume_with(tmp_path, trained, "optimizer.safetensors", poison)
+    assert_refused(result, before, after, f"{checkpoint / 'optimizer.safetensors'}: optimizer state "
+                   f"'{names['step']}' has shape [2], not one integer")
+
+
+def test_export_with_ema_refuses_an_average_of_another_shape_naming_the_file_and_writes_nothing(tmp_path, trained):
+    path, checkpoint = copy_of_trained(tmp_path, trained)
+    tensors = load_file(checkpoint / "optimizer.safetensors")
+    name = reshaped(tensors, ".ema")
+    save_file(tensors, checkpoint / "optimizer.safetensors", metadata={"format": "pt"})
+    result = wanfw("export", path, "--checkpoint", checkpoint, "--ema", "--out", tmp_path / "export")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"{checkpoint / 'optimizer.safetensors'}: tensor '{name}' has shape" in result.stderr, result.stderr
+    assert not (tmp_path / "export").exists()
+
+
+def test_fsdp_resuming_a_whole_checkpoint_refuses_a_moment_of_another_shape_naming_the_file(tmp_path, trained):
+    # The sharded strategy's reader of the optimizer file, on two ranks: the same refusal.
+    path, checkpoint = copy_of_trained(tmp_path, trained)
+    tensors = load_file(checkpoint / "optimizer.safetensors")
+    name = reshaped(tensors, ".exp_avg_sq")
+    save_file(tensors, checkpoint / "optimizer.safetensors", metadata={"format": "pt"})
+    before = folder_digest(checkpoint.parent)
+    result = torchrun("run", path, "--resume", "auto", "--set", "strategy={name: fsdp, timeout_s: 60}")
+    assert result.returncode != 0
+    assert f"{checkpoint / 'optimizer.safetensors'}: tensor '{name}' has shape" in result.stdout + result.stderr
+    assert before == folder_digest(checkpoint.parent)
 
 
 # --- files a run reads at start: weights, side tensors, inputs -------------------------------------
