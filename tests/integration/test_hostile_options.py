@@ -7,6 +7,8 @@ accepted with a warning that names the key."""
 import json
 
 import pytest
+import torch
+from safetensors.torch import save_file
 
 from harness.distill import teacher  # noqa: F401 (a fixture)
 from harness.dmd import config as dmd_config
@@ -135,3 +137,19 @@ def test_recompute_chunks_beyond_the_tokens_are_clamped_with_a_warning_naming_th
     assert "model.recompute_chunks: 40 chunks, more than a rank holds tokens of the largest bucket (12): each block " \
            "recomputes in 12 chunks of one token" in result.stderr
     assert json.loads(config.read_text())["model"]["recompute_chunks"] == 40
+
+
+@pytest.mark.parametrize("references, shown", [(torch.tensor([3]), "1 value(s), 3"), (torch.tensor([-1]), "1 value(s), -1"),
+                                               (torch.tensor([1.5]), "1 value(s), 1.5"),
+                                               (torch.tensor([1, 1]), "2 value(s)")],
+                         ids=["all_3_frames", "negative", "a_fraction", "two_values"])
+def test_sample_refuses_reference_frames_that_leave_no_video_frame_and_writes_nothing(tmp_path, references, shown):
+    config = written(tmp_path, {"model": {**TINY, "preset": "tiny-vace", "sample_steps": 2}})
+    g = torch.Generator().manual_seed(2)
+    save_file({"context": torch.randn(1, 4, 32, generator=g), "vace_context": torch.randn(1, 72, 3, 4, 4, generator=g),
+               "reference_frames": references}, tmp_path / "cond.safetensors")
+    result = wanfw("sample", config, "--inputs", tmp_path / "cond.safetensors", "--out", tmp_path / "out.safetensors")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"sample: reference_frames holds {shown}; it is one integer R in [0, 2]: the first R of the video's 3 " \
+           "latent frames are reference images" in result.stderr, result.stderr
+    assert not (tmp_path / "out.safetensors").exists()

@@ -148,8 +148,7 @@ SampleInputs sample_inputs(const std::map<std::string, at::Tensor>& inputs, cons
   out.noise = input("noise", false);
   const torch::Tensor latents = input("latents", false);  // data set samples: their shape, their first frame
   out.vace_context = input("vace_context", c.has_vace());  // VACE: the control, on the video's latent grid
-  if (const torch::Tensor references = input("reference_frames", false); references.defined())
-    out.reference_frames = static_cast<std::int64_t>(references.flatten()[0].item<float>());
+  const torch::Tensor references = input("reference_frames", false);
   if (!out.noise.defined()) {
     std::vector<std::int64_t> shape;
     if (latents.defined()) {
@@ -171,6 +170,16 @@ SampleInputs sample_inputs(const std::map<std::string, at::Tensor>& inputs, cons
   if (out.noise.dim() != 5 || out.noise.size(0) != batch || out.noise.size(1) != c.out_dim)
     throw wanfw::Error(fmt::format("sample: noise has shape {}; expected [{}, {}, F, H, W]",
                                    c10::str(out.noise.sizes()), batch, c.out_dim));
+  if (references.defined()) {  // VACE: the first R latent frames are reference images, dropped at the end
+    const double r = references.numel() == 1 ? references.item<double>() : -1;
+    if (!(r >= 0 && r < static_cast<double>(out.noise.size(2)) && r == std::floor(r)))
+      throw wanfw::Error(fmt::format("sample: reference_frames holds {} value(s){}; it is one integer R in [0, {}]: the "
+                                     "first R of the video's {} latent frames are reference images",
+                                     references.numel(), references.numel() == 1 ? fmt::format(", {}", r) : "",
+                                     out.noise.size(2) - 1, out.noise.size(2)),
+                         kSampleInputs);
+    out.reference_frames = static_cast<std::int64_t>(r);
+  }
   if (keeps_first_frame(task, out.noise)) {
     out.image = input("image", !latents.defined());
     if (!out.image.defined()) out.image = latents.select(2, 0);
