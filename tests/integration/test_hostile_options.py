@@ -122,10 +122,19 @@ def test_ema_groups_naming_no_group_of_the_model_are_refused_at_the_key_before_a
     assert "step 1/" not in result.stdout
 
 
-def test_dmd_generator_steps_beyond_the_schedule_are_refused(tmp_path, teacher):
-    config = dmd_config(tmp_path, teacher, generator_steps=100000)
-    result = wanfw("validate", config)
-    assert_refused_at(result, config, "model.generator_steps", "must lie in [1, 1000] (the schedule's timesteps)")
+@pytest.mark.parametrize("model, key, words", [
+    ({"generator_steps": 100000}, "model.generator_steps", "must lie in [1, 1000] (the schedule's timesteps)"),
+    ({"teacher_boundary": 500}, "model.teacher_boundary", "the teacher is one network (teacher_expert: none)"),
+    ({"teacher_expert": "both", "teacher_boundary": -5, "shared_base": True, "lora": {"rank": 4},
+      "critic_lora": {"rank": 4}}, "model.teacher_boundary", "-5 lies outside the timesteps (0, 1000)"),
+    ({"teacher_expert": "both", "teacher_boundary": 875, "shared_base": True, "lora": {"rank": 4},
+      "critic_lora": {"rank": 4}, "real_guidance_low_noise": -2}, "model.real_guidance_low_noise", "must be positive"),
+], ids=["generator_steps_past_the_schedule", "boundary_without_experts", "boundary_negative",
+        "low_noise_guidance_negative"])
+def test_a_senseless_dmd_option_is_refused_at_its_key(tmp_path, teacher, model, key, words):
+    config = dmd_config(tmp_path, teacher, **model)
+    for command in ("validate", "run"):
+        assert_refused_at(wanfw(command, config), config, key, words)
     assert not (tmp_path / "runs").exists()
 
 

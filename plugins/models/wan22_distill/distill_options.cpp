@@ -94,6 +94,13 @@ Networks networks_from(const wanfw::Options& o) {
     o.fail("student_text_dim",
            fmt::format("the student reads the teacher's text embeddings ({} wide), not {}", t.text_dim, s.text_dim));
   n.expert = wan::parse_expert(o.string("teacher_expert"));
+  if (o.number("teacher_boundary") != 0 && !(o.number("teacher_boundary") > 0 && o.number("teacher_boundary") < 1000))
+    o.fail("teacher_boundary", fmt::format("{} lies outside the timesteps (0, 1000)", o.number("teacher_boundary")),
+           "875 for Wan2.2 T2V-A14B, 900 for I2V-A14B; 0 takes the preset's");
+  if (o.number("teacher_boundary") != 0 && n.expert == wan::Expert::None)
+    o.fail("teacher_boundary", "a boundary splits the timesteps between two experts, but the teacher is one network "
+                               "(teacher_expert: none)",
+           "set teacher_expert, or remove teacher_boundary");
   const double boundary =
       o.number("teacher_boundary") > 0 ? o.number("teacher_boundary") : static_cast<double>(t.expert_boundary);
   if (n.expert == wan::Expert::None && t.expert_boundary > 0)
@@ -103,7 +110,7 @@ Networks networks_from(const wanfw::Options& o) {
            "set teacher_expert to high_noise or low_noise (or both, under objective dmd)");
   if (n.expert != wan::Expert::None) {
     if (!(boundary > 0 && boundary < 1000))
-      o.fail("teacher_boundary", "an expert teacher needs a boundary between 0 and 1000",
+      o.fail("teacher_boundary", "an expert teacher needs a boundary between 0 and 1000, and the preset has none",
              "set teacher_boundary (875 for Wan2.2 T2V-A14B, 900 for I2V-A14B)");
     n.boundary = boundary / 1000.0;
   }

@@ -93,6 +93,9 @@ std::string inspect(const wanfw::Options& o, const wanfw::TrainingLayout& layout
   wan::check_block_swap_needs(o, layout);
   const wan_distill::DistillSettings s = wan_distill::settings_from(o, n, false);
   wan::warn_chunks_beyond_tokens(o, layout, n.student.patch);
+  const bool dmd = s.objective == wan_distill::Objective::Dmd;
+  // Every option is checked before any file is read: a refusal names the option first.
+  const std::string dmd_lines = dmd ? wan_distill::dmd_summary(o, n.student, n.teacher, s, n.expert) : std::string();
   const auto blocks = wan_distill::block_mapping(n.student.num_layers, n.teacher.num_layers);
   std::vector<std::string> pairs;
   for (std::size_t i = 0; i < blocks.size(); ++i) pairs.push_back(fmt::format("{}<-{}", i, blocks[i]));
@@ -108,7 +111,6 @@ std::string inspect(const wanfw::Options& o, const wanfw::TrainingLayout& layout
   const std::string target = s.guidance == 1.0 ? std::string("conditional velocity")
                                                : fmt::format("guided velocity v_u + {} (v_c - v_u)", s.guidance);
   const std::string fm = s.flow_matching_weight > 0 ? fmt::format(" + {} x flow matching", s.flow_matching_weight) : "";
-  const bool dmd = s.objective == wan_distill::Objective::Dmd;
   const std::string objective =
       dmd ? std::string("objective dmd (the student is the generator)")
           : fmt::format("target: the teacher's {}; loss = {} x velocity{}", target, s.velocity_weight, fm);
@@ -116,8 +118,6 @@ std::string inspect(const wanfw::Options& o, const wanfw::TrainingLayout& layout
   const std::string plan = wan::memory_plan(wan_distill::planned_run(o, n, s), wan::configured_memory(o, layout),
                                             wan_distill::planned_layout(layout, s));
   const std::string memory = wan::adapter_summary(n.student, s.lora, 1);
-  const std::string dmd_lines =
-      dmd ? wan_distill::dmd_summary(o, n.student, n.teacher, s, n.expert) : std::string();
   return fmt::format(
              "teacher: preset {}, dim {}, {} layers, {} parameters, frozen: {:.2f} GiB in {} (no gradients, no "
              "optimizer "
