@@ -100,3 +100,20 @@ def test_export_sample_and_predict_read_a_multi_rank_checkpoint_as_one_process(t
     assert one_export.keys() == export.keys()
     assert_same_training(dataclasses.replace(trained, weights=export), one, lr=LR, tolerance=TINY_WAN)
     assert_same_training(dataclasses.replace(one, weights=one_export), one, lr=LR, tolerance=TINY_WAN)
+
+
+def test_an_evaluating_command_started_on_several_ranks_refuses_rather_than_race_and_writes_nothing(tmp_path):
+    config = experiment(tmp_path, "placed", placed(DDP, 1, 1), 2, MODEL)
+    result = torchrun("export", config, "--out", tmp_path / "export", nproc=2)
+    assert result.returncode != 0
+    assert "this command runs as one process, but torchrun started 2 ranks" in result.stdout + result.stderr
+    assert "run it without torchrun or srun" in result.stdout + result.stderr
+    assert not (tmp_path / "export").exists()
+
+
+def test_a_device_that_is_no_device_name_is_a_usage_error(tmp_path):
+    config = experiment(tmp_path, "one", CPU, 4, MODEL)
+    result = wanfw("sample", config, "--count", "1", "--out", tmp_path / "s.safetensors", "--device", "gpu0")
+    assert result.returncode == 2
+    assert "--device 'gpu0' is not a device: use auto, cpu, cuda or cuda:N" in result.stderr
+    assert not (tmp_path / "s.safetensors").exists()
