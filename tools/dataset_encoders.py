@@ -1,5 +1,6 @@
 """encode_dataset.py's encoders: the Wan VAE (normalised latents, image conditions) and the UMT5 text
 encoder with its tokenizer."""
+import sys
 from pathlib import Path
 
 import torch
@@ -12,17 +13,27 @@ class Encoders:
         from diffusers import AutoencoderKLWan
         from transformers import AutoTokenizer, UMT5EncoderModel
 
-        def sub(path, folder):
+        def load(kind, loader, path, folder):
             """A model folder itself, or a pipeline folder (local or on the Hub) holding it in `folder`."""
             p = Path(path)
             local_model = p.exists() and not (p / folder).is_dir()
-            return {} if local_model else {"subfolder": folder}
-        self.vae = AutoencoderKLWan.from_pretrained(args.vae, **sub(args.vae, "vae")).to(device).eval() \
+            try:
+                return loader(path, **({} if local_model else {"subfolder": folder}))
+            except (OSError, ValueError) as e:
+                if p.exists():
+                    raise
+                reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                sys.exit(f"--{kind} {path}: no such folder here, and the model hub did not give it ({reason}). "
+                         f"Download it once where the hub is reachable (huggingface-cli download {path} "
+                         f"--local-dir DIR) and pass DIR; or, for a first try without the real weights, make small "
+                         f"random encoders: tools/make_tiny_encoders.py DIR (docs/data.md)")
+        self.vae = load("vae", AutoencoderKLWan.from_pretrained, args.vae, "vae").to(device).eval() \
             if args.vae else None
-        self.text = UMT5EncoderModel.from_pretrained(args.text_encoder, **sub(args.text_encoder, "text_encoder"))
+        self.text = load("text-encoder", UMT5EncoderModel.from_pretrained, args.text_encoder, "text_encoder")
         self.text = self.text.to(device).eval()
         tokenizer = args.tokenizer or args.text_encoder
-        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer, **sub(tokenizer, "tokenizer"))
+        self.tokenizer = load("tokenizer" if args.tokenizer else "text-encoder", AutoTokenizer.from_pretrained,
+                              tokenizer, "tokenizer")
         self.device, self.dtype, self.text_len = device, dtype, args.text_len
         if self.vae is None:  # prompts alone
             return

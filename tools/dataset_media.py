@@ -1,6 +1,7 @@
 """encode_dataset.py's sources: the items of a folder, a JSONL file or a prompt file, their captions and
 fingerprints, and the frames of a video or image fitted to a bucket."""
 import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -34,23 +35,38 @@ def list_items(source: Path, prompts=False):
         lines = [line for line in source.read_text().splitlines() if line.strip()]
         items = [(f"prompt_{n:06d}", None, line, {}) for n, line in enumerate(lines)]
     elif source.is_file() and source.suffix == ".jsonl":
+        problems = []  # every bad line, not the first alone: one pass fixes them all
         for number, line in enumerate(source.read_text().splitlines(), 1):
             if not line.strip():
                 continue
-            entry = json.loads(line)
-            if "path" not in entry or "caption" not in entry:
-                sys.exit(f"{source}:{number}: each line needs 'path' and 'caption'")
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError as e:
+                problems.append(f"{source}:{number}: not JSON ({e.msg} at column {e.colno})")
+                continue
+            if not isinstance(entry, dict) or "path" not in entry or "caption" not in entry:
+                problems.append(f"{source}:{number}: each line is an object with 'path' and 'caption'")
+                continue
             path = (source.parent / entry["path"]).resolve()
+            if not path.is_file():
+                problems.append(f"{source}:{number}: {path} does not exist")
+                continue
             extras = {key: (source.parent / entry[key]).resolve() for key in ("control", "mask") if entry.get(key)}
             if entry.get("references"):
                 extras["references"] = [(source.parent / r).resolve() for r in entry["references"]]
             items.append((entry.get("id", str(Path(entry["path"]).with_suffix(""))), path, entry["caption"], extras))
+        if problems:
+            sys.exit(f"{len(problems)} line(s) of {source} cannot be read:\n" + "\n".join(problems))
     elif source.is_dir():
+        missing = []
         for path in sorted(p for p in source.rglob("*") if p.suffix.lower() in VIDEO | IMAGE):
             sidecar = path.with_suffix(".txt")
             if not sidecar.exists():
-                sys.exit(f"{path}: no caption ({sidecar.name} is missing)")
+                missing.append(f"{path}: no caption ({sidecar.name} is missing)")
+                continue
             items.append((str(path.relative_to(source).with_suffix("")), path, sidecar.read_text(), {}))
+        if missing:
+            sys.exit(f"{len(missing)} item(s) of {source} have no caption:\n" + "\n".join(missing))
     else:
         sys.exit(f"{source}: not a folder of media files nor a .jsonl file")
     ids = [item[0] for item in items]
@@ -99,6 +115,22 @@ def choose_bucket(frames, buckets):
         return None
     aspect = w / h
     return min(fits, key=lambda b: (abs(b[2] / b[1] - aspect), -b[0]))
+
+
+def bucket_that_takes(frames, buckets, fps):
+    """Why a clip of `frames` [F, 3, H, W] read at `fps` fits none of `buckets`, and what would take
+    it: a bucket of the most frames of the form 4k + 1 it has (1 for an image), at the size of the
+    listed bucket closest to its aspect ratio; a video of fewer than 5 frames, a higher --fps."""
+    f, _, h, w = frames.shape
+    same_kind = [b for b in buckets if (b[0] == 1) == (f == 1)]
+    size = min(same_kind or buckets, key=lambda b: abs(b[2] / b[1] - w / h))
+    if f == 1:
+        return f"an image, and no bucket holds images: a bucket of 1x{size[1]}x{size[2]} would take it"
+    why = f"{f} frames at {fps:g} fps, " + (f"fewer than the shortest bucket's {min(b[0] for b in same_kind)}"
+                                            if same_kind else "and no bucket holds videos")
+    if f < 5:  # a video bucket holds 5 frames at least (4k + 1, k >= 1)
+        return f"{why}: a video needs 5 frames; read at --fps {math.ceil(fps * 5 / f)} or more it has them"
+    return f"{why}: a bucket of {(f - 1) // 4 * 4 + 1}x{size[1]}x{size[2]} would take it"
 
 
 def fit(frames, bucket):

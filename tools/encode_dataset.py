@@ -61,7 +61,8 @@ import torch
 from dataset_control import control_fields
 from dataset_encoders import Encoders
 from dataset_folder import Folder, log, merge, previous_manifest
-from dataset_media import caption_hash, choose_bucket, fit, list_items, read_frames, source_fingerprint
+from dataset_media import (bucket_that_takes, caption_hash, choose_bucket, fit, list_items, read_frames,
+                           source_fingerprint)
 
 
 def encoding_fingerprint(args, encoders):
@@ -201,7 +202,7 @@ def main(argv=None):
             frames = read_frames(path, args.fps)
             bucket = choose_bucket(frames, buckets)
             if bucket is None:
-                unfit.append(f"{item_id}: {frames.shape[0]} frames at {args.fps:g} fps fit no bucket")
+                unfit.append(f"{item_id}: {bucket_that_takes(frames, buckets, args.fps)}")
                 continue
             video = fit(frames, bucket)
             if args.control:
@@ -227,6 +228,12 @@ def main(argv=None):
         folder.add(sample)
         if n % 50 == 0 or n == len(mine):
             log(f"rank {args.rank}: {n}/{len(mine)} items ({time.monotonic() - started:.0f} s)")
+    if encoded + text_only + reused == 0 and mine:
+        for line in unfit:
+            log(f"not encoded: {line}")
+        sys.exit(f"encode_dataset.py: none of the {len(mine)} item(s) fit a bucket of --buckets {args.buckets}: the data "
+                 f"set would be empty, so no manifest was written. Add the buckets named above to --buckets (frames "
+                 f"4k+1 at --fps {args.fps:g}, sizes multiples of {2 * encoders.spatial}), or give longer clips")
     folder.manifest["empty_caption"] = text_fields("")
     kept_shards.update(t["shard"] for t in folder.manifest["empty_caption"].values())
     folder.flush()

@@ -176,6 +176,13 @@ int inspect(const std::vector<std::string>& args) {
   for (const auto& sample : m.samples) captions.insert(sample.caption_hash);
   std::printf("%s: %zu samples, %zu distinct captions, %zu shard(s), %.1f MB\n", folder.string().c_str(),
               m.samples.size(), captions.size(), m.shards.size(), static_cast<double>(bytes) / 1e6);
+  if (m.samples.empty()) {  // a set a run would refuse: not a success
+    std::fprintf(stderr,
+                 "%s holds no sample: a run has nothing to train on\n  hint: tools/encode_dataset.py lists the items "
+                 "it did not encode and the bucket that would take each (docs/data.md: buckets)\n",
+                 folder.string().c_str());
+    return kFailure;
+  }
   for (const auto& [role, name] : m.encoders) std::printf("  encoder %s: %s\n", role.c_str(), name.c_str());
   if (!m.encoding_fingerprint.empty()) std::printf("  encoding: %s\n", m.encoding_fingerprint.c_str());
   std::printf("  empty prompt: %s\n", m.empty_caption.empty() ? "none (no caption dropout)" : "stored");
@@ -189,6 +196,7 @@ int inspect(const std::vector<std::string>& args) {
   // Fields: shapes by bucket (tokens as a range), dtypes from the shard headers.
   std::map<std::string, std::string> dtypes;
   std::map<std::string, std::pair<std::int64_t, std::int64_t>> tokens;
+  std::map<std::string, std::int64_t> widths;  ///< a text field's width (its second size)
   for (const auto& sample : m.samples)
     for (const auto& [field, where] : sample.fields) {
       if (!dtypes.count(field)) {
@@ -199,12 +207,14 @@ int inspect(const std::vector<std::string>& args) {
         auto [it, fresh] = tokens.emplace(field, std::make_pair(where.shape[0], where.shape[0]));
         it->second.first = std::min(it->second.first, where.shape[0]);
         it->second.second = std::max(it->second.second, where.shape[0]);
+        widths[field] = where.shape[1];
       }
     }
   for (const auto& [field, dtype] : dtypes) {
     if (tokens.count(field))
-      std::printf("  field %s: %s, [%lld..%lld tokens, width]\n", field.c_str(), dtype.c_str(),
-                  static_cast<long long>(tokens[field].first), static_cast<long long>(tokens[field].second));
+      std::printf("  field %s: %s, [%lld..%lld tokens, %lld]\n", field.c_str(), dtype.c_str(),
+                  static_cast<long long>(tokens[field].first), static_cast<long long>(tokens[field].second),
+                  static_cast<long long>(widths[field]));
     else
       std::printf("  field %s: %s, one shape per bucket\n", field.c_str(), dtype.c_str());
   }

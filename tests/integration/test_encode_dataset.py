@@ -1,7 +1,9 @@
 """tools/encode_dataset.py with tiny random encoders built here (nothing downloaded): videos and
 images with captions -> shards -> `wanfw data verify` -> training; re-runs encode only what changed."""
 import json
+import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -11,7 +13,7 @@ from safetensors.torch import load_file
 
 from harness.media import TOOL, encode_dataset, tiny_encoders, write_video
 from harness.references import reference_model
-from harness.runs import base_config, wanfw, write_config
+from harness.runs import SOURCE, base_config, wanfw, write_config
 
 av = pytest.importorskip("av")
 transformers = pytest.importorskip("transformers")
@@ -49,7 +51,8 @@ def test_encoded_videos_and_images_verify_and_train_the_tiny_wan_model(tmp_path,
     clips, encoders = sources
     out = tmp_path / "set"
     log = encode(clips, encoders, out)
-    assert "not encoded: too_short: 3 frames at 16 fps fit no bucket" in log
+    assert "not encoded: too_short: 3 frames at 16 fps, fewer than the shortest bucket's 5: a video needs 5 frames; " \
+           "read at --fps 27 or more it has them" in log  # a short clip among good ones: what would take it
     assert "encoded 3, caption re-encoded 0, reused 0, fit no bucket 1" in log
     assert "ok: 3 samples" in wanfw("data", "verify", out, check=0).stdout
     manifest = json.loads((out / "manifest.json").read_text())
@@ -191,3 +194,81 @@ def test_prompts_alone_encode_to_text_embeddings_that_data_free_distillation_tra
                          trainer={"max_steps": 3, "log_every": 1})
     result = wanfw("run", write_config(tmp_path / "distill.json", config), check=0)
     assert "3 samples from" in result.stdout and "done: 3 steps" in result.stdout + result.stderr
+
+
+def test_clips_that_fit_no_bucket_end_the_encoder_non_zero_with_the_bucket_that_would_take_each(tmp_path, sources):
+    clips, encoders = sources
+    result = encode_dataset(clips, tmp_path / "set", "--vae", encoders / "vae", "--text-encoder",
+                            encoders / "text_encoder", "--tokenizer", encoders / "tokenizer",
+                            "--buckets", "81x32x48", "--text-len", TEXT_LEN)
+    assert result.returncode == 1, result.stdout + result.stderr
+    said = result.stdout + result.stderr
+    # ball_left: 12 frames at 16 fps; ball_right: 20, portrait; still: an image.
+    assert "not encoded: ball_left: 12 frames at 16 fps, fewer than the shortest bucket's 81: a bucket of 9x32x48 " \
+           "would take it" in said
+    assert "not encoded: ball_right: 20 frames at 16 fps, fewer than the shortest bucket's 81: a bucket of " \
+           "17x32x48 would take it" in said
+    assert "not encoded: still: an image, and no bucket holds images: a bucket of 1x32x48 would take it" in said
+    assert "none of the 4 item(s) fit a bucket of --buckets 81x32x48: the data set would be empty, so no manifest " \
+           "was written" in said
+    assert not (tmp_path / "set" / "manifest.json").exists()
+
+
+def test_data_inspect_of_a_set_without_samples_fails_and_says_where_to_look(tmp_path):
+    wanfw("data", "synth", tmp_path / "set", "--samples", "4", check=0)
+    manifest = json.loads((tmp_path / "set" / "manifest.json").read_text())
+    manifest["samples"] = []  # as an older encoder left a set whose clips fit no bucket
+    (tmp_path / "set" / "manifest.json").write_text(json.dumps(manifest))
+    result = wanfw("data", "inspect", tmp_path / "set")
+    assert result.returncode == 1
+    assert f"{tmp_path / 'set'} holds no sample: a run has nothing to train on" in result.stderr
+    assert "tools/encode_dataset.py lists the items it did not encode and the bucket that would take each" in \
+        result.stderr
+
+
+def test_a_jsonl_with_several_bad_lines_is_refused_listing_every_one(tmp_path, sources):
+    clips, encoders = sources
+    source = tmp_path / "clips.jsonl"
+    source.write_text("\n".join([
+        json.dumps({"path": str(clips / "ball_left.mp4"), "caption": "a red ball"}),
+        '{"path": "ball_right.mp4", "caption": "unterminated',
+        json.dumps({"path": str(clips / "ball_right.mp4")}),
+        json.dumps({"path": "gone.mp4", "caption": "a clip that is not there"}),
+    ]) + "\n")
+    result = encode_dataset(source, tmp_path / "set", "--vae", encoders / "vae", "--text-encoder",
+                            encoders / "text_encoder", "--tokenizer", encoders / "tokenizer",
+                            "--buckets", "5x32x48", "--text-len", TEXT_LEN)
+    assert result.returncode == 1
+    said = result.stdout + result.stderr
+    assert f"3 line(s) of {source} cannot be read:" in said
+    assert f"{source}:2: not JSON (Unterminated string" in said
+    assert f"{source}:3: each line is an object with 'path' and 'caption'" in said
+    assert f"{source}:4: {tmp_path / 'gone.mp4'} does not exist" in said
+    assert not (tmp_path / "set" / "manifest.json").exists()
+
+
+def test_the_documented_first_try_encodes_own_clips_with_the_tiny_encoders_a_command_makes(tmp_path, sources):
+    # docs/data.md: tools/make_tiny_encoders.py, then the encoder with them; a caption of any words.
+    clips, _ = sources
+    made = subprocess.run([sys.executable, SOURCE / "tools" / "make_tiny_encoders.py", tmp_path / "encoders"],
+                          capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stdout + made.stderr
+    encoders = tmp_path / "encoders"
+    result = encode_dataset(clips, tmp_path / "set", "--vae", encoders / "vae", "--text-encoder",
+                            encoders / "text_encoder", "--tokenizer", encoders / "tokenizer",
+                            "--buckets", "5x32x48,5x48x32,1x32x48", "--text-len", TEXT_LEN)
+    assert result.returncode == 0, result.stdout + result.stderr
+    inspect = wanfw("data", "inspect", tmp_path / "set", check=0).stdout
+    assert "3 samples, 3 distinct captions" in inspect and "field context: BF16, [16..16 tokens, 32]" in inspect
+
+
+def test_an_encoder_the_hub_cannot_give_is_refused_with_the_way_to_local_or_tiny_weights(tmp_path, sources):
+    clips, encoders = sources
+    result = subprocess.run([sys.executable, TOOL, clips, tmp_path / "set", "--vae", "no-such-org/no-such-vae",
+                             "--text-encoder", encoders / "text_encoder", "--tokenizer", encoders / "tokenizer",
+                             "--buckets", "5x32x48"], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 1
+    assert "--vae no-such-org/no-such-vae: no such folder here, and the model hub did not give it" in result.stderr
+    assert "pass DIR" in result.stderr and "tools/make_tiny_encoders.py DIR" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -56,8 +56,14 @@ def test_adapters_on_a_dit_without_weights_are_warned_of_and_indeed_get_no_gradi
     unweighted = {k: v for k, v in lora_model(base).items() if k != "weights"}
     result = wanfw("run", experiment(tmp_path, "scratch", unweighted, steps=3, checkpoint_every=3), check=0)
     assert "output head is all zeros" in result.stderr and "set model.weights" in result.stderr
+    assert "train the model whole (lora.rank: 0), export it, and use the export as model.weights" in result.stderr
     adapters = load_file(checkpoints(run_dir(tmp_path, "scratch"))[-1] / "model.safetensors")
     assert all(not t.any() for name, t in adapters.items() if "lora_B" in name)
+    # validate says it before any run; export, which trains nothing, does not.
+    config = tmp_path / "scratch.json"
+    assert "output head is all zeros" in wanfw("validate", config, check=0).stderr
+    exported = wanfw("export", config, "--checkpoint", run_dir(tmp_path, "scratch"), "--out", tmp_path / "out", check=0)
+    assert "output head is all zeros" not in exported.stdout + exported.stderr
     with_base = wanfw("run", experiment(tmp_path, "based", lora_model(base), steps=1), check=0)
     assert "output head is all zeros" not in with_base.stdout + with_base.stderr
 

@@ -72,9 +72,19 @@ def test_data_synth_writes_a_folder_that_verify_passes_and_inspect_describes(dat
 
     inspect = wanfw("data", "inspect", dataset, "--batch-size", "3", "--world-size", "2", check=0).stdout
     assert "64 samples, 8 distinct captions, 1 shard(s)" in inspect
-    assert "field context: BF16, [9..16 tokens, width]" in inspect
+    assert "field context: BF16, [9..16 tokens, 32]" in inspect
     assert "bucket 2x8x8: 32 samples, batch 3 per device, 5 steps of 6 per epoch, 2 left over" in inspect
     assert "64 samples in 2 bucket(s): 10 steps per epoch train on 60 (4 skipped, 0 repeated)" in inspect
+
+
+@pytest.mark.parametrize("example", sorted(p.name for p in (SOURCE / "examples").glob("lora-*.yaml")))
+def test_the_lora_examples_own_data_command_takes_the_folders_options_and_drops_the_synthetic_sets(dataset, example):
+    # As each header says: --set data.path=<your folder>, on a config written for the synthetic set.
+    result = wanfw("validate", SOURCE / "examples" / example, "--set", f"data.path={dataset}")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"the override makes the data set latent_shards: data.num_samples, data.buckets belonged to the synthetic " \
+           f"data set of {SOURCE / 'examples' / example} and were dropped" in result.stderr
+    assert "data: latent_shards (64 samples" in result.stdout
 
 
 def test_the_tiny_wan_model_trains_on_a_synth_folder_with_two_buckets_and_its_loss_falls(tmp_path, dataset):

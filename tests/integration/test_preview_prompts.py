@@ -48,7 +48,7 @@ def test_preview_prompts_replace_held_out_samples_in_previews_at_the_models_samp
     # Both prompts (preview_samples 4 is more than the set holds), none of the held-out samples;
     # the held-out samples are still scored.
     assert sorted(p.name for p in folder.glob("*.mp4")) == ["prompt-0.mp4", "prompt-1.mp4"]
-    assert "previews at step 2: 2 sample(s) decoded by" in result.stdout and "val/loss" in result.stdout
+    assert "previews at step 2: 2 sample(s) decoded in" in result.stdout and "val/loss" in result.stdout
     tb = EventAccumulator(str(run_dir), size_guidance={"images": 0})
     tb.Reload()
     for i in range(len(PROMPTS)):

@@ -92,7 +92,7 @@ def test_each_preview_sample_is_an_mp4_of_its_decoded_frames_at_the_vaes_fps(pre
                                                                                           "yuv420p")
     assert int(stream["nb_read_frames"]) == FRAMES and stream["r_frame_rate"] == f"{FPS}/1"
     assert_close(mp4_frames(path), expected_frames(vae, preview_latents(run_dir, sample))[0], f"mp4 sample {sample}")
-    assert "previews at step 2: 2 sample(s) decoded by" in stdout
+    assert "previews at step 2: 2 sample(s) decoded in" in stdout
 
 
 @pytest.mark.every_vector_unit

@@ -131,6 +131,9 @@ struct PluginContext {
   std::vector<FieldSpec> fields;
   /// Models: the run as model-info lays it out (batch, largest bucket, block swap), for a memory plan.
   TrainingLayout layout;
+  /// Models: false when the model is built to be evaluated (`predict`, `sample`, `export`), not
+  /// trained: warnings about what training would learn do not apply.
+  bool trains = true;
 };
 
 struct PluginDescriptor {

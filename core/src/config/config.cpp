@@ -175,6 +175,15 @@ std::size_t Config::sequence_size(const std::string& path) const {
   return node.size();
 }
 
+bool Config::overridden(const std::string& path) const { return impl_->override_locations.count(path) > 0; }
+
+void Config::remove(const std::string& path) {
+  const auto dot = path.rfind('.');
+  if (dot == std::string::npos) return;
+  YAML::Node parent = impl_->find(path.substr(0, dot));
+  if (parent.IsMap()) parent.remove(path.substr(dot + 1));
+}
+
 std::vector<std::string> Config::keys_at(const std::string& path) const {
   const YAML::Node node = impl_->find(path);
   std::vector<std::string> keys;

@@ -44,6 +44,11 @@ class Config {
   SourceLocation where(const std::string& path) const;
   /// The keys of the mapping at `path` (none when absent or not a mapping).
   std::vector<std::string> keys_at(const std::string& path) const;
+  /// Whether a `--set` override wrote `path` itself.
+  bool overridden(const std::string& path) const;
+  /// Removes the key at `path` ("data.num_samples": an option of a plugin the section no longer
+  /// names); nothing when absent.
+  void remove(const std::string& path);
 
   /// Records the resolved options of a section, so that `resolved_yaml` shows every value.
   void record_resolved(const Options& options, const std::string& plugin_name = "");

@@ -94,9 +94,9 @@ void Validation::previews(std::int64_t step, LoggerSet& loggers, const DecoderFa
     }
   }
   if (videos)
-    spdlog::info("previews at step {}: {} sample(s) decoded by {} in {:.1f} s ({:.1f} s in all) -> {}", step, count,
-                 decoder->describe(), decoding,
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), folder.string());
+    spdlog::info("previews at step {}: {} sample(s) decoded in {:.1f} s ({:.1f} s in all) -> {} ({})", step, count,
+                 decoding, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(),
+                 folder.string(), decoder->describe());
 }
 
 }  // namespace wanfw

@@ -43,6 +43,17 @@ void check_network_groups(const wanfw::Options& o, const std::vector<int>& group
          "strategy.network_groups");
 }
 
+/// The official initialisation zeroes the output head, which adapters never reach: adapters on a
+/// DiT without weights get no gradient, and a run learns nothing. Said by `validate` and `run`.
+void warn_if_adapters_cannot_learn(const wanfw::Options& o, const FlowMatchingSettings& s, const wan::WanConfig& c) {
+  if (!s.lora.enabled() || !o.string("weights").empty() || c.has_vace()) return;
+  wanfw::log::warn(o.where("weights").str(), ": model.weights is empty, so the DiT starts from the random "
+                   "initialisation, whose output head is all zeros: its adapters (lora.rank ", s.lora.rank,
+                   ") get no gradient and the run cannot learn: set model.weights to the base model's checkpoint; "
+                   "for a first try without it, train the model whole (lora.rank: 0), export it, and use the export "
+                   "as model.weights (docs/lora.md)");
+}
+
 /// Under network groups, the expert this rank holds; -1 when every rank holds the whole model.
 int held_expert(const wanfw::Options& o, const wanfw::PluginContext& ctx, Expert expert) {
   if (ctx.network_groups.sizes.empty()) return -1;
@@ -69,6 +80,7 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
   wan::WanDenoiser& denoiser = model->denoiser();
   const std::string weights = o.string("weights");
   if (!weights.empty()) denoiser.load_weights(weights, o.string("weights_subfolder"), s.new_vace_branch);
+  if (ctx.trains) warn_if_adapters_cannot_learn(o, s, config);
   else if (config.has_vace())
     wanfw::log::warn("the VACE model starts from the official random initialisation, whose zero head passes the "
                      "control branch no gradient: set model.weights to a VACE checkpoint (Wan2.1-VACE, "
@@ -145,6 +157,7 @@ std::string inspect(const wanfw::Options& o, const wanfw::TrainingLayout& layout
   const FlowMatchingSettings s = settings_from(o, c);
   wan::warn_chunks_beyond_tokens(o, layout, c.patch);
   check_network_groups(o, layout.network_groups, s.expert);
+  warn_if_adapters_cannot_learn(o, s, c);
   const int models = s.expert == Expert::Both ? 2 : 1;
   const bool placed = !layout.network_groups.empty();  // each rank group holds one expert
   const double n = static_cast<double>(c.parameter_count() * models);

@@ -81,25 +81,12 @@ WORDS = ["a", "red", "blue", "ball", "moves", "left", "right", "over", "the", "g
 
 
 def tiny_encoders(folder: Path):
-    """A Wan2.1-style VAE (4 latent channels, strides 4 x 8 x 8) and a UMT5 encoder 32 wide."""
-    from diffusers import AutoencoderKLWan
-    from tokenizers import Tokenizer, models, pre_tokenizers, processors
-    from transformers import PreTrainedTokenizerFast, UMT5Config, UMT5EncoderModel
-
-    torch.manual_seed(0)
-    vae = AutoencoderKLWan(base_dim=8, z_dim=4, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
-                           latents_mean=[0.1, -0.2, 0.0, 0.3], latents_std=[1.5, 0.8, 1.0, 2.0])
-    vae.save_pretrained(folder / "vae")
-    vocab = {"<pad>": 0, "</s>": 1, "<unk>": 2, **{w: i + 3 for i, w in enumerate(WORDS)}}
-    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
-    PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="<pad>", eos_token="</s>",
-                            unk_token="<unk>").save_pretrained(folder / "tokenizer")
-    config = UMT5Config(vocab_size=len(vocab), d_model=32, d_kv=8, d_ff=64, num_layers=1, num_heads=4,
-                        pad_token_id=0, eos_token_id=1, decoder_start_token_id=0)
-    UMT5EncoderModel(config).save_pretrained(folder / "text_encoder")
-    return folder
+    """tools/make_tiny_encoders.py's encoders (a Wan2.1-style VAE of 4 latent channels, strides
+    4 x 8 x 8, and a UMT5 encoder 32 wide), its tokenizer one token a word of WORDS."""
+    import sys
+    sys.path.insert(0, str(SOURCE / "tools"))
+    from make_tiny_encoders import make_tiny_encoders
+    return make_tiny_encoders(folder, words=WORDS)
 
 
 def write_video(path: Path, frames: int, size=(48, 64), fps=16, pattern=None):

@@ -50,8 +50,10 @@ def _child(program, request):
         else:
             module, function = program["main"].split(":")
             getattr(importlib.import_module(module), function)(sys.argv[1:])
-    except SystemExit as stop:
+    except SystemExit as stop:  # as the interpreter ends on one: a message goes to stderr, with status 1
         code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+        if stop.code is not None and not isinstance(stop.code, int):
+            print(stop.code, file=sys.stderr)
     except BaseException:  # noqa: B902 — reported as the interpreter reports an uncaught exception
         traceback.print_exc()
         code = 1

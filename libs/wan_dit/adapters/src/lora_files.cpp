@@ -79,13 +79,6 @@ void apply_lora(WanDiTImpl& dit, const LoraSettings& settings, const std::string
     }
   if (!settings.enabled()) return;
   attach_adapters(dit, settings);
-  // The official initialisation zeroes the output head, which adapters never reach: on a DiT
-  // with no weights loaded they get no gradient, and the run learns nothing.
-  if (!dit.head->head->weight.any().item<bool>())
-    wanfw::log::warn(
-        fmt::format("{}'s output head is all zeros (the random initialisation: no weights loaded), so its adapters get "
-                    "no gradient and the run cannot learn; set model.weights to the base model's checkpoint",
-                    of));
   const auto adapters = adapter_parameters(dit);
   std::int64_t count = 0;
   for (const auto& [name, tensor] : adapters) count += tensor.numel();

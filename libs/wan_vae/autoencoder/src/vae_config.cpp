@@ -149,6 +149,7 @@ VaeConfig read_vae_config(const std::filesystem::path& path) {
   } catch (const wanfw::Error& e) {  // "VAE <path>: <problem>"
     throw wanfw::FileError(e.what(), "a Wan VAE's config.json, as diffusers writes it, holds dimensions that fit");
   }
+  c.name = fmt::format("{}-channel Wan VAE", c.z_dim);  // messages name the file beside it
   return c;
 }
 
