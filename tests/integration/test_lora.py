@@ -2,6 +2,8 @@
 synchronise; the base stays bitwise what it was; the exported adapter loads in diffusers with its own
 LoRA loader and gives wanfw's predictions. Adapter files written elsewhere: test_lora_files.py."""
 
+import json
+
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -9,7 +11,7 @@ from safetensors.torch import load_file
 from harness.equivalence import assert_same_training, assert_same_training_history, compare, history
 from harness.layouts import CPU, DDP, LR, TINY_WAN, run_on
 from harness.lora import LAYERS, base, diffusers_name, experiment, inputs, lora_model, predict  # noqa: F401 (a fixture)
-from harness.references import TOLERANCE, expert_pipeline, reference_model
+from harness.references import TOLERANCE, expert_pipeline, padded, reference_model
 from harness.runs import SOURCE, base_config, checkpoints, losses, run_dir, wanfw, write_config
 
 
@@ -177,6 +179,24 @@ def test_the_diffusers_export_loaded_by_diffusers_gives_wanfws_predictions_and_t
           f"(the adapter moves outputs by {(ours - without).abs().max():.3g})")
     assert (ours - without).abs().max() > 100 * TOLERANCE
     assert torch.allclose(ours, expected, atol=TOLERANCE, rtol=0)
+    # docs/lora.md's way back: the base wanfw exported, read by from_single_file with a local
+    # config written from wanfw's, and the adapter loaded into it: the same predictions.
+    plain = tmp_path / "plain.json"
+    wanfw("export", plain, "--out", tmp_path / "base-export", check=0)
+    from diffusers import WanTransformer3DModel
+    c = json.loads((tmp_path / "base-export" / "config.json").read_text())
+    WanTransformer3DModel(patch_size=c["patch_size"], num_attention_heads=c["num_heads"],
+                          attention_head_dim=c["dim"] // c["num_heads"], in_channels=c["in_dim"],
+                          out_channels=c["out_dim"], text_dim=c["text_dim"], freq_dim=c["freq_dim"],
+                          ffn_dim=c["ffn_dim"], num_layers=c["num_layers"], cross_attn_norm=True,
+                          qk_norm="rms_norm_across_heads", eps=c["eps"]).save_config(tmp_path / "base-config" / "transformer")
+    transformer = WanTransformer3DModel.from_single_file(
+        str(tmp_path / "base-export" / "diffusion_pytorch_model.safetensors"), config=str(tmp_path / "base-config"),
+        subfolder="transformer")
+    transformer.load_lora_adapter(str(tmp_path / "adapter" / "pytorch_lora_weights.safetensors"), adapter_name="mine")
+    with torch.no_grad():
+        single_file = transformer(given["x"], given["t"], padded(given["context"])).sample  # as the pipelines pad
+    assert torch.allclose(ours, single_file, atol=TOLERANCE, rtol=0), (ours - single_file).abs().max()
     # The Wan / ComfyUI file holds the same matrices under the official names, with alpha.
     wan_file = load_file(tmp_path / "adapter" / "wan_lora.safetensors")
     peft = load_file(tmp_path / "adapter" / "pytorch_lora_weights.safetensors")
