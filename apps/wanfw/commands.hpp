@@ -11,7 +11,7 @@ namespace wanfw::cli {
 enum ExitCode : int { kSuccess = 0, kFailure = 1, kBadUsage = 2 };
 
 // Each command with its help text: run_commands.cpp, evaluate_commands.cpp, plugin_commands.cpp,
-// data_commands.cpp.
+// data_commands.cpp (its help: data_help.cpp).
 int run_command(const std::vector<std::string>& args);
 int validate_command(const std::vector<std::string>& args);
 int predict_command(const std::vector<std::string>& args);

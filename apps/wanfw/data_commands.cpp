@@ -1,5 +1,6 @@
 // `wanfw data`: make, inspect and verify data set folders.
 
+#include <array>
 #include <charconv>
 #include <chrono>
 #include <cstdio>
@@ -23,37 +24,6 @@
 namespace fs = std::filesystem;
 
 namespace wanfw::cli {
-
-const char* const kDataHelp = R"(usage: wanfw data synth DIR [--samples N] [--buckets FxHxW,...] [--channels C] [--text-dim D]
-                         [--max-tokens L] [--seed N] [--shard-mb M] [--image-condition] [--vace]
-       wanfw data inspect DIR [--batch-size B] [--world-size N] [--accumulation K] [--keep-last]
-       wanfw data verify DIR
-       wanfw data throughput DIR [--workers N] [--prefetch P] [--batch-size B] [--epochs E] [--for-gpu]
-
-Data set folders hold latents and text embeddings encoded once: safetensors shards listed by
-manifest.json (docs/data.md). tools/encode_dataset.py makes them from videos and captions.
-
-  synth    writes a synthetic data set in the real format: latents [C, F, H, W] (bf16) that are
-           one of 8 smooth patterns plus noise, each pattern with its own caption and text
-           embedding (of its own length), in the buckets given, and the empty prompt's
-           embedding. A model can learn it: the loss falls. Defaults fit the tiny Wan preset:
-           64 samples, buckets 2x8x8,3x8x12, 4 channels, text 32 wide, at most 16 tokens.
-           --image-condition: each sample also carries image_condition (the i2v models' field).
-           --vace: each sample also carries vace_context (the VACE models' field) in the official
-           control mode, its mask all ones: no inactive part, its latents as the control video.
-  inspect  prints samples, buckets, fields with shapes and dtypes, bytes, and the bucket plan
-           for a batch size / world size / accumulation (default 1 / 1 / 1; --keep-last: as
-           data.drop_last: false).
-  verify   checks every shard (size, CRC-32, safetensors structure) and every sample (each
-           tensor present with the manifest's shape, finite values, latents in their bucket);
-           lists every problem and exits 1 if there is one.
-  throughput
-           reads the folder through the training loader (workers, prefetch, memory-mapped
-           shards, checks and conversion to float32, text padding), as a run would, and prints
-           samples/s and MB/s of shard data: is the data path fast enough for the GPUs?
-           --for-gpu: as for a CUDA device: fields keep their stored dtype (converted on the
-           GPU after the copy) and batches are pinned when CUDA is available.
-)";
 
 namespace {
 
@@ -176,13 +146,10 @@ int inspect(const std::vector<std::string>& args) {
   for (const auto& sample : m.samples) captions.insert(sample.caption_hash);
   std::printf("%s: %zu samples, %zu distinct captions, %zu shard(s), %.1f MB\n", folder.string().c_str(),
               m.samples.size(), captions.size(), m.shards.size(), static_cast<double>(bytes) / 1e6);
-  if (m.samples.empty()) {  // a set a run would refuse: not a success
-    std::fprintf(stderr,
-                 "%s holds no sample: a run has nothing to train on\n  hint: tools/encode_dataset.py lists the items "
-                 "it did not encode and the bucket that would take each (docs/data.md: buckets)\n",
-                 folder.string().c_str());
-    return kFailure;
-  }
+  if (m.samples.empty())  // a set a run would refuse: not a success
+    throw DataError(fmt::format("{} holds no sample: a run has nothing to train on", folder.string()),
+                    "tools/encode_dataset.py lists the items it did not encode and the bucket that would take each "
+                    "(docs/data.md: buckets)");
   for (const auto& [role, name] : m.encoders) std::printf("  encoder %s: %s\n", role.c_str(), name.c_str());
   if (!m.encoding_fingerprint.empty()) std::printf("  encoding: %s\n", m.encoding_fingerprint.c_str());
   std::printf("  empty prompt: %s\n", m.empty_caption.empty() ? "none (no caption dropout)" : "stored");
@@ -195,8 +162,7 @@ int inspect(const std::vector<std::string>& args) {
 
   // Fields: shapes by bucket (tokens as a range), dtypes from the shard headers.
   std::map<std::string, std::string> dtypes;
-  std::map<std::string, std::pair<std::int64_t, std::int64_t>> tokens;
-  std::map<std::string, std::int64_t> widths;  ///< a text field's width (its second size)
+  std::map<std::string, std::array<std::int64_t, 3>> tokens;  // a text field's fewest and most tokens, its width
   for (const auto& sample : m.samples)
     for (const auto& [field, where] : sample.fields) {
       if (!dtypes.count(field)) {
@@ -204,17 +170,16 @@ int inspect(const std::vector<std::string>& args) {
         dtypes[field] = file.contains(where.tensor) ? file.record(where.tensor).dtype_name : "?";
       }
       if (where.shape.size() == 2) {
-        auto [it, fresh] = tokens.emplace(field, std::make_pair(where.shape[0], where.shape[0]));
-        it->second.first = std::min(it->second.first, where.shape[0]);
-        it->second.second = std::max(it->second.second, where.shape[0]);
-        widths[field] = where.shape[1];
+        auto [it, fresh] = tokens.emplace(field, std::array{where.shape[0], where.shape[0], where.shape[1]});
+        it->second[0] = std::min(it->second[0], where.shape[0]);
+        it->second[1] = std::max(it->second[1], where.shape[0]);
       }
     }
   for (const auto& [field, dtype] : dtypes) {
-    if (tokens.count(field))
+    if (const auto text = tokens.find(field); text != tokens.end())
       std::printf("  field %s: %s, [%lld..%lld tokens, %lld]\n", field.c_str(), dtype.c_str(),
-                  static_cast<long long>(tokens[field].first), static_cast<long long>(tokens[field].second),
-                  static_cast<long long>(widths[field]));
+                  static_cast<long long>(text->second[0]), static_cast<long long>(text->second[1]),
+                  static_cast<long long>(text->second[2]));
     else
       std::printf("  field %s: %s, one shape per bucket\n", field.c_str(), dtype.c_str());
   }

@@ -4,7 +4,6 @@
 #include <cstdlib>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
@@ -42,53 +41,6 @@ std::shared_ptr<Dataset> open_preview_prompts(Experiment& e, const PluginContext
     throw ConfigError(where, fmt::format("the preview prompts cannot be read: {}", problem),
                       "name a folder written by tools/encode_dataset.py --prompts with the model's text encoder");
   }
-}
-
-/// Whether `plugin` has the option `key` (a top-level key of its section: "num_samples", or the
-/// first part of a nested option's name).
-bool declares(const PluginInfo& plugin, const std::string& key) {
-  return std::ranges::any_of(plugin.descriptor->options, [&](const OptionSpec& spec) {
-    return spec.name == key || spec.name.rfind(key + ".", 0) == 0;
-  });
-}
-
-/// `--set data.path=...` (or data.name) on a config written for another data set: the data
-/// section's options of another data set plugin that no `--set` gave are dropped with a warning,
-/// as `--set <section>.name=...` drops a replaced plugin's options; the data set takes its own.
-void take_chosen_data_set_options(Experiment& e) {
-  if (!e.config.overridden("data.path") && !e.config.overridden("data.name")) return;
-  std::vector<std::string> dropped;
-  std::string owner;
-  // `--set data.path=...` alone, on a section naming a data set that reads no folder (synthetic):
-  // the folder's data set, as for a section without a name.
-  if (e.config.overridden("data.path") && !e.config.overridden("data.name") && e.config.has("data.name")) {
-    const PluginInfo& named = e.host->find(PluginKind::Dataset, e.settings.data.name, e.config.where("data.name"));
-    if (!declares(named, "path")) {
-      e.config.remove("data.name");
-      e.settings = CoreSettings::from(e.config);
-      dropped.push_back("name");
-      owner = named.descriptor->name;
-    }
-  }
-  const PluginInfo& chosen = e.host->find(PluginKind::Dataset, e.settings.data.name, e.config.where("data"));
-  for (const std::string& key : e.config.keys_at("data")) {
-    const bool core = std::ranges::any_of(core_schemas(), [&](const auto& section) {
-      return section.first == "data" &&
-             std::ranges::any_of(section.second, [&](const OptionSpec& spec) { return spec.name == key; });
-    });
-    if (core || key == "path" || declares(chosen, key) || e.config.overridden("data." + key)) continue;
-    for (const PluginInfo& other : e.host->plugins())
-      if (other.descriptor->kind == PluginKind::Dataset && declares(other, key)) {
-        dropped.push_back(key);
-        owner = other.descriptor->name;
-        break;
-      }
-  }
-  for (const std::string& key : dropped) e.config.remove("data." + key);
-  if (!dropped.empty())
-    spdlog::warn("the override makes the data set {}: data.{} belonged to the {} data set of {} and {} dropped",
-                 chosen.descriptor->name, fmt::join(dropped, ", data."), owner, e.config.source_name(),
-                 dropped.size() == 1 ? "was" : "were");
 }
 
 /// The model has a network for each group the strategy places (wanfw/network_groups.hpp).
@@ -195,7 +147,7 @@ Experiment assemble(const RunRequest& request, ModelAssembly assembly) {
   e.host = std::make_unique<PluginHost>(PluginHost::search_path(e.settings.plugin_path));
 
   for (const auto& note : e.config.notes()) spdlog::warn("{}", note);
-  take_chosen_data_set_options(e);
+  take_chosen_data_set_options(e.config, e.settings, *e.host);
 
   PluginContext context;
   context.seed = e.settings.run.seed;

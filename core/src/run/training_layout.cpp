@@ -4,8 +4,58 @@
 #include <cstdlib>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
 
 namespace wanfw {
+
+namespace {
+
+/// Whether `plugin` has the option `key` (a top-level key of its section: "num_samples", or the
+/// first part of a nested option's name).
+bool declares(const PluginInfo& plugin, const std::string& key) {
+  return std::ranges::any_of(plugin.descriptor->options, [&](const OptionSpec& spec) {
+    return spec.name == key || spec.name.rfind(key + ".", 0) == 0;
+  });
+}
+
+}  // namespace
+
+void take_chosen_data_set_options(Config& config, CoreSettings& settings, const PluginHost& host) {
+  if (!config.overridden("data.path") && !config.overridden("data.name")) return;
+  std::vector<std::string> dropped;
+  std::string owner;
+  // `--set data.path=...` alone, on a section naming a data set that reads no folder (synthetic):
+  // the folder's data set, as for a section without a name.
+  if (config.overridden("data.path") && !config.overridden("data.name") && config.has("data.name")) {
+    const PluginInfo& named = host.find(PluginKind::Dataset, settings.data.name, config.where("data.name"));
+    if (!declares(named, "path")) {
+      config.remove("data.name");
+      settings = CoreSettings::from(config);
+      dropped.push_back("name");
+      owner = named.descriptor->name;
+    }
+  }
+  const PluginInfo& chosen = host.find(PluginKind::Dataset, settings.data.name, config.where("data"));
+  for (const std::string& key : config.keys_at("data")) {
+    const bool core = std::ranges::any_of(core_schemas(), [&](const auto& section) {
+      return section.first == "data" &&
+             std::ranges::any_of(section.second, [&](const OptionSpec& spec) { return spec.name == key; });
+    });
+    if (core || key == "path" || declares(chosen, key) || config.overridden("data." + key)) continue;
+    for (const PluginInfo& other : host.plugins())
+      if (other.descriptor->kind == PluginKind::Dataset && declares(other, key)) {
+        dropped.push_back(key);
+        owner = other.descriptor->name;
+        break;
+      }
+  }
+  for (const std::string& key : dropped) config.remove("data." + key);
+  if (!dropped.empty())
+    spdlog::warn("the override makes the data set {}: data.{} belonged to the {} data set of {} and {} dropped",
+                 chosen.descriptor->name, fmt::join(dropped, ", data."), owner, config.source_name(),
+                 dropped.size() == 1 ? "was" : "were");
+}
 
 StrategyChain strategy_chain(const Config& config, const PluginHost& host) {
   StrategyChain chain;

@@ -26,6 +26,13 @@ struct StrategyChain {
 /// The chain of the config's `strategy` section; throws ConfigError when it names no plugin found.
 StrategyChain strategy_chain(const Config& config, const PluginHost& host);
 
+/// `--set data.path=...` (or data.name) on a config written for another data set: the data
+/// section's options of another data set plugin that no `--set` gave are removed from `config`
+/// with a warning, as `--set <section>.name=...` drops a replaced plugin's options, so the data set
+/// takes its own. A path given alone to a section naming a data set that reads no folder
+/// (synthetic) makes it the folder's data set, as for a section without a name; `settings` follow.
+void take_chosen_data_set_options(Config& config, CoreSettings& settings, const PluginHost& host);
+
 /// The dtype `mode` computes in: bf16 for bf16 and bf16_weights, fp16 for fp16, else fp32.
 at::ScalarType compute_dtype(PrecisionMode mode);
 
