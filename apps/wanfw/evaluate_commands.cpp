@@ -80,7 +80,7 @@ frames for T latent frames, at model.vae_fps. Before anything is decoded, the la
 [B, C, T, h, w] with the decoder's C channels, finite, and OUT writable; else nothing is written.
   --vae PATH          the VAE (sets model.vae)
   --model NAME        the model plugin whose decoder decodes, when there is no CONFIG
-  --device DEVICE     where to decode: cpu (default), cuda, cuda:N
+  --device DEVICE     where to decode: cpu (default), auto (the first GPU, else the CPU), cuda, cuda:N
 )";
 
 namespace {

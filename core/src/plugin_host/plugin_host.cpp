@@ -218,16 +218,22 @@ void refuse_removed_options(const Config& config, const std::string& section, co
 
 namespace {
 
+/// `section` checked against `plugin`'s schema (removed options, unknown keys, types), defaults in.
+Options checked_options(const Config& config, const std::string& section, const PluginInfo& plugin,
+                        std::vector<std::string> extra_keys) {
+  refuse_removed_options(config, section, plugin);
+  extra_keys.push_back("name");
+  extra_keys.insert(extra_keys.end(), plugin.descriptor->subsections.begin(), plugin.descriptor->subsections.end());
+  return config.section(section, plugin.descriptor->options, extra_keys);
+}
+
 template <typename Object, typename Factory>
 std::shared_ptr<Object> build(const PluginHost& host, Config& config, const std::string& section, PluginKind kind,
                               const PluginContext& context, Factory PluginDescriptor::*factory,
                               const std::string& name, std::vector<std::string> extra_keys, bool may_be_null = false) {
   const PluginInfo& info = host.find(kind, name, config.where(section + ".name"));
-  extra_keys.push_back("name");
-  refuse_removed_options(config, section, info);
   const auto& subsections = info.descriptor->subsections;
-  extra_keys.insert(extra_keys.end(), subsections.begin(), subsections.end());
-  const Options options = config.section(section, info.descriptor->options, extra_keys);
+  const Options options = checked_options(config, section, info, std::move(extra_keys));
   config.record_resolved(options, name);
   PluginContext ctx = context;
   ctx.section = section;
@@ -256,11 +262,7 @@ std::shared_ptr<Object> build(const PluginHost& host, Config& config, const std:
 }  // namespace
 
 void PluginHost::check_section(const Config& config, const std::string& section, PluginKind kind) const {
-  const PluginInfo& info = find(kind, config.string_at(section + ".name"), config.where(section + ".name"));
-  refuse_removed_options(config, section, info);
-  std::vector<std::string> extra_keys = info.descriptor->subsections;
-  extra_keys.push_back("name");
-  (void)config.section(section, info.descriptor->options, extra_keys);
+  (void)checked_options(config, section, find(kind, config.string_at(section + ".name"), config.where(section)), {});
 }
 
 std::shared_ptr<Model> PluginHost::make_model(Config& config, const std::string& section,

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <torch/cuda.h>
 
 #include "config/core_sections.hpp"
 #include "host/console.hpp"
@@ -21,6 +22,8 @@ namespace wanfw {
 namespace {
 
 c10::Device parse_device(const std::string& name) {
+  if (name == "auto")  // as predict and sample take it: the first GPU, else the CPU
+    return torch::cuda::is_available() ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
   try {
     return c10::Device(name);
   } catch (const std::exception&) {

@@ -71,12 +71,16 @@ void check_network_groups(const Experiment& e, const NetworkGroups& groups) {
   }
 }
 
+/// The job this process was started in (one process without a launcher); the rendezvous port is
+/// not used here (29500: any valid one).
+LaunchEnvironment this_launch() { return detect_launch(process_environment(), /*default_port=*/29500); }
+
 /// The strategy a one-process command (predict, sample, export) runs on: the built-in `single` on
 /// `device`, whatever layout the config trains on. The config's strategy sections are checked as a
 /// run would check them, not built: building them could join a process group.
 std::shared_ptr<Strategy> one_process_strategy(Experiment& e, const StrategyChain& chain, const std::string& device,
                                                const PluginContext& context) {
-  const LaunchEnvironment launch = detect_launch(process_environment(), 29500);
+  const LaunchEnvironment launch = this_launch();
   if (launch.world_size > 1)
     throw ConfigError(SourceLocation{"command line", 0, 0},
                       fmt::format("this command runs as one process, but {} started {} ranks",
@@ -104,16 +108,19 @@ void check_declared_capabilities(const Experiment& e, const StrategyChain& chain
                                   chain.innermost_name),
                       "a strategy that places networks on rank groups declares it, so that model-info plans each "
                       "group");
-  if (e.settings.precision.mode == PrecisionMode::BF16Weights && e.strategy->shards_state())
+}
+
+/// What the config asks of its strategy that the strategy's declared capabilities rule out: checked
+/// when it trains and when it is validated, built or not.
+void check_config_against_strategy(const Experiment& e, const StrategyChain& chain) {
+  if (e.settings.precision.mode == PrecisionMode::BF16Weights && chain.capabilities.shards_state)
     throw ConfigError(e.config.where("precision.mode"),
                       "precision.mode bf16_weights does not combine with a strategy that shards the weights",
                       "use precision.mode bf16: fsdp then gathers and computes in bf16 (param_dtype) while each "
                       "rank's fp32 shards stay the master weights");
-}
-
-/// Block swap streams each rank's own copy of the weights: not for a strategy that shards or
-/// replicates them.
-void check_block_swap_strategy(const Experiment& e, const StrategyChain& chain) {
+  // Block swap streams each rank's own copy of the weights: not for a strategy that shards or
+  // replicates them.
+  if (e.settings.block_swap.blocks == 0) return;
   if (chain.capabilities.shards_state)
     throw ConfigError(e.config.where("block_swap.blocks"),
                       fmt::format("block swap does not combine with a strategy that shards the weights ({})",
@@ -161,7 +168,7 @@ Experiment assemble(const RunRequest& request, ModelAssembly assembly) {
     int groups = 0;
     for (const int size : chain.layout.network_groups) groups += size;
     ranks = std::max(ranks, groups);
-    if (ranks > 1 && detect_launch(process_environment(), 29500).world_size == 1) {
+    if (ranks > 1 && this_launch().world_size == 1) {
       e.ranks_laid_out = ranks;
       one_process_device = "cpu";
     }
@@ -173,6 +180,7 @@ Experiment assemble(const RunRequest& request, ModelAssembly assembly) {
     e.strategy = e.host->make_strategy(e.config, "strategy", context);
     check_declared_capabilities(e, chain);
   }
+  if (!one_process || e.ranks_laid_out > 0) check_config_against_strategy(e, chain);
   configure_console(e.settings.run.log_level, e.strategy->rank());
   // Models and loggers learn where the model will live, so weights are built there. A device this
   // machine lacks (a config validated away from its GPUs) leaves them on the CPU; the strategy's
@@ -180,7 +188,6 @@ Experiment assemble(const RunRequest& request, ModelAssembly assembly) {
   context.device = usable(e.strategy->device()) ? e.strategy->device() : c10::Device(c10::kCPU);
   context.train_device = context.device;
   if (e.settings.block_swap.blocks > 0) {
-    if (!one_process) check_block_swap_strategy(e, chain);
     // Built on the host: the streamed blocks never reach the device whole, the rest moves there
     // when the strategy places the model.
     context.device = c10::Device(c10::kCPU);
