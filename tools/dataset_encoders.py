@@ -1,11 +1,33 @@
 """encode_dataset.py's encoders: the Wan VAE (normalised latents, image conditions) and the UMT5 text
 encoder with its tokenizer."""
+import os
+import socket
 import sys
+from functools import cache
 from pathlib import Path
+from urllib.parse import urlparse
 
 import torch
 
 from dataset_media import clean_caption
+
+
+@cache
+def hub_reachable() -> bool:
+    """Whether the model hub answers a connection within a few seconds. Unreachable (no network, no
+    name resolution), the encoders come from the local hub cache only: the hub client would otherwise
+    retry for half a minute before failing. Behind a proxy the answer is left to the hub client."""
+    from huggingface_hub import constants
+    if constants.HF_HUB_OFFLINE:
+        return False
+    if any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return True
+    url = urlparse(constants.ENDPOINT)
+    try:
+        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout=5).close()
+        return True
+    except OSError:
+        return False
 
 
 class Encoders:
@@ -17,13 +39,18 @@ class Encoders:
             """A model folder itself, or a pipeline folder (local or on the Hub) holding it in `folder`."""
             p = Path(path)
             local_model = p.exists() and not (p / folder).is_dir()
+            options = {} if local_model else {"subfolder": folder}
+            if not p.exists() and not hub_reachable():
+                options["local_files_only"] = True  # what an earlier download left in the hub cache
             try:
-                return loader(path, **({} if local_model else {"subfolder": folder}))
+                return loader(path, **options)
             except (OSError, ValueError) as e:
                 if p.exists():
                     raise
                 reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                sys.exit(f"--{kind} {path}: no such folder here, and the model hub did not give it ({reason}). "
+                hub = f"the model hub did not give it ({reason})" if hub_reachable() else \
+                    "the model hub cannot be reached from here and the hub cache does not hold it"
+                sys.exit(f"--{kind} {path}: no such folder here, and {hub}. "
                          f"Download it once where the hub is reachable (huggingface-cli download {path} "
                          f"--local-dir DIR) and pass DIR; or, for a first try without the real weights, make small "
                          f"random encoders: tools/make_tiny_encoders.py DIR (docs/data.md)")

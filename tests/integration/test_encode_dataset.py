@@ -262,13 +262,21 @@ def test_the_documented_first_try_encodes_own_clips_with_the_tiny_encoders_a_com
     assert "3 samples, 3 distinct captions" in inspect and "field context: BF16, [16..16 tokens, 32]" in inspect
 
 
-def test_an_encoder_the_hub_cannot_give_is_refused_with_the_way_to_local_or_tiny_weights(tmp_path, sources):
+@pytest.mark.parametrize("hub", ["unreachable", "offline"])
+def test_an_encoder_the_hub_cannot_give_is_refused_at_once_with_the_way_to_local_or_tiny_weights(tmp_path, sources,
+                                                                                                   hub):
+    # A machine that cannot reach the hub (an endpoint nothing listens on) or is told it is offline: the
+    # tool asks the hub cache only (no half a minute of retries) and names the flag, the name and the way.
     clips, encoders = sources
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HTTPS_PROXY", "https_proxy")}
+    env.update({"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf")} if hub == "unreachable"
+               else {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")})
     result = subprocess.run([sys.executable, TOOL, clips, tmp_path / "set", "--vae", "no-such-org/no-such-vae",
                              "--text-encoder", encoders / "text_encoder", "--tokenizer", encoders / "tokenizer",
-                             "--buckets", "5x32x48"], capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1"})
+                             "--buckets", "5x32x48"], capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 1
-    assert "--vae no-such-org/no-such-vae: no such folder here, and the model hub did not give it" in result.stderr
-    assert "pass DIR" in result.stderr and "tools/make_tiny_encoders.py DIR" in result.stderr
-    assert "Traceback" not in result.stderr
+    assert "--vae no-such-org/no-such-vae: no such folder here, and the model hub cannot be reached from here and " \
+           "the hub cache does not hold it" in result.stderr
+    assert "huggingface-cli download no-such-org/no-such-vae --local-dir DIR) and pass DIR" in result.stderr
+    assert "tools/make_tiny_encoders.py DIR" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "set" / "manifest.json").exists()

@@ -26,6 +26,22 @@ def test_a_run_writes_the_resolved_config_checkpoints_and_metrics(tmp_path, out)
     assert {"loss", "lr", "grad_norm", "weight_error", "samples_per_sec"} <= set(rows[0])
 
 
+def test_a_run_that_max_steps_ends_says_its_epochs_and_its_saved_config_holds_no_epochs_count(tmp_path, out):
+    # 256 samples in batches of 16: 16 steps an epoch. 40 steps run 2.5 epochs whatever epochs says.
+    config = write_config(tmp_path / "exp.yaml", base_config(out, trainer={"max_steps": 40, "epochs": 3}))
+    result = wanfw("run", config, check=0)
+    assert "training 40 steps from step 0: 2.50 epoch(s) of 16 step(s) (trainer.max_steps decides)" in result.stdout
+    assert "trainer.epochs (3) is not used: trainer.max_steps (40) decides how long the run trains" in result.stderr
+    resolved = (out / "exp" / "version_0" / "config.yaml").read_text()
+    assert "max_steps: 40" in resolved and "epochs:" not in resolved
+    # Whole epochs: epochs decides, and the saved config says how many.
+    config = write_config(tmp_path / "epochs.yaml", base_config(tmp_path / "b", trainer={"max_steps": 0, "epochs": 2}))
+    result = wanfw("run", config, check=0)
+    assert "training 32 steps from step 0: 2 epoch(s) of 16 step(s)\n" in result.stdout
+    assert "is not used" not in result.stderr
+    assert "epochs: 2" in (tmp_path / "b" / "exp" / "version_0" / "config.yaml").read_text()
+
+
 def test_training_learns_the_hidden_linear_map(tmp_path, out):
     config = write_config(tmp_path / "exp.yaml", base_config(out, trainer={"max_steps": 300, "log_every": 50}))
     wanfw("run", config, check=0)

@@ -195,6 +195,8 @@ std::vector<std::string> Config::keys_at(const std::string& path) const {
 
 const std::vector<std::string>& Config::notes() const { return impl_->notes; }
 
+void Config::note(std::string sentence) { impl_->notes.push_back(std::move(sentence)); }
+
 std::string yaml_quoted(const std::string& text) {
   std::string out = "\"";
   for (const char c : text) {

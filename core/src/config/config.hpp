@@ -55,6 +55,11 @@ class Config {
   /// Records the value a key resolved to (a default computed from elsewhere, a path made
   /// absolute), as YAML text; `resolved_yaml` writes it in place of what the file said.
   void record_resolved_value(const std::string& path, const std::string& yaml);
+  /// Leaves `path` out of `resolved_yaml`: an option the run does not use (trainer.epochs when
+  /// trainer.max_steps decides), which would otherwise be shown with a value that says nothing.
+  void omit_resolved(const std::string& path);
+  /// Adds a sentence to `notes`.
+  void note(std::string sentence);
 
   /// Things the user should know about how the config was read (an override that replaced a
   /// plugin section, say), one sentence each; the caller logs them.

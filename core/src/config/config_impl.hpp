@@ -29,6 +29,7 @@ struct Config::Impl {
   std::vector<std::pair<std::string, YAML::Node>> resolved;  ///< section path -> resolved values
   std::vector<std::pair<std::string, std::string>> resolved_values;  ///< key path -> YAML text
   std::vector<std::string> notes;
+  std::vector<std::string> omitted;  // left out of resolved_yaml
 
   /// The node at `path`, or an undefined node. Never creates nodes.
   YAML::Node find(const std::string& path) const {

@@ -182,6 +182,8 @@ void Config::record_resolved_value(const std::string& path, const std::string& y
   impl_->resolved_values.emplace_back(path, yaml);
 }
 
+void Config::omit_resolved(const std::string& path) { impl_->omitted.push_back(path); }
+
 
 std::string Config::resolved_yaml() const {
   Config copy(*this);
@@ -198,6 +200,7 @@ std::string Config::resolved_yaml() const {
     }
   }
   for (const auto& [path, yaml] : impl_->resolved_values) copy.impl_->apply_override(path + "=" + yaml);
+  for (const auto& path : impl_->omitted) copy.remove(path);
   YAML::Emitter out;
   out << copy.impl_->root;
   return std::string(out.c_str()) + "\n";

@@ -208,6 +208,13 @@ CoreSettings CoreSettings::from(Config& config) {
   config.record_resolved_value("run.name", yaml_quoted(s.run.name));
   config.record_resolved_value("block_swap.ring", std::to_string(s.block_swap.ring));  // as clamped
   config.record_resolved_value("data.name", yaml_quoted(s.data.name));
+  if (s.trainer.max_steps > 0) {  // the run's length is max_steps: epochs decides nothing
+    config.omit_resolved("trainer.epochs");
+    if (trainer.given("epochs"))
+      config.note(fmt::format("trainer.epochs ({}) is not used: trainer.max_steps ({}) decides how long the run "
+                              "trains, over as many epochs as it takes; set max_steps: 0 to train whole epochs",
+                              s.trainer.epochs, s.trainer.max_steps));
+  }
 
   if (config.has("plugin_path")) {
     const std::size_t n = config.sequence_size("plugin_path");

@@ -73,7 +73,12 @@ void TrainingPlan::announce(const CoreSettings& settings, const Strategy& strate
   if (opt.lr_scaling != "none")
     spdlog::info("lr scaled {} with the global batch: {:.6g} x {:.4g} = {:.6g} (reference batch {})", opt.lr_scaling,
                  opt.lr, lr_factor_, opt.lr * lr_factor_, reference_batch_);
-  spdlog::info("training {} steps from step {}", total_steps_, first_step);
+  const std::int64_t per_epoch = std::max<std::int64_t>(steps_per_epoch(), 1);
+  spdlog::info("training {} steps from step {}: {} epoch(s) of {} step(s){}", total_steps_, first_step,
+               total_steps_ % per_epoch == 0 ? std::to_string(total_steps_ / per_epoch)
+                                             : fmt::format("{:.2f}", static_cast<double>(total_steps_) /
+                                                                         static_cast<double>(per_epoch)),
+               per_epoch, settings.trainer.max_steps > 0 ? " (trainer.max_steps decides)" : "");
   if (phases_.declared()) spdlog::info("training phases: {}", phases_.describe(total_steps_));
 }
 
