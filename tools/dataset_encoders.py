@@ -62,6 +62,7 @@ class Encoders:
         self.tokenizer = load("tokenizer" if args.tokenizer else "text-encoder", AutoTokenizer.from_pretrained,
                               tokenizer, "tokenizer")
         self.device, self.dtype, self.text_len = device, dtype, args.text_len
+        self.cut_captions = 0  # captions of more than text_len tokens, encoded at text_len
         if self.vae is None:  # prompts alone
             return
         c = self.vae.config
@@ -89,6 +90,8 @@ class Encoders:
     @torch.no_grad()
     def caption(self, text):
         """[L, text_dim] at the caption's real length."""
+        if len(self.tokenizer(clean_caption(text), add_special_tokens=True).input_ids) > self.text_len:
+            self.cut_captions += 1
         tokens = self.tokenizer([clean_caption(text)], padding="max_length", max_length=self.text_len, truncation=True,
                                 add_special_tokens=True, return_attention_mask=True, return_tensors="pt")
         length = int(tokens.attention_mask.gt(0).sum())

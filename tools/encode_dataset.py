@@ -244,6 +244,9 @@ def main(argv=None):
         log(f"not encoded: {line}")
     log(f"rank {args.rank}: encoded {encoded}, caption re-encoded {text_only}, reused {reused}, fit no bucket "
         f"{len(unfit)}")
+    if encoders.cut_captions:
+        log(f"rank {args.rank}: {encoders.cut_captions} caption(s) longer than --text-len {args.text_len} tokens were "
+            f"cut to {args.text_len}, as the model reads them (its model.text_len; Wan's is 512)")
     if args.world_size > 1:
         done = [args.out / f"manifest.rank{r}-of-{args.world_size}.json" for r in range(args.world_size)]
         if all(p.exists() for p in done):

@@ -42,6 +42,21 @@ def test_a_run_that_max_steps_ends_says_its_epochs_and_its_saved_config_holds_no
     assert "epochs: 2" in (tmp_path / "b" / "exp" / "version_0" / "config.yaml").read_text()
 
 
+def test_resume_and_checkpoint_take_a_run_by_its_name_folder_and_find_its_newest_version_with_a_checkpoint(
+        tmp_path, out):
+    config = write_config(tmp_path / "exp.yaml", base_config(out, trainer={"max_steps": 20}))
+    wanfw("run", config, check=0)
+    (out / "exp" / "version_1" / "checkpoints").mkdir(parents=True)  # a run killed before its first checkpoint
+    result = wanfw("run", config, "--resume", out / "exp", "--set", "trainer.max_steps=30", check=0)
+    newest = out / "exp" / "version_0" / "checkpoints" / "step-00000020"
+    assert f"--resume {out / 'exp'}: the newest complete checkpoint of its versions, {newest}" in result.stdout
+    assert [p.name for p in checkpoints(out / "exp" / "version_0")][-1] == "step-00000030"
+    empty = wanfw("run", config, "--resume", out / "exp" / "version_1")
+    assert empty.returncode != 0
+    assert "neither a checkpoint nor a run folder with a complete checkpoint" in empty.stderr
+    assert "or the run (<output_dir>/<run.name>: its newest version with a checkpoint)" in empty.stderr
+
+
 def test_training_learns_the_hidden_linear_map(tmp_path, out):
     config = write_config(tmp_path / "exp.yaml", base_config(out, trainer={"max_steps": 300, "log_every": 50}))
     wanfw("run", config, check=0)

@@ -134,6 +134,40 @@ def test_validation_logs_fixed_timestep_losses_and_leaves_training_unchanged(tmp
     assert [int(r["step"]) for r in rows] == [2, 3, 4, 6]  # validation at 3 got a row of its own
 
 
+def test_validation_at_start_scores_the_starting_weights_at_step_0_once_and_leaves_training_unchanged(tmp_path):
+    import csv
+
+    def scores(name):
+        rows = csv.DictReader(open(tmp_path / "runs" / name / "version_0" / "metrics.csv"))
+        return [(int(r["step"]), float(r["val/loss"])) for r in rows if r.get("val/loss")]
+
+    without = load_file(run(tmp_path, "without", tiny_wan(tmp_path)) / "model.safetensors")
+    config = tiny_wan(tmp_path)
+    config["validation"] = {"every": 3, "num_samples": 8, "batch_size": 4, "at_start": True}
+    at_start = load_file(run(tmp_path, "start", config) / "model.safetensors")
+    assert all(torch.equal(without[name], at_start[name]) for name in without)
+    # Step 0 scores the weights before any update: a run at another learning rate scores the same
+    # there, and not after its first validated step.
+    faster = {**config, "optimizer": {**config["optimizer"], "lr": 1e-2}}
+    run(tmp_path, "faster", faster)
+    (first, *later), (first_faster, *later_faster) = scores("start"), scores("faster")
+    assert first == first_faster and first[0] == 0
+    assert [s for s, _ in later] == [3, 6] and later[0][1] != later_faster[0][1]
+    # A resumed run does not score its start again.
+    config["checkpoint"] = {"every": 3, "keep_last": 0}
+    path = write_config(tmp_path / "resumed.yaml", {**config, "run": {**config["run"], "name": "resumed"},
+                                                    "trainer": {**config["trainer"], "max_steps": 3}})
+    wanfw("run", path, check=0)
+    resumed = wanfw("run", path, "--resume", "auto", "--set", "trainer.max_steps=6", check=0)
+    assert "validation at step 0" not in resumed.stdout
+    assert [s for s, _ in scores("resumed")] == [0, 3, 6]
+    # Nothing to validate with validation.every 0: refused at the key.
+    config["validation"] = {"every": 0, "at_start": True}
+    refused = wanfw("validate", write_config(tmp_path / "refused.yaml", config))
+    assert refused.returncode == 2
+    assert "validation.at_start" in refused.stderr and "nothing is validated: validation.every is 0" in refused.stderr
+
+
 @pytest.mark.every_vector_unit
 def test_bfloat16_model_loads_weights_and_predicts_within_bfloat16_precision(tmp_path):
     reference = reference_model(tmp_path / "transformer")

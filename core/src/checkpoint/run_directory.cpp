@@ -43,9 +43,17 @@ fs::path locate_checkpoint(const fs::path& path, const char* flag) {
                     "pass a run folder or a <run>/checkpoints/step-* folder");
   if (CheckpointStore::is_checkpoint(path)) return path;
   if (auto latest = CheckpointStore(path).latest()) return *latest;
+  // <output_dir>/<run.name>: the newest version holding a complete checkpoint, as --resume auto takes.
+  const auto versions = versions_of(path);
+  for (auto it = versions.rbegin(); it != versions.rend(); ++it)
+    if (auto latest = CheckpointStore(it->second).latest()) {
+      spdlog::info("{} {}: the newest complete checkpoint of its versions, {}", flag, path.string(), latest->string());
+      return *latest;
+    }
   throw FileError(fmt::format("{} {}: neither a checkpoint nor a run folder with a complete checkpoint", flag,
                               path.string()),
-                  "checkpoints live in <run>/checkpoints/step-*");
+                  "pass a checkpoint (<run>/version_N/checkpoints/step-*), a run version (<run>/version_N) or the run "
+                  "(<output_dir>/<run.name>: its newest version with a checkpoint)");
 }
 
 RunDirectory RunDirectory::choose(const RunSettings& run, const std::string& resume) {

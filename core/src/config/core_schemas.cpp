@@ -158,7 +158,12 @@ const std::vector<std::pair<std::string, OptionSchema>>& core_schemas() {
             .doc("A data set folder of prompts (tools/encode_dataset.py --prompts: text embeddings alone) whose first "
                  "preview_samples prompts are previewed instead of held-out samples, as prompt-N; the video's shape "
                  "comes from the model (the Wan models: model.sample_size). The data set plugin latent_shards reads it; "
-                 "relative paths are taken from where wanfw runs.")}},
+                 "relative paths are taken from where wanfw runs."),
+        option("at_start", T::Boolean)
+            .value("false")
+            .doc("Also validate and preview before a new run's first step (logged at step 0): the scores and previews of "
+                 "the weights training starts from, what the later ones are measured against. A resumed run does not "
+                 "repeat it.")}},
       {"precision",
        {option("mode", T::Choice)
             .value("fp32")

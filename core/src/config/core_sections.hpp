@@ -86,6 +86,7 @@ struct ValidationSettings {
   bool preview = true;          ///< log the model's previews at each validation
   std::int64_t preview_samples = 1;  ///< held-out samples (or preview prompts) previewed
   std::string preview_prompts;       ///< a data set folder of prompts previewed instead; empty: none
+  bool at_start = false;             ///< also validate (and preview) before a new run's first step
 };
 
 /// The block_swap section (the core's units runtime streams the model's blocks: units/block_swap.hpp).

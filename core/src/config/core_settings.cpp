@@ -160,6 +160,7 @@ CoreSettings CoreSettings::from(Config& config) {
   s.validation.preview = validation.boolean("preview");
   s.validation.preview_samples = validation.integer("preview_samples");
   s.validation.preview_prompts = validation.string("preview_prompts");
+  s.validation.at_start = validation.boolean("at_start");
   require_positive(validation, "every", s.validation.every, 0);
   require_range(validation, "num_samples", s.validation.num_samples, 1, kMaxSamples);
   require_range(validation, "batch_size", s.validation.batch_size, 0, kMaxSamples);
@@ -169,6 +170,9 @@ CoreSettings CoreSettings::from(Config& config) {
     validation.fail("preview_prompts", s.validation.every == 0 ? "no preview is made: validation.every is 0"
                                                                : "no preview is made: validation.preview is false",
                     "set validation.every (and preview: true) to preview them, or remove preview_prompts");
+  if (s.validation.at_start && s.validation.every == 0)
+    validation.fail("at_start", "nothing is validated: validation.every is 0",
+                    "set validation.every to score (and preview) the held-out set as the run trains, or remove at_start");
   if (s.validation.batch_size == 0) s.validation.batch_size = s.data.batch_size;
 
   Options precision = section("precision");

@@ -203,6 +203,7 @@ TrainingResult Trainer::fit(const Checkpoint* checkpoint) {
     return result;
   }
   loader_->start_epoch(state_.epoch, state_.batch_in_epoch);
+  validate_at_start();
 
   while (state_.step < total) {
     const auto step_started = std::chrono::steady_clock::now();

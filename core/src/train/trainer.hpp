@@ -134,11 +134,14 @@ class Trainer {
   /// scalars averaged over ranks (a collective), else nothing.
   std::map<std::string, double> report(const MicroBatchTotals& totals, double lr, double grad_norm, bool overflow,
                                        double loss_scale, double step_seconds, bool log_now);
+  /// A CUDA run's memory plan beside the peak its first step reserved (Model::planned_device_bytes).
+  void log_planned_memory() const;
+  /// validation.at_start: before a new run's first step, the held-out scores and previews of the
+  /// weights it starts from, logged at step 0 (every rank takes part, as in report_step).
+  void validate_at_start();
   /// After the update of step state_.step: the logging window (and at a logging step, or when
   /// the run `stops`, its means to the progress line, the loggers and `result`), validation and
   /// its previews, parameter histograms.
-  /// A CUDA run's memory plan beside the peak its first step reserved (Model::planned_device_bytes).
-  void log_planned_memory() const;
   void report_step(const MicroBatchTotals& totals, const Gradients& gradients, double lr, double step_seconds,
                    bool stops, TrainingResult& result);
   std::filesystem::path save_checkpoint();

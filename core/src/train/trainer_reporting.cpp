@@ -39,6 +39,14 @@ void Trainer::report_step(const MicroBatchTotals& totals, const Gradients& gradi
   if (validating || histograms) strategy_->end_evaluation(*model_);
 }
 
+void Trainer::validate_at_start() {
+  if (!settings_.validation.at_start || state_.step != 0 || !validation_->due(0, plan_->total_steps())) return;
+  strategy_->begin_evaluation(*model_);
+  loggers_.scalars(0, validation_->run(0));
+  if (settings_.validation.preview) validation_->previews(0, loggers_, make_decoder_, run_dir_);
+  strategy_->end_evaluation(*model_);
+}
+
 void Trainer::log_planned_memory() const {
   const double planned = model_->planned_device_bytes();
   const double measured = peak_gpu_reserved_bytes(strategy_->device());
