@@ -28,7 +28,7 @@ endfunction()
 # wanfw_add_shared_library(NAME (SOURCES... [INCLUDE_DIR dir] | FOLDERS...) [LINK libs...])
 #
 # A library of this repository that plugins (and the command line) share: the Wan DiT
-# (libs/wan_dit), a data set plugin's reader (plugins/datasets/*). A plain shared library in lib/
+# (libs/wan_dit), the data set folder format (libs/latent_shards). A plain shared library in lib/
 # next to libwanfw_core.so, never in the plugin folder (which holds only plugins): the plugins
 # find it through their $ORIGIN/../.. RPATH, the command line through $ORIGIN/../lib. It builds
 # on the SDK alone, like a plugin. A library of one concern lists its SOURCES (in src/; INCLUDE_DIR,

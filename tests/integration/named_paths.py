@@ -16,13 +16,13 @@ from pathlib import Path
 
 TOP = ("core", "libs", "plugins", "tests", "apps", "tools", "bench", "examples", "scripts", "cmake", "docs", ".ci")
 EXTENSIONS = r"(?:cpp|hpp|cu|cuh|h|py|md|cmake|sh|yaml|txt|json)"
-PATH = re.compile(r"(?<![\w./-])((?:\.ci|[a-z_][\w.-]*)(?:/[\w.-]+)*/?(?:[\w-]+\." + EXTENSIONS + r")?)(?![\w/*{<-])")
+PATH = re.compile(r"(?<![\w./-])((?:\.ci|[A-Za-z_][\w.-]*)(?:/[\w.-]+)*/?(?:[\w-]+\." + EXTENSIONS + r")?)(?![\w/*{<-])")
 COMMENT = {".cpp": r"//(.*)", ".hpp": r"//(.*)", ".cu": r"//(.*)", ".cuh": r"//(.*)", ".h": r"//(.*)",
            ".py": r"(?:^|\s)#(.*)", ".cmake": r"(?:^|\s)#(.*)", ".sh": r"(?:^|\s)#(.*)", ".txt": r"(?:^|\s)#(.*)"}
 # Paths of other projects: LibTorch's headers, the official Wan code's modules, a diffusers model
 # folder's files, the Python packages the tests compare with.
 EXTERNAL = ("wan/modules/", "vae2_", "vae/config.json", "torch/", "c10/", "ATen/", "tensorboard/", "diffusers/",
-            "transformers/")
+            "transformers/", "TorchConfig")
 DOCSTRING = re.compile(r'"""(.*?)"""', re.S)
 
 
