@@ -153,7 +153,9 @@ def test_the_named_paths_check_names_a_moved_file_a_renamed_folder_and_a_file_th
     write(tmp_path, {
         "core/src/units/block_swap.cpp": "// streams what units/unit_runtime.cpp runs (docs/low-memory.md)\n",
         "core/src/units/unit_runtime.cpp": "\n",
-        "docs/guide.md": "See core/src/units/block_swap.cpp, core/src/swap/ and docs/missing.md.\n",
+        "docs/guide.md": "See core/src/units/block_swap.cpp, core/src/swap/ and docs/missing.md.\n"
+                         "The principle is DESIGN.md's; README.md holds the rest.\n",
+        "README.md": "\n",
         "tests/helper.py": '"' * 3 + "Reads what gone.py wrote, like core/src/units/ says; not core/src/NAME." + '"' * 3,
     })
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
@@ -161,6 +163,7 @@ def test_the_named_paths_check_names_a_moved_file_a_renamed_folder_and_a_file_th
         "core/src/units/block_swap.cpp:1: names docs/low-memory.md, which does not exist",
         "docs/guide.md:1: names core/src/swap, which does not exist",
         "docs/guide.md:1: names docs/missing.md, which does not exist",
+        "docs/guide.md:2: names DESIGN.md, which does not exist",  # a capital letter first is read too
         "tests/helper.py:1: names gone.py, which does not exist",
     ]
 
