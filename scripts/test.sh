@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up (idempotent), build, and run the whole test suite through CTest; then the ten slowest
-# CTest entries and the ten slowest test functions (docs/building.md gives their budget), and
-# CTest's verdict again as the last lines.
+# CTest entries and the ten slowest test functions (docs/building.md gives their budget), what did
+# not run and why (scripts/not_run.py), and CTest's verdict again as the last lines.
 # Extra arguments go to ctest (e.g. -L unit to run the unit tests only).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -29,6 +29,7 @@ if [ -n "$slowest" ]; then
     echo "The ten slowest test functions (seconds, as pytest timed them):"
     "$root/.venv/bin/python" "$root/scripts/slowest_tests.py" test-results 10 || true
   fi
+  "$root/.venv/bin/python" "$root/scripts/not_run.py" . || true
   grep -E '^(100% tests passed|[0-9]+% tests passed, [0-9]+ tests failed|Total Test time)' "$log" || true
 fi
 exit "$status"
