@@ -3,7 +3,7 @@ strategies it has never heard of (tests/plugins/declared_strategy) that declare 
 training state, or replicate the module, get fsdp's and data_parallel's treatment from `wanfw
 model-info` and `wanfw validate`; one whose descriptor and built strategy disagree is refused, and
 one that shards the weights but gives the host no fetcher for the model's units is refused before
-training."""
+training; a model that declares no replication is kept from a layout of replicas."""
 
 import os
 
@@ -81,3 +81,29 @@ def test_a_strategy_that_shards_the_weights_but_gives_no_unit_fetcher_is_refused
     assert "the strategy shards the weights but gives no fetcher for the model's units (Strategy::unit_fetcher)" in said
     assert "a strategy that wraps another forwards unit_fetcher() to it" in said
     assert "step 1" not in said  # refused before the first step
+
+
+def test_a_model_that_declares_no_replication_is_refused_by_a_layout_of_replicas_and_trains_without_one(tmp_path):
+    # test_unreplicable_linear: the linear test model whose descriptor leaves ModelCapabilities::replicates
+    # false. data_parallel over two devices asks for replicas: refused at validate and run, before any
+    # step; over one device, or under ddp, nothing is replicated.
+    def config(name, strategy):
+        return write_config(tmp_path / f"{name}.json", base_config(
+            tmp_path / "runs", model={"name": "test_unreplicable_linear", "in_features": 8, "out_features": 2},
+            strategy=strategy, trainer={"max_steps": 2, "log_every": 1}))
+
+    replicas = config("replicas", {"name": "data_parallel", "devices": ["cpu", "cpu"]})
+    for command in ("validate", "run"):
+        result = wanfw(command, replicas)
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert "the strategy data_parallel runs 2 replicas of the model in one process, and the model plugin " \
+               "'test_unreplicable_linear' declares no replication (ModelCapabilities::replicates)" in result.stderr
+        assert "use ddp: one process a device" in result.stderr
+    assert not (tmp_path / "runs" / "exp").exists()
+    one_device = wanfw("run", config("one", {"name": "data_parallel", "devices": ["cpu"]}))
+    assert one_device.returncode == 0 and "done: 2 steps" in one_device.stdout
+    # The model that declares it trains under the same layout.
+    declared = write_config(tmp_path / "declared.json", base_config(
+        tmp_path / "runs2", strategy={"name": "data_parallel", "devices": ["cpu", "cpu"]},
+        trainer={"max_steps": 2, "log_every": 1}))
+    assert wanfw("run", declared).returncode == 0

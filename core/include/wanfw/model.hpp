@@ -127,7 +127,9 @@ class Model {
   virtual at::Tensor preview(const Batch& batch, std::uint64_t seed);
   /// An independent copy of this model (same configuration, its own module and weights) on
   /// `device`, for strategies that run replicas side by side (data_parallel). The strategy keeps
-  /// the replica's weights equal to this model's. Default: null, the model cannot be replicated.
+  /// the replica's weights equal to this model's. A model that overrides it declares
+  /// ModelCapabilities::replicates, and the host builds no replicating layout for one that does
+  /// not; the default throws a PluginError.
   virtual std::unique_ptr<Model> replicate(const c10::Device& device);
   /// The model's units (wanfw/units.hpp): groups of module() parameters used together (a
   /// transformer block each), which the unit runtime fetches together, fsdp by gathering their

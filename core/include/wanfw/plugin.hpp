@@ -100,6 +100,17 @@ struct StrategyCapabilities {
 struct StrategyLayout {
   int sequence_parallel = 1;        ///< ranks that share each sample's tokens
   std::vector<int> network_groups;  ///< ranks of each network's group; empty: every rank the whole model
+  /// Copies of the model one process runs side by side (data_parallel: one a device). Above 1 the
+  /// model must declare ModelCapabilities::replicates; the host refuses the config otherwise.
+  int replicas = 1;
+};
+
+/// What a model can do beyond the Model contract's required calls, declared in its descriptor so
+/// that the host checks a config's combinations before it builds anything.
+struct ModelCapabilities {
+  /// Model::replicate builds an independent copy on another device, which a strategy running
+  /// replicas in one process needs (StrategyLayout::replicas > 1).
+  bool replicates = false;
 };
 
 /// What the host hands a factory besides the plugin's own options.
@@ -150,6 +161,8 @@ struct PluginDescriptor {
   std::vector<std::pair<std::string, std::string>> removed_options;
   /// Strategies: what the strategy does with the model (StrategyCapabilities).
   StrategyCapabilities capabilities;
+  /// Models: what the model can do besides the required calls (ModelCapabilities).
+  ModelCapabilities model_capabilities;
 
   // Exactly the factory of `kind` is set.
   std::unique_ptr<Model> (*make_model)(const Options&, const PluginContext&) = nullptr;

@@ -118,6 +118,16 @@ void check_config_against_strategy(const Experiment& e, const StrategyChain& cha
                       "precision.mode bf16_weights does not combine with a strategy that shards the weights",
                       "use precision.mode bf16: fsdp then gathers and computes in bf16 (param_dtype) while each "
                       "rank's fp32 shards stay the master weights");
+  if (chain.layout.replicas > 1) {  // replicas ask Model::replicate, which a model declares it has
+    const PluginInfo& model =
+        e.host->find(PluginKind::Model, e.config.string_at("model.name"), e.config.where("model.name"));
+    if (!model.descriptor->model_capabilities.replicates)
+      throw ConfigError(e.config.where(chain.innermost_section + ".name"),
+                        fmt::format("the strategy {} runs {} replicas of the model in one process, and the model "
+                                    "plugin '{}' declares no replication (ModelCapabilities::replicates)",
+                                    chain.innermost_name, chain.layout.replicas, model.descriptor->name),
+                        "use ddp: one process a device, each building its own model");
+  }
   // Block swap streams each rank's own copy of the weights: not for a strategy that shards or
   // replicates them.
   if (e.settings.block_swap.blocks == 0) return;

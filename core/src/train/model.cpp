@@ -60,7 +60,11 @@ void Model::export_weights(const std::filesystem::path&, const ExportSettings&) 
 
 at::Tensor Model::preview(const Batch&, std::uint64_t) { return {}; }
 
-std::unique_ptr<Model> Model::replicate(const c10::Device&) { return nullptr; }
+std::unique_ptr<Model> Model::replicate(const c10::Device&) {
+  throw PluginError("the model plugin was asked for a replica, but it implements no Model::replicate",
+                    "a model that overrides replicate declares ModelCapabilities::replicates; use ddp, which needs no "
+                    "replicas");
+}
 
 std::vector<int> Model::route(const Batch& keys) const { return std::vector<int>(keys.sample_ids.size(), 0); }
 

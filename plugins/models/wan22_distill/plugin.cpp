@@ -142,6 +142,7 @@ wanfw::PluginDescriptor describe() {
   auto d = wanfw::PluginDescriptor::for_model(
       "wan22_distill", "0.1.0", "Distils a frozen Wan teacher into a smaller, shallower or guidance-free Wan student.");
   d.options = wan_distill::distill_options();
+  d.model_capabilities.replicates = true;
   d.make_model = make_model;
   d.inspect_model = inspect;
   d.make_decoder = wan::make_vae_decoder;

@@ -262,6 +262,7 @@ wanfw::PluginDescriptor describe() {
   const char* moved = "the data set holds the shapes now: data.buckets: [\"FxHxW\"] (latent frames x height x width) "
                       "for the synthetic set; a data set folder's manifest for your own data (docs/data.md)";
   d.removed_options = {{"latent_frames", moved}, {"latent_height", moved}, {"latent_width", moved}};
+  d.model_capabilities.replicates = true;
   d.make_model = make_model;
   d.inspect_model = inspect;
   d.make_decoder = wan::make_vae_decoder;

@@ -40,10 +40,7 @@ class DataParallelStrategy final : public wanfw::Strategy {
     trainable_.push_back(trainable_of(model));
     buffers_.push_back(buffers_of(model));
     for (std::size_t i = 1; i < devices_.size(); ++i) {
-      std::unique_ptr<wanfw::Model> replica = model.replicate(devices_[i]);
-      if (!replica)
-        throw wanfw::PluginError("data_parallel: this model plugin cannot replicate its model (Model::replicate)",
-                                 "use the ddp strategy (one process per device), which needs no replicas");
+      std::unique_ptr<wanfw::Model> replica = model.replicate(devices_[i]);  // the host checked it can
       trainable_.push_back(trainable_of(*replica));
       buffers_.push_back(buffers_of(*replica));
       if (trainable_.back().size() != trainable_.front().size() || buffers_.back().size() != buffers_.front().size())
@@ -174,7 +171,9 @@ class DataParallelStrategy final : public wanfw::Strategy {
   std::vector<std::vector<at::Tensor>> buffers_;    ///< [0]: the model's buffers; [r]: replica r's
 };
 
-std::unique_ptr<wanfw::Strategy> make_strategy(const wanfw::Options& o, const wanfw::PluginContext&) {
+/// The devices `devices` names (refused through Options::fail when one is not a visible device),
+/// or every visible CUDA device, or the CPU.
+std::vector<c10::Device> devices_of(const wanfw::Options& o) {
   std::vector<c10::Device> devices;
   for (const auto& name : o.strings("devices")) {
     try {
@@ -192,6 +191,11 @@ std::unique_ptr<wanfw::Strategy> make_strategy(const wanfw::Options& o, const wa
     for (int i = 0; i < count; ++i) devices.emplace_back(c10::kCUDA, static_cast<c10::DeviceIndex>(i));
     if (devices.empty()) devices.emplace_back(c10::kCPU);
   }
+  return devices;
+}
+
+std::unique_ptr<wanfw::Strategy> make_strategy(const wanfw::Options& o, const wanfw::PluginContext&) {
+  const std::vector<c10::Device> devices = devices_of(o);
   if (devices.size() < 2)
     wanfw::log::info(
         fmt::format("data_parallel: {} device ({}); running as single", devices.size(), devices.front().str()));
@@ -211,6 +215,11 @@ wanfw::PluginDescriptor describe() {
                    .value("[]")
                    .doc("Devices to replicate onto (cuda:0, cuda:1, ...); empty takes every visible CUDA device.")};
   d.capabilities.replicates_module = true;
+  d.strategy_layout = [](const wanfw::Options& o) {
+    wanfw::StrategyLayout layout;
+    layout.replicas = static_cast<int>(devices_of(o).size());
+    return layout;
+  };
   d.make_strategy = make_strategy;
   return d;
 }

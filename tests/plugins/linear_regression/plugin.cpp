@@ -13,6 +13,15 @@
 
 #include "wanfw/plugin.hpp"
 
+// Built twice (tests/plugins/CMakeLists.txt): as linear_regression, and as a model that declares no
+// replication (ModelCapabilities), which the host must then keep from a replicating layout.
+#ifndef LINEAR_NAME
+#define LINEAR_NAME "linear_regression"
+#endif
+#ifndef DECLARES_REPLICATION
+#define DECLARES_REPLICATION true
+#endif
+
 namespace {
 
 /// Faults a test can plant (all off by default).
@@ -148,8 +157,9 @@ class LinearRegressionModel final : public wanfw::Model {
 wanfw::PluginDescriptor describe() {
   using wanfw::option;
   using T = wanfw::OptionType;
-  auto d = wanfw::PluginDescriptor::for_model("linear_regression", "1.0.0",
+  auto d = wanfw::PluginDescriptor::for_model(LINEAR_NAME, "1.0.0",
                                               "Test model: linear regression onto a hidden linear map.");
+  d.model_capabilities.replicates = DECLARES_REPLICATION;
   d.options = {
       option("in_features", T::Integer).value("16").doc("Input width."),
       option("out_features", T::Integer).value("4").doc("Output width."),
