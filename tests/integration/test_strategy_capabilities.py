@@ -107,3 +107,17 @@ def test_a_model_that_declares_no_replication_is_refused_by_a_layout_of_replicas
         tmp_path / "runs2", strategy={"name": "data_parallel", "devices": ["cpu", "cpu"]},
         trainer={"max_steps": 2, "log_every": 1}))
     assert wanfw("run", declared).returncode == 0
+
+
+def test_model_info_plans_the_layouts_an_unknown_strategy_and_data_set_declare_under_their_own_option_names():
+    # test_sharding_strategy lays out sequence parallelism with `sp_ranks`, test_shaped_dataset its
+    # buckets with `shapes`: the host asks their descriptors (strategy_layout, data_buckets), so the
+    # plans equal fsdp's with `sequence_parallel` and the synthetic set's with `buckets`.
+    known = model_info("strategy.sequence_parallel=2", 'data.buckets=["13x30x52"]')
+    assert "fsdp on 8 GPUs, sequence parallel 2" in known and "latents 13x30x52: 5,070 tokens" in known, known
+    unknown = model_info(f"strategy.name={SHARDING}", "strategy.sp_ranks=2", "data.name=test_shaped_dataset",
+                         'data.shapes=["13x30x52"]')
+    assert unknown == known.replace("fsdp", SHARDING)
+    # Another shape, another plan: the data set's declaration is what was read.
+    assert model_info(f"strategy.name={SHARDING}", "strategy.sp_ranks=2", "data.name=test_shaped_dataset",
+                      'data.shapes=["31x44x80"]') != unknown

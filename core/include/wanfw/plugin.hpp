@@ -183,6 +183,12 @@ struct PluginDescriptor {
   /// by it, and a config it lays out on more ranks than a process has is validated as one process.
   /// Null: one rank group, whole sequences.
   StrategyLayout (*strategy_layout)(const Options&) = nullptr;
+  /// Optional, for data sets: the buckets (latent frames x height x width) the validated options
+  /// describe, read without building the data set (the synthetic set's option, a folder's
+  /// manifest), refused through Options::fail as make_dataset refuses them. The host asks it
+  /// (never the option keys) to plan the largest sample's activations (`model-info`, the model's
+  /// PluginContext::layout). Empty when they cannot be known yet (a folder not made); null: none.
+  std::vector<Bucket> (*data_buckets)(const Options&) = nullptr;
 
   static PluginDescriptor for_model(std::string name, std::string version, std::string summary);
   static PluginDescriptor for_strategy(std::string name, std::string version, std::string summary);

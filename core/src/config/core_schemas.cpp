@@ -200,4 +200,12 @@ const std::vector<std::pair<std::string, OptionSchema>>& core_schemas() {
   return schemas;
 }
 
+std::vector<std::string> core_option_names(const std::string& section) {
+  std::vector<std::string> names;
+  for (const auto& [name, schema] : core_schemas())
+    if (name == section)
+      for (const auto& spec : schema) names.push_back(spec.name);
+  return names;
+}
+
 }  // namespace wanfw

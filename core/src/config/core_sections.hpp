@@ -15,6 +15,9 @@ namespace wanfw {
 const std::vector<std::string>& top_level_sections();
 /// (section name, schema) for every core section, in documentation order.
 const std::vector<std::pair<std::string, OptionSchema>>& core_schemas();
+/// The names of a core section's options ("data": batch_size, workers, ...): in a section that
+/// also names a plugin (data), the keys that are not the plugin's.
+std::vector<std::string> core_option_names(const std::string& section);
 
 struct RunSettings {
   std::string name;

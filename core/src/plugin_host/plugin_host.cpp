@@ -265,6 +265,13 @@ void PluginHost::check_section(const Config& config, const std::string& section,
   (void)checked_options(config, section, find(kind, config.string_at(section + ".name"), config.where(section)), {});
 }
 
+std::vector<Bucket> PluginHost::data_buckets(const Config& config, const std::string& section, const std::string& name,
+                                             const std::vector<std::string>& core_keys) const {
+  const PluginInfo& info = find(PluginKind::Dataset, name, config.where(section));
+  if (info.descriptor->data_buckets == nullptr) return {};
+  return info.descriptor->data_buckets(checked_options(config, section, info, core_keys));
+}
+
 std::shared_ptr<Model> PluginHost::make_model(Config& config, const std::string& section,
                                               const PluginContext& context) const {
   return build<Model>(*this, config, section, PluginKind::Model, context, &PluginDescriptor::make_model,

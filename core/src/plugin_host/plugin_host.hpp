@@ -75,6 +75,11 @@ class PluginHost {
   /// command does not build (the strategy of a config a one-process command reads) is still the
   /// one a run would accept. Throws ConfigError as building it would.
   void check_section(const Config& config, const std::string& section, PluginKind kind) const;
+  /// The buckets the data set section `section` describes for the data set plugin `name` (its
+  /// PluginDescriptor::data_buckets, the section checked first, `core_keys` not the plugin's);
+  /// none when the plugin declares none.
+  std::vector<Bucket> data_buckets(const Config& config, const std::string& section, const std::string& name,
+                                   const std::vector<std::string>& core_keys) const;
 
   /// Loads one library and checks it; throws PluginError naming the file and the reason.
   static PluginInfo load_library(const std::filesystem::path& path);

@@ -231,12 +231,8 @@ Experiment assemble(const RunRequest& request, ModelAssembly assembly) {
   // described: the set is then opened and checked, not read).
   PluginContext data_context = context;
   if (e.model) data_context.fields = e.model->batch_fields();
-  std::vector<std::string> core_keys;
-  for (const auto& [section, schema] : core_schemas())
-    if (section == "data")
-      for (const auto& spec : schema) core_keys.push_back(spec.name);
   std::shared_ptr<Dataset> dataset =
-      e.host->make_dataset(e.config, "data", e.settings.data.name, core_keys, data_context);
+      e.host->make_dataset(e.config, "data", e.settings.data.name, core_option_names("data"), data_context);
   std::shared_ptr<Dataset> preview_prompts = open_preview_prompts(e, data_context);
   e.data = std::make_unique<TrainingData>(e.settings, data_context.fields, std::move(dataset), e.config.where("data"),
                                           std::move(preview_prompts));

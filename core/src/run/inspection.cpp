@@ -22,8 +22,9 @@ std::vector<fs::path> config_plugin_path(const fs::path& config_file) {
 
 std::string inspect_model(const RunRequest& request, const InspectRequest& inspect) {
   Config config = Config::load(request.config, request.overrides);
-  const CoreSettings settings = CoreSettings::from(config);
+  CoreSettings settings = CoreSettings::from(config);
   const PluginHost host(PluginHost::search_path(settings.plugin_path));
+  take_chosen_data_set_options(config, settings, host);  // a --set data.path plans that folder's buckets
   const PluginInfo* info = nullptr;
   TrainingLayout layout = training_layout(config, settings, host, inspect.gpus);
   layout.fit_device_bytes = inspect.fit_device_bytes;

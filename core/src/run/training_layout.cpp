@@ -1,7 +1,6 @@
 #include "run/training_layout.hpp"
 
 #include <algorithm>
-#include <cstdlib>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -105,18 +104,12 @@ TrainingLayout training_layout(const Config& config, const CoreSettings& setting
   layout.master_weights = settings.precision.mode == PrecisionMode::BF16Weights;
   layout.swapped_blocks = settings.block_swap.blocks;
   layout.swap_ring = settings.block_swap.ring;
-  if (config.has("data.buckets"))
-    for (std::size_t i = 0; i < config.sequence_size("data.buckets"); ++i) {
-      std::string text = config.string_at(fmt::format("data.buckets.{}", i));
-      text = text.substr(0, text.find('='));  // "FxHxW=batch"
-      std::vector<std::int64_t> sizes;
-      for (std::size_t start = 0; start <= text.size();) {
-        const std::size_t x = std::min(text.find('x', start), text.size());
-        sizes.push_back(std::atoll(text.substr(start, x - start).c_str()));
-        start = x + 1;
-      }
-      const auto volume = [](const std::vector<std::int64_t>& v) { return v.size() == 3 ? v[0] * v[1] * v[2] : 0; };
-      if (sizes.size() == 3 && volume(sizes) > volume(layout.latent)) layout.latent = sizes;
+  // The largest sample the data set declares (its plugin's data_buckets, never its keys).
+  std::int64_t largest = 0;
+  for (const Bucket& b : host.data_buckets(config, "data", settings.data.name, core_option_names("data")))
+    if (b.frames * b.height * b.width > largest) {
+      largest = b.frames * b.height * b.width;
+      layout.latent = {b.frames, b.height, b.width};
     }
   return layout;
 }

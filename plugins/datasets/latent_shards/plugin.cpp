@@ -1,6 +1,8 @@
 // The `latent_shards` data set: a folder of latents and text embeddings encoded once
 // (tools/encode_dataset.py or `wanfw data synth`), read through its manifest.
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "latent_shards/latent_dataset.hpp"
@@ -21,6 +23,22 @@ std::unique_ptr<wanfw::Dataset> make(const wanfw::Options& options, const wanfw:
   }
 }
 
+/// The buckets of the folder's manifest, in the order samples first use them; none while the
+/// folder has no manifest (a config written before its data set).
+std::vector<wanfw::Bucket> buckets_of(const wanfw::Options& options) {
+  const std::filesystem::path path = options.string("path");
+  std::vector<wanfw::Bucket> buckets;
+  std::error_code ec;
+  if (path.empty() || !std::filesystem::is_regular_file(path / wanfw::DatasetManifest::kFileName, ec)) return buckets;
+  try {
+    for (const auto& sample : wanfw::DatasetManifest::read(path).samples)
+      if (std::find(buckets.begin(), buckets.end(), sample.bucket) == buckets.end()) buckets.push_back(sample.bucket);
+  } catch (const wanfw::FileError& e) {
+    options.fail("path", e.what());
+  }
+  return buckets;
+}
+
 wanfw::PluginDescriptor describe() {
   using T = wanfw::OptionType;
   auto d = wanfw::PluginDescriptor::for_dataset(
@@ -36,6 +54,7 @@ wanfw::PluginDescriptor describe() {
                "checks every shard and sample ahead of time."),
   };
   d.make_dataset = make;
+  d.data_buckets = buckets_of;
   return d;
 }
 

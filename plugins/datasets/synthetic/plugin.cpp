@@ -12,6 +12,20 @@ namespace {
 
 constexpr std::int64_t kMaxSamples = 100'000'000;  // an epoch's order is held in memory
 
+/// The `buckets` option's shapes, each parsed (a bad one refused at the key).
+std::vector<wanfw::Bucket> buckets_of(const wanfw::Options& options) {
+  std::vector<wanfw::Bucket> buckets;
+  for (const auto& text : options.strings("buckets")) {
+    try {
+      buckets.push_back(wanfw::Bucket::parse(text));
+    } catch (const wanfw::Error& e) {
+      options.fail("buckets", e.what());
+    }
+  }
+  if (buckets.empty()) options.fail("buckets", "needs at least one bucket", "for example [\"3x8x8\"]");
+  return buckets;
+}
+
 std::unique_ptr<wanfw::Dataset> make(const wanfw::Options& options, const wanfw::PluginContext& context) {
   wanfw::SyntheticDataset::Options o;
   o.size = options.integer("num_samples");
@@ -19,15 +33,7 @@ std::unique_ptr<wanfw::Dataset> make(const wanfw::Options& options, const wanfw:
     options.fail("num_samples", fmt::format("must lie in [1, {}], got {}", kMaxSamples, o.size),
                  "an epoch's shuffled order is held in memory, 8 bytes a sample");
   o.seed = context.seed;
-  o.buckets.clear();
-  for (const auto& text : options.strings("buckets")) {
-    try {
-      o.buckets.push_back(wanfw::Bucket::parse(text));
-    } catch (const wanfw::Error& e) {
-      options.fail("buckets", e.what());
-    }
-  }
-  if (o.buckets.empty()) options.fail("buckets", "needs at least one bucket", "for example [\"3x8x8\"]");
+  o.buckets = buckets_of(options);
   o.tokens = options.integer("text_tokens");
   if (o.tokens < 0 || o.tokens > 1'000'000) options.fail("text_tokens", "must lie in [0, 1000000]");
   for (const auto& field : context.fields)
@@ -65,6 +71,7 @@ wanfw::PluginDescriptor describe() {
                "stands for several patterns, a multimodal distribution few-step samplers blur)."),
   };
   d.make_dataset = make;
+  d.data_buckets = buckets_of;
   return d;
 }
 

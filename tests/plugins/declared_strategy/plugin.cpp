@@ -2,7 +2,8 @@
 // it shards the training state, one that says it replicates the module, and one whose descriptor
 // and built strategy disagree. The host must treat each by what it declares (fsdp's and
 // data_parallel's treatment), never by its name. It trains on the CPU as one device does: the
-// tests ask only what the host decides before training.
+// tests ask only what the host decides before training. Its rank layout comes from an option of
+// its own name (`sp_ranks`), which the host learns through strategy_layout alone.
 
 #include <fmt/format.h>
 
@@ -27,6 +28,16 @@ wanfw::PluginDescriptor describe() {
                                                  "A test strategy known to the host only by its declarations.");
   d.capabilities.shards_state = DECLARES_SHARDING;
   d.capabilities.replicates_module = DECLARES_REPLICAS;
+  // Its layout under an option name no built-in strategy uses: the host must ask, not read keys.
+  d.options = {wanfw::option("sp_ranks", wanfw::OptionType::Integer)
+                   .value("1")
+                   .doc("Ranks that share each sample's tokens, as the host plans them (model-info).")};
+  d.strategy_layout = [](const wanfw::Options& o) {
+    if (o.integer("sp_ranks") < 1) o.fail("sp_ranks", "must be at least 1");
+    wanfw::StrategyLayout layout;
+    layout.sequence_parallel = static_cast<int>(o.integer("sp_ranks"));
+    return layout;
+  };
   d.make_strategy = [](const wanfw::Options&, const wanfw::PluginContext&) -> std::unique_ptr<wanfw::Strategy> {
     return std::make_unique<DeclaredStrategy>();
   };
