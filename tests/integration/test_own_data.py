@@ -87,6 +87,13 @@ def test_the_lora_examples_own_data_command_takes_the_folders_options_and_drops_
     assert "data: latent_shards (64 samples" in result.stdout
 
 
+def test_model_info_plans_the_largest_bucket_of_the_folder_a_config_trains_on(dataset):
+    # The folder's manifest holds 2x8x8 and 3x8x12: the plan is for the larger, 6 x 12 / 4 = 72 tokens.
+    said = wanfw("model-info", SOURCE / "examples" / "finetune-own-data.yaml", "--set", f"data.path={dataset}",
+                 check=0).stdout
+    assert "activations for latents 3x8x12: 72 tokens x batch 4" in said
+
+
 def test_the_tiny_wan_model_trains_on_a_synth_folder_with_two_buckets_and_its_loss_falls(tmp_path, dataset):
     path = experiment(tmp_path, "own", dataset, trainer={"max_steps": 300}, optimizer={"lr": 3e-3})
     result = wanfw("run", path, check=0)
