@@ -13,7 +13,7 @@ namespace {
 
 using T = wanfw::OptionType;
 
-const char* const kExperts[] = {"high_noise", "low_noise"};
+const auto& kExperts = wan::kExpertNames;
 
 /// The expert's range: its side of the boundary within the run's range, narrowed by what is set.
 ExpertControl control_from(const wanfw::Options& o, const std::string& name, double lo, double hi) {
@@ -80,13 +80,13 @@ ExpertControls expert_controls_from(const wanfw::Options& o, wan::Expert expert,
   c.low = control_from(o, "low_noise", sampling.min_sigma, std::min(boundary, sampling.max_sigma));
   for (const std::string name : kExperts)
     c.ranged = c.ranged || o.has(name + ".min_timestep") || o.has(name + ".max_timestep");
-  if (c.ranged && sampling.method == "fixed")
+  if (c.ranged && sampling.method == wan::SigmaDistribution::Fixed)
     o.fail("timestep_sampling", "fixed timesteps leave nothing to spread over the experts' ranges",
            "unset high_noise / low_noise .min_timestep and .max_timestep, or draw the timesteps");
   if (o.has("high_noise.share")) {
     const double share = o.number("high_noise.share");
     if (!(share >= 0 && share <= 1)) o.fail("high_noise.share", "must be between 0 and 1");
-    if (sampling.method == "fixed")
+    if (sampling.method == wan::SigmaDistribution::Fixed)
       o.fail("high_noise.share", "fixed timesteps cannot be drawn on a chosen side of the boundary",
              "draw the timesteps (uniform, logit_normal or shift), or unset high_noise.share");
     if (!(boundary > sampling.min_sigma && boundary < sampling.max_sigma))
@@ -114,7 +114,7 @@ torch::Tensor into_expert_ranges(const torch::Tensor& sigma, const ExpertControl
                                                     ((s - high_from) / std::max(c.side_max - high_from, 1e-12));
   const torch::Tensor low =
       c.low.min_sigma + (c.low.max_sigma - c.low.min_sigma) * ((s - c.side_min) / std::max(low_to - c.side_min, 1e-12));
-  return torch::where(s >= c.boundary - 1e-12, high, low).to(sigma.scalar_type());  // the denoiser's routing rule
+  return torch::where(wan::routes_high(s, c.boundary), high, low).to(sigma.scalar_type());
 }
 
 std::vector<wanfw::ParameterGroup> expert_groups(const wan::WanDenoiser& denoiser, const wan::LoraSettings& lora,

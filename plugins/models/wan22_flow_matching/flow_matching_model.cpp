@@ -37,7 +37,7 @@ WanFlowMatchingModel::WanFlowMatchingModel(const wan::WanConfig& config, FlowMat
 
 std::vector<wanfw::PlaceableNetwork> WanFlowMatchingModel::networks() const {
   if (settings_.expert != Expert::Both) return {};
-  return {{"high_noise", "high_noise_model."}, {"low_noise", "low_noise_model."}};
+  return {{wan::kExpertNames[0], "high_noise_model."}, {wan::kExpertNames[1], "low_noise_model."}};
 }
 
 std::vector<int> WanFlowMatchingModel::route(const wanfw::Batch& keys) const {

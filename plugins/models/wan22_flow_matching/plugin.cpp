@@ -132,7 +132,7 @@ std::string placed_plan(const wanfw::Options& o, const wan::WanConfig& c, const 
   int world = 0;
   for (const int size : sizes) world += size;
   std::string out;
-  const char* names[] = {"high_noise", "low_noise"};
+  const auto& names = wan::kExpertNames;
   for (std::size_t g = 0; g < 2; ++g) {
     const int first = g == 0 ? 0 : sizes[0];
     if (g == 1 && sizes[1] == sizes[0]) {  // the experts have one shape: the same plan

@@ -22,7 +22,7 @@ wanfw::Batch step_of(std::int64_t samples) {
 
 wan::TimestepSampling shift(double k) {
   wan::TimestepSampling s;
-  s.method = "shift";
+  s.method = wan::SigmaDistribution::Shift;
   s.shift = k;
   return s;
 }
@@ -33,7 +33,7 @@ TEST_CASE("the share of samples above the A14B boundary: 63.2 % at shift 12, 30 
   CHECK(1 - wan::probability_below(shift(12), 0.875) == doctest::Approx(0.632).epsilon(1e-3));
   CHECK(1 - wan::probability_below(shift(3), 0.875) == doctest::Approx(0.30).epsilon(1e-9));
   wan::TimestepSampling logit;
-  logit.method = "logit_normal";
+  logit.method = wan::SigmaDistribution::LogitNormal;
   CHECK(wan::probability_below(logit, 0.5) == doctest::Approx(0.5));
   CHECK(wan::probability_below(wan::TimestepSampling{}, 0.9) == doctest::Approx(0.9));
 }

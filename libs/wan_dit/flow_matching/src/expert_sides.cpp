@@ -17,17 +17,18 @@ namespace {
 /// u in [0, 1) -> s, the sampling's inverse distribution (as draw_sigma maps its draws).
 torch::Tensor sigma_at(const torch::Tensor& u, const TimestepSampling& s) {
   torch::Tensor x;
-  if (s.method == "logit_normal") x = torch::sigmoid(torch::special_ndtri(u.clamp(1e-12, 1 - 1e-12)) * s.logit_std + s.logit_mean);
-  else if (s.method == "shift") x = s.shift * u / (1 + (s.shift - 1) * u);
+  if (s.method == SigmaDistribution::LogitNormal)
+    x = torch::sigmoid(torch::special_ndtri(u.clamp(1e-12, 1 - 1e-12)) * s.logit_std + s.logit_mean);
+  else if (s.method == SigmaDistribution::Shift) x = shifted(u, s.shift);
   else x = u;
   return s.min_sigma + (s.max_sigma - s.min_sigma) * x;
 }
 
-/// The float32 values closest to `boundary` that route to each side (>= boundary - 1e-12 is high).
+/// The float32 values closest to `boundary` that route to each side (routes_high).
 std::pair<float, float> side_limits(double boundary) {
   float high = static_cast<float>(boundary), low = static_cast<float>(boundary);
-  while (static_cast<double>(high) < boundary - 1e-12) high = std::nextafter(high, 2.0f);
-  while (static_cast<double>(low) >= boundary - 1e-12) low = std::nextafter(low, -1.0f);
+  while (!routes_high(static_cast<double>(high), boundary)) high = std::nextafter(high, 2.0f);
+  while (routes_high(static_cast<double>(low), boundary)) low = std::nextafter(low, -1.0f);
   return {high, low};
 }
 
@@ -48,8 +49,8 @@ torch::Tensor high_noise_places(const wanfw::Batch& batch, double share) {
 
 double probability_below(const TimestepSampling& s, double sigma) {
   const double x = std::clamp((sigma - s.min_sigma) / (s.max_sigma - s.min_sigma), 0.0, 1.0);
-  if (s.method == "shift") return x / (s.shift - (s.shift - 1) * x);  // the inverse of k u / (1 + (k - 1) u)
-  if (s.method == "logit_normal") {
+  if (s.method == SigmaDistribution::Shift) return unshifted(x, s.shift);
+  if (s.method == SigmaDistribution::LogitNormal) {
     if (x <= 0 || x >= 1) return x;
     return 0.5 * std::erfc(-((std::log(x / (1 - x)) - s.logit_mean) / s.logit_std) / std::sqrt(2.0));
   }
@@ -58,7 +59,7 @@ double probability_below(const TimestepSampling& s, double sigma) {
 
 torch::Tensor draw_sigma_on_sides(const wanfw::Batch& batch, const TimestepSampling& s, double boundary,
                                   const torch::Tensor& high) {
-  if (s.method == "fixed")
+  if (s.method == SigmaDistribution::Fixed)
     throw wanfw::Error("fixed timesteps cannot be drawn on a side of the experts' boundary",
                        "draw the timesteps (uniform, logit_normal or shift) or unset high_noise.share");
   const double below = probability_below(s, boundary);

@@ -20,8 +20,16 @@ const char* kSampleInputs =
     "for a VACE model vace_context [B,C,F,H,W] (its shape the video's; reference_frames: the first R dropped)";
 }  // namespace
 
+SigmaDistribution sigma_distribution(const std::string& name) {
+  if (name == "uniform") return SigmaDistribution::Uniform;
+  if (name == "logit_normal") return SigmaDistribution::LogitNormal;
+  if (name == "shift") return SigmaDistribution::Shift;
+  if (name == "fixed") return SigmaDistribution::Fixed;
+  throw wanfw::Error(fmt::format("'{}' is no timestep distribution", name), "uniform, logit_normal, shift or fixed");
+}
+
 torch::Tensor draw_sigma(const wanfw::Batch& batch, const TimestepSampling& s) {
-  if (s.method == "fixed") {
+  if (s.method == SigmaDistribution::Fixed) {
     if (s.fixed.empty()) throw wanfw::Error("fixed timestep sampling needs at least one level");
     const torch::Tensor u = wanfw::sample_rand(batch, "timestep");
     const torch::Tensor index =
@@ -29,16 +37,26 @@ torch::Tensor draw_sigma(const wanfw::Batch& batch, const TimestepSampling& s) {
     return torch::tensor(s.fixed, torch::kFloat64).to(u.device()).index_select(0, index.to(torch::kLong)).to(torch::kFloat32);
   }
   torch::Tensor u;
-  if (s.method == "logit_normal") {
+  if (s.method == SigmaDistribution::LogitNormal) {
     u = torch::sigmoid(wanfw::sample_randn(batch, "timestep") * s.logit_std + s.logit_mean);
   } else {
     u = wanfw::sample_rand(batch, "timestep");
-    if (s.method == "shift") u = s.shift * u / (1 + (s.shift - 1) * u);
+    if (s.method == SigmaDistribution::Shift) u = shifted(u, s.shift);
   }
   return s.min_sigma + (s.max_sigma - s.min_sigma) * u;
 }
 
 double shifted(double s, double shift) { return shift * s / (1 + (shift - 1) * s); }
+
+torch::Tensor shifted(const torch::Tensor& s, double shift) { return shift * s / (1 + (shift - 1) * s); }
+
+double unshifted(double x, double shift) { return x / (shift - (shift - 1) * x); }
+
+bool routes_high(double sigma, double boundary) { return sigma >= boundary - 1e-12; }
+
+torch::Tensor routes_high(const torch::Tensor& sigma, double boundary) {
+  return sigma.to(torch::kFloat64) >= boundary - 1e-12;
+}
 
 std::vector<double> sampling_schedule(std::int64_t steps, double shift) {
   std::vector<double> sigmas(static_cast<std::size_t>(steps + 1));

@@ -29,6 +29,12 @@ Expert parse_expert(const std::string& name) {
   throw wanfw::Error(fmt::format("unknown expert '{}'", name), "use none, high_noise, low_noise or both");
 }
 
+int expert_index(std::string_view name) {
+  for (int i = 0; i < 2; ++i)
+    if (name == kExpertNames[i]) return i;
+  return -1;
+}
+
 WanExpertPairImpl::WanExpertPairImpl(WanConfig config, WanPlacement placement, int held)
     : config_(std::move(config)), placement_(placement), held_(held) {
   reset();
@@ -125,7 +131,7 @@ void WanDenoiser::apply_lora(const LoraSettings& settings) {
   const std::uint64_t base = at::detail::getDefaultCPUGenerator().current_seed();
   for (std::size_t i = 0; i < all.size(); ++i) {
     // The experts' adapters drawn from seeds of their own, as their weights (WanExpertPairImpl).
-    if (pair_) seed_expert(base, expert_name(i) == "high_noise" ? 0 : 1, "adapters");
+    if (pair_) seed_expert(base, expert_index(expert_name(i)), "adapters");
     wan::apply_lora(*all[i], settings, expert_name(i));
   }
   if (pair_) torch::manual_seed(base);
@@ -136,7 +142,7 @@ void WanDenoiser::attach_second_adapters(const LoraSettings& settings) {
   auto all = dits();
   const std::uint64_t base = at::detail::getDefaultCPUGenerator().current_seed();
   for (std::size_t i = 0; i < all.size(); ++i) {
-    if (pair_) seed_expert(base, expert_name(i) == "high_noise" ? 0 : 1, "second_adapters");
+    if (pair_) seed_expert(base, expert_index(expert_name(i)), "second_adapters");
     wan::attach_second_adapters(*all[i], settings);
   }
   if (pair_) torch::manual_seed(base);
@@ -144,9 +150,9 @@ void WanDenoiser::attach_second_adapters(const LoraSettings& settings) {
 
 std::string WanDenoiser::expert_name(std::size_t index) const {
   switch (expert_) {
-    case Expert::Both: return (held_ >= 0 ? held_ : static_cast<int>(index)) == 0 ? "high_noise" : "low_noise";
-    case Expert::HighNoise: return "high_noise";
-    case Expert::LowNoise: return "low_noise";
+    case Expert::Both: return kExpertNames[held_ >= 0 ? held_ : static_cast<int>(index)];
+    case Expert::HighNoise: return kExpertNames[0];
+    case Expert::LowNoise: return kExpertNames[1];
     default: return "";
   }
 }
@@ -216,7 +222,7 @@ std::pair<double, double> WanDenoiser::sigma_range() const {
 }
 
 torch::Tensor WanDenoiser::high_noise_samples(const torch::Tensor& sigma) const {
-  return sigma.to(torch::kFloat64) >= boundary_ - 1e-12;  // t >= boundary: the high-noise expert
+  return routes_high(sigma, boundary_);
 }
 
 torch::Tensor WanDenoiser::forward(const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& context,

@@ -123,7 +123,7 @@ std::vector<wanfw::OptionSpec> timestep_options(bool fixed) {
 
 TimestepSampling timestep_sampling_from(const wanfw::Options& o, double lo, double hi, const std::string& range_option) {
   TimestepSampling s;
-  s.method = o.string("timestep_sampling");
+  s.method = sigma_distribution(o.string("timestep_sampling"));
   s.shift = o.number("shift");
   s.logit_mean = o.number("logit_mean");
   s.logit_std = o.number("logit_std");
@@ -137,7 +137,7 @@ TimestepSampling timestep_sampling_from(const wanfw::Options& o, double lo, doub
   if (!(s.min_sigma < s.max_sigma))
     o.fail(range_option, fmt::format("it covers timesteps [{}, {}], none of [min_timestep, max_timestep]", lo * 1000,
                                      hi * 1000));
-  if (s.method == "fixed") {
+  if (s.method == SigmaDistribution::Fixed) {
     for (const double t : o.numbers("timesteps")) {
       const double sigma = shifted(t / 1000.0, s.shift);
       if (!(t > 0 && t <= 1000) || sigma < s.min_sigma - 1e-9 || sigma > s.max_sigma + 1e-9)

@@ -82,9 +82,7 @@ torch::Tensor DmdModel::real_velocity(const torch::Tensor& x, const torch::Tenso
 
 torch::Tensor DmdModel::score_levels(const wanfw::Batch& batch, const char* stream) const {
   const torch::Tensor u = wanfw::sample_rand(batch, stream);
-  const torch::Tensor s = dmd_.min_level + (dmd_.max_level - dmd_.min_level) * u;
-  const double k = dmd_.score_shift;
-  return k * s / (1 + (k - 1) * s);
+  return wan::shifted(dmd_.min_level + (dmd_.max_level - dmd_.min_level) * u, dmd_.score_shift);
 }
 
 DmdModel::GeneratorInput DmdModel::generator_input(const wanfw::Batch& batch, const Conditions& c,

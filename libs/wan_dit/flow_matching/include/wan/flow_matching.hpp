@@ -19,10 +19,15 @@
 
 namespace wan {
 
+/// The distribution of training's noise levels (the option timestep_sampling), read once.
+enum class SigmaDistribution { Uniform, LogitNormal, Shift, Fixed };
+/// "uniform", "logit_normal", "shift" or "fixed"; throws wanfw::Error for another name.
+SigmaDistribution sigma_distribution(const std::string& name);
+
 /// How training draws each sample's noise level s (= t / 1000), from the sample's own
 /// "timestep" stream (wanfw/sample_random.hpp): the same draw on any rank or micro-batch.
 struct TimestepSampling {
-  std::string method = "uniform";  ///< uniform | logit_normal | shift | fixed
+  SigmaDistribution method = SigmaDistribution::Uniform;
   double shift = 5.0;              ///< k of `shift`
   double logit_mean = 0.0, logit_std = 1.0;
   double min_sigma = 0.0, max_sigma = 1.0;  ///< the range uniform/logit_normal/shift map into
@@ -32,8 +37,18 @@ struct TimestepSampling {
 /// Each sample's s: [B] float32 on the batch's device.
 torch::Tensor draw_sigma(const wanfw::Batch& batch, const TimestepSampling& sampling);
 
-/// k s / (1 + (k - 1) s): the official schedule's shift of a level s.
+/// k s / (1 + (k - 1) s): the official schedule's shift of a level s (the one place it is written).
 double shifted(double s, double shift);
+/// shifted() of every level of `s`, in its dtype.
+torch::Tensor shifted(const torch::Tensor& s, double shift);
+/// The inverse of shifted(): the level x / (k - (k - 1) x) that shifts to `x`.
+double unshifted(double x, double shift);
+
+/// Whether a sample at level `sigma` goes to the high-noise expert of a pair split at `boundary`
+/// (t >= boundary, to 1e-12: a float32 level routes as the double it stands for): the one rule the
+/// denoiser routes by and the training draws respect. [B] bool for levels [B].
+bool routes_high(double sigma, double boundary);
+torch::Tensor routes_high(const torch::Tensor& sigma, double boundary);
 
 /// The official sampling schedule: shifted(linspace(1, 0, steps + 1)).
 std::vector<double> sampling_schedule(std::int64_t steps, double shift);

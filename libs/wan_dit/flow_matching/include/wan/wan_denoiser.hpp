@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -17,6 +18,12 @@ namespace wan {
 
 enum class Expert { None, HighNoise, LowNoise, Both };
 Expert parse_expert(const std::string& name);
+
+/// The experts of a pair by index, the order of WanDenoiser::dits() and of the rank groups: 0 the
+/// high-noise expert, 1 the low-noise one; their names in options, files, groups and folders.
+inline constexpr const char* kExpertNames[2] = {"high_noise", "low_noise"};
+/// 0 for "high_noise", 1 for "low_noise", -1 for another name.
+int expert_index(std::string_view name);
 
 /// Both experts, registered under the official folder names so that checkpoint keys say which
 /// expert a tensor belongs to ("high_noise_model.blocks.0..."). With `held` 0 or 1 (the experts on
