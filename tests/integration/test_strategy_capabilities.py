@@ -1,9 +1,9 @@
 """The host treats a strategy by what it declares (StrategyCapabilities), never by its name: test
 strategies it has never heard of (tests/plugins/declared_strategy) that declare they shard the
 training state, or replicate the module, get fsdp's and data_parallel's treatment from `wanfw
-model-info` and `wanfw validate`; one whose descriptor and built strategy disagree is refused, and
-one that shards the weights but gives the host no fetcher for the model's units is refused before
-training; a model that declares no replication is kept from a layout of replicas."""
+model-info` and `wanfw validate` (the built strategy's sharding is its declaration, a wrapper's its
+inner strategy's), and one that shards the weights but gives the host no fetcher for the model's
+units is refused before training; a model that declares no replication is kept from a layout of replicas."""
 
 import os
 
@@ -65,11 +65,18 @@ def test_validate_refuses_block_swap_for_a_strategy_that_declares_replicas_as_fo
         assert code == 2 and message.format(name) in said, said
 
 
-def test_a_strategy_whose_descriptor_and_answers_disagree_is_refused_naming_it(tmp_path):
-    code, said = validate(tmp_path, "misdeclared", {"name": "test_misdeclared_strategy"})
-    assert code != 0
-    assert ("the strategy plugin 'test_misdeclared_strategy' does not declare StrategyCapabilities::shards_state in "
-            "its descriptor, but its strategy answers shards_state() true") in said, said
+@pytest.mark.parametrize("strategy", [{"name": SHARDING}, {"name": "grad_accum", "inner": {"name": SHARDING}}],
+                         ids=["declared", "wrapped"])
+def test_the_built_strategy_shards_as_its_descriptor_or_the_strategy_it_wraps_declares(tmp_path, strategy):
+    # Sharding is declared once (the descriptor): the host sets the built strategy's shards_state()
+    # from it, a wrapper's from its inner strategy's, and a sharding strategy without a unit
+    # fetcher is then refused before training, wrapped or not.
+    config = base_config(tmp_path / "runs", model=tiny_wan("t2v"), strategy=strategy,
+                         data={"num_samples": 8, "batch_size": 2, "workers": 0, "buckets": ["3x4x4"]})
+    result = wanfw("run", write_config(tmp_path / "run.json", config))
+    said = result.stdout + result.stderr
+    assert result.returncode == 2, said
+    assert "the strategy shards the weights but gives no fetcher for the model's units (Strategy::unit_fetcher)" in said
 
 
 def test_a_strategy_that_shards_the_weights_but_gives_no_unit_fetcher_is_refused_before_training(tmp_path):

@@ -116,7 +116,11 @@ class Strategy {
   /// True when the training state (parameters, gradients, optimizer state) is split across the
   /// ranks: every rank then writes its own pieces of a checkpoint (state_pieces) instead of the
   /// main process writing the whole state, and decisions on gradients (fp16 overflow) are agreed.
-  virtual bool shards_state() const { return false; }
+  /// Declared once, in the plugin's descriptor (StrategyCapabilities::shards_state): the host sets
+  /// it when it builds the strategy, a wrapper's from what it or the strategies it wraps declare.
+  bool shards_state() const { return shards_state_; }
+  /// Called by the host after the factory, never by a plugin (see shards_state).
+  void set_shards_state(bool shards) { shards_state_ = shards; }
   /// With networks on rank groups (wanfw/network_groups.hpp): where this rank sits; null (the
   /// default) when every rank holds the whole model.
   virtual const NetworkGroups* network_groups() const { return nullptr; }
@@ -150,6 +154,9 @@ class Strategy {
   /// accumulated micro-batches average, a micro-batch weighs its loss by its share of the step, and
   /// a replica holding `share` of a micro-batch by that.
   void backward(const StepOutput& out, const MicroStep& micro, double share = 1.0);
+
+ private:
+  bool shards_state_ = false;
 };
 
 }  // namespace wanfw

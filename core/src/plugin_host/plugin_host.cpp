@@ -6,6 +6,8 @@
 #include <mutex>
 #include <sstream>
 
+#include <type_traits>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <boost/dll/runtime_symbol_info.hpp>
@@ -237,8 +239,10 @@ std::shared_ptr<Object> build(const PluginHost& host, Config& config, const std:
   config.record_resolved(options, name);
   PluginContext ctx = context;
   ctx.section = section;
+  bool wraps_sharding = false;  // a strategy this one builds (a wrapper's inner one) shards the state
   // Valid while the factory runs: it refers to the host and the config being assembled.
-  ctx.build_strategy = [&host, &config, &context, section, name, subsections](const std::string& key) {
+  ctx.build_strategy = [&host, &config, &context, &wraps_sharding, section, name,
+                        subsections](const std::string& key) {
     const std::string path = section + "." + key;
     if (std::find(subsections.begin(), subsections.end(), key) == subsections.end())
       throw PluginError(fmt::format("the {} plugin '{}' asked to build '{}', which its descriptor does not list in "
@@ -249,13 +253,18 @@ std::shared_ptr<Object> build(const PluginHost& host, Config& config, const std:
       throw ConfigError(config.where(section), fmt::format("'{}' is missing: the plugin '{}' builds a strategy from it",
                                                            path, name),
                         fmt::format("add for example `{}: {{name: single}}` to '{}'", key, section));
-    return host.make_strategy(config, path, context);
+    std::shared_ptr<Strategy> inner = host.make_strategy(config, path, context);
+    wraps_sharding = wraps_sharding || inner->shards_state();
+    return inner;
   };
   std::unique_ptr<Object> object = (info.descriptor->*factory)(options, ctx);
   if (!object && may_be_null) return nullptr;
   if (!object)
     throw PluginError(fmt::format("{}: the {} plugin '{}' returned no object", info.path.string(),
                                   plugin_kind_name(kind), name));
+  // A strategy's sharding is what its descriptor (or a strategy it wraps) declares: said once.
+  if constexpr (std::is_same_v<Object, Strategy>)
+    object->set_shards_state(info.descriptor->capabilities.shards_state || wraps_sharding);
   return std::shared_ptr<Object>(std::move(object));
 }
 

@@ -95,13 +95,6 @@ std::shared_ptr<Strategy> one_process_strategy(Experiment& e, const StrategyChai
 
 /// The built strategy answers as its descriptor declared (model-info and the checks plan by it).
 void check_declared_capabilities(const Experiment& e, const StrategyChain& chain) {
-  if (e.strategy->shards_state() != chain.capabilities.shards_state)
-    throw PluginError(fmt::format("the strategy plugin '{}' {} StrategyCapabilities::shards_state in its descriptor, "
-                                  "but its strategy answers shards_state() {}",
-                                  chain.innermost_name, chain.capabilities.shards_state ? "declares" : "does not declare",
-                                  e.strategy->shards_state()),
-                      "a strategy that shards the training state declares it, so that model-info and the config's "
-                      "checks treat it as it trains");
   if (e.strategy->network_groups() != nullptr && !chain.capabilities.places_networks)
     throw PluginError(fmt::format("the strategy plugin '{}' places networks on rank groups, but does not declare "
                                   "StrategyCapabilities::places_networks in its descriptor",

@@ -58,7 +58,6 @@ class FsdpStrategy final : public wanfw::Strategy {
   double clip_gradients(const std::vector<at::Tensor>& parameters, double max_norm) override;
   void begin_evaluation(wanfw::Model& model) override;
   void end_evaluation(wanfw::Model& model) override;
-  bool shards_state() const override { return true; }
   /// The all-gather fetcher the host's unit runtime runs the model's units through.
   std::shared_ptr<wanfw::UnitFetcher> unit_fetcher() override { return fetcher_; }
   wanfw::StatePieces state_pieces(wanfw::Model& model, torch::optim::AdamW& optimizer) override;

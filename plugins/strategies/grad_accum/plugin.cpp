@@ -46,7 +46,6 @@ class GradAccumStrategy final : public wanfw::Strategy {
   }
   void begin_evaluation(wanfw::Model& model) override { inner_->begin_evaluation(model); }
   void end_evaluation(wanfw::Model& model) override { inner_->end_evaluation(model); }
-  bool shards_state() const override { return inner_->shards_state(); }
   const wanfw::NetworkGroups* network_groups() const override { return inner_->network_groups(); }
   std::shared_ptr<wanfw::UnitFetcher> unit_fetcher() override { return inner_->unit_fetcher(); }
   wanfw::StatePieces state_pieces(wanfw::Model& model, torch::optim::AdamW& optimizer) override {

@@ -1,7 +1,7 @@
-// A strategy the host has never heard of, built three times with other declarations: one that says
-// it shards the training state, one that says it replicates the module, and one whose descriptor
-// and built strategy disagree. The host must treat each by what it declares (fsdp's and
-// data_parallel's treatment), never by its name. It trains on the CPU as one device does: the
+// A strategy the host has never heard of, built twice with other declarations: one that says it
+// shards the training state, one that says it replicates the module. The host must treat each by
+// what it declares (fsdp's and data_parallel's treatment), never by its name; the built strategy's
+// shards_state() is the declaration, set by the host. It trains on the CPU as one device does: the
 // tests ask only what the host decides before training. Its rank layout comes from an option of
 // its own name (`sp_ranks`), which the host learns through strategy_layout alone.
 
@@ -10,7 +10,7 @@
 #include "wanfw/plugin.hpp"
 
 #ifndef DECLARED_NAME
-#error "DECLARED_NAME, DECLARES_SHARDING, ANSWERS_SHARDING and DECLARES_REPLICAS are set by tests/plugins/CMakeLists.txt"
+#error "DECLARED_NAME, DECLARES_SHARDING and DECLARES_REPLICAS are set by tests/plugins/CMakeLists.txt"
 #endif
 
 namespace {
@@ -20,7 +20,6 @@ class DeclaredStrategy final : public wanfw::Strategy {
   std::string describe() const override { return fmt::format("{} on the CPU", DECLARED_NAME); }
   void setup(wanfw::Model& model) override { model.module()->to(c10::kCPU); }
   c10::Device device() const override { return c10::kCPU; }
-  bool shards_state() const override { return ANSWERS_SHARDING; }
 };
 
 wanfw::PluginDescriptor describe() {
