@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include <c10/core/ScalarType.h>
+
 #include "wanfw/error.hpp"
 
 namespace wanfw {
@@ -18,6 +20,10 @@ enum class OptionType {
 
 /// "integer", "number", ... as written in docs and `wanfw plugins show`.
 const char* option_type_name(OptionType type);
+
+/// The floating-point dtype a config names: "float32", "bfloat16", "float16" or "float64" (the one
+/// reading of those names); throws wanfw::Error for another.
+at::ScalarType dtype_named(std::string_view name);
 
 /// One option a plugin or a core section accepts. A dotted name ("lora.rank") is an option of a
 /// nested mapping (`lora: {rank: 16}`); `--set model.lora.rank=16` reaches it the same way.
@@ -74,6 +80,9 @@ class Options {
   std::vector<std::int64_t> integers(std::string_view name) const;
   std::vector<double> numbers(std::string_view name) const;
   std::vector<std::string> strings(std::string_view name) const;
+  /// An option naming a floating-point dtype (dtype_named), as that type; another name is refused
+  /// at the option.
+  at::ScalarType dtype(std::string_view name) const;
   /// An EntryList option: one Options per mapping of the list, validated against its entry schema
   /// and named by its place ("model.lora.load[1]"), so a plugin can point at a bad entry.
   std::vector<Options> entries(std::string_view name) const;

@@ -124,6 +124,23 @@ double Options::number(std::string_view name) const {
 bool Options::boolean(std::string_view name) const {
   return scalar_as<bool>(*this, value_of(*this, *impl_, name), name, "true or false");
 }
+at::ScalarType dtype_named(std::string_view name) {
+  if (name == "float32") return at::kFloat;
+  if (name == "bfloat16") return at::kBFloat16;
+  if (name == "float16") return at::kHalf;
+  if (name == "float64") return at::kDouble;
+  throw Error(fmt::format("'{}' names no dtype", name), "float32, bfloat16, float16 or float64");
+}
+
+at::ScalarType Options::dtype(std::string_view name) const {
+  const std::string text = string(name);
+  try {
+    return dtype_named(text);
+  } catch (const Error& e) {
+    fail(name, e.what(), "float32, bfloat16, float16 or float64");
+  }
+}
+
 std::string Options::string(std::string_view name) const {
   return scalar_as<std::string>(*this, value_of(*this, *impl_, name), name, "a string");
 }

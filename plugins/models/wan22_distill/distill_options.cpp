@@ -186,7 +186,7 @@ torch::Device teacher_device(const wanfw::Options& o, const c10::Device& student
 }
 
 torch::Dtype dtype_of(const wanfw::Options& o, const char* name) {
-  return o.string(name) == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
+  return o.dtype(name);
 }
 
 std::vector<wanfw::OptionSpec> distill_options() {

@@ -72,7 +72,7 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
   wan::warn_chunks_beyond_tokens(o, ctx.layout, config.patch);
   // A VACE model trains its branch (whole, or through adapters); the base stays frozen.
   const bool vace_whole = config.has_vace() && !settings.lora.enabled();
-  const wan::WanPlacement placement{ctx.device, o.string("dtype") == "bfloat16" ? torch::kBFloat16 : torch::kFloat32,
+  const wan::WanPlacement placement{ctx.device, o.dtype("dtype"),
                                     settings.fp8_base, vace_whole};
   const int held = held_expert(o, ctx, settings.expert);
   auto model = std::make_unique<wan_fm::WanFlowMatchingModel>(config, std::move(settings), placement, held);

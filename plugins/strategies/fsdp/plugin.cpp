@@ -10,18 +10,17 @@ namespace {
 using wanfw::option;
 using T = wanfw::OptionType;
 
-std::optional<at::ScalarType> dtype_named(const std::string& name, at::ScalarType run_dtype) {
-  if (name == "float32") return at::kFloat;
-  if (name == "bfloat16") return at::kBFloat16;
-  if (name == "float16") return at::kHalf;
-  // auto: what the run computes in under autocast; in fp32, each parameter's own dtype.
+/// param_dtype: a dtype, or auto: what the run computes in under autocast; in fp32, each
+/// parameter's own dtype.
+std::optional<at::ScalarType> compute_dtype(const wanfw::Options& o, at::ScalarType run_dtype) {
+  if (o.string("param_dtype") != "auto") return o.dtype("param_dtype");
   return run_dtype == at::kFloat ? std::nullopt : std::optional<at::ScalarType>(run_dtype);
 }
 
 std::unique_ptr<wanfw::Strategy> make_strategy(const wanfw::Options& o, const wanfw::PluginContext& ctx) {
   wanfw_fsdp::FsdpSettings s;
-  s.runner.compute = dtype_named(o.string("param_dtype"), ctx.dtype);
-  s.runner.reduce = o.string("reduce_dtype") == "bfloat16" ? at::kBFloat16 : at::kFloat;
+  s.runner.compute = compute_dtype(o, ctx.dtype);
+  s.runner.reduce = o.dtype("reduce_dtype");
   s.runner.prefetch = o.boolean("prefetch");
   const wanfw::StrategyLayout layout = wanfw::rank_layout_of(o);
   s.sequence_parallel = layout.sequence_parallel;

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include "wanfw/error.hpp"
+#include "wanfw/options.hpp"
 
 namespace wan {
 
@@ -161,6 +162,8 @@ std::string with_thousands(std::int64_t n) {
   return out;
 }
 
-double bytes_per_value(const std::string& dtype) { return dtype == "bfloat16" ? 2 : 4; }
+double bytes_per_value(const std::string& dtype) {
+  return static_cast<double>(c10::elementSize(wanfw::dtype_named(dtype)));
+}
 
 }  // namespace wan

@@ -90,7 +90,7 @@ void check_vae_option(const wanfw::Options& o, std::int64_t latent_channels, boo
 std::unique_ptr<wanfw::VideoDecoder> make_vae_decoder(const wanfw::Options& o, const wanfw::PluginContext& context) {
   const std::string path = o.string("vae");
   if (path.empty()) return nullptr;  // previews stay latent images
-  const at::ScalarType dtype = o.string("vae_dtype") == "bfloat16" ? at::kBFloat16 : at::kFloat;
+  const at::ScalarType dtype = o.dtype("vae_dtype");
   WanVae vae = load_vae(path, dtype, context.device);
   double fps = checked_fps(o);
   if (fps == 0) fps = vae->config().z_dim == 48 ? 24.0 : 16.0;
