@@ -185,10 +185,6 @@ torch::Device teacher_device(const wanfw::Options& o, const c10::Device& student
   }
 }
 
-torch::Dtype dtype_of(const wanfw::Options& o, const char* name) {
-  return o.dtype(name);
-}
-
 std::vector<wanfw::OptionSpec> distill_options() {
   std::vector<wanfw::OptionSpec> options = wan::dimension_options("teacher_", "tiny");
   const std::vector<wanfw::OptionSpec> teacher = {

@@ -34,7 +34,5 @@ DistillSettings settings_from(const wanfw::Options& o, const Networks& n, bool r
 
 /// The teacher's device: teacher_device, or beside the student.
 torch::Device teacher_device(const wanfw::Options& o, const c10::Device& student);
-/// The dtype option `name` (float32 | bfloat16).
-torch::Dtype dtype_of(const wanfw::Options& o, const char* name);
 
 }  // namespace wan_distill

@@ -47,7 +47,7 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
            "point teacher_weights at an official or diffusers Wan checkpoint (or `wanfw export`'s output)");
   const auto make_teacher = [&] {
     const wan_distill::TeacherPlacement where{wan_distill::teacher_device(o, ctx.train_device),
-                                              wan_distill::dtype_of(o, "teacher_dtype"), o.boolean("teacher_offload"),
+                                              o.dtype("teacher_dtype"), o.boolean("teacher_offload"),
                                               settings.teacher_fp8};
     auto teacher = std::make_shared<wan_distill::FrozenTeacher>(n.teacher, n.expert, n.boundary, where);
     teacher->load_weights(teacher_weights, o.string("teacher_weights_subfolder"));
@@ -57,7 +57,7 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
     return teacher;
   };
 
-  const wan::WanPlacement placement{ctx.device, wan_distill::dtype_of(o, "dtype"), settings.fp8_base};
+  const wan::WanPlacement placement{ctx.device, o.dtype("dtype"), settings.fp8_base};
   wan::log_memory_options(o, ctx.layout);
   if (settings.objective == wan_distill::Objective::Dmd) {
     wan_distill::DmdSettings dmd = wan_distill::dmd_settings_from(o, n.student, n.teacher, settings, n.expert);
