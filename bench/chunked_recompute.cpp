@@ -188,7 +188,7 @@ int main(int argc, char** argv) {
     memory.reset_peak();
     const std::size_t before_forward = memory.live();
     auto start = std::chrono::steady_clock::now();
-    const torch::Tensor out = wan::checkpointed_block(*block, x, e0, context, rope, nullptr, nullptr, false, chunks);
+    const torch::Tensor out = wan::checkpointed_block(*block, {x, e0, context, rope}, {.chunks = chunks});
     memory.synchronize();
     const double forward_s = seconds_since(start);
     const double forward_peak = static_cast<double>(memory.peak() - before_forward);

@@ -37,8 +37,8 @@ namespace {
 void write_checkpoint(const fs::path& file, const wan::WanConfig& config) {
   fmt::print("writing {} ({} parameters, bf16) ...\n", file.string(), config.parameter_count());
   std::vector<std::pair<std::string, at::Tensor>> tensors;
-  for (const auto& [name, shape] : config.parameter_shapes())
-    tensors.emplace_back(name, (at::randn(shape, at::kFloat) * 0.02).to(at::kBFloat16));
+  for (const wan::ParameterSpec& p : config.parameters())
+    tensors.emplace_back(p.name, (at::randn(p.shape, at::kFloat) * 0.02).to(at::kBFloat16));
   wanfw::write_safetensors(file, tensors, {{"format", "pt"}});
 }
 

@@ -9,11 +9,16 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
 
 #include "wanfw/tensor_check.hpp"
+
+namespace torch::optim {
+class AdamW;
+}
 
 namespace wanfw {
 
@@ -33,6 +38,15 @@ struct StatePieces {
   /// "<parameter>.exp_avg_sq" (rows), "<parameter>.step" (a scalar: written by the rank holding row 0).
   std::vector<TensorRows> optimizer;
 };
+
+/// The optimizer's checkpoint tensors of one trainable parameter `name`, as the optimizer keeps
+/// them for `held` (the parameter, or a strategy's shard of it): "<name>.ema" (its weight average,
+/// when averages are kept), "<name>.step" (a scalar), "<name>.exp_avg", "<name>.exp_avg_sq" and, with
+/// AMSGrad, "<name>.max_exp_avg_sq"; only the average before the optimizer's first step. The one
+/// list of these names: the checkpoint store writes them whole, Strategy::state_pieces as whole
+/// pieces, a sharding strategy as the rows it holds.
+std::vector<std::pair<std::string, at::Tensor>> optimizer_state_tensors(const std::string& name, const at::Tensor& held,
+                                                                        torch::optim::AdamW& optimizer);
 
 /// One file of a checkpoint (the model's tensors, or the optimizer's) as rows, however it was
 /// written: whole, or in pieces by any number of ranks.

@@ -15,7 +15,6 @@
 #include "host/fault_point.hpp"
 #include "numerics/generators.hpp"
 #include "wanfw/error.hpp"
-#include "wanfw/parameter_averages.hpp"
 #include "wanfw/file_io.hpp"
 #include "wanfw/safetensors.hpp"
 #include "wanfw/version.hpp"
@@ -64,19 +63,8 @@ void check_files(const fs::path& temp, const std::vector<std::string>& files, co
 
 std::vector<std::pair<std::string, at::Tensor>> optimizer_tensors(Model& model, torch::optim::AdamW& optimizer) {
   std::vector<std::pair<std::string, at::Tensor>> tensors;
-  auto& state = optimizer.state();
-  const ParameterAverages* averages = parameter_averages(optimizer);
-  for (const auto& [name, param] : model.trainable_parameters()) {
-    if (averages != nullptr)
-      if (const at::Tensor average = averages->average(param); average.defined()) tensors.emplace_back(name + ".ema", average);
-    auto it = state.find(param.unsafeGetTensorImpl());
-    if (it == state.end()) continue;
-    const auto& s = static_cast<const torch::optim::AdamWParamState&>(*it->second);
-    tensors.emplace_back(name + ".step", at::scalar_tensor(s.step(), at::kLong));
-    tensors.emplace_back(name + ".exp_avg", s.exp_avg());
-    tensors.emplace_back(name + ".exp_avg_sq", s.exp_avg_sq());
-    if (s.max_exp_avg_sq().defined()) tensors.emplace_back(name + ".max_exp_avg_sq", s.max_exp_avg_sq());
-  }
+  for (const auto& [name, param] : model.trainable_parameters())
+    for (auto& tensor : optimizer_state_tensors(name, param, optimizer)) tensors.push_back(std::move(tensor));
   return tensors;
 }
 

@@ -64,20 +64,9 @@ StatePieces Strategy::state_pieces(Model& model, torch::optim::AdamW& optimizer)
   StatePieces pieces;
   if (groups != nullptr ? groups->rank_in_group != 0 : rank() != 0) return pieces;
   for (const auto& [name, tensor] : model.checkpoint_tensors()) pieces.model.push_back(whole(name, tensor));
-  auto& state = optimizer.state();
-  const ParameterAverages* averages = parameter_averages(optimizer);
-  for (const auto& [name, param] : model.trainable_parameters()) {
-    if (averages != nullptr)
-      if (const at::Tensor average = averages->average(param); average.defined())
-        pieces.optimizer.push_back(whole(name + ".ema", average));
-    auto it = state.find(param.unsafeGetTensorImpl());
-    if (it == state.end()) continue;
-    const auto& s = static_cast<const torch::optim::AdamWParamState&>(*it->second);
-    pieces.optimizer.push_back(whole(name + ".step", at::scalar_tensor(s.step(), at::kLong)));
-    pieces.optimizer.push_back(whole(name + ".exp_avg", s.exp_avg()));
-    pieces.optimizer.push_back(whole(name + ".exp_avg_sq", s.exp_avg_sq()));
-    if (s.max_exp_avg_sq().defined()) pieces.optimizer.push_back(whole(name + ".max_exp_avg_sq", s.max_exp_avg_sq()));
-  }
+  for (const auto& [name, param] : model.trainable_parameters())
+    for (const auto& [piece, tensor] : optimizer_state_tensors(name, param, optimizer))
+      pieces.optimizer.push_back(whole(piece, tensor));
   return pieces;
 }
 

@@ -104,15 +104,9 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
 /// model-info's words for a VACE model: its context in the batches, and what trains.
 std::string vace_summary(const wan::WanConfig& c, const wan::LoraSettings& lora) {
   if (!c.has_vace()) return "";
-  std::int64_t branch = 0;
-  for (const auto& [name, shape] : c.parameter_shapes()) {
-    std::int64_t n = 1;
-    for (const std::int64_t d : shape) n *= d;
-    if (name.rfind("vace_", 0) == 0) branch += n;
-  }
   return fmt::format(", vace_context [{}, frames, height, width]\nVACE: hints after blocks {} ({} VACE blocks, "
                      "{} parameters in the branch); {}",
-                     c.vace_in_dim, fmt::join(c.vace_layers, ", "), c.vace_layers.size(), wan::with_thousands(branch),
+                     c.vace_in_dim, fmt::join(c.vace_layers, ", "), c.vace_layers.size(), wan::with_thousands(c.vace_parameter_count()),
                      lora.enabled() ? "adapters train, the base and the branch frozen"
                                     : "the branch trains whole, the base frozen");
 }

@@ -44,19 +44,14 @@ wanfw::StatePieces FsdpStrategy::state_pieces(wanfw::Model& model, torch::optim:
     }
     if (auto rows = rows_of(it->second, it->second.flat->shard(), name)) pieces.model.push_back(std::move(*rows));
   }
-  auto& state = optimizer.state();
-  const wanfw::ParameterAverages* averages = wanfw::parameter_averages(optimizer);
   for (const auto& [name, tensor] : model.trainable_parameters()) {
     const Place& place = place_of_.at(tensor.unsafeGetTensorImpl());
-    if (averages != nullptr)
-      if (const at::Tensor average = averages->average(place.flat->shard()); average.defined())
-        if (auto rows = rows_of(place, average, name + ".ema")) pieces.optimizer.push_back(std::move(*rows));
-    auto found = state.find(place.flat->shard().unsafeGetTensorImpl());
-    if (found == state.end()) continue;
-    const auto& s = static_cast<const torch::optim::AdamWParamState&>(*found->second);
-    if (r == 0) pieces.optimizer.push_back(whole(name + ".step", at::scalar_tensor(s.step(), at::kLong)));
-    if (auto rows = rows_of(place, s.exp_avg(), name + ".exp_avg")) pieces.optimizer.push_back(std::move(*rows));
-    if (auto rows = rows_of(place, s.exp_avg_sq(), name + ".exp_avg_sq")) pieces.optimizer.push_back(std::move(*rows));
+    for (const auto& [piece, state] : wanfw::optimizer_state_tensors(name, place.flat->shard(), optimizer))
+      if (state.dim() == 0) {  // a step count: rank 0 writes it
+        if (r == 0) pieces.optimizer.push_back(whole(piece, state));
+      } else if (auto rows = rows_of(place, state, piece)) {
+        pieces.optimizer.push_back(std::move(*rows));
+      }
   }
   return pieces;
 }

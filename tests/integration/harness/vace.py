@@ -1,14 +1,13 @@
 """VACE on the tiny DiT: the diffusers reference configs and wanfw's model section for each, the
 inputs of a forward with reference frames, the official names of a diffusers VACE checkpoint, and
 data set folders whose control context determines the target."""
-import json
-import zlib
+import sys
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
 
 from harness.equivalence import U, tiny_wan_rounding
+from harness.runs import SOURCE
 
 # diffusers' own tiny VACE configs (its model test and its pipeline test) and one of ours: hints
 # after blocks 0, 1 and 3 of 5, on the tiny preset's width and a 4-channel latent (72 = 4 + 4 + 64).
@@ -99,29 +98,21 @@ def control_dataset(folder: Path, samples: int, bucket=(2, 8, 8), channels=4, sh
     only the control tells one sample from another. `shuffled`: each sample carries another
     sample's control, which then tells nothing. `negated`: the control video is the target negated
     (another control for a model that learned the first)."""
+    sys.path.insert(0, str(SOURCE / "tools"))
+    from dataset_folder import Folder  # the data set format's one Python writer
     g = torch.Generator().manual_seed(seed)
     f, h, w = bucket
     latents = [torch.randn(channels, f, h, w, generator=g) for _ in range(samples)]
     order = torch.randperm(samples, generator=g).tolist() if shuffled else list(range(samples))
-    tensors = {"context/caption": torch.randn(6, 32, generator=g).bfloat16(),
-               "context/empty": torch.randn(3, 32, generator=g).bfloat16()}
-    entries = []
-    shard = "shards/control-00000.safetensors"
-    ref = lambda name: {"shard": shard, "tensor": name, "shape": list(tensors[name].shape)}  # noqa: E731
+    out = Folder(folder, "control-", 1 << 30, {"vae": "control test"}, f"control test {seed} {shuffled}",
+                 "manifest.json")
+    caption = {"context": out.store("context/caption", torch.randn(6, 32, generator=g).bfloat16())}
+    out.manifest["empty_caption"] = {"context": out.store("context/empty", torch.randn(3, 32, generator=g).bfloat16())}
     for i, x in enumerate(latents):
         reactive = -latents[order[i]] if negated else latents[order[i]]
         control = torch.cat([torch.zeros(channels, f, h, w), reactive, torch.ones(64, f, h, w)])
-        tensors[f"latents/{i}"], tensors[f"vace_context/{i}"] = x.bfloat16(), control.bfloat16()
-        entries.append({"id": f"sample_{i:04d}", "bucket": "x".join(map(str, bucket)), "caption_hash": "same",
-                        "fields": {"latents": ref(f"latents/{i}"), "vace_context": ref(f"vace_context/{i}"),
-                                   "context": ref("context/caption")}})
-    (folder / "shards").mkdir(parents=True)
-    save_file(tensors, folder / shard)
-    data = (folder / shard).read_bytes()
-    manifest = {"format": "wanfw-latent-dataset", "version": 1, "encoders": {"vae": "control test"},
-                "encoding_fingerprint": f"control test {seed} {shuffled}",
-                "empty_caption": {"context": ref("context/empty")},
-                "shards": [{"file": shard, "bytes": len(data), "crc32": f"{zlib.crc32(data):08x}"}],
-                "samples": entries}
-    (folder / "manifest.json").write_text(json.dumps(manifest))
+        out.add({"id": f"sample_{i:04d}", "bucket": "x".join(map(str, bucket)), "caption_hash": "same",
+                 "fields": {"latents": out.store(f"latents/{i}", x.bfloat16()),
+                            "vace_context": out.store(f"vace_context/{i}", control.bfloat16()), **caption}})
+    out.flush()
     return folder

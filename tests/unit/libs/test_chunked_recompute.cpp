@@ -51,7 +51,7 @@ Gradients run(wan::WanBlockImpl& block, const BlockInputs& in, std::int64_t chun
   block.zero_grad();
   const torch::Tensor x = in.x.clone().requires_grad_(true), e0 = in.e0.clone().requires_grad_(true);
   const torch::Tensor context = in.context.clone().requires_grad_(true);
-  const torch::Tensor out = wan::checkpointed_block(block, x, e0, context, in.rope, nullptr, nullptr, false, chunks);
+  const torch::Tensor out = wan::checkpointed_block(block, {x, e0, context, in.rope}, {.chunks = chunks});
   torch::manual_seed(13);
   (out * torch::randn_like(out)).sum().backward();
   Gradients g{out.detach(), x.grad(), e0.grad(), context.grad(), {}};
@@ -112,17 +112,15 @@ TEST_CASE("a block run in chunks of tokens gives the whole block's output: bit f
       INFO("per-token timesteps ", per_token, ", chunks ", chunks);
       const bool bitwise = rows_keep_their_bits(c, chunks);
       if (!bitwise) MESSAGE("another vector unit's kernels: a chunk's rows held to rounding");
-      CHECK(as_whole(wan::checkpointed_block(*block, in.x, in.e0, in.context, in.rope, nullptr, nullptr, false, chunks),
+      CHECK(as_whole(wan::checkpointed_block(*block, {in.x, in.e0, in.context, in.rope}, {.chunks = chunks}),
                      whole, bitwise, c));
     }
     // 64 chunks: 2 or 3 tokens each (4 to 6 rows). Products of so few rows take other kernels, which
     // round otherwise: within the rounding of the block's 16 reductions of up to ffn_dim terms.
-    const torch::Tensor small = wan::checkpointed_block(*block, in.x, in.e0, in.context, in.rope, nullptr, nullptr,
-                                                        false, 64);
+    const torch::Tensor small = wan::checkpointed_block(*block, {in.x, in.e0, in.context, in.rope}, {.chunks = 64});
     CHECK((small - whole).abs().max().item<double>() <= rounding(c.ffn_dim, 16) * whole.abs().max().item<double>());
     // More chunks than tokens: one token each.
-    const torch::Tensor single = wan::checkpointed_block(*block, in.x, in.e0, in.context, in.rope, nullptr, nullptr,
-                                                         false, 1000);
+    const torch::Tensor single = wan::checkpointed_block(*block, {in.x, in.e0, in.context, in.rope}, {.chunks = 1000});
     CHECK((single - whole).abs().max().item<double>() <= rounding(c.ffn_dim, 16) * whole.abs().max().item<double>());
   }
 }
@@ -180,8 +178,8 @@ TEST_CASE("adapter dropout draws the whole sequence's masks in every chunk") {
   const BlockInputs in = block_inputs(c, false);
   torch::NoGradGuard no_grad;
   const torch::Tensor whole = block->forward(in.x, in.e0, in.context, in.rope);
-  const torch::Tensor chunked = wan::checkpointed_block(*block, in.x, in.e0, in.context, in.rope,
-                                                        dit->lora_dropout.get(), nullptr, false, 4);
+  const torch::Tensor chunked = wan::checkpointed_block(*block, {in.x, in.e0, in.context, in.rope},
+                                                        {.dropout = dit->lora_dropout.get(), .chunks = 4});
   CHECK(same_bits(chunked, whole));
   dit->lora_dropout->set(wan::LoraDropoutStreams::Samples{{4, 8}, 0, 42, torch::kCPU});  // other samples' masks
   CHECK_FALSE(torch::equal(block->forward(in.x, in.e0, in.context, in.rope), whole));

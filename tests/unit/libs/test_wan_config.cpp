@@ -1,5 +1,6 @@
 #include <torch/torch.h>
 
+#include "wan/fp8_weight.hpp"
 #include "wan/wan_config.hpp"
 #include "wan/wan_dit.hpp"
 #include "wanfw/error.hpp"
@@ -12,13 +13,17 @@ std::map<std::string, std::vector<std::int64_t>> module_shapes(const wan::WanCon
   for (const auto& p : wan::WanDiT(config)->named_parameters(true)) shapes[p.key()] = p.value().sizes().vec();
   return shapes;
 }
+std::map<std::string, std::vector<std::int64_t>> described_shapes(const wan::WanConfig& config) {
+  std::map<std::string, std::vector<std::int64_t>> shapes;
+  for (const wan::ParameterSpec& p : config.parameters()) shapes[p.name] = p.shape;
+  return shapes;
+}
 }  // namespace
 
 TEST_CASE("the parameter shapes worked out without allocating are the module's own") {
   wan::WanConfig config = wan::wan_preset("tiny");
   config.in_dim = 12;  // an I2V-like layout
-  const auto analytic = config.parameter_shapes();
-  CHECK(std::map<std::string, std::vector<std::int64_t>>(analytic.begin(), analytic.end()) == module_shapes(config));
+  CHECK(described_shapes(config) == module_shapes(config));
 }
 
 TEST_CASE("the 5B preset has 4,999,787,712 parameters") {
@@ -46,8 +51,7 @@ TEST_CASE("a VACE model's parameter shapes worked out without allocating are the
   const wan::WanConfig config = wan::wan_preset("tiny-vace");
   CHECK(config.vace_layers == std::vector<std::int64_t>{0, 2});
   CHECK(config.vace_in_dim == 72);  // 4 + 4 latent channels and the 64 mask channels
-  const auto analytic = config.parameter_shapes();
-  CHECK(std::map<std::string, std::vector<std::int64_t>>(analytic.begin(), analytic.end()) == module_shapes(config));
+  CHECK(described_shapes(config) == module_shapes(config));
 }
 
 TEST_CASE("the VACE presets add the official branches: 734,975,232 parameters to 1.3B, 3,049,101,312 to 14B") {
@@ -71,4 +75,37 @@ TEST_CASE("VACE layers that skip block 0, repeat, or pass the last block are ref
   CHECK_THROWS_WITH_AS(config.validate(), doctest::Contains("not strictly ascending"), wanfw::Error);
   config.vace_layers = {0, 4};
   CHECK_THROWS_WITH_AS(config.validate(), doctest::Contains("names block 4, but the model has 4 blocks"), wanfw::Error);
+}
+
+TEST_CASE("the network stores in fp8 exactly the parameters its description marks, at the described bytes") {
+  wan::WanConfig config = wan::wan_preset("tiny-vace");
+  config.dim = 128;  // 64 divides the inputs: block-64 scales beside the head's per-row ones
+  config.ffn_dim = 192;
+  config.num_heads = 4;
+  for (const bool fp8 : {false, true})
+    for (const bool trained_vace : {false, true}) {
+      CAPTURE(fp8);
+      CAPTURE(trained_vace);
+      const wan::WanPlacement placement{torch::kCPU, torch::kBFloat16, fp8, trained_vace};
+      const wan::BaseStorage storage = placement.storage();
+      wan::WanDiT dit(config, placement);
+      std::map<std::string, torch::Tensor> built;
+      for (const auto& p : dit->named_parameters(true)) built[p.key()] = p.value();
+      double described = 0, quantized = 0;
+      for (const wan::ParameterSpec& p : config.parameters()) {
+        CAPTURE(p.name);
+        const bool in_fp8 = storage.fp8_parameter(p);
+        REQUIRE(built.count(p.name) == 1);
+        CHECK((built.at(p.name).scalar_type() == at::kFloat8_e4m3fn) == in_fp8);
+        CHECK(built.erase(p.name + "_scale") == (in_fp8 ? 1u : 0u));  // "...q.weight_scale"
+        built.erase(p.name);
+        described += in_fp8 ? wan::fp8_stored_bytes(p.shape) : 2.0 * static_cast<double>(p.numel());
+        quantized += in_fp8 ? 1 : 0;
+      }
+      CHECK(built.empty());  // nothing the description misses
+      CHECK((quantized > 0) == fp8);
+      double bytes = 0;
+      for (const auto& p : dit->parameters()) bytes += static_cast<double>(p.nbytes());
+      CHECK(described == bytes);
+    }
 }

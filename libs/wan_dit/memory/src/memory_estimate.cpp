@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "wan/fp8_weight.hpp"
 #include "wanfw/unit_runtime.hpp"
 
 namespace wan {
@@ -25,35 +26,33 @@ struct WeightBytes {
   double vace_embedding = 0;                ///< bytes of the context's patch embedding
 };
 
-WeightBytes weight_bytes(const WanConfig& c, double value_bytes, bool fp8, bool fp8_vace) {
+/// Sums the network's parameters (WanConfig::parameters) by place, each in its storage.
+WeightBytes weight_bytes(const WanConfig& c, double value_bytes, const BaseStorage& storage) {
   WeightBytes out;
   out.vace_blocks.assign(c.vace_layers.size(), 0.0);
-  double all = 0;
-  const auto stored = [&](const std::vector<std::int64_t>& shape, const std::string& name, double numel, bool quantized) {
-    const bool linear = shape.size() == 2 && name.ends_with(".weight") && !name.ends_with("_proj.weight");
-    if (!(quantized && linear)) return numel * value_bytes;
-    const double out_features = static_cast<double>(shape[0]);
-    const double scales = shape[1] % 64 == 0 ? out_features * static_cast<double>(shape[1] / 64) : out_features;
-    return numel + 4 * scales;  // e4m3 values, float32 scales
-  };
-  for (const auto& [name, shape] : c.parameter_shapes()) {
-    double numel = 1;
-    for (const std::int64_t d : shape) numel *= static_cast<double>(d);
-    all += numel;
-    if (name.rfind("vace_", 0) == 0) {
-      out.vace_values += numel;
-      if (name.rfind("vace_blocks.", 0) == 0)
-        out.vace_blocks.at(std::stoul(name.substr(12))) += stored(shape, name, numel, fp8_vace);
-      else
-        out.vace_embedding += numel * value_bytes;
-      continue;
+  for (const ParameterSpec& p : c.parameters()) {
+    const double numel = static_cast<double>(p.numel());
+    const double bytes = storage.fp8_parameter(p) ? fp8_stored_bytes(p.shape) : numel * value_bytes;
+    switch (p.place) {
+      case ParameterPlace::Block:
+        if (p.block != 0) break;  // every block has block 0's parameters
+        out.block_values += numel;
+        out.block += bytes;
+        break;
+      case ParameterPlace::VaceBlock:
+        out.vace_values += numel;
+        out.vace_blocks.at(static_cast<std::size_t>(p.block)) += bytes;
+        break;
+      case ParameterPlace::VaceEmbedding:
+        out.vace_values += numel;
+        out.vace_embedding += bytes;
+        break;
+      case ParameterPlace::Rest:
+        out.rest_values += numel;
+        out.rest += bytes;
+        break;
     }
-    if (name.rfind("blocks.0.", 0) != 0) continue;
-    out.block_values += numel;
-    out.block += stored(shape, name, numel, fp8);
   }
-  out.rest_values = all - out.block_values * static_cast<double>(c.num_layers) - out.vace_values;
-  out.rest = out.rest_values * value_bytes;
   return out;
 }
 
@@ -100,7 +99,7 @@ TrainedBytes trained_parameter_bytes(double value_bytes, bool master_weights) {
 }
 
 double frozen_dit_bytes(const WanConfig& config, const std::string& dtype, bool fp8) {
-  const WeightBytes w = weight_bytes(config, bytes_per_value(dtype), fp8, fp8);
+  const WeightBytes w = weight_bytes(config, bytes_per_value(dtype), {fp8, false});
   double vace = w.vace_embedding;
   for (const double block : w.vace_blocks) vace += block;
   return w.rest + w.block * static_cast<double>(config.num_layers) + vace;
@@ -113,106 +112,132 @@ double dit_state_bytes(const WanConfig& config, const LoraSettings& lora, const 
          static_cast<double>(adapter_parameter_count(config, lora)) * trained_parameter_bytes(4, false).bytes;
 }
 
-MemoryEstimate estimate_memory(const PlannedRun& run, const MemorySettings& s, const wanfw::TrainingLayout& layout) {
-  const WanConfig& c = run.config;
-  const double value = bytes_per_value(run.dtype);
-  // A VACE model without adapters trains its branch whole over its frozen base (fp8 allowed there).
-  const bool branch = c.has_vace() && !run.lora.enabled();
-  const bool whole = !run.lora.enabled() && !branch;  // the DiTs train every weight: nothing to quantize or stream
-  const bool fp8 = s.fp8 && !whole;
-  const double share = layout.sharded ? 1.0 / std::max(1, layout.gpus) : 1.0;
-  const std::string a_gpu = layout.sharded ? fmt::format(" (1/{} a GPU)", layout.gpus) : "";
-  const WeightBytes w = weight_bytes(c, value, fp8, fp8 && !branch);
-  const WeightBytes critic = run.critic ? weight_bytes(*run.critic, value, fp8, fp8) : WeightBytes{};
-  // The units in the order the model declares them: each DiT's blocks and VACE blocks, then a
-  // critic's; block swap streams the ones wanfw::streamed_units names, as the runtime does (a
-  // branch trained whole streams none).
-  std::vector<double> units;
-  for (int m = 0; m < run.models; ++m) {
-    units.insert(units.end(), static_cast<std::size_t>(c.num_layers), w.block);
-    if (!branch) units.insert(units.end(), w.vace_blocks.begin(), w.vace_blocks.end());
-  }
-  if (run.critic) units.insert(units.end(), static_cast<std::size_t>(run.critic->num_layers), critic.block);
-  const std::size_t swapped =
-      whole || branch ? 0 : static_cast<std::size_t>(std::clamp<std::int64_t>(s.swapped, 0, std::ssize(units)));
-  double streamed = 0, slot = 0, all_blocks = 0;
-  for (const std::size_t u : wanfw::streamed_units(units.size(), swapped)) {
-    streamed += units[u];
-    slot = std::max(slot, units[u]);
-  }
-  for (const double bytes : units) all_blocks += bytes;
-  MemoryEstimate e;
-  const auto device = [&](const std::string& what, double bytes) {
-    e.device_parts.emplace_back(what, bytes);
-    e.device += bytes;
-  };
-  const auto host = [&](const std::string& what, double bytes) {
-    e.host_parts.emplace_back(what, bytes);
-    e.host += bytes;
-  };
-  const double dit_values = w.rest_values + w.block_values * static_cast<double>(c.num_layers);
-  if (whole) {
-    const TrainedBytes per = trained_parameter_bytes(value, layout.master_weights);
-    const double state = run.models * dit_values * per.bytes;
-    device(fmt::format("training state (weights, gradients, AdamW moments: {:g} bytes a parameter{})", per.bytes,
-                       layout.sharded ? fmt::format("; 1/{} of {:.2f} GiB", layout.gpus, state / kGiB) : ""),
-           state * share);
-    if (run.critic) device(fmt::format("the critic's frozen weights in {}{}", run.dtype, a_gpu),
-                           (critic.rest + critic.block * static_cast<double>(run.critic->num_layers)) * share);
-  } else {
-    if (branch) {  // the branch's training state, beside the frozen base below
-      const TrainedBytes per = trained_parameter_bytes(value, layout.master_weights);
-      device(fmt::format("the VACE branch's training state (weights, gradients, AdamW moments: {:g} bytes a "
-                         "parameter){}", per.bytes, a_gpu),
-             run.models * w.vace_values * per.bytes * share);
-    }
-    const double rest = run.models * (w.rest + (branch ? 0.0 : w.vace_embedding)) + critic.rest;
-    device(fmt::format("weights outside the blocks in {}{}", run.dtype, a_gpu), rest * share);
-    device(fmt::format("{} resident block(s) in {}{}", units.size() - swapped, fp8 ? "fp8 with scales" : run.dtype, a_gpu),
-           (all_blocks - streamed) * share);
-    if (swapped > 0) {
-      const std::int64_t slots = std::min<std::int64_t>(s.ring, static_cast<std::int64_t>(swapped));
-      device(fmt::format("{} slot(s) of streamed blocks", slots), static_cast<double>(slots) * slot);
-      host("streamed blocks' weights (pinned)", streamed);
-      e.host_build = rest + all_blocks;  // the model is built on the host first, whole, in its storage dtype
-    }
-  }
-  for (const HeldNetwork& held : run.held)
-    device(held.what + (held.in_module ? a_gpu : ""), held.in_module ? held.bytes * share : held.bytes);
-  const double adapters = static_cast<double>(adapter_parameter_count(c, run.lora) * run.models + run.more_adapters +
-                                              run.critic_adapters);
-  device(fmt::format("adapters with gradients and AdamW moments (float32){}", a_gpu), adapters * 16 * share);
-  if (layout.sharded) {
-    // A sharded step holds two blocks gathered (the current one and the prefetched next) and the
-    // rest of the model for the whole step, in the compute dtype; a DiT trained whole also holds a
-    // block's full gradient until it is reduce-scattered.
-    const double compute = layout.dtype == at::kFloat ? value : 2.0;
-    const double gathered = (2 * w.block_values + w.rest_values) * compute;
-    device(whole ? "gathered parameters (two blocks and the rest) and a block's full gradient"
-                 : "gathered parameters (two blocks and the rest)",
-           gathered + (whole ? (w.block_values + w.rest_values) * compute : 0.0));
+namespace {
+
+/// One estimate in parts, each a member below, added in the order the plan prints them: the
+/// weights and their training state, the networks held beside them, what a sharded step gathers,
+/// the activations, and the fp8 products' and the allocator's extra.
+class Estimator {
+ public:
+  Estimator(const PlannedRun& run, const MemorySettings& s, const wanfw::TrainingLayout& layout)
+      : run_(run), s_(s), layout_(layout), c_(run.config), value_(bytes_per_value(run.dtype)),
+        // A VACE model without adapters trains its branch whole over its frozen base (fp8 allowed there).
+        branch_(c_.has_vace() && !run.lora.enabled()),
+        whole_(!run.lora.enabled() && !branch_),  // every weight trains: nothing to quantize or stream
+        fp8_(s.fp8 && !whole_),
+        share_(layout.sharded ? 1.0 / std::max(1, layout.gpus) : 1.0),
+        a_gpu_(layout.sharded ? fmt::format(" (1/{} a GPU)", layout.gpus) : ""),
+        w_(weight_bytes(c_, value_, {fp8_, branch_})),
+        critic_(run.critic ? weight_bytes(*run.critic, value_, {fp8_, false}) : WeightBytes{}) {}
+
+  MemoryEstimate estimate() {
+    if (whole_) trained_whole();
+    else frozen_base();
+    for (const HeldNetwork& held : run_.held)
+      device(held.what + (held.in_module ? a_gpu_ : ""), held.in_module ? held.bytes * share_ : held.bytes);
+    const double adapters = static_cast<double>(adapter_parameter_count(c_, run_.lora) * run_.models +
+                                                run_.more_adapters + run_.critic_adapters);
+    device(fmt::format("adapters with gradients and AdamW moments (float32){}", a_gpu_), adapters * 16 * share_);
+    if (layout_.sharded) gathered();
+    if (layout_.latent.size() == 3) activations();
+    if (fp8_) dequantized();
+    device("CUDA workspaces and allocator slack", kAllocatorSlack);
+    return e_;
   }
 
-  if (layout.latent.size() == 3) {
-    const double tokens = tokens_of(c, layout.latent);
-    const double per_rank = tokens * static_cast<double>(layout.batch_size) / layout.sequence_parallel;
-    // Activations take the compute dtype: the weights' under fp32 precision (a bf16 DiT computes in bf16).
-    const double a = layout.dtype == at::kFloat ? value : 2.0;
-    e.activations = fmt::format("latents {}x{}x{}: {} tokens x batch {}{}", layout.latent[0], layout.latent[1],
-                                layout.latent[2], with_thousands(static_cast<std::int64_t>(tokens)), layout.batch_size,
-                                layout.sequence_parallel > 1 ? fmt::format(", 1/{} a GPU", layout.sequence_parallel) : "");
-    // A step keeps the graph of one network at a time: the largest one that back-propagates.
-    const std::int64_t chunks = s.checkpointing ? s.chunks : 1;
-    const bool split = layout.sequence_parallel > 1;
-    BlockActivations act = block_activations(c, per_rank, a, chunks, split);
-    for (const auto& other : {run.critic, run.held_graph})
+ private:
+  void device(const std::string& what, double bytes) {
+    e_.device_parts.emplace_back(what, bytes);
+    e_.device += bytes;
+  }
+  void host(const std::string& what, double bytes) {
+    e_.host_parts.emplace_back(what, bytes);
+    e_.host += bytes;
+  }
+  /// The compute dtype's bytes: the weights' under fp32 precision (a bf16 DiT computes in bf16).
+  double compute_bytes() const { return layout_.dtype == at::kFloat ? value_ : 2.0; }
+
+  /// The DiTs trained whole: every parameter's training state (and a critic's frozen weights).
+  void trained_whole() {
+    const TrainedBytes per = trained_parameter_bytes(value_, layout_.master_weights);
+    const double state = run_.models * (w_.rest_values + w_.block_values * static_cast<double>(c_.num_layers)) * per.bytes;
+    device(fmt::format("training state (weights, gradients, AdamW moments: {:g} bytes a parameter{})", per.bytes,
+                       layout_.sharded ? fmt::format("; 1/{} of {:.2f} GiB", layout_.gpus, state / kGiB) : ""),
+           state * share_);
+    if (run_.critic) device(fmt::format("the critic's frozen weights in {}{}", run_.dtype, a_gpu_),
+                            (critic_.rest + critic_.block * static_cast<double>(run_.critic->num_layers)) * share_);
+  }
+
+  /// A frozen base (adapters, or a VACE branch trained whole beside it): the weights outside the
+  /// blocks and the blocks as units, those block swap streams on the host.
+  void frozen_base() {
+    if (branch_) {
+      const TrainedBytes per = trained_parameter_bytes(value_, layout_.master_weights);
+      device(fmt::format("the VACE branch's training state (weights, gradients, AdamW moments: {:g} bytes a "
+                         "parameter){}", per.bytes, a_gpu_),
+             run_.models * w_.vace_values * per.bytes * share_);
+    }
+    // The units in the order the model declares them: each DiT's blocks and VACE blocks, then a
+    // critic's; block swap streams the ones wanfw::streamed_units names, as the runtime does (a
+    // branch trained whole streams none).
+    std::vector<double> units;
+    for (int m = 0; m < run_.models; ++m) {
+      units.insert(units.end(), static_cast<std::size_t>(c_.num_layers), w_.block);
+      if (!branch_) units.insert(units.end(), w_.vace_blocks.begin(), w_.vace_blocks.end());
+    }
+    if (run_.critic) units.insert(units.end(), static_cast<std::size_t>(run_.critic->num_layers), critic_.block);
+    const std::size_t swapped =
+        branch_ ? 0 : static_cast<std::size_t>(std::clamp<std::int64_t>(s_.swapped, 0, std::ssize(units)));
+    double streamed = 0, slot = 0, all_blocks = 0;
+    for (const std::size_t u : wanfw::streamed_units(units.size(), swapped)) {
+      streamed += units[u];
+      slot = std::max(slot, units[u]);
+    }
+    for (const double bytes : units) all_blocks += bytes;
+    const double rest = run_.models * (w_.rest + (branch_ ? 0.0 : w_.vace_embedding)) + critic_.rest;
+    device(fmt::format("weights outside the blocks in {}{}", run_.dtype, a_gpu_), rest * share_);
+    device(fmt::format("{} resident block(s) in {}{}", units.size() - swapped, fp8_ ? "fp8 with scales" : run_.dtype,
+                       a_gpu_),
+           (all_blocks - streamed) * share_);
+    if (swapped > 0) {
+      const std::int64_t slots = std::min<std::int64_t>(s_.ring, static_cast<std::int64_t>(swapped));
+      device(fmt::format("{} slot(s) of streamed blocks", slots), static_cast<double>(slots) * slot);
+      host("streamed blocks' weights (pinned)", streamed);
+      e_.host_build = rest + all_blocks;  // the model is built on the host first, whole, in its storage dtype
+    }
+  }
+
+  /// A sharded step holds two blocks gathered (the current one and the prefetched next) and the rest
+  /// of the model for the whole step, in the compute dtype; a DiT trained whole also holds a block's
+  /// full gradient until it is reduce-scattered.
+  void gathered() {
+    const double gathered = (2 * w_.block_values + w_.rest_values) * compute_bytes();
+    device(whole_ ? "gathered parameters (two blocks and the rest) and a block's full gradient"
+                  : "gathered parameters (two blocks and the rest)",
+           gathered + (whole_ ? (w_.block_values + w_.rest_values) * compute_bytes() : 0.0));
+  }
+
+  /// The graph of one network at a time (the largest that back-propagates), by the checkpointing options.
+  void activations() {
+    const double tokens = tokens_of(c_, layout_.latent);
+    const double per_rank = tokens * static_cast<double>(layout_.batch_size) / layout_.sequence_parallel;
+    const double a = compute_bytes();
+    e_.activations = fmt::format("latents {}x{}x{}: {} tokens x batch {}{}", layout_.latent[0], layout_.latent[1],
+                                 layout_.latent[2], with_thousands(static_cast<std::int64_t>(tokens)),
+                                 layout_.batch_size,
+                                 layout_.sequence_parallel > 1 ? fmt::format(", 1/{} a GPU", layout_.sequence_parallel)
+                                                               : "");
+    const std::int64_t chunks = s_.checkpointing ? s_.chunks : 1;
+    const bool split = layout_.sequence_parallel > 1;
+    BlockActivations act = block_activations(c_, per_rank, a, chunks, split);
+    for (const auto& other : {run_.critic, run_.held_graph})
       if (other && block_activations(*other, per_rank, a, chunks, split).most() > act.most())
         act = block_activations(*other, per_rank, a, chunks, split);
     const int layers = static_cast<int>(act.layers);
     const std::string in_chunks = chunks > 1 ? fmt::format(" in {} chunks of tokens", chunks) : std::string();
-    if (!s.checkpointing) {
+    if (!s_.checkpointing) {
       device("activations of every block, kept for backward", act.all);
-    } else if (!s.offload) {
+    } else if (!s_.offload) {
       device(fmt::format("{} checkpointed block inputs", layers), act.layers * act.input);
       device("one block recomputed" + in_chunks, act.recompute);
     } else {
@@ -220,18 +245,35 @@ MemoryEstimate estimate_memory(const PlannedRun& run, const MemorySettings& s, c
       host(fmt::format("{} checkpointed block inputs (pinned, each rounded up to a power of two)", layers),
            act.layers * power_of_two(act.input));
     }
-    if (run.task == Task::TI2V) device("the per-token time embedding (ti2v)", 7 * act.input);
-    if (c.has_vace()) device("the VACE branch's embedded context and a hint", 2 * act.input);
+    if (run_.task == Task::TI2V) device("the per-token time embedding (ti2v)", 7 * act.input);
+    if (c_.has_vace()) device("the VACE branch's embedded context and a hint", 2 * act.input);
   }
-  if (fp8) {
-    // A product dequantizes its weight (a float32 product, rounded to the compute dtype); the
-    // recomputation's and the backward's of the largest Linear can be alive together.
-    std::int64_t largest = std::max(c.ffn_dim * c.dim, c.dim * c.dim);
-    if (run.critic) largest = std::max({largest, run.critic->ffn_dim * run.critic->dim, run.critic->dim * run.critic->dim});
-    device("dequantized copies of the largest Linear weight (fp8)", 2 * static_cast<double>(largest) * (4 + value));
+
+  /// A product dequantizes its fp8 weight (a float32 product, rounded to the compute dtype); the
+  /// recomputation's and the backward's of the largest Linear can be alive together.
+  void dequantized() {
+    std::int64_t largest = std::max(c_.ffn_dim * c_.dim, c_.dim * c_.dim);
+    if (run_.critic)
+      largest = std::max({largest, run_.critic->ffn_dim * run_.critic->dim, run_.critic->dim * run_.critic->dim});
+    device("dequantized copies of the largest Linear weight (fp8)", 2 * static_cast<double>(largest) * (4 + value_));
   }
-  device("CUDA workspaces and allocator slack", kAllocatorSlack);
-  return e;
+
+  const PlannedRun& run_;
+  const MemorySettings& s_;
+  const wanfw::TrainingLayout& layout_;
+  const WanConfig& c_;
+  const double value_;
+  const bool branch_, whole_, fp8_;
+  const double share_;
+  const std::string a_gpu_;
+  const WeightBytes w_, critic_;
+  MemoryEstimate e_;
+};
+
+}  // namespace
+
+MemoryEstimate estimate_memory(const PlannedRun& run, const MemorySettings& s, const wanfw::TrainingLayout& layout) {
+  return Estimator(run, s, layout).estimate();
 }
 
 bool fits(const MemoryEstimate& e, double device_bytes, double host_bytes) {

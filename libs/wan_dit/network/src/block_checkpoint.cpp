@@ -166,24 +166,19 @@ struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
 
 }  // namespace
 
-torch::Tensor checkpointed_block(WanBlockImpl& block, const torch::Tensor& x, const torch::Tensor& e0,
-                                 const torch::Tensor& context, const RopeTables& rope, LoraDropoutStreams* dropout,
-                                 AdapterSelection* selection, bool offload, std::int64_t chunks) {
+torch::Tensor checkpointed_block(WanBlockImpl& block, const BlockInputs& in, const Recomputation& how) {
   const std::vector<torch::Tensor> parameters = block.parameters();
-  return BlockCheckpoint::apply(x, e0, context, no_embedded(x), at::TensorList(parameters), &block, &rope, dropout,
-                                selection, offload, chunks)
+  return BlockCheckpoint::apply(in.x, in.e0, in.context, no_embedded(in.x), at::TensorList(parameters), &block,
+                                &in.rope, how.dropout, how.selection, how.offload, how.chunks)
       .at(0);
 }
 
-std::array<torch::Tensor, 2> checkpointed_vace_block(WanBlockImpl& block, const torch::Tensor& state,
-                                                     const torch::Tensor& embedded, const torch::Tensor& e0,
-                                                     const torch::Tensor& context, const RopeTables& rope,
-                                                     LoraDropoutStreams* dropout, AdapterSelection* selection,
-                                                     bool offload, std::int64_t chunks) {
+std::array<torch::Tensor, 2> checkpointed_vace_block(WanBlockImpl& block, const BlockInputs& in,
+                                                     const torch::Tensor& embedded, const Recomputation& how) {
   const std::vector<torch::Tensor> parameters = block.parameters();
-  const auto out = BlockCheckpoint::apply(state, e0, context, embedded.defined() ? embedded : no_embedded(state),
-                                          at::TensorList(parameters), &block, &rope, dropout, selection, offload,
-                                          chunks);
+  const auto out = BlockCheckpoint::apply(in.x, in.e0, in.context, embedded.defined() ? embedded : no_embedded(in.x),
+                                          at::TensorList(parameters), &block, &in.rope, how.dropout, how.selection,
+                                          how.offload, how.chunks);
   return {out.at(0), out.at(1)};
 }
 

@@ -12,11 +12,6 @@ namespace {
 
 constexpr std::int64_t kBlock = 64;
 
-Fp8Scaling scaling_of(const torch::Tensor& weight) {
-  if (weight.dim() != 2) return Fp8Scaling::PerTensor;
-  return weight.size(1) % kBlock == 0 ? Fp8Scaling::Block64 : Fp8Scaling::PerChannel;
-}
-
 /// `t` viewed so that one scale covers each slice over its last dimension(s): [out, in/64, 64],
 /// [out, in] or [1, numel].
 torch::Tensor grouped(const torch::Tensor& t, Fp8Scaling scaling) {
@@ -61,10 +56,32 @@ struct Fp8Linear : torch::autograd::Function<Fp8Linear> {
 
 }  // namespace
 
+Fp8Scaling fp8_scaling(const std::vector<std::int64_t>& shape) {
+  if (shape.size() != 2) return Fp8Scaling::PerTensor;
+  return shape[1] % kBlock == 0 ? Fp8Scaling::Block64 : Fp8Scaling::PerChannel;
+}
+
+double fp8_stored_bytes(const std::vector<std::int64_t>& shape) {
+  double values = 1;
+  for (const std::int64_t d : shape) values *= static_cast<double>(d);
+  double scales = 1;
+  switch (fp8_scaling(shape)) {
+    case Fp8Scaling::Block64:
+      scales = values / kBlock;
+      break;
+    case Fp8Scaling::PerChannel:
+      scales = static_cast<double>(shape[0]);
+      break;
+    case Fp8Scaling::PerTensor:
+      break;
+  }
+  return values + 4 * scales;  // e4m3 values, float32 scales
+}
+
 Fp8Weight quantize_fp8(const torch::Tensor& weight) {
   at::NoGradGuard no_grad;
   Fp8Weight out;
-  out.scaling = scaling_of(weight);
+  out.scaling = fp8_scaling(weight.sizes().vec());
   const torch::Tensor w = torch::nan_to_num(grouped(weight.to(torch::kFloat32), out.scaling), 0.0, 0.0, 0.0);
   const torch::Tensor absmax = w.abs().amax(-1, /*keepdim=*/true);
   const torch::Tensor scales = (absmax / kFp8Max).clamp_min(std::ldexp(1.0, -126));

@@ -29,7 +29,7 @@ void WanDiTImpl::reset_vace() {
           (*projection)->bias.zero_();
         }
     }
-    if (placement_.fp8_base && !placement_.trained_vace)
+    if (placement_.storage().fp8_blocks(ParameterPlace::VaceBlock))
       for (auto& m : block->modules(/*include_self=*/false))
         if (auto* linear = m->as<WanLinearImpl>()) linear->quantize_base();
     place(*block);
@@ -79,8 +79,7 @@ std::array<torch::Tensor, 2> WanDiTImpl::vace_unit(std::size_t n, const torch::T
                                      const torch::Tensor added = in.size() > 3 ? in[3] : torch::Tensor();
                                      if (checkpoint) {
                                        const auto [next, hint] = checkpointed_vace_block(
-                                           *block, in[0], added, in[1], in[2], rope, lora_dropout.get(),
-                                           adapter_selection.get(), activation_offload_, recompute_chunks_);
+                                           *block, {in[0], in[1], in[2], rope}, added, recomputation());
                                        return std::vector<torch::Tensor>{next, hint};
                                      }
                                      const torch::Tensor input = block->before_proj ? block->before_proj(in[0]) + added

@@ -98,58 +98,78 @@ void WanConfig::validate_vace() const {
   if (vace_in_dim < 1) throw wanfw::Error(fmt::format("Wan config: vace_in_dim must be positive, got {}", vace_in_dim));
 }
 
-std::vector<std::pair<std::string, std::vector<std::int64_t>>> WanConfig::parameter_shapes() const {
-  std::vector<std::pair<std::string, std::vector<std::int64_t>>> shapes;
-  auto linear = [&](const std::string& name, std::int64_t in, std::int64_t out) {
-    shapes.push_back({name + ".weight", {out, in}});
-    shapes.push_back({name + ".bias", {out}});
+std::int64_t ParameterSpec::numel() const {
+  std::int64_t n = 1;
+  for (const std::int64_t d : shape) n *= d;
+  return n;
+}
+
+std::vector<ParameterSpec> WanConfig::parameters() const {
+  std::vector<ParameterSpec> out;
+  ParameterPlace place = ParameterPlace::Rest;
+  std::int64_t index = -1;
+  const auto tensor = [&](const std::string& name, std::vector<std::int64_t> shape, bool projection = false) {
+    out.push_back({name, std::move(shape), place, index, projection});
+  };
+  // A Linear's weight and bias; `projection`: a block's WanLinear (attention, feed-forward).
+  const auto linear = [&](const std::string& name, std::int64_t in, std::int64_t features, bool projection = false) {
+    tensor(name + ".weight", {features, in}, projection);
+    tensor(name + ".bias", {features});
   };
   const std::int64_t patch_volume = patch[0] * patch[1] * patch[2];
-  shapes.push_back({"patch_embedding.weight", {dim, in_dim, patch[0], patch[1], patch[2]}});
-  shapes.push_back({"patch_embedding.bias", {dim}});
+  tensor("patch_embedding.weight", {dim, in_dim, patch[0], patch[1], patch[2]});
+  tensor("patch_embedding.bias", {dim});
   linear("text_embedding.0", text_dim, dim);
   linear("text_embedding.2", dim, dim);
   linear("time_embedding.0", freq_dim, dim);
   linear("time_embedding.2", dim, dim);
   linear("time_projection.1", dim, 6 * dim);
-  const auto block_shapes = [&](const std::string& block) {
+  const auto block_parameters = [&](const std::string& block) {
     for (const char* attention : {"self_attn", "cross_attn"}) {
       const std::string prefix = block + attention + ".";
-      for (const char* projection : {"q", "k", "v", "o"}) linear(prefix + projection, dim, dim);
-      shapes.push_back({prefix + "norm_q.weight", {dim}});
-      shapes.push_back({prefix + "norm_k.weight", {dim}});
+      for (const char* projection : {"q", "k", "v", "o"}) linear(prefix + projection, dim, dim, true);
+      tensor(prefix + "norm_q.weight", {dim});
+      tensor(prefix + "norm_k.weight", {dim});
       if (std::string(attention) == "self_attn") {
-        shapes.push_back({block + "norm3.weight", {dim}});
-        shapes.push_back({block + "norm3.bias", {dim}});
+        tensor(block + "norm3.weight", {dim});
+        tensor(block + "norm3.bias", {dim});
       }
     }
-    linear(block + "ffn.0", dim, ffn_dim);
-    linear(block + "ffn.2", ffn_dim, dim);
-    shapes.push_back({block + "modulation", {1, 6, dim}});
+    linear(block + "ffn.0", dim, ffn_dim, true);
+    linear(block + "ffn.2", ffn_dim, dim, true);
+    tensor(block + "modulation", {1, 6, dim});
   };
-  for (std::int64_t i = 0; i < num_layers; ++i) block_shapes("blocks." + std::to_string(i) + ".");
-  for (std::size_t n = 0; n < vace_layers.size(); ++n) {
-    const std::string block = "vace_blocks." + std::to_string(n) + ".";
-    block_shapes(block);
-    if (n == 0) linear(block + "before_proj", dim, dim);
+  place = ParameterPlace::Block;
+  for (index = 0; index < num_layers; ++index) block_parameters("blocks." + std::to_string(index) + ".");
+  place = ParameterPlace::VaceBlock;
+  for (index = 0; index < std::ssize(vace_layers); ++index) {
+    const std::string block = "vace_blocks." + std::to_string(index) + ".";
+    block_parameters(block);
+    if (index == 0) linear(block + "before_proj", dim, dim);
     linear(block + "after_proj", dim, dim);
   }
+  index = -1;
   if (has_vace()) {
-    shapes.push_back({"vace_patch_embedding.weight", {dim, vace_in_dim, patch[0], patch[1], patch[2]}});
-    shapes.push_back({"vace_patch_embedding.bias", {dim}});
+    place = ParameterPlace::VaceEmbedding;
+    tensor("vace_patch_embedding.weight", {dim, vace_in_dim, patch[0], patch[1], patch[2]});
+    tensor("vace_patch_embedding.bias", {dim});
   }
+  place = ParameterPlace::Rest;
   linear("head.head", dim, patch_volume * out_dim);
-  shapes.push_back({"head.modulation", {1, 2, dim}});
-  return shapes;
+  tensor("head.modulation", {1, 2, dim});
+  return out;
 }
 
 std::int64_t WanConfig::parameter_count() const {
   std::int64_t n = 0;
-  for (const auto& [name, shape] : parameter_shapes()) {
-    std::int64_t numel = 1;
-    for (const std::int64_t d : shape) numel *= d;
-    n += numel;
-  }
+  for (const ParameterSpec& p : parameters()) n += p.numel();
+  return n;
+}
+
+std::int64_t WanConfig::vace_parameter_count() const {
+  std::int64_t n = 0;
+  for (const ParameterSpec& p : parameters())
+    if (p.in_vace_branch()) n += p.numel();
   return n;
 }
 

@@ -91,7 +91,7 @@ void WanDiTImpl::reset() {
   for (std::int64_t i = 0; i < c.num_layers; ++i) {
     WanBlock block(c);
     init_linears(*block);
-    if (placement_.fp8_base)
+    if (placement_.storage().fp8_blocks(ParameterPlace::Block))
       for (auto& m : block->modules(/*include_self=*/false))
         if (auto* linear = m->as<WanLinearImpl>()) linear->quantize_base();
     place(*block);
@@ -105,6 +105,10 @@ void WanDiTImpl::reset() {
   }
   place(*head);
   if (c.has_vace()) reset_vace();
+}
+
+Recomputation WanDiTImpl::recomputation() const {
+  return {lora_dropout.get(), adapter_selection.get(), activation_offload_, recompute_chunks_};
 }
 
 std::vector<wanfw::Unit> WanDiTImpl::units(const std::string& prefix) {
@@ -219,9 +223,7 @@ torch::Tensor WanDiTImpl::forward(const torch::Tensor& x_in, const torch::Tensor
   for (std::size_t i = 0; i < blocks->size(); ++i) {
     auto* b = blocks[i]->as<WanBlock>();
     const auto block = [&](const std::vector<torch::Tensor>& in) {
-      return std::vector<torch::Tensor>{checkpoint ? checkpointed_block(*b, in[0], in[1], in[2], rope, lora_dropout.get(),
-                                                                           adapter_selection.get(), activation_offload_,
-                                                                           recompute_chunks_)
+      return std::vector<torch::Tensor>{checkpoint ? checkpointed_block(*b, {in[0], in[1], in[2], rope}, recomputation())
                                                    : b->forward(in[0], in[1], in[2], rope)};
     };
     x = wanfw::run_unit(unit_runner_, first_unit_ + i, {x, e0, context}, block).at(0);

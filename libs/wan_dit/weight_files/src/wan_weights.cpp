@@ -68,7 +68,9 @@ WeightLayout check_opened(const WanConfig& config, const wanfw::SafetensorsCheck
   }
   std::vector<std::string> unexpected, missing, mismatched;
   std::set<std::string> expected;
-  for (const auto& [name, shape] : config.parameter_shapes()) {
+  for (const ParameterSpec& parameter : config.parameters()) {
+    const std::string& name = parameter.name;
+    const std::vector<std::int64_t>& shape = parameter.shape;
     expected.insert(name);
     auto it = source_of.find(name);
     if (it == source_of.end()) {

@@ -13,6 +13,9 @@
 // fp8_linear runs y = x W^T + b with W dequantized for the product and saves only the fp8 values
 // and scales for backward, where it dequantizes again: the dequantized copy never outlives a call.
 
+#include <cstdint>
+#include <vector>
+
 #include <torch/types.h>
 
 namespace wan {
@@ -29,6 +32,13 @@ struct Fp8Weight {
   torch::Tensor scales;  ///< float32, shaped by `scaling`
   Fp8Scaling scaling = Fp8Scaling::PerTensor;
 };
+
+/// The scales' layout quantize_fp8 gives a weight of `shape`.
+Fp8Scaling fp8_scaling(const std::vector<std::int64_t>& shape);
+
+/// Bytes of a weight of `shape` stored in fp8: one byte a value and a float32 scale for each
+/// block of 64 inputs, each row, or the tensor (fp8_scaling).
+double fp8_stored_bytes(const std::vector<std::int64_t>& shape);
 
 /// The largest finite e4m3 value: a block's largest magnitude quantizes to it exactly.
 constexpr double kFp8Max = 448.0;

@@ -9,6 +9,37 @@
 
 namespace wan {
 
+/// Where a parameter sits in the DiT: outside the blocks (embeddings, time projection, head), in a
+/// main block, in a VACE block, or in the VACE branch's patch embedding. Blocks are units
+/// (wanfw/units.hpp): what fsdp gathers and block swap streams.
+enum class ParameterPlace { Rest, Block, VaceBlock, VaceEmbedding };
+
+/// One parameter as the network builds it, worked out without allocating.
+struct ParameterSpec {
+  std::string name;  ///< the official name ("blocks.3.self_attn.q.weight")
+  std::vector<std::int64_t> shape;
+  ParameterPlace place = ParameterPlace::Rest;
+  std::int64_t block = -1;  ///< its block's index among the main or the VACE blocks; -1 outside them
+  /// An attention or feed-forward projection's weight inside a block (a WanLinear's): what a frozen
+  /// fp8 base stores in e4m3 with scales (BaseStorage).
+  bool projection = false;
+  std::int64_t numel() const;
+  bool in_vace_branch() const { return place == ParameterPlace::VaceBlock || place == ParameterPlace::VaceEmbedding; }
+};
+
+/// How a frozen base stores its weights: with `fp8`, the projections of every block in e4m3 with
+/// scales; a VACE branch that trains whole (`trained_vace`) keeps its blocks in the weights' dtype.
+/// The network quantizes by it (WanPlacement::storage) and the memory estimate counts by it.
+struct BaseStorage {
+  bool fp8 = false;
+  bool trained_vace = false;
+  /// Whether the blocks at `place` hold their projections in fp8.
+  bool fp8_blocks(ParameterPlace place) const {
+    return fp8 && (place == ParameterPlace::Block || (place == ParameterPlace::VaceBlock && !trained_vace));
+  }
+  bool fp8_parameter(const ParameterSpec& p) const { return p.projection && fp8_blocks(p.place); }
+};
+
 struct WanConfig {
   std::string preset;
   std::int64_t dim = 0;
@@ -41,10 +72,13 @@ struct WanConfig {
   std::int64_t head_dim() const { return dim / num_heads; }
   /// RoPE split of the head dim into frame, height, width parts: d-4(d/6), 2(d/6), 2(d/6).
   std::array<std::int64_t, 3> rope_split() const;
-  /// Every parameter's official name and shape, worked out without allocating (order not significant).
-  std::vector<std::pair<std::string, std::vector<std::int64_t>>> parameter_shapes() const;
+  /// Every parameter the network builds: name, shape, place (order not significant). A unit test
+  /// holds it to the built module's parameters, dtypes under an fp8 base included.
+  std::vector<ParameterSpec> parameters() const;
   /// Trainable parameters, computed without allocating anything.
   std::int64_t parameter_count() const;
+  /// The VACE branch's parameters (its blocks and patch embedding); 0 without one.
+  std::int64_t vace_parameter_count() const;
   /// Throws wanfw::Error when the dimensions do not fit together (dim % heads, RoPE split).
   void validate() const;
   /// validate()'s part for the VACE branch: vace_layers from 0, ascending, within the blocks.

@@ -128,6 +128,28 @@ class WanHeadImpl : public torch::nn::Cloneable<WanHeadImpl> {
 };
 TORCH_MODULE(WanHead);
 
+/// What a block runs on: its hidden states `x`, the time projection `e0`, the text context and the
+/// rotations.
+struct BlockInputs {
+  const torch::Tensor& x;
+  const torch::Tensor& e0;
+  const torch::Tensor& context;
+  const RopeTables& rope;
+};
+
+/// How checkpointed_block recomputes. With `dropout` (adapters with dropout), the recomputation
+/// draws the masks of the forward's samples. With `selection` (a second adapter set attached), it
+/// adds the adapters the forward added, whatever is selected when backward runs. With `offload`, the
+/// saved input waits in host memory (pinned on a GPU) until backward. With `chunks` > 1, the block
+/// runs and is recomputed in that many chunks of tokens, the self-attention whole
+/// (libs/wan_dit/network/src/chunked_recompute.hpp).
+struct Recomputation {
+  LoraDropoutStreams* dropout = nullptr;
+  AdapterSelection* selection = nullptr;
+  bool offload = false;
+  std::int64_t chunks = 1;
+};
+
 /// Where a DiT's weights live. Each part (embeddings, every block, the head) is built and
 /// initialised on the CPU in float32 (so initial weights do not depend on the device), then moved
 /// here before the next part is built: a 14B model never exists whole in fp32 on the CPU.
@@ -141,6 +163,7 @@ struct WanPlacement {
   /// The VACE branch trains whole: its blocks stay in `dtype` under fp8_base (else, a frozen base
   /// for adapters, they are quantized as the main blocks are).
   bool trained_vace = false;
+  BaseStorage storage() const { return {fp8_base, trained_vace}; }
 };
 
 /// The VACE branch's input: `context` [B, vace_in_dim, F, H, W] on the latents' grid (reference
@@ -235,6 +258,8 @@ class WanDiTImpl : public torch::nn::Cloneable<WanDiTImpl> {
                                          const torch::Tensor& e0, const torch::Tensor& context,
                                          const RopeTables& rope, bool checkpoint);
   /// The RoPE tables of a token grid on a device, built once and kept.
+  /// How a checkpointed block recomputes, from the DiT's settings.
+  Recomputation recomputation() const;
   const RopeTables& rope_for(const std::array<std::int64_t, 3>& grid, const torch::Device& device);
 
   WanConfig config_;
@@ -252,29 +277,17 @@ class WanDiTImpl : public torch::nn::Cloneable<WanDiTImpl> {
 };
 TORCH_MODULE(WanDiT);
 
-/// Runs `block` on its inputs without keeping the activations: they are recomputed from the
-/// saved inputs during backward (under the autocast state of the forward), and the gradients
-/// of the inputs and of the block's parameters are returned from there.
-/// With `dropout` (adapters with dropout), the recomputation draws the masks of the forward's samples.
-/// With `selection` (a second adapter set attached), the recomputation adds the adapters the forward
-/// added, whatever is selected when backward runs. With `offload`, the saved input `x` waits in host
-/// memory (pinned on a GPU) until backward. With `chunks` > 1, the block runs and is recomputed in
-/// that many chunks of tokens, the self-attention whole (libs/wan_dit/network/src/chunked_recompute.hpp).
-torch::Tensor checkpointed_block(WanBlockImpl& block, const torch::Tensor& x, const torch::Tensor& e0,
-                                 const torch::Tensor& context, const RopeTables& rope,
-                                 LoraDropoutStreams* dropout = nullptr, AdapterSelection* selection = nullptr,
-                                 bool offload = false, std::int64_t chunks = 1);
+/// Runs `block` on `in` without keeping the activations: they are recomputed from the saved inputs
+/// during backward (under the autocast state of the forward), as `how` says, and the gradients of
+/// the inputs and of the block's parameters are returned from there.
+torch::Tensor checkpointed_block(WanBlockImpl& block, const BlockInputs& in, const Recomputation& how = {});
 
-/// checkpointed_block for VACE block `block`: from the branch's `state` (and, for block 0, the
+/// checkpointed_block for VACE block `block`: from the branch's state (`in.x`; and, for block 0, the
 /// embedded latents `embedded` it adds after before_proj; undefined for the others), its next
 /// state and its hint (after_proj), the projections recomputed with the block (so that a streamed
 /// unit keeps none of its weights for backward).
-std::array<torch::Tensor, 2> checkpointed_vace_block(WanBlockImpl& block, const torch::Tensor& state,
-                                                     const torch::Tensor& embedded, const torch::Tensor& e0,
-                                                     const torch::Tensor& context, const RopeTables& rope,
-                                                     LoraDropoutStreams* dropout = nullptr,
-                                                     AdapterSelection* selection = nullptr, bool offload = false,
-                                                     std::int64_t chunks = 1);
+std::array<torch::Tensor, 2> checkpointed_vace_block(WanBlockImpl& block, const BlockInputs& in,
+                                                     const torch::Tensor& embedded, const Recomputation& how = {});
 
 /// Sinusoidal embedding of timesteps `t` (any shape) into `dim` channels, cos half first,
 /// computed in float64 and returned as float32: [..., dim].
