@@ -27,8 +27,8 @@
 
 #include "wan/wan_config.hpp"
 #include "wanfw/error.hpp"
-#include "wanfw/safetensors.hpp"
-#include "wanfw/tensor_check.hpp"
+#include "wanfw/io/safetensors.hpp"
+#include "wanfw/io/tensor_check.hpp"
 
 namespace fs = std::filesystem;
 

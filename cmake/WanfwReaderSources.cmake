@@ -21,7 +21,18 @@ set(WANFW_DATASET_SOURCES
   ${_shards_src}/dataset_writer.cpp
   ${_shards_src}/file_checksum.cpp
   ${_shards_src}/latent_shard_dataset.cpp)
-set(WANFW_DATASET_INCLUDE_DIRS ${_shards_src} ${_shards_src}/../include)
+# The format's name, version and manifest file: libs/latent_shards/dataset_format.json (which
+# tools/dataset_folder.py reads too), as a header generated in the build tree from dataset_format.hpp.in.
+set(_format_json ${_shards_src}/../dataset_format.json)
+file(READ ${_format_json} _format)
+string(JSON WANFW_DATASET_FORMAT_NAME GET "${_format}" format)
+string(JSON WANFW_DATASET_FORMAT_VERSION GET "${_format}" version)
+string(JSON WANFW_DATASET_MANIFEST_FILE GET "${_format}" manifest)
+set(WANFW_DATASET_GENERATED_DIR ${CMAKE_BINARY_DIR}/generated/latent_shards_format)
+configure_file(${_shards_src}/../dataset_format.hpp.in ${WANFW_DATASET_GENERATED_DIR}/latent_shards/dataset_format.hpp
+               @ONLY)
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${_format_json})
+set(WANFW_DATASET_INCLUDE_DIRS ${_shards_src} ${_shards_src}/../include ${WANFW_DATASET_GENERATED_DIR})
 # The adapter file reader (every layout, its metadata, the tensor gate) and the Wan names it maps.
 set(_wan ${CMAKE_CURRENT_LIST_DIR}/../libs/wan_dit)
 set(WANFW_ADAPTER_SOURCES

@@ -6,8 +6,9 @@ import sys
 import zlib
 from pathlib import Path
 
-FORMAT = "wanfw-latent-dataset"
-VERSION = 1
+# The format's name, version and manifest file, written once for C++ (a generated header) and here.
+_FORMAT = json.loads((Path(__file__).resolve().parents[1] / "libs" / "latent_shards" / "dataset_format.json").read_text())
+FORMAT, VERSION, MANIFEST = _FORMAT["format"], _FORMAT["version"], _FORMAT["manifest"]
 
 
 def log(message):
@@ -69,7 +70,7 @@ def write_json(path: Path, value):
 
 
 def previous_manifest(out: Path):
-    path = out / "manifest.json"
+    path = out / MANIFEST
     if not path.exists():
         return None
     m = json.loads(path.read_text())
@@ -79,14 +80,14 @@ def previous_manifest(out: Path):
 
 
 def merge(out: Path, world: int, order):
-    """Joins the ranks' manifests into manifest.json (samples in source order)."""
+    """Joins the ranks' manifests into the one manifest (samples in source order)."""
     parts = [json.loads((out / f"manifest.rank{r}-of-{world}.json").read_text()) for r in range(world)]
     merged = dict(parts[0])
     shards = {s["file"]: s for p in parts for s in p["shards"]}  # reused shards appear in every part
     merged["shards"] = [shards[f] for f in sorted(shards)]
     position = {item_id: i for i, item_id in enumerate(order)}
     merged["samples"] = sorted((s for p in parts for s in p["samples"]), key=lambda s: position[s["id"]])
-    write_json(out / "manifest.json", merged)
+    write_json(out / MANIFEST, merged)
     for r in range(world):
         (out / f"manifest.rank{r}-of-{world}.json").unlink()
     log(f"merged {world} ranks: {len(merged['samples'])} samples in {len(merged['shards'])} shards")

@@ -60,7 +60,7 @@ import torch
 
 from dataset_control import control_fields
 from dataset_encoders import Encoders
-from dataset_folder import Folder, log, merge, previous_manifest
+from dataset_folder import MANIFEST, Folder, log, merge, previous_manifest
 from dataset_media import (bucket_that_takes, caption_hash, choose_bucket, fit, list_items, read_frames,
                            source_fingerprint)
 
@@ -158,7 +158,7 @@ def main(argv=None):
     single = args.world_size == 1
     prefix = "shard-" if single else f"rank{args.rank}-"
     folder = Folder(args.out, prefix, int(args.shard_mb * (1 << 20)), encoder_names, fingerprint,
-                    "manifest.json" if single else f"manifest.rank{args.rank}-of-{args.world_size}.json")
+                    MANIFEST if single else f"manifest.rank{args.rank}-of-{args.world_size}.json")
     if reusable:  # listed from the start, so that a manifest written mid-run is whole
         folder.manifest["shards"] = list(old["shards"])
 
@@ -258,7 +258,7 @@ def main(argv=None):
             merge(args.out, args.world_size, [item[0] for item in items])
             lock.unlink()
     # Shards no sample uses any more (their items were re-encoded) are removed.
-    final = json.loads((args.out / "manifest.json").read_text()) if (args.out / "manifest.json").exists() else None
+    final = json.loads((args.out / MANIFEST).read_text()) if (args.out / MANIFEST).exists() else None
     if final and args.world_size == 1:
         listed = {s["file"] for s in final["shards"]}
         for stale in (args.out / "shards").glob("*.safetensors"):

@@ -19,7 +19,7 @@
 #include "latent_shards/latent_dataset.hpp"
 #include "synthetic/synthetic_dataset.hpp"
 #include "wanfw/error.hpp"
-#include "wanfw/safetensors.hpp"
+#include "wanfw/io/safetensors.hpp"
 
 namespace fs = std::filesystem;
 
@@ -79,22 +79,30 @@ std::vector<Bucket> buckets_of(const std::string& list) {
   return buckets;
 }
 
-/// The VACE control mode's context of `latents` [C, F, H, W]: inactive 0, reactive the latents, mask 1.
-at::Tensor control_context(const at::Tensor& latents) {
-  return at::cat({at::zeros_like(latents), latents, at::ones_like(latents).narrow(0, 0, 1).expand({64, -1, -1, -1})});
+/// The VACE control mode's context of `latents` [C, F, H, W] in `channels` channels, the model's
+/// vace_context: inactive 0 and reactive the latents (C each), the mask's channels (the rest) 1.
+at::Tensor control_context(const at::Tensor& latents, std::int64_t channels) {
+  const std::int64_t mask = channels - 2 * latents.size(0);
+  return at::cat({at::zeros_like(latents), latents, at::ones_like(latents).narrow(0, 0, 1).expand({mask, -1, -1, -1})});
 }
 
 int synth(const std::vector<std::string>& args) {
   std::map<std::string, std::string> flags = {{"--samples", "64"},   {"--buckets", "2x8x8,3x8x12"}, {"--channels", "4"},
                                               {"--text-dim", "32"},  {"--max-tokens", "16"},        {"--seed", "0"},
                                               {"--shard-mb", "256"}, {"--image-condition", "0"}, {"--vace", "0"}};
-  const fs::path folder = parse(args, flags, {"--image-condition", "--vace"});
+  const fs::path folder = parse(args, flags, {"--image-condition"});
   const std::int64_t samples = integer(flags, "--samples", 1, 10'000'000);
   const std::int64_t channels = integer(flags, "--channels", 1, 4096);
   const std::int64_t text_dim = integer(flags, "--text-dim", 1, 65536);
   const std::int64_t max_tokens = integer(flags, "--max-tokens", 2, 4096);
   const auto seed = static_cast<std::uint64_t>(integer(flags, "--seed", 0, INT64_MAX));
   const std::int64_t shard_bytes = integer(flags, "--shard-mb", 1, 1 << 20) << 20;
+  // The model's vace_context channels (model-info: "vace_context [72, frames, height, width]"):
+  // both latent copies and at least one mask channel.
+  const std::int64_t vace = integer(flags, "--vace", 0, 65536);
+  if (vace != 0 && vace <= 2 * channels)
+    usage(fmt::format("--vace {} leaves no mask channel beside 2 x {} latent channels; give the vace_context "
+                      "channels `wanfw model-info` shows for the model (72 for tiny-vace)", vace, channels));
   const std::vector<Bucket> buckets = buckets_of(flags.at("--buckets"));
   std::error_code ec;
   if (fs::exists(folder / DatasetManifest::kFileName, ec))
@@ -122,7 +130,7 @@ int synth(const std::vector<std::string>& args) {
     const std::int64_t tokens = std::max<std::int64_t>(2, max_tokens - pattern);
     Sample own = {{"latents", sample.at("latents").to(at::kBFloat16)}};
     if (image_condition) own["image_condition"] = sample.at("image_condition").to(at::kBFloat16);
-    if (flags.at("--vace") == "1") own["vace_context"] = control_context(sample.at("latents")).to(at::kBFloat16);
+    if (vace > 0) own["vace_context"] = control_context(sample.at("latents"), vace).to(at::kBFloat16);
     writer.add(fmt::format("synth_{:06d}", i), buckets[static_cast<std::size_t>(data.bucket_of(i))],
                fmt::format("synthetic pattern {}", pattern), own,
                {{"context", sample.at("context").narrow(0, 0, tokens).to(at::kBFloat16)}}, fmt::format("synthetic {}", i));

@@ -4,7 +4,7 @@
 namespace wanfw::cli {
 
 const char* const kDataHelp = R"(usage: wanfw data synth DIR [--samples N] [--buckets FxHxW,...] [--channels C] [--text-dim D]
-                         [--max-tokens L] [--seed N] [--shard-mb M] [--image-condition] [--vace]
+                         [--max-tokens L] [--seed N] [--shard-mb M] [--image-condition] [--vace C]
        wanfw data inspect DIR [--batch-size B] [--world-size N] [--accumulation K] [--keep-last]
        wanfw data verify DIR
        wanfw data throughput DIR [--workers N] [--prefetch P] [--batch-size B] [--epochs E] [--for-gpu]
@@ -18,8 +18,9 @@ manifest.json (docs/data.md). tools/encode_dataset.py makes them from videos and
            embedding. A model can learn it: the loss falls. Defaults fit the tiny Wan preset:
            64 samples, buckets 2x8x8,3x8x12, 4 channels, text 32 wide, at most 16 tokens.
            --image-condition: each sample also carries image_condition (the i2v models' field).
-           --vace: each sample also carries vace_context (the VACE models' field) in the official
-           control mode, its mask all ones: no inactive part, its latents as the control video.
+           --vace C: each sample also carries vace_context (the VACE models' field) of C channels,
+           those `wanfw model-info` shows for the model (tiny-vace: 72), in the official control
+           mode: no inactive part, its latents as the control video, the mask's channels all ones.
   inspect  prints samples, buckets, fields with shapes and dtypes, bytes, and the bucket plan
            for a batch size / world size / accumulation (default 1 / 1 / 1; --keep-last: as
            data.drop_last: false); exits 1 on a folder that holds no sample.

@@ -6,7 +6,7 @@
 
 #include "../unit/temp_dir.hpp"
 #include "wanfw/error.hpp"
-#include "wanfw/safetensors.hpp"
+#include "wanfw/io/safetensors.hpp"
 // doctest last: c10/util/Logging.h defines a CHECK macro of its own.
 #include <doctest/doctest.h>
 

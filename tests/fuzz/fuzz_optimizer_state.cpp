@@ -15,7 +15,7 @@
 #include "checkpoint/state_piece_files.hpp"
 #include "fuzz_folder.hpp"
 #include "wanfw/error.hpp"
-#include "wanfw/state_pieces.hpp"
+#include "wanfw/parallel/state_pieces.hpp"
 
 namespace {
 

@@ -10,7 +10,7 @@
 
 #include "fuzz_memory_file.hpp"
 #include "wanfw/error.hpp"
-#include "wanfw/safetensors.hpp"
+#include "wanfw/io/safetensors.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static MemoryFile file("fuzz.safetensors");

@@ -13,7 +13,7 @@
 
 #include "fuzz_folder.hpp"
 #include "wanfw/error.hpp"
-#include "wanfw/safetensors.hpp"
+#include "wanfw/io/safetensors.hpp"
 
 namespace fs = std::filesystem;
 

@@ -16,8 +16,8 @@
 #include "vae_names.hpp"
 #include "wan/vae/vae_config.hpp"
 #include "wanfw/error.hpp"
-#include "wanfw/safetensors.hpp"
-#include "wanfw/tensor_check.hpp"
+#include "wanfw/io/safetensors.hpp"
+#include "wanfw/io/tensor_check.hpp"
 
 namespace {
 

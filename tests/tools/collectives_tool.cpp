@@ -10,9 +10,9 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
-#include "wanfw/distributed.hpp"
+#include "wanfw/parallel/distributed.hpp"
 #include "wanfw/error.hpp"
-#include "wanfw/safetensors.hpp"
+#include "wanfw/io/safetensors.hpp"
 
 int main(int argc, char** argv) {
   if (argc != 2) {

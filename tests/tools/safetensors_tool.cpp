@@ -8,7 +8,7 @@
 #include <ATen/ATen.h>
 
 #include "wanfw/error.hpp"
-#include "wanfw/safetensors.hpp"
+#include "wanfw/io/safetensors.hpp"
 
 int main(int argc, char** argv) {
   try {

@@ -13,10 +13,10 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
-#include "wanfw/distributed.hpp"
+#include "wanfw/parallel/distributed.hpp"
 #include "wanfw/error.hpp"
-#include "wanfw/safetensors.hpp"
-#include "wanfw/sequence_parallel.hpp"
+#include "wanfw/io/safetensors.hpp"
+#include "wanfw/parallel/sequence_parallel.hpp"
 
 int main(int argc, char** argv) {
   if (argc != 2 && argc != 3) {

@@ -15,7 +15,7 @@
 
 #include "wan/vae/wan_vae.hpp"
 #include "wanfw/error.hpp"
-#include "wanfw/safetensors.hpp"
+#include "wanfw/io/safetensors.hpp"
 
 int main(int argc, char** argv) {
   if (argc != 4 && argc != 5) {

@@ -78,7 +78,7 @@ struct Batch {
   std::map<std::string, at::ScalarType> dtypes;
   /// This micro-batch's weight in its step's loss: its samples over an even share of the step
   /// (the step batch / data world size / micro-batches). 1, except with networks on rank groups
-  /// (wanfw/network_groups.hpp), where a rank holds as many samples as its network got, and 0 for
+  /// (wanfw/parallel/network_groups.hpp), where a rank holds as many samples as its network got, and 0 for
   /// a stand-in sample that only keeps its group's collectives in step.
   double weight = 1.0;
   /// Training batches: each sample's place in its optimizer step's batch (0 .. step_samples - 1),

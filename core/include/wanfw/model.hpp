@@ -13,8 +13,8 @@
 #include <torch/nn/module.h>
 
 #include "wanfw/data.hpp"
-#include "wanfw/network_groups.hpp"
-#include "wanfw/units.hpp"
+#include "wanfw/parallel/network_groups.hpp"
+#include "wanfw/parallel/units.hpp"
 
 namespace wanfw {
 
@@ -131,7 +131,7 @@ class Model {
   /// ModelCapabilities::replicates, and the host builds no replicating layout for one that does
   /// not; the default throws a PluginError.
   virtual std::unique_ptr<Model> replicate(const c10::Device& device);
-  /// The model's units (wanfw/units.hpp): groups of module() parameters used together (a
+  /// The model's units (wanfw/parallel/units.hpp): groups of module() parameters used together (a
   /// transformer block each), which the unit runtime fetches together, fsdp by gathering their
   /// shards, block swap by streaming their frozen weights. Under fsdp, parameters in no unit are
   /// gathered for the whole step. Default: none.
@@ -145,11 +145,11 @@ class Model {
   /// 0: no plan (the default).
   virtual double planned_device_bytes() const { return 0; }
   /// Sequence parallelism: split each sample's tokens over `group` (a session of the ranks that
-  /// share each sample; wanfw/sequence_parallel.hpp) from now on; null: whole sequences. Returns
+  /// share each sample; wanfw/parallel/sequence_parallel.hpp) from now on; null: whole sequences. Returns
   /// false when the model cannot (the default): the strategy then refuses the run. Throws
   /// wanfw::Error when the group does not fit the model (a head count it does not divide).
   virtual bool set_sequence_group(const DistributedSession* group) { return group == nullptr; }
-  /// The networks rank groups can hold apart (wanfw/network_groups.hpp), in order, whether this
+  /// The networks rank groups can hold apart (wanfw/parallel/network_groups.hpp), in order, whether this
   /// process holds all of them or one; empty (the default): the model is one network. Built under
   /// a strategy that places networks (PluginContext::network_groups), a model holds its group's
   /// network alone: module(), parameter groups, units and checkpoint tensors are that network's.

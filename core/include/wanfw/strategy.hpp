@@ -10,10 +10,10 @@
 #include <c10/core/Device.h>
 
 #include "wanfw/model.hpp"
-#include "wanfw/network_groups.hpp"
+#include "wanfw/parallel/network_groups.hpp"
 #include "wanfw/precision.hpp"
-#include "wanfw/reduce.hpp"
-#include "wanfw/state_pieces.hpp"
+#include "wanfw/parallel/reduce.hpp"
+#include "wanfw/parallel/state_pieces.hpp"
 
 namespace torch::optim {
 class Optimizer;
@@ -22,7 +22,7 @@ class AdamW;
 
 namespace wanfw {
 
-class UnitFetcher;  // wanfw/unit_runtime.hpp
+class UnitFetcher;  // wanfw/parallel/unit_runtime.hpp
 
 /// What the core tells a strategy after each optimizer step.
 struct OptimizerStep {
@@ -121,7 +121,7 @@ class Strategy {
   bool shards_state() const { return shards_state_; }
   /// Called by the host after the factory, never by a plugin (see shards_state).
   void set_shards_state(bool shards) { shards_state_ = shards; }
-  /// With networks on rank groups (wanfw/network_groups.hpp): where this rank sits; null (the
+  /// With networks on rank groups (wanfw/parallel/network_groups.hpp): where this rank sits; null (the
   /// default) when every rank holds the whole model.
   virtual const NetworkGroups* network_groups() const { return nullptr; }
   /// Each rank holds only part of the training state (fsdp's shards, its group's network): every
@@ -131,7 +131,7 @@ class Strategy {
   /// For a strategy that brings the model's units (Model::units) to the device itself (fsdp:
   /// all-gathers each unit's shards), its fetcher, once setup() has run; null for one that keeps
   /// every parameter on its device. The host owns the one unit runtime the model runs its units
-  /// through (wanfw/unit_runtime.hpp) and installs it with this fetcher, or with block swap's.
+  /// through (wanfw/parallel/unit_runtime.hpp) and installs it with this fetcher, or with block swap's.
   virtual std::shared_ptr<UnitFetcher> unit_fetcher() { return nullptr; }
   /// This rank's pieces of the model's checkpoint tensors and of the optimizer's state, when
   /// partial_state(). Default: whole tensors, written by the first rank of each network group; a

@@ -15,8 +15,8 @@
 #include "host/fault_point.hpp"
 #include "numerics/generators.hpp"
 #include "wanfw/error.hpp"
-#include "wanfw/file_io.hpp"
-#include "wanfw/safetensors.hpp"
+#include "wanfw/io/file_io.hpp"
+#include "wanfw/io/safetensors.hpp"
 #include "wanfw/version.hpp"
 
 namespace fs = std::filesystem;

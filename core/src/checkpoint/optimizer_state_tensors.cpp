@@ -1,9 +1,9 @@
-// wanfw/state_pieces.hpp's optimizer_state_tensors: the names an optimizer's state has in every checkpoint.
+// wanfw/parallel/state_pieces.hpp's optimizer_state_tensors: the names an optimizer's state has in every checkpoint.
 
 #include <torch/optim/adamw.h>
 
 #include "wanfw/parameter_averages.hpp"
-#include "wanfw/state_pieces.hpp"
+#include "wanfw/parallel/state_pieces.hpp"
 
 namespace wanfw {
 

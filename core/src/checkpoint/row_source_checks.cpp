@@ -1,10 +1,10 @@
-// The checks every reader of a checkpoint's optimizer rows makes (wanfw/state_pieces.hpp): a
+// The checks every reader of a checkpoint's optimizer rows makes (wanfw/parallel/state_pieces.hpp): a
 // moment or an average has its parameter's shape, a step count is one integer.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "wanfw/error.hpp"
-#include "wanfw/state_pieces.hpp"
+#include "wanfw/parallel/state_pieces.hpp"
 
 namespace wanfw {
 

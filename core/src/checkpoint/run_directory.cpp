@@ -9,7 +9,7 @@
 
 #include "checkpoint/checkpoint_store.hpp"
 #include "wanfw/error.hpp"
-#include "wanfw/file_io.hpp"
+#include "wanfw/io/file_io.hpp"
 
 namespace fs = std::filesystem;
 

@@ -9,10 +9,10 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include "wanfw/bounded_input.hpp"
+#include "wanfw/io/bounded_input.hpp"
 #include "wanfw/error.hpp"
-#include "wanfw/file_io.hpp"
-#include "wanfw/safetensors.hpp"
+#include "wanfw/io/file_io.hpp"
+#include "wanfw/io/safetensors.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;

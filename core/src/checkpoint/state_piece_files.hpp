@@ -1,5 +1,5 @@
 #pragma once
-// Internal: a checkpoint's tensor files as rows (wanfw/state_pieces.hpp), written whole by the
+// Internal: a checkpoint's tensor files as rows (wanfw/parallel/state_pieces.hpp), written whole by the
 // main process or in pieces by every rank:
 //
 //   model.safetensors                    every tensor whole (single, ddp, ...)
@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "wanfw/state_pieces.hpp"
+#include "wanfw/parallel/state_pieces.hpp"
 
 namespace wanfw {
 

@@ -7,7 +7,7 @@
 #include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
 
-#include "wanfw/bounded_input.hpp"
+#include "wanfw/io/bounded_input.hpp"
 
 namespace wanfw {
 

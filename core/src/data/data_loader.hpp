@@ -25,7 +25,7 @@
 #include "sampling/bucket_sampler.hpp"
 #include "wanfw/data.hpp"
 #include "wanfw/error.hpp"
-#include "wanfw/network_groups.hpp"
+#include "wanfw/parallel/network_groups.hpp"
 
 namespace wanfw {
 
@@ -45,7 +45,7 @@ class DataLoader {
     /// Convert fields to their declared dtypes in the workers (CPU training); otherwise they keep
     /// their stored dtype and Batch::to converts them on the device (half the bytes to copy).
     bool convert = true;
-    /// Networks on rank groups (wanfw/network_groups.hpp; sizes empty: none): each micro-batch of
+    /// Networks on rank groups (wanfw/parallel/network_groups.hpp; sizes empty: none): each micro-batch of
     /// every rank is dealt by its samples' routes (`route`: Model::route) to this rank's group.
     NetworkGroups groups{};
     std::function<std::vector<int>(const Batch& keys)> route{};

@@ -40,7 +40,7 @@ class TrainingData {
   std::shared_ptr<BucketSampler> sampler(int world_size, int accumulation) const;
   /// This rank's micro-batches of the training set; `device` is where they will be used (pinned
   /// memory for CUDA).
-  /// `groups` and `route`: networks on rank groups (wanfw/network_groups.hpp; sizes empty: none).
+  /// `groups` and `route`: networks on rank groups (wanfw/parallel/network_groups.hpp; sizes empty: none).
   std::unique_ptr<DataLoader> loader(int rank, int world_size, int accumulation, const c10::Device& device,
                                      const NetworkGroups& groups = {},
                                      std::function<std::vector<int>(const Batch&)> route = {}) const;

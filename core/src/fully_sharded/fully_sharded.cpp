@@ -1,12 +1,12 @@
 // The gradient norm over every rank's pieces of the gradient.
 
-#include "wanfw/fully_sharded.hpp"
+#include "wanfw/parallel/fully_sharded.hpp"
 
 #include <cmath>
 
 #include <ATen/ATen.h>
 
-#include "wanfw/distributed.hpp"
+#include "wanfw/parallel/distributed.hpp"
 
 namespace wanfw {
 

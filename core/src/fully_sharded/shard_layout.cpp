@@ -1,4 +1,4 @@
-#include "wanfw/shard_layout.hpp"
+#include "wanfw/parallel/shard_layout.hpp"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "wanfw/bounded_input.hpp"
+#include "wanfw/io/bounded_input.hpp"
 
 #include <cerrno>
 #include <cstring>

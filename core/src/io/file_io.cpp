@@ -1,4 +1,4 @@
-#include "wanfw/file_io.hpp"
+#include "wanfw/io/file_io.hpp"
 
 #include <cerrno>
 #include <cstring>

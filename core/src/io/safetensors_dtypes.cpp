@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "wanfw/error.hpp"
-#include "wanfw/safetensors.hpp"
+#include "wanfw/io/safetensors.hpp"
 
 namespace wanfw {
 

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/safetensors_dtypes.hpp"
-#include "wanfw/bounded_input.hpp"
+#include "wanfw/io/bounded_input.hpp"
 #include "wanfw/error.hpp"
 
 namespace fs = std::filesystem;

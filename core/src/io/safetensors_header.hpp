@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "wanfw/safetensors.hpp"
+#include "wanfw/io/safetensors.hpp"
 
 namespace wanfw {
 

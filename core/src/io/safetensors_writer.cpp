@@ -3,8 +3,8 @@
 #include <nlohmann/json.hpp>
 
 #include "wanfw/error.hpp"
-#include "wanfw/file_io.hpp"
-#include "wanfw/safetensors.hpp"
+#include "wanfw/io/file_io.hpp"
+#include "wanfw/io/safetensors.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;

@@ -12,7 +12,7 @@
 #include <fmt/ranges.h>
 
 #include "wanfw/error.hpp"
-#include "wanfw/tensor_check.hpp"
+#include "wanfw/io/tensor_check.hpp"
 
 namespace fs = std::filesystem;
 

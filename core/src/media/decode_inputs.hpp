@@ -7,7 +7,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "wanfw/decoder.hpp"
-#include "wanfw/safetensors.hpp"
+#include "wanfw/io/safetensors.hpp"
 
 namespace wanfw {
 

@@ -9,7 +9,7 @@
 #include <torch/torch.h>
 
 #include "wanfw/error.hpp"
-#include "wanfw/file_io.hpp"
+#include "wanfw/io/file_io.hpp"
 #include "wanfw/log.hpp"
 
 namespace wanfw {

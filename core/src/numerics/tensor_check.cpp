@@ -1,4 +1,4 @@
-#include "wanfw/tensor_check.hpp"
+#include "wanfw/io/tensor_check.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>

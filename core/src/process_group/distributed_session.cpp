@@ -3,7 +3,7 @@
 // collectives are in distributed_session_collectives.cpp and distributed_session_sharded.cpp, its
 // groups in distributed_session_groups.cpp.
 
-#include "wanfw/distributed.hpp"
+#include "wanfw/parallel/distributed.hpp"
 
 #include <chrono>
 #include <string>

@@ -7,7 +7,7 @@
 
 #include "process_group/distributed_session_impl.hpp"
 #include "wanfw/error.hpp"
-#include "wanfw/network_groups.hpp"
+#include "wanfw/parallel/network_groups.hpp"
 
 namespace wanfw {
 

@@ -9,7 +9,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "process_group/rank_heartbeat.hpp"
-#include "wanfw/distributed.hpp"
+#include "wanfw/parallel/distributed.hpp"
 
 namespace wanfw {
 

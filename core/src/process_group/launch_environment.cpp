@@ -1,4 +1,4 @@
-#include "wanfw/distributed.hpp"
+#include "wanfw/parallel/distributed.hpp"
 
 #include <cstdlib>
 

@@ -1,4 +1,4 @@
-#include "wanfw/network_groups.hpp"
+#include "wanfw/parallel/network_groups.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

@@ -7,8 +7,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "wanfw/distributed.hpp"
-#include "wanfw/network_groups.hpp"
+#include "wanfw/parallel/distributed.hpp"
+#include "wanfw/parallel/network_groups.hpp"
 #include "wanfw/strategy.hpp"
 
 namespace wanfw {

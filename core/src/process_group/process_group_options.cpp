@@ -1,4 +1,4 @@
-#include "wanfw/process_group_options.hpp"
+#include "wanfw/parallel/process_group_options.hpp"
 
 #include <fmt/format.h>
 

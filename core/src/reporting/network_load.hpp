@@ -1,5 +1,5 @@
 #pragma once
-// Internal: under networks on rank groups (wanfw/network_groups.hpp), how a step's work fell on
+// Internal: under networks on rank groups (wanfw/parallel/network_groups.hpp), how a step's work fell on
 // the groups: each group's samples, and the time its ranks waited for the slowest rank of the job.
 // Logged every step as samples/<network> and idle_s/<network>, the same on every rank.
 
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "wanfw/network_groups.hpp"
+#include "wanfw/parallel/network_groups.hpp"
 
 namespace wanfw {
 

@@ -13,7 +13,7 @@
 #include "media/video_frames.hpp"
 #include "media/decode_inputs.hpp"
 #include "wanfw/error.hpp"
-#include "wanfw/safetensors.hpp"
+#include "wanfw/io/safetensors.hpp"
 
 namespace fs = std::filesystem;
 

@@ -17,9 +17,9 @@
 #include "run/decoding.hpp"
 #include "run/experiment_assembly.hpp"
 #include "wanfw/error.hpp"
-#include "wanfw/safetensors.hpp"
-#include "wanfw/state_pieces.hpp"
-#include "wanfw/tensor_check.hpp"
+#include "wanfw/io/safetensors.hpp"
+#include "wanfw/parallel/state_pieces.hpp"
+#include "wanfw/io/tensor_check.hpp"
 
 namespace fs = std::filesystem;
 

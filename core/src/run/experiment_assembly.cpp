@@ -9,7 +9,7 @@
 
 #include "host/console.hpp"
 #include "run/training_layout.hpp"
-#include "wanfw/distributed.hpp"
+#include "wanfw/parallel/distributed.hpp"
 #include "wanfw/error.hpp"
 
 namespace wanfw {
@@ -43,7 +43,7 @@ std::shared_ptr<Dataset> open_preview_prompts(Experiment& e, const PluginContext
   }
 }
 
-/// The model has a network for each group the strategy places (wanfw/network_groups.hpp).
+/// The model has a network for each group the strategy places (wanfw/parallel/network_groups.hpp).
 void check_network_groups(const Experiment& e, const NetworkGroups& groups) {
   if (groups.sizes.empty()) return;
   if (e.settings.validation.every > 0)

@@ -1,12 +1,12 @@
 #pragma once
 // Internal: one rank's part of a micro-batch when the ranks form one group per network
-// (wanfw/network_groups.hpp). A pure function of the micro-batch, its samples' routes and the
+// (wanfw/parallel/network_groups.hpp). A pure function of the micro-batch, its samples' routes and the
 // groups, so every rank deals alike without a word exchanged.
 
 #include <cstdint>
 #include <vector>
 
-#include "wanfw/network_groups.hpp"
+#include "wanfw/parallel/network_groups.hpp"
 
 namespace wanfw {
 

@@ -1,10 +1,10 @@
 #include <fmt/format.h>
 
-#include "wanfw/distributed.hpp"
+#include "wanfw/parallel/distributed.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/log.hpp"
 #include "wanfw/model.hpp"
-#include "wanfw/sequence_parallel.hpp"
+#include "wanfw/parallel/sequence_parallel.hpp"
 
 namespace wanfw {
 

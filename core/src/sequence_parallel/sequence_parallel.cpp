@@ -1,13 +1,13 @@
 // Ulysses' two exchanges as autograd functions: each one all-to-all of dim-0 chunks (the
 // destination rank made the leading dimension by a permute), and each the other's gradient.
 
-#include "wanfw/sequence_parallel.hpp"
+#include "wanfw/parallel/sequence_parallel.hpp"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <torch/autograd.h>
 
-#include "wanfw/distributed.hpp"
+#include "wanfw/parallel/distributed.hpp"
 #include "wanfw/error.hpp"
 
 namespace wanfw {

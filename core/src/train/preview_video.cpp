@@ -10,7 +10,7 @@
 #include "media/mp4_file.hpp"
 #include "media/video_frames.hpp"
 #include "wanfw/error.hpp"
-#include "wanfw/safetensors.hpp"
+#include "wanfw/io/safetensors.hpp"
 
 namespace wanfw {
 

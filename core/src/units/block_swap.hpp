@@ -1,7 +1,7 @@
 #pragma once
 // Block swap: the frozen parameters of some of a model's units live in host memory and stream to
 // the device into a ring of preallocated slots, ahead of use, in forward and in backward. A
-// UnitFetcher for the UnitRuntime (wanfw/unit_runtime.hpp); the copies go through a UnitCopier.
+// UnitFetcher for the UnitRuntime (wanfw/parallel/unit_runtime.hpp); the copies go through a UnitCopier.
 //
 // Host to device only: the host copy of a frozen weight is always valid, so leaving a slot costs
 // nothing. The slots and their copies are block swap's; a unit's life cycle (fetching, ready, in
@@ -19,7 +19,7 @@
 
 #include "units/host_arena.hpp"
 #include "units/unit_copier.hpp"
-#include "wanfw/unit_runtime.hpp"
+#include "wanfw/parallel/unit_runtime.hpp"
 
 namespace wanfw {
 

@@ -1,7 +1,7 @@
 // The unit life cycle: hooks around each run of a unit's body, the recorded order of use, and the
 // two boundary autograd nodes that give the backward hooks.
 
-#include "wanfw/unit_runtime.hpp"
+#include "wanfw/parallel/unit_runtime.hpp"
 
 #include <algorithm>
 

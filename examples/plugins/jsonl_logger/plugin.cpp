@@ -18,7 +18,7 @@
 #include <string>
 
 #include <wanfw/error.hpp>
-#include <wanfw/file_io.hpp>
+#include <wanfw/io/file_io.hpp>
 #include <wanfw/log.hpp>
 #include <wanfw/plugin.hpp>
 

@@ -14,10 +14,10 @@
 #include <torch/optim/adamw.h>
 #include <torch/torch.h>
 
-#include <wanfw/distributed.hpp>
+#include <wanfw/parallel/distributed.hpp>
 #include <wanfw/log.hpp>
 #include <wanfw/plugin.hpp>
-#include <wanfw/safetensors.hpp>
+#include <wanfw/io/safetensors.hpp>
 
 namespace {
 

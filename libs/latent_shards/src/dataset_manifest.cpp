@@ -6,9 +6,9 @@
 #include <nlohmann/json.hpp>
 
 #include "latent_shards/latent_dataset.hpp"
-#include "wanfw/bounded_input.hpp"
+#include "wanfw/io/bounded_input.hpp"
 #include "wanfw/error.hpp"
-#include "wanfw/file_io.hpp"
+#include "wanfw/io/file_io.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -17,7 +17,7 @@ namespace wanfw {
 
 namespace {
 
-constexpr const char* kFormat = "wanfw-latent-dataset";
+constexpr const char* kFormat = dataset_format::kName;
 constexpr std::uintmax_t kMaxManifestBytes = 1'000'000'000;  // ~3M samples
 constexpr int kMaxDepth = 8;  // root, samples, a sample, fields, a field, its shape: 6
 constexpr const char* kHint = "re-create the folder with tools/encode_dataset.py or `wanfw data synth`; docs/data.md "

@@ -7,7 +7,7 @@
 #include "file_checksum.hpp"
 #include "latent_shards/latent_dataset.hpp"
 #include "wanfw/error.hpp"
-#include "wanfw/safetensors.hpp"
+#include "wanfw/io/safetensors.hpp"
 
 namespace fs = std::filesystem;
 

@@ -13,7 +13,7 @@
 #include <fmt/ranges.h>
 
 #include "wanfw/error.hpp"
-#include "wanfw/file_io.hpp"
+#include "wanfw/io/file_io.hpp"
 #include "wanfw/log.hpp"
 #include "wanfw/plugin.hpp"
 

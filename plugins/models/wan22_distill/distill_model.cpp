@@ -7,7 +7,7 @@
 
 #include "distill_inputs.hpp"
 #include "negative_context.hpp"
-#include "replicas.hpp"
+#include "networks/replicas.hpp"
 #include "wan/dit_export.hpp"
 #include "wan/wan_weights.hpp"
 #include "wanfw/error.hpp"

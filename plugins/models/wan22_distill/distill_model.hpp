@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "distill_settings.hpp"
-#include "frozen_teacher.hpp"
+#include "networks/frozen_teacher.hpp"
 #include "wan/flow_matching.hpp"
 #include "wan/lora.hpp"
 #include "wan/wan_dit.hpp"

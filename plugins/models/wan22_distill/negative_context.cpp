@@ -4,8 +4,8 @@
 #include <torch/torch.h>
 
 #include "wanfw/error.hpp"
-#include "wanfw/safetensors.hpp"
-#include "wanfw/tensor_check.hpp"
+#include "wanfw/io/safetensors.hpp"
+#include "wanfw/io/tensor_check.hpp"
 
 namespace wan_distill {
 

@@ -68,7 +68,7 @@ class WanFlowMatchingModel final : public wanfw::Model {
   /// adapter files there (wan::write_adapter_files), or merged full weights.
   void export_weights(const std::filesystem::path& folder, const wanfw::ExportSettings& settings) override;
   std::unique_ptr<wanfw::Model> replicate(const c10::Device& device) override;
-  /// expert: both: the two experts, which rank groups can hold apart (wanfw/network_groups.hpp).
+  /// expert: both: the two experts, which rank groups can hold apart (wanfw/parallel/network_groups.hpp).
   std::vector<wanfw::PlaceableNetwork> networks() const override;
   /// Each sample's expert (0 high noise, 1 low noise) from its timestep draw, as training_step
   /// draws it.

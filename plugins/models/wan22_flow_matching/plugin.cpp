@@ -32,7 +32,7 @@ wan::WanConfig config_from(const wanfw::Options& o) { return wan::config_from_op
 
 using wan_fm::settings_from;
 
-/// Network groups (wanfw/network_groups.hpp) of `groups` sizes hold the two experts of expert: both
+/// Network groups (wanfw/parallel/network_groups.hpp) of `groups` sizes hold the two experts of expert: both
 /// only; a refusal at `expert` otherwise.
 void check_network_groups(const wanfw::Options& o, const std::vector<int>& groups, Expert expert) {
   if (groups.empty() || (expert == Expert::Both && groups.size() == 2)) return;

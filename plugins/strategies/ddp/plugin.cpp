@@ -2,7 +2,7 @@
 // in buckets while backward still runs; Gloo on CPUs, NCCL on GPUs. Started by torchrun or srun.
 // A model that trains in phases gets one reducer per phase: a step reduces its phase's gradients.
 // With network_groups, the ranks form one group per network of the model (the A14B experts), and
-// each network's gradients are averaged within its group (wanfw/network_groups.hpp).
+// each network's gradients are averaged within its group (wanfw/parallel/network_groups.hpp).
 
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -11,14 +11,14 @@
 #include <torch/csrc/distributed/c10d/logger.hpp>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 
-#include "wanfw/distributed.hpp"
+#include "wanfw/parallel/distributed.hpp"
 #include "wanfw/error.hpp"
-#include "wanfw/fully_sharded.hpp"
+#include "wanfw/parallel/fully_sharded.hpp"
 #include "wanfw/log.hpp"
-#include "wanfw/network_groups.hpp"
+#include "wanfw/parallel/network_groups.hpp"
 #include "wanfw/plugin.hpp"
-#include "wanfw/process_group_options.hpp"
-#include "wanfw/sequence_parallel.hpp"
+#include "wanfw/parallel/process_group_options.hpp"
+#include "wanfw/parallel/sequence_parallel.hpp"
 
 namespace {
 

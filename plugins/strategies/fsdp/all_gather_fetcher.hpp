@@ -1,5 +1,5 @@
 #pragma once
-// The fsdp strategy's wanfw::UnitFetcher: the UnitRuntime (wanfw/unit_runtime.hpp) runs the model's
+// The fsdp strategy's wanfw::UnitFetcher: the UnitRuntime (wanfw/parallel/unit_runtime.hpp) runs the model's
 // units through it. A unit's flat shards are all-gathered before its forward and again before its
 // backward, released after each; one unit's gather runs ahead, in the recorded order of use; after a
 // unit's backward its parameters' gradients are reduce-scattered into gradients of its shards.
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "unit_shards.hpp"
-#include "wanfw/unit_runtime.hpp"
+#include "wanfw/parallel/unit_runtime.hpp"
 
 namespace wanfw_fsdp {
 

@@ -13,8 +13,8 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "wanfw/distributed.hpp"
-#include "wanfw/shard_layout.hpp"
+#include "wanfw/parallel/distributed.hpp"
+#include "wanfw/parallel/shard_layout.hpp"
 
 namespace wanfw_fsdp {
 

@@ -1,5 +1,5 @@
 // The fsdp strategy's checkpoints: each rank writes the rows it holds of every parameter, of its
-// AdamW moments (wanfw/state_pieces.hpp) and of its average (wanfw/parameter_averages.hpp), and
+// AdamW moments (wanfw/parallel/state_pieces.hpp) and of its average (wanfw/parameter_averages.hpp), and
 // reads back the rows its layout needs, whatever world size (or strategy) wrote them.
 
 #include <algorithm>

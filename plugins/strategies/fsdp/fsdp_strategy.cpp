@@ -8,7 +8,7 @@
 #include <torch/torch.h>
 
 #include "wanfw/error.hpp"
-#include "wanfw/fully_sharded.hpp"
+#include "wanfw/parallel/fully_sharded.hpp"
 #include "wanfw/log.hpp"
 
 namespace wanfw_fsdp {

@@ -5,9 +5,9 @@
 // again before their backward (the next one's gather started ahead), and their gradients
 // reduce-scattered as backward leaves them; the parameters in no unit
 // are gathered for the whole step. The optimizer steps this rank's shards; clipping uses the norm
-// of the whole gradient; checkpoints are written in pieces, a piece a rank (wanfw/state_pieces.hpp).
+// of the whole gradient; checkpoints are written in pieces, a piece a rank (wanfw/parallel/state_pieces.hpp).
 // A model that trains in phases reduces, in each step, the flats of that phase's groups only.
-// With network_groups, each network is sharded over its own group of ranks (wanfw/network_groups.hpp).
+// With network_groups, each network is sharded over its own group of ranks (wanfw/parallel/network_groups.hpp).
 
 #include <map>
 #include <memory>
@@ -18,8 +18,8 @@
 
 #include "all_gather_fetcher.hpp"
 #include "unit_shards.hpp"
-#include "wanfw/distributed.hpp"
-#include "wanfw/sequence_parallel.hpp"
+#include "wanfw/parallel/distributed.hpp"
+#include "wanfw/parallel/sequence_parallel.hpp"
 #include "wanfw/strategy.hpp"
 
 namespace wanfw_fsdp {

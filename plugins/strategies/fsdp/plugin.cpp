@@ -3,7 +3,7 @@
 
 #include "wanfw/plugin.hpp"
 #include "fsdp_strategy.hpp"
-#include "wanfw/process_group_options.hpp"
+#include "wanfw/parallel/process_group_options.hpp"
 
 namespace {
 

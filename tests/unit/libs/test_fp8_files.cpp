@@ -10,7 +10,7 @@
 #include "temp_dir.hpp"
 #include "wan/fp8_files.hpp"
 #include "wanfw/error.hpp"
-#include "wanfw/safetensors.hpp"
+#include "wanfw/io/safetensors.hpp"
 // doctest last: c10/util/Logging.h defines a CHECK macro of its own.
 #include <doctest/doctest.h>
 

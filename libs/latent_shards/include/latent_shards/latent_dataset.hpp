@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "latent_shards/dataset_format.hpp"
 #include "wanfw/data.hpp"
 
 namespace wanfw {
@@ -45,8 +46,8 @@ struct ManifestShard {
 };
 
 struct DatasetManifest {
-  static constexpr int kVersion = 1;
-  static constexpr const char* kFileName = "manifest.json";
+  static constexpr int kVersion = dataset_format::kVersion;
+  static constexpr const char* kFileName = dataset_format::kManifestFile;
 
   int version = kVersion;
   /// What encoded the data ("vae": "Wan-AI/Wan2.2-TI2V-5B-Diffusers", "text_encoder": ...).

@@ -9,8 +9,8 @@
 #include "adapter_metadata.hpp"
 #include "wan/weight_names.hpp"
 #include "wanfw/error.hpp"
-#include "wanfw/safetensors.hpp"
-#include "wanfw/tensor_check.hpp"
+#include "wanfw/io/safetensors.hpp"
+#include "wanfw/io/tensor_check.hpp"
 
 namespace fs = std::filesystem;
 

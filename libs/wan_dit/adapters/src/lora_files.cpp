@@ -9,7 +9,7 @@
 
 #include "wanfw/error.hpp"
 #include "wanfw/log.hpp"
-#include "wanfw/safetensors.hpp"
+#include "wanfw/io/safetensors.hpp"
 
 namespace fs = std::filesystem;
 

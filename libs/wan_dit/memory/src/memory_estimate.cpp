@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 
 #include "wan/fp8_weight.hpp"
-#include "wanfw/unit_runtime.hpp"
+#include "wanfw/parallel/unit_runtime.hpp"
 
 namespace wan {
 

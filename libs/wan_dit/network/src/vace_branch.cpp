@@ -6,7 +6,7 @@
 
 #include "wan/wan_dit.hpp"
 #include "wanfw/error.hpp"
-#include "wanfw/units.hpp"
+#include "wanfw/parallel/units.hpp"
 
 namespace wan {
 

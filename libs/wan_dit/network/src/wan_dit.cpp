@@ -5,7 +5,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
-#include "wanfw/distributed.hpp"
+#include "wanfw/parallel/distributed.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/log.hpp"
 

@@ -4,7 +4,7 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
-#include "wanfw/bounded_input.hpp"
+#include "wanfw/io/bounded_input.hpp"
 #include "wanfw/error.hpp"
 
 namespace wan {

@@ -9,10 +9,10 @@
 
 #include "wan/fp8_files.hpp"
 #include "wanfw/error.hpp"
-#include "wanfw/file_io.hpp"
+#include "wanfw/io/file_io.hpp"
 #include "wanfw/log.hpp"
-#include "wanfw/safetensors.hpp"
-#include "wanfw/tensor_check.hpp"
+#include "wanfw/io/safetensors.hpp"
+#include "wanfw/io/tensor_check.hpp"
 
 namespace fs = std::filesystem;
 

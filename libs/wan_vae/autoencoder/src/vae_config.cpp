@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "wanfw/bounded_input.hpp"
+#include "wanfw/io/bounded_input.hpp"
 #include "wanfw/error.hpp"
 
 namespace wan {

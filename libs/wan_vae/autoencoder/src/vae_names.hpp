@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "wan/vae/vae_config.hpp"
-#include "wanfw/safetensors.hpp"
+#include "wanfw/io/safetensors.hpp"
 
 namespace wan {
 

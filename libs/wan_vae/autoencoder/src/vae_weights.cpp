@@ -16,8 +16,8 @@
 #include "wan/vae/wan_vae.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/log.hpp"
-#include "wanfw/safetensors.hpp"
-#include "wanfw/tensor_check.hpp"
+#include "wanfw/io/safetensors.hpp"
+#include "wanfw/io/tensor_check.hpp"
 
 namespace fs = std::filesystem;
 

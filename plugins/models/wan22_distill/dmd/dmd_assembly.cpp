@@ -5,7 +5,7 @@
 
 #include "dmd/dmd_model.hpp"
 #include "dmd/dmd_summary.hpp"
-#include "student_init.hpp"
+#include "networks/student_init.hpp"
 #include "wan/lora.hpp"
 #include "wan/memory_options.hpp"
 #include "wanfw/log.hpp"

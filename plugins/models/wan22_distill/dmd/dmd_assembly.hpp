@@ -6,7 +6,7 @@
 #include "distill_settings.hpp"
 #include "dmd/dmd_model.hpp"
 #include "dmd/dmd_settings.hpp"
-#include "frozen_teacher.hpp"
+#include "networks/frozen_teacher.hpp"
 #include "wan/wan_denoiser.hpp"
 #include "wanfw/model.hpp"
 #include "wanfw/options.hpp"

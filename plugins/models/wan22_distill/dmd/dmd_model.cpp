@@ -6,7 +6,7 @@
 #include <torch/torch.h>
 
 #include "distill_inputs.hpp"
-#include "replicas.hpp"
+#include "networks/replicas.hpp"
 #include "wan/dit_export.hpp"
 #include "wan/lora.hpp"
 #include "wanfw/error.hpp"

@@ -26,7 +26,7 @@
 
 #include "distill_settings.hpp"
 #include "dmd/dmd_settings.hpp"
-#include "frozen_teacher.hpp"
+#include "networks/frozen_teacher.hpp"
 
 namespace wan_distill {
 

@@ -27,7 +27,7 @@ int expert_index(std::string_view name);
 
 /// Both experts, registered under the official folder names so that checkpoint keys say which
 /// expert a tensor belongs to ("high_noise_model.blocks.0..."). With `held` 0 or 1 (the experts on
-/// rank groups: wanfw/network_groups.hpp), only that expert is built (the other stays null), under
+/// rank groups: wanfw/parallel/network_groups.hpp), only that expert is built (the other stays null), under
 /// the same names.
 class WanExpertPairImpl : public torch::nn::Cloneable<WanExpertPairImpl> {
  public:

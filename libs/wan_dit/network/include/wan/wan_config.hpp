@@ -11,7 +11,7 @@ namespace wan {
 
 /// Where a parameter sits in the DiT: outside the blocks (embeddings, time projection, head), in a
 /// main block, in a VACE block, or in the VACE branch's patch embedding. Blocks are units
-/// (wanfw/units.hpp): what fsdp gathers and block swap streams.
+/// (wanfw/parallel/units.hpp): what fsdp gathers and block swap streams.
 enum class ParameterPlace { Rest, Block, VaceBlock, VaceEmbedding };
 
 /// One parameter as the network builds it, worked out without allocating.

@@ -20,8 +20,8 @@
 
 #include "wan/wan_config.hpp"
 #include "wan/wan_linear.hpp"
-#include "wanfw/sequence_parallel.hpp"
-#include "wanfw/units.hpp"
+#include "wanfw/parallel/sequence_parallel.hpp"
+#include "wanfw/parallel/units.hpp"
 
 namespace wan {
 
@@ -208,7 +208,7 @@ class WanDiTImpl : public torch::nn::Cloneable<WanDiTImpl> {
   /// self-attention over every token at once (checkpointed_block); 1: whole.
   void set_recompute_chunks(std::int64_t chunks) { recompute_chunks_ = chunks; }
   std::int64_t recompute_chunks() const { return recompute_chunks_; }
-  /// Each block is a unit (wanfw/units.hpp: fsdp gathers it, block swap streams it), its forward run
+  /// Each block is a unit (wanfw/parallel/units.hpp: fsdp gathers it, block swap streams it), its forward run
   /// through `runner` as unit `first_unit` + its index, the VACE blocks after the main ones (unit
   /// first_unit + num_layers + n); null runs the blocks directly.
   void set_unit_runner(wanfw::UnitRunner* runner, std::size_t first_unit) {
@@ -220,7 +220,7 @@ class WanDiTImpl : public torch::nn::Cloneable<WanDiTImpl> {
   std::vector<wanfw::Unit> units(const std::string& prefix);
   /// The blocks the DiT runs as units: num_layers + the VACE blocks.
   std::size_t unit_count() const { return blocks->size() + (vace_blocks ? vace_blocks->size() : 0); }
-  /// Sequence parallelism (wanfw/sequence_parallel.hpp): each sample's tokens split over `group`
+  /// Sequence parallelism (wanfw/parallel/sequence_parallel.hpp): each sample's tokens split over `group`
   /// after the patch embedding, the blocks and head run on this rank's share, self-attention over
   /// every token through two all-to-alls (the padding masked), the outputs gathered before
   /// unpatchifying. Null: whole sequences. Throws wanfw::Error when the heads do not divide

@@ -16,7 +16,7 @@
 #include <string>
 
 #include "wan/fp8_weight.hpp"
-#include "wanfw/safetensors.hpp"
+#include "wanfw/io/safetensors.hpp"
 
 namespace wan {
 

@@ -63,7 +63,7 @@ WanVae load_vae(const std::filesystem::path& path, at::ScalarType dtype, const c
 /// model.
 VaeConfig inspect_vae(const std::filesystem::path& path);
 
-/// inspect_vae, and every tensor of the VAE's file through the tensor gate (wanfw/tensor_check.hpp):
+/// inspect_vae, and every tensor of the VAE's file through the tensor gate (wanfw/io/tensor_check.hpp):
 /// a real floating-point dtype, and with `values` finite values (one read of the file's bytes,
 /// its pages dropped after). Throws FileError naming the file, the tensor and its first bad element.
 VaeConfig check_vae_weights(const std::filesystem::path& path, bool values);
