@@ -33,7 +33,7 @@ endfunction()
 # find it through their $ORIGIN/../.. RPATH, the command line through $ORIGIN/../lib. It builds
 # on the SDK alone, like a plugin. A library of one concern lists its SOURCES (in src/; INCLUDE_DIR,
 # default include/, is its public header folder); a library of several is the objects of its
-# FOLDERS (wanfw_lib_folder), whose include/ folders are all public.
+# FOLDERS (wanfw_lib_folder, wanfw_library_from_folders), whose include/ folders are all public.
 function(wanfw_add_shared_library name)
   cmake_parse_arguments(ARG "" "INCLUDE_DIR" "SOURCES;FOLDERS;LINK" ${ARGN})
   if(NOT ARG_INCLUDE_DIR)
@@ -42,8 +42,10 @@ function(wanfw_add_shared_library name)
   add_library(${name} SHARED ${ARG_SOURCES})
   if(ARG_FOLDERS)
     get_filename_component(_library ${CMAKE_CURRENT_SOURCE_DIR} NAME)
+    set(_folder_targets ${ARG_FOLDERS})
+    list(TRANSFORM _folder_targets PREPEND wanfw_${_library}_)
+    wanfw_library_from_folders(${name} ${_folder_targets})
     foreach(_folder IN LISTS ARG_FOLDERS)
-      target_sources(${name} PRIVATE $<TARGET_OBJECTS:wanfw_${_library}_${_folder}>)
       target_link_libraries(wanfw_${_library}_${_folder} PRIVATE ${ARG_LINK})
       if(IS_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/${_folder}/include)
         target_include_directories(${name} PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/${_folder}/include)
