@@ -139,6 +139,16 @@ function(wanfw_use_c10d)
     SKIP_PRECOMPILE_HEADERS ON)
 endfunction()
 
+# Compiles every source of TARGET with the c10d backends' headers and definitions.
+function(wanfw_c10d_target target)
+  foreach(_dir ${WANFW_C10D_INCLUDE_DIRS})
+    if(NOT _dir STREQUAL "/usr/include")
+      target_include_directories(${target} SYSTEM PRIVATE ${_dir})
+    endif()
+  endforeach()
+  target_compile_definitions(${target} PRIVATE ${WANFW_C10D_DEFINITIONS})
+endfunction()
+
 find_package(Boost 1.74 REQUIRED COMPONENTS filesystem)
 find_package(yaml-cpp REQUIRED)
 find_package(spdlog REQUIRED)

@@ -22,7 +22,6 @@ struct WeightBytes {
   double block = 0, rest = 0;              ///< bytes (a block's Linear weights in fp8 with scales, when asked)
   double block_values = 0, rest_values = 0;  ///< parameters
   std::vector<double> vace_blocks;          ///< bytes of each VACE block (its projections included)
-  double vace_values = 0;                   ///< parameters of the branch (its blocks and patch embedding)
   double vace_embedding = 0;                ///< bytes of the context's patch embedding
 };
 
@@ -40,11 +39,9 @@ WeightBytes weight_bytes(const WanConfig& c, double value_bytes, const BaseStora
         out.block += bytes;
         break;
       case ParameterPlace::VaceBlock:
-        out.vace_values += numel;
         out.vace_blocks.at(static_cast<std::size_t>(p.block)) += bytes;
         break;
       case ParameterPlace::VaceEmbedding:
-        out.vace_values += numel;
         out.vace_embedding += bytes;
         break;
       case ParameterPlace::Rest:
@@ -175,7 +172,7 @@ class Estimator {
       const TrainedBytes per = trained_parameter_bytes(value_, layout_.master_weights);
       device(fmt::format("the VACE branch's training state (weights, gradients, AdamW moments: {:g} bytes a "
                          "parameter){}", per.bytes, a_gpu_),
-             run_.models * w_.vace_values * per.bytes * share_);
+             run_.models * static_cast<double>(c_.vace_parameter_count()) * per.bytes * share_);
     }
     // The units in the order the model declares them: each DiT's blocks and VACE blocks, then a
     // critic's; block swap streams the ones wanfw::streamed_units names, as the runtime does (a
