@@ -60,7 +60,9 @@ endfunction()
 # compiles units with their commands (each folder's include path alone), and with
 # -DWANFW_UNITY_BUILD=OFF the library is their objects, every unit compiled against its folder's
 # include path, the graph enforced by the compiler. Runs at the end of the calling directory, after
-# every source and definition its folders get.
+# every source and definition its folders get. (Units that never touch LibTorch join the batches:
+# batched apart without the precompiled header, core's 16 took 40 s, more than they add to the
+# batches.)
 set(WANFW_LIBRARY_BATCH 48 CACHE STRING "Sources a unity batch of a library built from folders holds")
 function(wanfw_library_from_folders library)
   # The arguments as they are now: a deferred call expands variables when it runs.
@@ -73,22 +75,14 @@ function(_wanfw_library_from_folders library)
       continue()
     endif()
     get_target_property(_sources ${_folder} SOURCES)
-    foreach(_source IN LISTS _sources)
-      get_source_file_property(_plain ${_source} SKIP_PRECOMPILE_HEADERS)
-      if(_plain)
-        list(APPEND _plain_sources ${_source})
-      else()
-        target_sources(${library} PRIVATE ${_source})
-      endif()
-    endforeach()
+    target_sources(${library} PRIVATE ${_sources})
     get_target_property(_includes ${_folder} WANFW_FOLDER_INCLUDES)
     target_include_directories(${library} PRIVATE ${_includes})
-    list(APPEND _all_includes ${_includes})
     target_compile_definitions(${library} PRIVATE $<TARGET_PROPERTY:${_folder},COMPILE_DEFINITIONS>)
     set_target_properties(${_folder} PROPERTIES EXCLUDE_FROM_ALL ON)
   endforeach()
   if(WANFW_UNITY_BUILD)
-    # As few batches as WANFW_LIBRARY_BATCH allows, of even sizes (75 sources: two of 38).
+    # As few batches as WANFW_LIBRARY_BATCH allows, of even sizes (core, 91 sources: two of 46).
     get_target_property(_all ${library} SOURCES)
     list(FILTER _all INCLUDE REGEX "\\.cpp$")
     list(LENGTH _all _count)
@@ -99,16 +93,5 @@ function(_wanfw_library_from_folders library)
     math(EXPR _size "(${_count} + ${_batches} - 1) / ${_batches}")
     set_target_properties(${library} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE ${_size})
     wanfw_use_pch(${library})
-  endif()
-  if(_plain_sources)
-    # The units that never touch LibTorch, batched apart without the precompiled header: they
-    # compile while it is still being built.
-    add_library(${library}_plain OBJECT ${_plain_sources})
-    get_target_property(_links ${library} LINK_LIBRARIES)
-    target_link_libraries(${library}_plain PRIVATE ${_links})
-    target_include_directories(${library}_plain PRIVATE ${_all_includes})
-    target_compile_definitions(${library}_plain PRIVATE $<TARGET_PROPERTY:${library},COMPILE_DEFINITIONS>)
-    set_target_properties(${library}_plain PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE ${WANFW_LIBRARY_BATCH})
-    target_sources(${library} PRIVATE $<TARGET_OBJECTS:${library}_plain>)
   endif()
 endfunction()
