@@ -3,7 +3,8 @@ include_guard(GLOBAL)
 # see their own folder's headers, the SDK (core/include), the third-party headers, and the
 # headers of exactly the folders it declares it USES: including any other folder's header fails
 # to compile ("train/trainer.hpp: No such file or directory"). libwanfw_core is the objects of
-# every folder.
+# every folder; in a unity build, their sources compiled in batches across folders
+# (wanfw_library_from_folders, below), the graph checked before by source_layout.py --graph.
 #
 # A folder's headers are reached through an include root of its own in the build tree
 # (<build>/core/folders/<name>/<name> links to core/src/<name>), so that `#include "data/data_loader.hpp"`
@@ -75,7 +76,12 @@ function(_wanfw_library_from_folders library)
       continue()
     endif()
     get_target_property(_sources ${_folder} SOURCES)
-    target_sources(${library} PRIVATE ${_sources})
+    foreach(_source IN LISTS _sources)
+      get_source_file_property(_own ${_source} WANFW_OWN_BATCH)  # a batch of its own (core's c10d units)
+      if(NOT _own)
+        target_sources(${library} PRIVATE ${_source})
+      endif()
+    endforeach()
     get_target_property(_includes ${_folder} WANFW_FOLDER_INCLUDES)
     target_include_directories(${library} PRIVATE ${_includes})
     target_compile_definitions(${library} PRIVATE $<TARGET_PROPERTY:${_folder},COMPILE_DEFINITIONS>)
