@@ -13,6 +13,7 @@
 #include <ATen/ATen.h>
 
 #include "fuzz_memory_file.hpp"
+#include "fuzz_target.hpp"
 #include "wan/adapter_reader.hpp"
 #include "wan/weight_names.hpp"
 #include "wanfw/error.hpp"
@@ -33,7 +34,7 @@ bool finite(const at::Tensor& t) { return t.isfinite().all().item<bool>(); }
 
 }  // namespace
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+WANFW_FUZZ_TARGET(adapter_reader) {
   static MemoryFile file("adapter.safetensors");
   static const wan::WanConfig config = small_model();
   static const auto layers = wan::adaptable_layers(config);

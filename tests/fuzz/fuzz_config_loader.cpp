@@ -8,6 +8,7 @@
 
 #include "config/config.hpp"
 #include "config/core_sections.hpp"
+#include "fuzz_target.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/options.hpp"
 
@@ -50,7 +51,7 @@ void read_plugin_section(wanfw::Config& config, const std::string& path) {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+WANFW_FUZZ_TARGET(config_loader) {
   const std::string_view input(reinterpret_cast<const char*>(data), size);
   std::vector<std::string> parts;
   for (std::size_t start = 0;;) {

@@ -16,6 +16,7 @@
 #include <ATen/ATen.h>
 
 #include "fuzz_folder.hpp"
+#include "fuzz_target.hpp"
 #include "latent_shards/latent_dataset.hpp"
 #include "wanfw/error.hpp"
 
@@ -48,7 +49,7 @@ DatasetFolder::DatasetFolder() : FuzzFolder("wanfw-fuzz-dataset") {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+WANFW_FUZZ_TARGET(dataset_manifest) {
   static const DatasetFolder dataset;
   const fs::path& folder = dataset.path;
   {

@@ -8,10 +8,11 @@
 #include <ATen/ATen.h>
 
 #include "fuzz_memory_file.hpp"
+#include "fuzz_target.hpp"
 #include "media/decode_inputs.hpp"
 #include "wanfw/error.hpp"
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+WANFW_FUZZ_TARGET(decode_latents) {
   static MemoryFile file("latents.safetensors");
   file.write(data, size);
   try {

@@ -11,6 +11,7 @@
 #include <ATen/ATen.h>
 
 #include "fuzz_memory_file.hpp"
+#include "fuzz_target.hpp"
 #include "wan/fp8_files.hpp"
 #include "wanfw/error.hpp"
 
@@ -29,7 +30,7 @@ bool scales_fit(const wan::Fp8Weight& w) {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+WANFW_FUZZ_TARGET(fp8_reader) {
   static MemoryFile file("fp8.safetensors");
   file.write(data, size);
   try {

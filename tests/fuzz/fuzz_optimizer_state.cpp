@@ -14,6 +14,7 @@
 
 #include "checkpoint/state_piece_files.hpp"
 #include "fuzz_folder.hpp"
+#include "fuzz_target.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/parallel/state_pieces.hpp"
 
@@ -40,7 +41,7 @@ void read_state(const wanfw::TensorRowSource& rows, const std::string& name, con
 
 }  // namespace
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+WANFW_FUZZ_TARGET(optimizer_state) {
   static const FuzzFolder folder("wanfw-fuzz-optimizer");
   {
     std::ofstream out(folder.path / "optimizer.safetensors", std::ios::binary | std::ios::trunc);

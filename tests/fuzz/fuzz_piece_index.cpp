@@ -12,6 +12,7 @@
 
 #include "checkpoint/state_piece_files.hpp"
 #include "fuzz_folder.hpp"
+#include "fuzz_target.hpp"
 #include "wanfw/error.hpp"
 
 namespace fs = std::filesystem;
@@ -32,7 +33,7 @@ PieceFolder::PieceFolder() : FuzzFolder("wanfw-fuzz-pieces") {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+WANFW_FUZZ_TARGET(piece_index) {
   static const PieceFolder pieces;
   {
     std::ofstream out(pieces.path / wanfw::piece_index_name("model"), std::ios::binary | std::ios::trunc);

@@ -9,10 +9,11 @@
 #include <ATen/ATen.h>
 
 #include "fuzz_memory_file.hpp"
+#include "fuzz_target.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/io/safetensors.hpp"
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+WANFW_FUZZ_TARGET(safetensors_reader) {
   static MemoryFile file("fuzz.safetensors");
   file.write(data, size);
   try {

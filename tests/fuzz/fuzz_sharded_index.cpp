@@ -12,6 +12,7 @@
 #include <ATen/ATen.h>
 
 #include "fuzz_folder.hpp"
+#include "fuzz_target.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/io/safetensors.hpp"
 
@@ -35,7 +36,7 @@ ShardFolder::ShardFolder() : FuzzFolder("wanfw-fuzz-index") {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+WANFW_FUZZ_TARGET(sharded_index) {
   static const ShardFolder shards;
   const fs::path& folder = shards.path;
   const fs::path index = folder / "model.safetensors.index.json";

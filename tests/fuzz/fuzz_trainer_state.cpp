@@ -8,9 +8,10 @@
 
 #include "checkpoint/trainer_state_file.hpp"
 #include "fuzz_memory_file.hpp"
+#include "fuzz_target.hpp"
 #include "wanfw/error.hpp"
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+WANFW_FUZZ_TARGET(trainer_state) {
   static MemoryFile file("trainer_state.json");
   file.write(data, size);
   wanfw::TrainerState s;

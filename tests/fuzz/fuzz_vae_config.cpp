@@ -7,10 +7,11 @@
 #include <cstdlib>
 
 #include "fuzz_memory_file.hpp"
+#include "fuzz_target.hpp"
 #include "wan/vae/vae_config.hpp"
 #include "wanfw/error.hpp"
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+WANFW_FUZZ_TARGET(vae_config) {
   static MemoryFile file("vae-config.json");
   file.write(data, size);
   wan::VaeConfig c;

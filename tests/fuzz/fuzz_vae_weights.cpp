@@ -13,6 +13,7 @@
 #include <ATen/ATen.h>
 
 #include "fuzz_memory_file.hpp"
+#include "fuzz_target.hpp"
 #include "vae_names.hpp"
 #include "wan/vae/vae_config.hpp"
 #include "wanfw/error.hpp"
@@ -35,7 +36,7 @@ struct TinyVae {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+WANFW_FUZZ_TARGET(vae_weights) {
   static const TinyVae tiny;
   static MemoryFile file("vae.safetensors");
   file.write(data, size);

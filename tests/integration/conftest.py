@@ -40,7 +40,7 @@ def pytest_configure(config):
                    "`vector_unit` fixture), so its tolerances hold on every CPU")
     config.addinivalue_line(
         "markers", "own_entry: a long test (torchrun on many ranks, whole trainings) that is a CTest entry of its "
-                   "own, run beside the others, instead of part of its module's entry (tests/CMakeLists.txt)")
+                   "own, run beside the others, instead of part of its concern's entry (tests/CMakeLists.txt)")
 
 
 def pytest_generate_tests(metafunc):

@@ -2,7 +2,7 @@
 // rank-dependent inputs and writes each rank's inputs and outputs to OUT/rank_<R>.safetensors, for
 // the Python test to check against torch's own arithmetic.
 //
-//   torchrun --no-python --nproc-per-node=3 wanfw_collectives_tool OUT
+//   torchrun --no-python --nproc-per-node=3 wanfw_test_tools collectives OUT
 
 #include <cstdio>
 #include <filesystem>
@@ -10,13 +10,14 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include "tools.hpp"
 #include "wanfw/parallel/distributed.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/io/safetensors.hpp"
 
-int main(int argc, char** argv) {
+int collectives_tool(int argc, char** argv) {
   if (argc != 2) {
-    std::fputs("usage: wanfw_collectives_tool OUT_FOLDER\n", stderr);
+    std::fputs("usage: wanfw_test_tools collectives OUT_FOLDER\n", stderr);
     return 2;
   }
   try {

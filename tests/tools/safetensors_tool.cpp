@@ -1,16 +1,17 @@
 // Test helper: lets the Python tests check that our safetensors files and Python's agree.
-//   wanfw_safetensors_tool copy IN OUT    read every tensor of IN with wanfw's reader, write OUT
-//   wanfw_safetensors_tool write OUT      write one tensor of each dtype with known contents
+//   wanfw_test_tools safetensors copy IN OUT    read every tensor of IN with wanfw's reader, write OUT
+//   wanfw_test_tools safetensors write OUT      write one tensor of each dtype with known contents
 
 #include <cstdio>
 #include <string>
 
 #include <ATen/ATen.h>
 
+#include "tools.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/io/safetensors.hpp"
 
-int main(int argc, char** argv) {
+int safetensors_tool(int argc, char** argv) {
   try {
     const std::string command = argc > 1 ? argv[1] : "";
     if (command == "copy" && argc == 4) {
@@ -30,7 +31,7 @@ int main(int argc, char** argv) {
       wanfw::write_safetensors(argv[2], tensors, {{"written_by", "wanfw"}});
       return 0;
     }
-    std::fprintf(stderr, "usage: %s copy IN OUT | write OUT\n", argv[0]);
+    std::fprintf(stderr, "usage: wanfw_test_tools safetensors copy IN OUT | write OUT\n");
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());

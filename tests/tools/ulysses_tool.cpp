@@ -3,7 +3,7 @@
 // whole sequence: OUT/full.safetensors (q, k, v and the loss weights, every token) and
 // OUT/rank_<R>.safetensors (this rank's output tokens and the gradients of its q, k, v tokens).
 //
-//   torchrun --no-python --nproc-per-node=3 wanfw_ulysses_tool OUT [HEADS]
+//   torchrun --no-python --nproc-per-node=3 wanfw_test_tools ulysses OUT [HEADS]
 
 #include <cstdio>
 #include <filesystem>
@@ -13,14 +13,15 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "tools.hpp"
 #include "wanfw/parallel/distributed.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/io/safetensors.hpp"
 #include "wanfw/parallel/sequence_parallel.hpp"
 
-int main(int argc, char** argv) {
+int ulysses_tool(int argc, char** argv) {
   if (argc != 2 && argc != 3) {
-    std::fputs("usage: wanfw_ulysses_tool OUT_FOLDER [HEADS]\n", stderr);
+    std::fputs("usage: wanfw_test_tools ulysses OUT_FOLDER [HEADS]\n", stderr);
     return 2;
   }
   try {

@@ -1,6 +1,6 @@
 // The Wan VAE (libs/wan_vae) on tensors from a file, for the parity tests against diffusers.
 //
-//   wanfw_vae_tool VAE IN.safetensors OUT.safetensors [bf16]
+//   wanfw_test_tools vae VAE IN.safetensors OUT.safetensors [bf16]
 //
 // IN may hold "latents" (raw, [B, z, T, h, w]: OUT gets "video", decoded), "normalised" (the
 // model's latents: OUT gets "video_from_normalised") and "video" ([B, 3, F, H, W]: OUT gets "mean"
@@ -14,12 +14,13 @@
 #include <torch/torch.h>
 
 #include "wan/vae/wan_vae.hpp"
+#include "tools.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/io/safetensors.hpp"
 
-int main(int argc, char** argv) {
+int vae_tool(int argc, char** argv) {
   if (argc != 4 && argc != 5) {
-    std::fputs("usage: wanfw_vae_tool VAE IN.safetensors OUT.safetensors [bf16]\n", stderr);
+    std::fputs("usage: wanfw_test_tools vae VAE IN.safetensors OUT.safetensors [bf16]\n", stderr);
     return 2;
   }
   try {

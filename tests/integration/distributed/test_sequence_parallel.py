@@ -11,7 +11,7 @@ from harness.launch import torchrun_tool
 
 
 def run_group(tmp_path, world, *args):
-    return torchrun_tool("wanfw_ulysses_tool", world, tmp_path, *args)
+    return torchrun_tool("ulysses", world, tmp_path, *args)
 
 
 @pytest.mark.every_vector_unit

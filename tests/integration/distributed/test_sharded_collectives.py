@@ -9,7 +9,7 @@ from harness.launch import torchrun_tool
 
 
 def run_ranks(tmp_path, world):
-    result = torchrun_tool("wanfw_collectives_tool", world, tmp_path)
+    result = torchrun_tool("collectives", world, tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     return [load_file(tmp_path / f"rank_{r}.safetensors") for r in range(world)]
 

@@ -12,6 +12,7 @@ from harness.runs import BUILD, WANFW
 
 
 TORCHRUN = Path(sys.executable).parent / "torchrun"
+TEST_TOOLS = BUILD / "bin" / "wanfw_test_tools"  # tests/tools: wanfw_test_tools TOOL ARGS...
 # The venv's torchrun without its start-up (preloaded.py): the same main(), forked from a
 # server that imported it once. `.run` as subprocess.run, `.start` as subprocess.Popen.
 PRELOADED_TORCHRUN = Program(["torch.distributed.run"], main="torch.distributed.run:main")
@@ -48,8 +49,8 @@ def torchrun(*args, nproc=2, timeout=240, extra=(), env=None) -> subprocess.Comp
 
 
 def torchrun_tool(tool: str, world: int, *args, timeout=120) -> subprocess.CompletedProcess:
-    """build/bin/<tool> on `world` ranks."""
-    return launch(BUILD / "bin" / tool, *args, nproc=world, timeout=timeout)
+    """`wanfw_test_tools TOOL ARGS` (tests/tools) on `world` ranks."""
+    return launch(TEST_TOOLS, tool, *args, nproc=world, timeout=timeout)
 
 
 def launched_ranks(process: subprocess.Popen) -> dict:

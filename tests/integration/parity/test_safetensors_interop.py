@@ -5,15 +5,15 @@ import subprocess
 import torch
 from safetensors.torch import load_file, save_file
 
-from harness.runs import BUILD
+from harness.launch import TEST_TOOLS
 
-TOOL = BUILD / "bin" / "wanfw_safetensors_tool"
+TOOL = [TEST_TOOLS, "safetensors"]
 DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
           torch.bfloat16, torch.float32, torch.float64]
 
 
 def test_python_reads_the_files_wanfw_writes(tmp_path):
-    subprocess.run([TOOL, "write", tmp_path / "ours.safetensors"], check=True)
+    subprocess.run([*TOOL, "write", tmp_path / "ours.safetensors"], check=True)
     tensors = load_file(tmp_path / "ours.safetensors")
     base = torch.arange(24, dtype=torch.float64).reshape(2, 3, 4) * 1.5
     for dtype in DTYPES:
@@ -34,7 +34,7 @@ def test_wanfw_reads_the_files_python_writes(tmp_path):
     original["empty"] = torch.zeros(0, 7)
     original["scalar"] = torch.tensor(3.25)
     save_file(original, tmp_path / "theirs.safetensors", metadata={"source": "python"})
-    subprocess.run([TOOL, "copy", tmp_path / "theirs.safetensors", tmp_path / "copy.safetensors"], check=True)
+    subprocess.run([*TOOL, "copy", tmp_path / "theirs.safetensors", tmp_path / "copy.safetensors"], check=True)
     copied = load_file(tmp_path / "copy.safetensors")
     assert set(copied) == set(original)
     for name, tensor in original.items():

@@ -10,15 +10,16 @@ import torch
 from diffusers import AutoencoderKLWan
 from safetensors.torch import load_file, save_file
 
+from harness.launch import TEST_TOOLS
 from harness.references import VERSIONS, WAN21, reference_vae
-from harness.runs import BUILD, base_config, wanfw, write_config
+from harness.runs import base_config, wanfw, write_config
 
-TOOL = BUILD / "bin" / "wanfw_vae_tool"
+TOOL = [str(TEST_TOOLS), "vae"]
 
 
 def run_tool(tmp_path, vae_folder, inputs, *extra):
     save_file({k: v.contiguous() for k, v in inputs.items()}, tmp_path / "in.safetensors")
-    result = subprocess.run([str(TOOL), str(vae_folder), str(tmp_path / "in.safetensors"),
+    result = subprocess.run([*TOOL, str(vae_folder), str(tmp_path / "in.safetensors"),
                              str(tmp_path / "out.safetensors"), *extra], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
     return load_file(tmp_path / "out.safetensors")
@@ -134,7 +135,7 @@ def test_weights_under_the_official_names_decode_as_under_diffusers_names(tmp_pa
 
 def tool_error(tmp_path, vae):
     save_file({"latents": torch.zeros(1, 16, 1, 2, 2)}, tmp_path / "in.safetensors")
-    result = subprocess.run([str(TOOL), str(vae), str(tmp_path / "in.safetensors"), str(tmp_path / "out.safetensors")],
+    result = subprocess.run([*TOOL, str(vae), str(tmp_path / "in.safetensors"), str(tmp_path / "out.safetensors")],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 1
     return result.stderr

@@ -1,7 +1,8 @@
 // Logger `side_effects` (test plugin): a plugin whose code leaves traces. Its static initialiser
-// and its describe() each create a file in $WANFW_TEST_TRACE_DIR. Built twice: with the host's
-// plugin ABI (loading it must leave both traces) and with another one (the host must refuse it
-// before any of its code runs, so no trace may appear).
+// and its describe() each create a file in $WANFW_TEST_TRACE_DIR. Built with the host's plugin ABI
+// (loading it must leave both traces) and with another one (the host must refuse it before any of
+// its code runs, so no trace may appear); also the tests' plugins built for another ABI and
+// against another LibTorch (tests/plugins/CMakeLists.txt).
 
 #include <cstdlib>
 #include <fstream>

@@ -9,6 +9,7 @@
 
 #include <torch/torch.h>
 
+#include "fp8_scales.hpp"
 #include "temp_dir.hpp"
 #include "tiny_dit.hpp"
 #include "wan/lora.hpp"
@@ -42,11 +43,6 @@ torch::Tensor predict(wan::WanDiTImpl& dit, const Inputs& in) {
   torch::NoGradGuard no_grad;
   dit.eval();
   return dit.forward(in.x, in.t, in.context);
-}
-
-/// Each element's scale, laid out as the weight (values of 1 dequantized).
-torch::Tensor element_scales(const wan::Fp8Weight& w) {
-  return wan::dequantize_fp8({torch::ones_like(w.values), w.scales, w.scaling}, torch::kFloat32);
 }
 
 }  // namespace
@@ -125,7 +121,7 @@ TEST_CASE("predict on an fp8 base stays within the first-order bound of e4m3 rou
   for (auto& [name, layer] : block_linears(*dit)) {
     const wan::Fp8Weight w = rounded.at(name)->fp8_weight();
     const torch::Tensor e = torch::maximum(std::ldexp(1.0, -4) * layer->weight.abs(),
-                                           std::ldexp(1.0, -10) * element_scales(w));
+                                           std::ldexp(1.0, -10) * fp8_element_scales(w));
     bound += (layer->weight.grad().abs() * e).sum().item<double>();
   }
   const double moved = (narrow - wide).abs().sum().item<double>();

@@ -5,24 +5,12 @@
 
 #include <torch/torch.h>
 
+#include "fp8_scales.hpp"
 #include "wan/fp8_weight.hpp"
 // doctest last: c10/util/Logging.h defines a CHECK macro of its own.
 #include <doctest/doctest.h>
 
 namespace {
-
-/// Each element's scale, broadcast to the weight's shape.
-torch::Tensor element_scales(const wan::Fp8Weight& q) {
-  switch (q.scaling) {
-    case wan::Fp8Scaling::Block64:
-      return q.scales.expand({q.values.size(0), q.values.size(1) / 64, 64}).reshape(q.values.sizes());
-    case wan::Fp8Scaling::PerChannel:
-      return q.scales.expand(q.values.sizes());
-    case wan::Fp8Scaling::PerTensor:
-      return q.scales.expand(q.values.sizes());
-  }
-  return {};
-}
 
 /// Weights as trained ones look: small normal values and a few large ones per row.
 torch::Tensor weights(at::IntArrayRef shape, std::uint64_t seed) {
@@ -43,7 +31,7 @@ TEST_CASE("fp8 quantization of real-sized weights stays within e4m3's rounding b
     const wan::Fp8Weight q = wan::quantize_fp8(w);
     const torch::Tensor error = (w - wan::dequantize_fp8(q, torch::kFloat32)).abs();
     const torch::Tensor bound =
-        torch::maximum(w.abs() * std::ldexp(1.0, -4), element_scales(q) * std::ldexp(1.0, -10)) *
+        torch::maximum(w.abs() * std::ldexp(1.0, -4), fp8_element_scales(q) * std::ldexp(1.0, -10)) *
         (1 + std::ldexp(1.0, -21));
     CHECK((error <= bound).all().item<bool>());
     // The bound is reached, not loose: the worst element uses most of it.

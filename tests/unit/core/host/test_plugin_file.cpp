@@ -1,6 +1,7 @@
 #include <fstream>
 #include <vector>
 
+#include "built_plugins.hpp"
 #include "plugin_host/plugin_file.hpp"
 #include "temp_dir.hpp"
 #include "wanfw/error.hpp"
@@ -11,7 +12,6 @@ using namespace wanfw;
 namespace fs = std::filesystem;
 
 namespace {
-const fs::path kLinearRegression = fs::path(WANFW_TEST_PLUGIN_DIR) / "libwanfw_model_linear_regression.so";
 
 std::string record_error(const fs::path& path) {
   try {
@@ -32,7 +32,7 @@ void copy_prefix(const fs::path& from, const fs::path& to, std::size_t bytes) {
 }  // namespace
 
 TEST_CASE("the plugin record is read from the file with the versions the plugin was built with") {
-  const PluginRecord record = read_plugin_record(kLinearRegression);
+  const PluginRecord record = read_plugin_record(built_plugins::linear_regression());
   CHECK(record.abi_version == host_plugin_abi_version());
   CHECK(std::string(record.torch_version) == host_torch_version());
   CHECK(std::string(record.wanfw_version) == version());
@@ -41,17 +41,17 @@ TEST_CASE("the plugin record is read from the file with the versions the plugin 
 
 TEST_CASE("the record of a plugin built for another ABI is read without loading it") {
   const PluginRecord record =
-      read_plugin_record(fs::path(WANFW_BAD_PLUGIN_DIR) / "abi" / "libwanfw_test_abi_mismatch.so");
+      read_plugin_record(built_plugins::bad_plugins() / "abi" / "libwanfw_test_abi_mismatch.so");
   CHECK(record.abi_version == 999);
 }
 
 TEST_CASE("a truncated copy of a real plugin is refused as truncated, at any length") {
   testing::TempDir dir;
-  const auto size = fs::file_size(kLinearRegression);
+  const auto size = fs::file_size(built_plugins::linear_regression());
   for (const std::size_t bytes : {std::size_t{10}, std::size_t{64}, std::size_t{1024}, std::size_t{4096},
                                   static_cast<std::size_t>(size / 2), static_cast<std::size_t>(size - 1)}) {
     const fs::path copy = dir / ("libpartial-" + std::to_string(bytes) + ".so");
-    copy_prefix(kLinearRegression, copy, bytes);
+    copy_prefix(built_plugins::linear_regression(), copy, bytes);
     const std::string message = record_error(copy);
     CAPTURE(bytes);
     CHECK(message.find(copy.filename().string()) != std::string::npos);
@@ -61,6 +61,6 @@ TEST_CASE("a truncated copy of a real plugin is refused as truncated, at any len
 
 TEST_CASE("a library without the record is not a wanfw plugin") {
   const std::string message =
-      record_error(fs::path(WANFW_BAD_PLUGIN_DIR) / "not-a-plugin" / "libwanfw_test_not_a_plugin.so");
+      record_error(built_plugins::bad_plugins() / "not-a-plugin" / "libwanfw_test_not_a_plugin.so");
   CHECK(message.find("not a wanfw plugin") != std::string::npos);
 }

@@ -1,3 +1,4 @@
+#include "built_plugins.hpp"
 #include "config/config.hpp"
 #include "plugin_host/plugin_host.hpp"
 #include "temp_dir.hpp"
@@ -8,9 +9,8 @@ using namespace wanfw;
 namespace fs = std::filesystem;
 
 namespace {
-const fs::path kTestPlugins = WANFW_TEST_PLUGIN_DIR;
-const fs::path kBadPlugins = WANFW_BAD_PLUGIN_DIR;
-const fs::path kLinearRegression = kTestPlugins / "libwanfw_model_linear_regression.so";
+const fs::path kTestPlugins = built_plugins::test_plugins();
+const fs::path kBadPlugins = built_plugins::bad_plugins();
 
 std::string plugin_error(const fs::path& path) {
   try {
@@ -23,7 +23,7 @@ std::string plugin_error(const fs::path& path) {
 }  // namespace
 
 TEST_CASE("a plugin library loads and describes itself") {
-  const PluginInfo info = PluginHost::load_library(kLinearRegression);
+  const PluginInfo info = PluginHost::load_library(built_plugins::linear_regression());
   CHECK(info.descriptor->kind == PluginKind::Model);
   CHECK(info.descriptor->name == "linear_regression");
   CHECK_FALSE(info.descriptor->options.empty());
@@ -65,8 +65,8 @@ TEST_CASE("refused libraries are listed with their reasons, and scanning goes on
 
 TEST_CASE("two plugins of one name in one folder are an error naming both files") {
   testing::TempDir dir;
-  fs::copy_file(kLinearRegression, dir / "liba.so");
-  fs::copy_file(kLinearRegression, dir / "libb.so");
+  fs::copy_file(built_plugins::linear_regression(), dir / "liba.so");
+  fs::copy_file(built_plugins::linear_regression(), dir / "libb.so");
   const PluginHost host({dir.path()});
   try {
     host.find(PluginKind::Model, "linear_regression", {"exp.yaml", 3, 9});
@@ -81,7 +81,7 @@ TEST_CASE("two plugins of one name in one folder are an error naming both files"
 
 TEST_CASE("a plugin earlier in the search path shadows one of the same name later") {
   testing::TempDir first;
-  fs::copy_file(kLinearRegression, first / "libmine.so");
+  fs::copy_file(built_plugins::linear_regression(), first / "libmine.so");
   const PluginHost host({first.path(), kTestPlugins});
   CHECK(host.find(PluginKind::Model, "linear_regression", {}).path == first / "libmine.so");
   REQUIRE(host.skipped().size() == 1);
@@ -121,7 +121,7 @@ TEST_CASE("a plugin object is built from its config section with defaults applie
 }
 
 TEST_CASE("a strategy builds the strategy of its subsection through the context") {
-  const PluginHost host({kTestPlugins, fs::path(WANFW_TEST_PLUGIN_DIR).parent_path() / "plugins"});
+  const PluginHost host({kTestPlugins, built_plugins::plugins()});
   Config config = Config::parse("strategy:\n  name: grad_accum\n  steps: 3\n  inner: {name: single, device: cpu}\n",
                                 "exp.yaml");
   const auto strategy = host.make_strategy(config, "strategy", {});
@@ -130,7 +130,7 @@ TEST_CASE("a strategy builds the strategy of its subsection through the context"
 }
 
 TEST_CASE("a missing subsection is a config error naming its path") {
-  const PluginHost host({fs::path(WANFW_TEST_PLUGIN_DIR).parent_path() / "plugins"});
+  const PluginHost host({built_plugins::plugins()});
   Config config = Config::parse("strategy:\n  name: grad_accum\n", "exp.yaml");
   try {
     host.make_strategy(config, "strategy", {});
