@@ -21,13 +21,28 @@ set(WANFW_DATASET_SOURCES
   ${_shards_src}/dataset_writer.cpp
   ${_shards_src}/file_checksum.cpp
   ${_shards_src}/latent_shard_dataset.cpp)
-# The format's name, version and manifest file: libs/latent_shards/dataset_format.json (which
-# tools/dataset_folder.py reads too), as a header generated in the build tree from dataset_format.hpp.in.
+# The format's name, version, manifest file and the keys of the manifest's objects:
+# libs/latent_shards/dataset_format.json (which tools/dataset_folder.py reads too), as a header
+# generated in the build tree from dataset_format.hpp.in.
 set(_format_json ${_shards_src}/../dataset_format.json)
 file(READ ${_format_json} _format)
 string(JSON WANFW_DATASET_FORMAT_NAME GET "${_format}" format)
 string(JSON WANFW_DATASET_FORMAT_VERSION GET "${_format}" version)
 string(JSON WANFW_DATASET_MANIFEST_FILE GET "${_format}" manifest)
+set(WANFW_DATASET_KEYS "")  # namespace <kind>_keys { inline constexpr const char* <key> = "<key>"; ... }
+string(JSON _kinds LENGTH "${_format}" keys)
+math(EXPR _last_kind "${_kinds} - 1")
+foreach(_k RANGE ${_last_kind})
+  string(JSON _kind MEMBER "${_format}" keys ${_k})
+  string(APPEND WANFW_DATASET_KEYS "namespace ${_kind}_keys {\n")
+  string(JSON _count LENGTH "${_format}" keys ${_kind})
+  math(EXPR _last "${_count} - 1")
+  foreach(_i RANGE ${_last})
+    string(JSON _key GET "${_format}" keys ${_kind} ${_i})
+    string(APPEND WANFW_DATASET_KEYS "inline constexpr const char* ${_key} = \"${_key}\";\n")
+  endforeach()
+  string(APPEND WANFW_DATASET_KEYS "}  // namespace ${_kind}_keys\n")
+endforeach()
 set(WANFW_DATASET_GENERATED_DIR ${CMAKE_BINARY_DIR}/generated/latent_shards_format)
 configure_file(${_shards_src}/../dataset_format.hpp.in ${WANFW_DATASET_GENERATED_DIR}/latent_shards/dataset_format.hpp
                @ONLY)

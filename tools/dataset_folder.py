@@ -6,9 +6,25 @@ import sys
 import zlib
 from pathlib import Path
 
-# The format's name, version and manifest file, written once for C++ (a generated header) and here.
+# The format's name, version, manifest file and the keys of the manifest's objects, written once
+# for C++ (a generated header) and here: every object this module puts in a manifest is checked
+# against them, so that this writer and the C++ reader cannot name a key differently.
 _FORMAT = json.loads((Path(__file__).resolve().parents[1] / "libs" / "latent_shards" / "dataset_format.json").read_text())
 FORMAT, VERSION, MANIFEST = _FORMAT["format"], _FORMAT["version"], _FORMAT["manifest"]
+KEYS = {kind: frozenset(keys) for kind, keys in _FORMAT["keys"].items()}
+
+
+def checked(kind: str, entry: dict) -> dict:
+    """`entry`, a manifest object of `kind` (manifest, shard, sample, tensor), once each of its keys
+    is one dataset_format.json lists for that kind (a sample's fields are checked as tensors)."""
+    unknown = set(entry) - KEYS[kind]
+    if unknown:
+        raise ValueError(f"a {kind} of the manifest has keys {sorted(unknown)} that dataset_format.json does not list "
+                         f"(a {kind}'s keys: {sorted(KEYS[kind])})")
+    if kind == "sample":
+        for field in entry.get("fields", {}).values():
+            checked("tensor", field)
+    return entry
 
 
 def log(message):
@@ -21,8 +37,9 @@ class Folder:
     def __init__(self, out: Path, prefix: str, shard_bytes: int, encoders: dict, fingerprint: str, manifest_name: str):
         self.out, self.prefix, self.shard_bytes, self.manifest_name = out, prefix, shard_bytes, manifest_name
         (out / "shards").mkdir(parents=True, exist_ok=True)
-        self.manifest = {"format": FORMAT, "version": VERSION, "encoders": encoders, "encoding_fingerprint": fingerprint,
-                         "empty_caption": {}, "shards": [], "samples": []}
+        self.manifest = checked("manifest", {"format": FORMAT, "version": VERSION, "encoders": encoders,
+                                             "encoding_fingerprint": fingerprint, "empty_caption": {}, "shards": [],
+                                             "samples": []})
         existing = {p.name for p in (out / "shards").glob(f"{prefix}*.safetensors")}
         self.next_shard = len(existing)
         while f"{prefix}{self.next_shard:05d}.safetensors" in existing:
@@ -36,10 +53,10 @@ class Folder:
             self.next_shard += 1
         self.pending[name] = tensor.contiguous()
         self.pending_bytes += tensor.numel() * tensor.element_size()
-        return {"shard": self.shard, "tensor": name, "shape": list(tensor.shape)}
+        return checked("tensor", {"shard": self.shard, "tensor": name, "shape": list(tensor.shape)})
 
     def add(self, sample):
-        self.manifest["samples"].append(sample)
+        self.manifest["samples"].append(checked("sample", sample))
         if self.pending_bytes >= self.shard_bytes:
             self.flush()
 
@@ -53,7 +70,8 @@ class Folder:
                 os.fsync(f.fileno())
             os.replace(temporary, path)
             data = path.read_bytes()
-            self.manifest["shards"].append({"file": self.shard, "bytes": len(data), "crc32": f"{zlib.crc32(data):08x}"})
+            self.manifest["shards"].append(checked("shard", {"file": self.shard, "bytes": len(data),
+                                                            "crc32": f"{zlib.crc32(data):08x}"}))
             self.pending, self.pending_bytes, self.metadata, self.shard = {}, 0, {}, None
         self.write_manifest()
 

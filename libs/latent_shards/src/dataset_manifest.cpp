@@ -17,6 +17,11 @@ namespace wanfw {
 
 namespace {
 
+// The manifest's keys, as dataset_format.json names them.
+namespace manifest_keys = dataset_format::manifest_keys;
+namespace shard_keys = dataset_format::shard_keys;
+namespace sample_keys = dataset_format::sample_keys;
+namespace tensor_keys = dataset_format::tensor_keys;
 constexpr const char* kFormat = dataset_format::kName;
 constexpr std::uintmax_t kMaxManifestBytes = 1'000'000'000;  // ~3M samples
 constexpr int kMaxDepth = 8;  // root, samples, a sample, fields, a field, its shape: 6
@@ -48,10 +53,10 @@ class ManifestReader {
   ManifestTensor tensor(const json& value, const std::string& where, const std::set<std::string>& shards) const {
     if (!value.is_object()) fail(where, fmt::format("is {}, not an object", describe_json(value)));
     ManifestTensor t;
-    t.shard = string(value, where, "shard");
-    if (!shards.count(t.shard)) fail(where, fmt::format("names shard '{}', which 'shards' does not list", shortened(t.shard)));
-    t.tensor = string(value, where, "tensor");
-    const json& shape = member(value, where, "shape", json::value_t::array);
+    t.shard = string(value, where, tensor_keys::shard);
+    if (!shards.count(t.shard)) fail(where, fmt::format("names shard '{}', which '{}' does not list", shortened(t.shard), manifest_keys::shards));
+    t.tensor = string(value, where, tensor_keys::tensor);
+    const json& shape = member(value, where, tensor_keys::shape, json::value_t::array);
     if (shape.size() > 8) fail(where, fmt::format("a shape of {} dimensions (at most 8)", shape.size()));
     for (const auto& size : shape) {
       if (!size.is_number_unsigned() && !(size.is_number_integer() && size.get<std::int64_t>() >= 0))
@@ -95,68 +100,73 @@ DatasetManifest DatasetManifest::read(const fs::path& folder) {
                                              [&](const std::string& problem) { r.fail("", problem); });
   const json root = parse_bounded_json(text, kMaxDepth, [&](const std::string& problem) { r.fail("", problem); });
   if (!root.is_object()) r.fail("", "is not a JSON object");
-  if (r.string(root, "", "format") != kFormat)
-    r.fail("", fmt::format("'format' is '{}', not '{}'", shortened(root["format"].get<std::string>()), kFormat));
+  if (r.string(root, "", manifest_keys::format) != kFormat)
+    r.fail("", fmt::format("'{}' is '{}', not '{}'", manifest_keys::format,
+                           shortened(root[manifest_keys::format].get<std::string>()), kFormat));
   DatasetManifest m;
-  const json& version = r.member(root, "", "version", json::value_t::number_unsigned);
+  const json& version = r.member(root, "", manifest_keys::version, json::value_t::number_unsigned);
   if (version.get<std::uint64_t>() != kVersion)
     r.fail("", fmt::format("is version {}; this wanfw reads version {}", describe_json(version), kVersion));
-  if (root.contains("encoders")) {
-    const json& encoders = r.member(root, "", "encoders", json::value_t::object);
+  if (root.contains(manifest_keys::encoders)) {
+    const json& encoders = r.member(root, "", manifest_keys::encoders, json::value_t::object);
     for (const auto& [key, value] : encoders.items())
       m.encoders[key] = value.is_string() ? value.get<std::string>() : describe_json(value);
   }
-  if (root.contains("encoding_fingerprint")) m.encoding_fingerprint = r.string(root, "", "encoding_fingerprint");
+  if (root.contains(manifest_keys::encoding_fingerprint))
+    m.encoding_fingerprint = r.string(root, "", manifest_keys::encoding_fingerprint);
 
   std::set<std::string> shard_files;
-  const json& shards = r.member(root, "", "shards", json::value_t::array);
+  const json& shards = r.member(root, "", manifest_keys::shards, json::value_t::array);
   for (std::size_t i = 0; i < shards.size(); ++i) {
-    const std::string where = fmt::format("shards[{}]", i);
+    const std::string where = fmt::format("{}[{}]", manifest_keys::shards, i);
     if (!shards[i].is_object()) r.fail(where, "is not an object");
     ManifestShard shard;
-    shard.file = r.string(shards[i], where, "file");
+    shard.file = r.string(shards[i], where, shard_keys::file);
     confined_path(folder, shard.file, "the data set's folder",
                   [&](const std::string& why) { r.fail(where, fmt::format("'{}' is {}", shortened(shard.file), why)); });
     if (!shard_files.insert(shard.file).second) r.fail(where, fmt::format("'{}' is listed twice", shortened(shard.file)));
-    shard.bytes = r.member(shards[i], where, "bytes", json::value_t::number_unsigned).get<std::uint64_t>();
-    const std::string crc = r.string(shards[i], where, "crc32");
+    shard.bytes = r.member(shards[i], where, shard_keys::bytes, json::value_t::number_unsigned).get<std::uint64_t>();
+    const std::string crc = r.string(shards[i], where, shard_keys::crc32);
     std::size_t used = 0;
     try {
       const unsigned long value = std::stoul(crc, &used, 16);
       if (used != crc.size() || crc.size() > 8) throw std::invalid_argument(crc);
       shard.crc32 = static_cast<std::uint32_t>(value);
     } catch (const std::exception&) {
-      r.fail(where, fmt::format("crc32 '{}' is not 8 hex digits", shortened(crc)));
+      r.fail(where, fmt::format("{} '{}' is not 8 hex digits", shard_keys::crc32, shortened(crc)));
     }
     m.shards.push_back(std::move(shard));
   }
-  if (root.contains("empty_caption"))
-    m.empty_caption = r.tensors(root["empty_caption"], "empty_caption", shard_files);
+  if (root.contains(manifest_keys::empty_caption))
+    m.empty_caption = r.tensors(root[manifest_keys::empty_caption], manifest_keys::empty_caption, shard_files);
 
   std::set<std::string> ids;
-  const json& samples = r.member(root, "", "samples", json::value_t::array);
+  const json& samples = r.member(root, "", manifest_keys::samples, json::value_t::array);
   m.samples.reserve(samples.size());
   for (std::size_t i = 0; i < samples.size(); ++i) {
-    const std::string where = fmt::format("samples[{}]", i);
+    const std::string where = fmt::format("{}[{}]", manifest_keys::samples, i);
     const json& entry = samples[i];
     if (!entry.is_object()) r.fail(where, "is not an object");
     ManifestSample s;
-    s.id = r.string(entry, where, "id");
+    s.id = r.string(entry, where, sample_keys::id);
     if (s.id.empty()) r.fail(where, "the id is empty");
     if (!ids.insert(s.id).second) r.fail(where, fmt::format("id '{}' appears twice", shortened(s.id)));
     try {
-      s.bucket = Bucket::parse(r.string(entry, where, "bucket"));
+      s.bucket = Bucket::parse(r.string(entry, where, sample_keys::bucket));
     } catch (const Error& e) {
       r.fail(where, e.what());
     }
-    if (entry.contains("caption_hash")) s.caption_hash = r.string(entry, where, "caption_hash");
-    if (entry.contains("source_fingerprint")) s.source_fingerprint = r.string(entry, where, "source_fingerprint");
-    s.fields = r.tensors(r.member(entry, where, "fields", json::value_t::object), where + ".fields", shard_files);
-    if (entry.contains("reference_frames")) {
-      const auto frames = r.member(entry, where, "reference_frames", json::value_t::number_unsigned).get<std::uint64_t>();
+    if (entry.contains(sample_keys::caption_hash)) s.caption_hash = r.string(entry, where, sample_keys::caption_hash);
+    if (entry.contains(sample_keys::source_fingerprint))
+      s.source_fingerprint = r.string(entry, where, sample_keys::source_fingerprint);
+    s.fields = r.tensors(r.member(entry, where, sample_keys::fields, json::value_t::object),
+                         where + "." + sample_keys::fields, shard_files);
+    if (entry.contains(sample_keys::reference_frames)) {
+      const auto frames =
+          r.member(entry, where, sample_keys::reference_frames, json::value_t::number_unsigned).get<std::uint64_t>();
       if (frames >= static_cast<std::uint64_t>(s.bucket.frames))
-        r.fail(where, fmt::format("'reference_frames' is {}, but its bucket {} has {} latent frames in all", frames,
-                                  s.bucket.name(), s.bucket.frames));
+        r.fail(where, fmt::format("'{}' is {}, but its bucket {} has {} latent frames in all", sample_keys::reference_frames,
+                                  frames, s.bucket.name(), s.bucket.frames));
       s.reference_frames = static_cast<std::int64_t>(frames);
     }
     m.samples.push_back(std::move(s));
@@ -165,31 +175,35 @@ DatasetManifest DatasetManifest::read(const fs::path& folder) {
 }
 
 void DatasetManifest::write(const fs::path& folder) const {
-  auto tensor_json = [](const ManifestTensor& t) { return json{{"shard", t.shard}, {"tensor", t.tensor}, {"shape", t.shape}}; };
+  auto tensor_json = [](const ManifestTensor& t) {
+    return json{{tensor_keys::shard, t.shard}, {tensor_keys::tensor, t.tensor}, {tensor_keys::shape, t.shape}};
+  };
   json root;
-  root["format"] = kFormat;
-  root["version"] = version;
-  root["encoders"] = encoders;
-  root["encoding_fingerprint"] = encoding_fingerprint;
+  root[manifest_keys::format] = kFormat;
+  root[manifest_keys::version] = version;
+  root[manifest_keys::encoders] = encoders;
+  root[manifest_keys::encoding_fingerprint] = encoding_fingerprint;
   json empty = json::object();
   for (const auto& [name, t] : empty_caption) empty[name] = tensor_json(t);
-  root["empty_caption"] = empty;
+  root[manifest_keys::empty_caption] = empty;
   json shard_list = json::array();
   for (const auto& s : shards)
-    shard_list.push_back({{"file", s.file}, {"bytes", s.bytes}, {"crc32", fmt::format("{:08x}", s.crc32)}});
-  root["shards"] = shard_list;
+    shard_list.push_back({{shard_keys::file, s.file},
+                          {shard_keys::bytes, s.bytes},
+                          {shard_keys::crc32, fmt::format("{:08x}", s.crc32)}});
+  root[manifest_keys::shards] = shard_list;
   json sample_list = json::array();
   for (const auto& s : samples) {
     json fields = json::object();
     for (const auto& [name, t] : s.fields) fields[name] = tensor_json(t);
-    sample_list.push_back({{"id", s.id},
-                           {"bucket", s.bucket.name()},
-                           {"caption_hash", s.caption_hash},
-                           {"source_fingerprint", s.source_fingerprint},
-                           {"fields", fields}});
-    if (s.reference_frames > 0) sample_list.back()["reference_frames"] = s.reference_frames;
+    sample_list.push_back({{sample_keys::id, s.id},
+                           {sample_keys::bucket, s.bucket.name()},
+                           {sample_keys::caption_hash, s.caption_hash},
+                           {sample_keys::source_fingerprint, s.source_fingerprint},
+                           {sample_keys::fields, fields}});
+    if (s.reference_frames > 0) sample_list.back()[sample_keys::reference_frames] = s.reference_frames;
   }
-  root["samples"] = sample_list;
+  root[manifest_keys::samples] = sample_list;
   write_file_atomically(folder / kFileName, root.dump(1) + "\n");
 }
 

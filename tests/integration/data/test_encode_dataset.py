@@ -280,3 +280,18 @@ def test_an_encoder_the_hub_cannot_give_is_refused_at_once_with_the_way_to_local
     assert "huggingface-cli download no-such-org/no-such-vae --local-dir DIR) and pass DIR" in result.stderr
     assert "tools/make_tiny_encoders.py DIR" in result.stderr
     assert "Traceback" not in result.stderr and not (tmp_path / "set" / "manifest.json").exists()
+
+
+def test_a_manifest_key_that_dataset_format_json_does_not_list_is_refused_before_anything_is_written(tmp_path):
+    # dataset_format.json names the manifest's keys for the C++ reader (a generated header) and for
+    # tools/dataset_folder.py, which checks every object it puts in a manifest against them.
+    sys.path.insert(0, str(TOOL.parent))
+    from dataset_folder import Folder
+    folder = Folder(tmp_path, "part-", 1 << 20, {}, "fingerprint", "manifest.json")
+    latents = folder.store("latents/a", torch.zeros(2, 1, 2, 2))
+    with pytest.raises(ValueError, match=r"a sample of the manifest has keys \['captionhash'\] that dataset_format.json "
+                                         r"does not list \(a sample's keys: \['bucket', 'caption_hash', "):
+        folder.add({"id": "a", "bucket": "1x2x2", "captionhash": "x", "fields": {"latents": latents}})
+    with pytest.raises(ValueError, match=r"a tensor of the manifest has keys \['dtype'\]"):
+        folder.add({"id": "a", "bucket": "1x2x2", "fields": {"latents": {**latents, "dtype": "BF16"}}})
+    assert folder.manifest["samples"] == [] and not (tmp_path / "manifest.json").exists()

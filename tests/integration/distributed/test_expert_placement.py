@@ -161,7 +161,7 @@ def test_network_groups_for_a_model_of_one_network_are_refused_naming_the_settin
     assert "hint: set model.expert: both" in said, said
 
 
-
+@pytest.mark.own_entry  # the example on 2 ranks to its end, about 17 s
 def test_the_experts_tiny_example_trains_each_expert_on_its_rank_as_its_header_says(tmp_path):
     # As docs/multi-gpu.md shows it: torchrun, 2 ranks, the example as it is (its outputs moved here).
     result = torchrun("run", SOURCE / "examples" / "experts-tiny.yaml", "--set", f"run.output_dir={tmp_path / 'runs'}",

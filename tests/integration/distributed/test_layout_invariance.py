@@ -73,6 +73,7 @@ def finish(processes, timeout=240):
     return [p.returncode for p in processes], outputs
 
 
+@pytest.mark.own_entry  # two stops on 2 ranks each, about 45 s: beside the concern entry, not in it
 @AGREEING
 def test_a_stop_signal_to_one_rank_stops_both_at_the_same_step_with_one_checkpoint(tmp_path, distributed):
     long_run = {"trainer": {"max_steps": 200}}
