@@ -12,9 +12,9 @@ bool register_fuzz_target(const char* name, FuzzEntry entry);
 
 /// `WANFW_FUZZ_TARGET(safetensors_reader) { ...data, size... return 0; }`: the body libFuzzer
 /// runs for every input when the binary is called as fuzz_safetensors_reader.
-#define WANFW_FUZZ_TARGET(target)                                                   \
-  namespace fuzz_##target {                                                         \
-  int test_one_input(const std::uint8_t* data, std::size_t size);                   \
-  [[maybe_unused]] const bool registered = register_fuzz_target(#target, test_one_input); \
-  }                                                                                 \
+#define WANFW_FUZZ_TARGET(target)                                                           \
+  namespace fuzz_##target {                                                                 \
+    int test_one_input(const std::uint8_t* data, std::size_t size);                         \
+    [[maybe_unused]] const bool registered = register_fuzz_target(#target, test_one_input); \
+  }                                                                                         \
   int fuzz_##target::test_one_input(const std::uint8_t* data, std::size_t size)

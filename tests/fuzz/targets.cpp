@@ -30,7 +30,8 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
   const std::string prefix = "fuzz_";
   const auto found = called.rfind(prefix, 0) == 0 ? targets().find(called.substr(prefix.size())) : targets().end();
   if (found == targets().end()) {
-    std::fprintf(stderr, "wanfw fuzz: called as '%s'; call one of the links bin/fuzz_<target>, targets:", called.c_str());
+    std::fprintf(stderr,
+                 "wanfw fuzz: called as '%s'; call one of the links bin/fuzz_<target>, targets:", called.c_str());
     for (const auto& [name, entry] : targets()) std::fprintf(stderr, " %s", name.c_str());
     std::fprintf(stderr, "\n");
     std::exit(2);

@@ -54,7 +54,8 @@ class ManifestReader {
     if (!value.is_object()) fail(where, fmt::format("is {}, not an object", describe_json(value)));
     ManifestTensor t;
     t.shard = string(value, where, tensor_keys::shard);
-    if (!shards.count(t.shard)) fail(where, fmt::format("names shard '{}', which '{}' does not list", shortened(t.shard), manifest_keys::shards));
+    if (!shards.count(t.shard))
+      fail(where, fmt::format("names shard '{}', which '{}' does not list", shortened(t.shard), manifest_keys::shards));
     t.tensor = string(value, where, tensor_keys::tensor);
     const json& shape = member(value, where, tensor_keys::shape, json::value_t::array);
     if (shape.size() > 8) fail(where, fmt::format("a shape of {} dimensions (at most 8)", shape.size()));
@@ -165,8 +166,8 @@ DatasetManifest DatasetManifest::read(const fs::path& folder) {
       const auto frames =
           r.member(entry, where, sample_keys::reference_frames, json::value_t::number_unsigned).get<std::uint64_t>();
       if (frames >= static_cast<std::uint64_t>(s.bucket.frames))
-        r.fail(where, fmt::format("'{}' is {}, but its bucket {} has {} latent frames in all", sample_keys::reference_frames,
-                                  frames, s.bucket.name(), s.bucket.frames));
+        r.fail(where, fmt::format("'{}' is {}, but its bucket {} has {} latent frames in all",
+                                  sample_keys::reference_frames, frames, s.bucket.name(), s.bucket.frames));
       s.reference_frames = static_cast<std::int64_t>(frames);
     }
     m.samples.push_back(std::move(s));

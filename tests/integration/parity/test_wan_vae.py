@@ -14,7 +14,7 @@ from harness.launch import TEST_TOOLS
 from harness.references import VERSIONS, WAN21, reference_vae
 from harness.runs import base_config, wanfw, write_config
 
-TOOL = [str(TEST_TOOLS), "vae"]
+TOOL = [TEST_TOOLS, "vae"]
 
 
 def run_tool(tmp_path, vae_folder, inputs, *extra):
