@@ -62,6 +62,8 @@ struct TrainingLayout {
   at::ScalarType dtype = at::kFloat; ///< what precision.mode computes in
   /// precision.mode bf16_weights: trained weights and gradients in bf16, fp32 masters and AdamW state.
   bool master_weights = false;
+  /// optimizer.state host: the fp32 masters, their gradients and AdamW's moments in host memory.
+  bool host_optimizer_state = false;
   /// block_swap: units streamed from host memory, and the device slots they share.
   std::int64_t swapped_blocks = 0;
   std::int64_t swap_ring = 2;

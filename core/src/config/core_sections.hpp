@@ -39,6 +39,10 @@ struct TrainerSettings {
   std::int64_t profile_from = 5;   ///< the first of them (1-based)
 };
 
+/// optimizer.state: the fp32 masters, AdamW moments and averages beside the weights (Device) or in
+/// host memory, stepped by the host's cores (Host).
+enum class OptimizerStateHome { Device, Host };
+
 struct OptimizerSettings {
   double lr = 1e-4;
   std::string lr_scaling;  ///< none | linear | sqrt
@@ -48,6 +52,8 @@ struct OptimizerSettings {
   double eps = 1e-8;
   double weight_decay = 0.01;
   std::string implementation;  ///< auto | fused | per_tensor
+  /// Where the fp32 masters, AdamW moments and averages live (optimizer.state).
+  OptimizerStateHome state = OptimizerStateHome::Device;
 };
 
 /// The `ema` section: exponential moving averages of the trained parameters

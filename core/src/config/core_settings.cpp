@@ -86,6 +86,7 @@ CoreSettings CoreSettings::from(Config& config) {
   s.optimizer.eps = optimizer.number("eps");
   s.optimizer.weight_decay = optimizer.number("weight_decay");
   s.optimizer.implementation = optimizer.string("implementation");
+  s.optimizer.state = optimizer.string("state") == "host" ? OptimizerStateHome::Host : OptimizerStateHome::Device;
   if (!(s.optimizer.lr > 0)) optimizer.fail("lr", "must be positive");
   s.optimizer.lr_scaling = optimizer.string("lr_scaling");
   s.optimizer.lr_reference_batch = optimizer.integer("lr_reference_batch");

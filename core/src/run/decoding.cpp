@@ -8,7 +8,7 @@
 
 #include "config/core_sections.hpp"
 #include "host/console.hpp"
-#include "host/peak_memory.hpp"
+#include "memory/peak_memory.hpp"
 #include "media/mp4_file.hpp"
 #include "media/video_frames.hpp"
 #include "media/decode_inputs.hpp"

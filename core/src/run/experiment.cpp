@@ -7,11 +7,13 @@
 
 #include "checkpoint/checkpoint_store.hpp"
 #include "checkpoint/run_directory.hpp"
+#include "memory/host_memory.hpp"
 #include "reporting/logger_set.hpp"
 #include "reporting/progress.hpp"
 #include "run/experiment_assembly.hpp"
 #include "train/master_weights.hpp"
 #include "train/trainer.hpp"
+#include "wanfw/parallel/distributed.hpp"
 #include "wanfw/version.hpp"
 
 namespace wanfw {
@@ -72,13 +74,22 @@ RunOutcome run_experiment(const RunRequest& request) {
     spdlog::info("run folder: {}", run_dir.path().string());
   }
 
-  // 3. bf16_weights: the trainable weights in bf16, fp32 masters beside them, before the strategy
-  //    hooks the parameters. Then the weights to resume from (into the masters when there are
-  //    any) before the strategy places the model, so that every replica and rank starts from
-  //    them; the optimizer and loop state follow in Trainer::fit.
+  // 3. bf16_weights: the trainable weights in bf16, fp32 masters beside them; optimizer.state host:
+  //    the fp32 masters in host memory. Both before the strategy hooks the parameters. Then the
+  //    weights to resume from (into the masters when there are any) before the strategy places
+  //    the model, so that every replica and rank starts from them; the optimizer and loop state
+  //    follow in Trainer::fit.
   std::unique_ptr<MasterWeights> masters;
-  if (e.settings.precision.mode == PrecisionMode::BF16Weights)  // a sharding strategy was refused in assemble
-    masters = std::make_unique<MasterWeights>(*e.model, at::kBFloat16);
+  const bool bf16_weights = e.settings.precision.mode == PrecisionMode::BF16Weights;
+  if (e.settings.optimizer.state == OptimizerStateHome::Host)
+    require_host_memory(host_state_bytes(*e.model, e.settings.ema),
+                        detect_launch(process_environment(), /*default_port=*/29500).local_world_size,
+                        "optimizer.state host (fp32 masters, their gradients, AdamW moments and averages)",
+                        "free host memory, train adapters instead of the whole model, or keep the state on the "
+                        "device (optimizer.state device)");
+  if (bf16_weights || e.settings.optimizer.state == OptimizerStateHome::Host)  // sharding refused in assemble
+    masters = std::make_unique<MasterWeights>(*e.model, bf16_weights ? std::optional(at::kBFloat16) : std::nullopt,
+                                              e.settings.optimizer.state, strategy.device());
   if (run_dir.checkpoint()) {
     run_dir.checkpoint()->load_weights(masters ? masters->view() : *e.model);
     if (masters) masters->publish();

@@ -111,6 +111,12 @@ void check_config_against_strategy(const Experiment& e, const StrategyChain& cha
                       "precision.mode bf16_weights does not combine with a strategy that shards the weights",
                       "use precision.mode bf16: fsdp then gathers and computes in bf16 (param_dtype) while each "
                       "rank's fp32 shards stay the master weights");
+  if (e.settings.optimizer.state == OptimizerStateHome::Host && chain.capabilities.shards_state)
+    throw ConfigError(e.config.where("optimizer.state"),
+                      fmt::format("optimizer.state host does not yet combine with a strategy that shards the state "
+                                  "({}): each rank's shard stays on its device",
+                                  chain.innermost_name),
+                      "use optimizer.state device with this strategy, or ddp or single with optimizer.state host");
   if (chain.layout.replicas > 1) {  // replicas ask Model::replicate, which a model declares it has
     const PluginInfo& model =
         e.host->find(PluginKind::Model, e.config.string_at("model.name"), e.config.where("model.name"));

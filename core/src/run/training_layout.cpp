@@ -102,6 +102,7 @@ TrainingLayout training_layout(const Config& config, const CoreSettings& setting
   layout.batch_size = settings.data.batch_size;
   layout.dtype = compute_dtype(settings.precision.mode);
   layout.master_weights = settings.precision.mode == PrecisionMode::BF16Weights;
+  layout.host_optimizer_state = settings.optimizer.state == OptimizerStateHome::Host;
   layout.swapped_blocks = settings.block_swap.blocks;
   layout.swap_ring = settings.block_swap.ring;
   // The largest sample the data set declares (its plugin's data_buckets, never its keys).

@@ -1,5 +1,6 @@
 #include "train/master_weights.hpp"
 
+#include <algorithm>
 #include <map>
 
 #include <ATen/ATen.h>
@@ -39,20 +40,67 @@ class MasterView final : public Model {
   std::map<const void*, at::Tensor> masters_;
 };
 
+/// Views in the arena start on 64-byte lines, as a fresh CPU tensor's data does: the host's
+/// kernels then split them as they split the device's tensors.
+constexpr std::int64_t kLine = 64;
+
+/// A float32 tensor of `like`'s shape over the arena's bytes at `offset`: a tensor of its own, not a
+/// view (the optimizer detaches and resets gradients in place, which a view refuses); the arena
+/// outlives it.
+at::Tensor float_tensor(const at::Tensor& arena, std::int64_t offset, const at::Tensor& like) {
+  return at::from_blob(static_cast<std::uint8_t*>(arena.data_ptr()) + offset, like.sizes(), [](void*) {},
+                       at::TensorOptions().dtype(at::kFloat));
+}
+
 }  // namespace
 
-MasterWeights::MasterWeights(Model& model, at::ScalarType compute) {
+double host_state_bytes(Model& model, const EmaSettings& ema) {
+  double bytes = 0;
+  for (const ParameterGroup& group : model.parameter_groups()) {
+    const bool averaged = ema.enabled() && (ema.groups.empty() || std::ranges::find(ema.groups, group.name) !=
+                                                                     ema.groups.end());
+    for (const auto& [name, parameter] : group.parameters) {
+      if (!parameter.is_floating_point()) continue;
+      const auto values = static_cast<double>(parameter.numel());
+      bytes += 2 * static_cast<double>(round_up(parameter.numel() * 4, kLine)) + (averaged ? 12 : 8) * values;
+    }
+  }
+  return bytes;
+}
+
+MasterWeights::MasterWeights(Model& model, std::optional<at::ScalarType> compute, OptimizerStateHome home,
+                             c10::Device device)
+    : home_(home) {
   at::NoGradGuard no_grad;
-  std::map<const void*, at::Tensor> by_parameter;
   for (auto& [name, parameter] : model.trainable_parameters()) {
     if (!parameter.is_floating_point()) continue;
-    at::Tensor master = parameter.detach().to(at::kFloat, /*non_blocking=*/false, /*copy=*/true).requires_grad_(true);
+    pairs_.push_back({parameter, {}, {}});
+    if (home_ == OptimizerStateHome::Device)
+      pairs_.back().master = parameter.detach().to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+  }
+  if (home_ == OptimizerStateHome::Host) place_on_host(device);
+  std::map<const void*, at::Tensor> by_parameter;
+  for (Pair& pair : pairs_) {
+    pair.master.requires_grad_(true);
     // Before any backward and before the strategy hooks the parameter: its dtype changes once.
-    parameter.set_data(parameter.detach().to(compute));
-    by_parameter.emplace(parameter.unsafeGetTensorImpl(), master);
-    pairs_.push_back({parameter, master});
+    if (compute) pair.parameter.set_data(pair.parameter.detach().to(*compute));
+    by_parameter.emplace(pair.parameter.unsafeGetTensorImpl(), pair.master);
   }
   view_ = std::make_unique<MasterView>(model, std::move(by_parameter));
+}
+
+void MasterWeights::place_on_host(c10::Device device) {
+  std::int64_t total = 0;
+  for (const Pair& pair : pairs_) total += 2 * round_up(pair.parameter.numel() * 4, kLine);
+  arena_ = allocate_host_arena(total, HostMemory::Auto, device, {"optimizer.state host", ""});
+  std::int64_t offset = 0;
+  for (Pair& pair : pairs_) {
+    const std::int64_t bytes = round_up(pair.parameter.numel() * 4, kLine);
+    pair.master = float_tensor(arena_.bytes, offset, pair.parameter);
+    pair.gradient = float_tensor(arena_.bytes, offset + bytes, pair.parameter);
+    offset += 2 * bytes;
+    pair.master.copy_(pair.parameter.detach());
+  }
 }
 
 MasterWeights::~MasterWeights() = default;
@@ -61,20 +109,28 @@ Model& MasterWeights::view() { return *view_; }
 
 void MasterWeights::take_gradients() {
   at::NoGradGuard no_grad;
-  for (auto& [parameter, master] : pairs_) {
+  for (auto& [parameter, master, slot] : pairs_) {
     at::Tensor& grad = parameter.mutable_grad();
-    if (!grad.defined()) continue;
-    master.mutable_grad() = grad.to(at::kFloat);
+    if (!grad.defined()) {
+      master.mutable_grad().reset();
+      continue;
+    }
+    if (slot.defined()) master.mutable_grad() = slot.copy_(grad);  // to the host: waits for the copy
+    else master.mutable_grad() = grad.to(at::kFloat);
     grad.reset();
   }
 }
 
 void MasterWeights::publish() {
   at::NoGradGuard no_grad;
+  if (home_ == OptimizerStateHome::Host) {  // to the device; from pinned memory without waiting
+    for (auto& pair : pairs_) pair.parameter.detach().copy_(pair.master.detach(), /*non_blocking=*/arena_.pinned);
+    return;
+  }
   std::vector<at::Tensor> parameters, masters;
-  for (auto& [parameter, master] : pairs_) {
-    parameters.push_back(parameter.detach());
-    masters.push_back(master.detach());
+  for (auto& pair : pairs_) {
+    parameters.push_back(pair.parameter.detach());
+    masters.push_back(pair.master.detach());
   }
   if (!parameters.empty()) at::_foreach_copy_(parameters, masters);
 }
@@ -95,7 +151,14 @@ double MasterWeights::fingerprint() const {
 std::string MasterWeights::describe() const {
   std::int64_t count = 0;
   for (const auto& pair : pairs_) count += pair.master.numel();
-  return fmt::format("{} tensors ({:.3g}M parameters)", pairs_.size(), static_cast<double>(count) / 1e6);
+  const at::ScalarType compute = pairs_.empty() ? at::kFloat : pairs_.front().parameter.scalar_type();
+  const char* name = compute == at::kBFloat16 ? "bf16"
+                     : compute == at::kHalf   ? "fp16"
+                     : compute == at::kFloat  ? "fp32"
+                                              : c10::toString(compute);
+  return fmt::format("{} tensors ({:.3g}M parameters) in {} for compute, their fp32 masters {}", pairs_.size(),
+                     static_cast<double>(count) / 1e6, name,
+                     home_ == OptimizerStateHome::Host ? "and gradients in " + arena_.note : std::string("on the device"));
 }
 
 }  // namespace wanfw

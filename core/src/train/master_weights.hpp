@@ -1,54 +1,82 @@
 #pragma once
-// Internal: precision.mode bf16_weights. The module's trainable parameters hold bf16 values, so
-// the forward and backward passes use them with no cast per use and produce bf16 gradients (which
-// the strategy reduces in bf16); fp32 master copies are what the optimizer steps, what checkpoints
-// save and what a resume restores. After the micro-batches the bf16 gradients become the masters'
-// fp32 gradients; after the optimizer step the masters are rounded into the module's parameters.
+// Internal: fp32 master weights beside the module's parameters, for precision.mode bf16_weights
+// and for optimizer.state host.
+//
+// bf16_weights: the module's trainable parameters hold bf16 values, so the forward and backward
+// passes use them with no cast per use and produce bf16 gradients (which the strategy reduces in
+// bf16); fp32 masters are what the optimizer steps, what checkpoints save and what a resume
+// restores. optimizer.state host: the masters (and so the optimizer's moments and averages, which
+// it makes beside them) live in host memory: one arena, pinned when the run is on a GPU, holds each
+// master and a float32 slot for its gradient. Either way, after the micro-batches the module's
+// gradients become the masters' (take_gradients) and after the optimizer step the masters are
+// written into the module's parameters (publish).
 //
 // The module's parameters change dtype once, when this is built, before the strategy places the
 // model (a strategy's gradient hooks follow the parameters' dtype from then on); they keep that
 // dtype for the run. view() is the model with the masters in place of those parameters: the
 // optimizer and checkpoints go through it, so a checkpoint holds fp32 weights and fp32 AdamW state
-// under the model's own names, as an fp32 run's does.
+// under the model's own names, as an fp32 run's does, wherever the masters lived.
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
+#include "config/core_sections.hpp"
+#include "memory/host_arena.hpp"
 #include "wanfw/model.hpp"
 
 namespace wanfw {
 
+/// The host bytes optimizer.state host takes for `model`'s trainable parameters in one process:
+/// the arena (each fp32 master and its gradient slot) and, beside it, AdamW's two moments and the
+/// averages of the groups `ema` averages.
+double host_state_bytes(Model& model, const EmaSettings& ema);
+
 class MasterWeights {
  public:
   /// Every trainable floating-point parameter of `model` (Model::parameter_groups) gets an fp32
-  /// master holding its current value, on its device; the parameter itself becomes `compute`
-  /// (bf16). Build it where the model will train (the strategy's placement keeps the device).
-  MasterWeights(Model& model, at::ScalarType compute);
+  /// master holding its current value; the parameter itself becomes `compute` (none: each keeps its
+  /// dtype). `home` Device: each master on its parameter's device (build it where the model
+  /// will train: the strategy's placement keeps the device). Host: in one host arena, pinned when
+  /// `device` (the run's) is a GPU and pinning works.
+  MasterWeights(Model& model, std::optional<at::ScalarType> compute, OptimizerStateHome home, c10::Device device);
   ~MasterWeights();
 
   /// The model as the optimizer and checkpoints see it: parameter_groups() and
-  /// checkpoint_tensors() name the masters where the module has a bf16 parameter.
+  /// checkpoint_tensors() name the masters in place of the parameters they shadow.
   Model& view();
-  /// The module's parameters gradients (bf16) become the masters' (fp32) and are released.
+  /// The module's parameters' gradients become the masters' (fp32; in the arena's slots when the
+  /// masters live on the host) and are released.
   void take_gradients();
-  /// The masters rounded into the module's parameters (after a step, or a restore).
+  /// The masters written into the module's parameters, rounded to their dtype (after a step, or a
+  /// restore).
   void publish();
+  /// Where the masters live.
+  OptimizerStateHome home() const { return home_; }
   /// A number every rank computes equal when their masters are equal (to check that the ranks
   /// start from the same weights: a strategy's broadcast covers the module, not the masters).
   double fingerprint() const;
-  /// "12 tensors (3.1M parameters)".
+  /// "12 tensors (3.1M parameters) in bf16 for compute, their fp32 masters on the device" (or where
+  /// in host memory).
   std::string describe() const;
 
  private:
   struct Pair {
     at::Tensor parameter;  ///< the module's, in the compute dtype
     at::Tensor master;     ///< fp32
+    at::Tensor gradient;   ///< the master's gradient slot in the host arena (home Host), else undefined
   };
+  /// Host: one arena cut into each master and its gradient slot.
+  void place_on_host(c10::Device device);
+
+  OptimizerStateHome home_;
   std::vector<Pair> pairs_;
+  HostArena arena_;  ///< home Host
   std::unique_ptr<Model> view_;
 };
 

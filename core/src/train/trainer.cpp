@@ -9,9 +9,9 @@
 #include <torch/torch.h>
 
 #include "data/sample_log.hpp"
-#include "host/cpu_memory_cache.hpp"
+#include "memory/cpu_memory_cache.hpp"
 #include "host/fault_point.hpp"
-#include "host/peak_memory.hpp"
+#include "memory/peak_memory.hpp"
 #include "host/stop_signal.hpp"
 #include "numerics/generators.hpp"
 #include "reporting/progress.hpp"

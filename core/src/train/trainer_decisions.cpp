@@ -78,13 +78,12 @@ void Trainer::stop_on_stray_gradient(const Decision& decision, const std::string
 }
 
 void Trainer::check_master_weights() {
-  if (strategy_->is_main()) spdlog::info("precision bf16_weights: {} in bf16 for compute, fp32 masters in the optimizer",
-                                         masters_->describe());
+  if (strategy_->is_main()) spdlog::info("master weights: {}", masters_->describe());
   if (strategy_->world_size() == 1) return;
   const double mine = masters_->fingerprint();
   const std::vector<double> extremes = strategy_->all_reduce({mine, -mine}, Reduce::Max);
   if (extremes[0] != -extremes[1])
-    throw Error(fmt::format("rank {}: the ranks built different fp32 master weights (precision.mode bf16_weights)",
+    throw Error(fmt::format("rank {}: the ranks built different fp32 master weights", 
                             strategy_->rank()),
                 "every rank must build the model alike: the same run.seed and weights files, and an initialisation "
                 "that draws only from the seeded generators");

@@ -4,7 +4,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "host/peak_memory.hpp"
+#include "memory/peak_memory.hpp"
 #include "reporting/progress.hpp"
 #include "train/trainer.hpp"
 #include "optimizer/training_optimizer.hpp"

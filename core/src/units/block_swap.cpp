@@ -18,8 +18,6 @@ namespace {
 constexpr std::int64_t kAlign = 256;
 constexpr std::size_t kNever = std::numeric_limits<std::size_t>::max();
 
-std::int64_t aligned(std::int64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
-
 std::size_t next_use(std::size_t unit, const std::vector<UnitUse>& upcoming) {
   for (std::size_t i = 0; i < upcoming.size(); ++i)
     if (upcoming[i].unit == unit) return i;
@@ -76,7 +74,7 @@ BlockSwap::BlockSwap(torch::nn::Module& module, const std::vector<Unit>& units, 
       const at::Tensor& p = it->second;
       if (p.requires_grad()) continue;  // trainable: stays on the device
       plan.pieces.push_back({plan.bytes, static_cast<std::int64_t>(p.nbytes()), p.scalar_type(), p.sizes().vec()});
-      plan.bytes += aligned(static_cast<std::int64_t>(p.nbytes()));
+      plan.bytes += round_up(static_cast<std::int64_t>(p.nbytes()), kAlign);
       plan.parameters.push_back(p);
     }
     total += plan.bytes;
@@ -87,7 +85,7 @@ BlockSwap::BlockSwap(torch::nn::Module& module, const std::vector<Unit>& units, 
     throw Error(fmt::format("block swap streams frozen weights, but every weight of the {} streamed blocks trains",
                             streamed_.size()),
                 "train adapters on a frozen base (model.lora.rank), or remove block_swap");
-  arena_ = allocate_host_arena(total, settings.host_memory, device);
+  arena_ = allocate_host_arena(total, settings.host_memory, device, {"block swap", "block_swap.host_memory: pageable"});
   torch::NoGradGuard no_grad;
   for (const std::size_t u : streamed_) {
     UnitPlan& plan = *plans_[u];

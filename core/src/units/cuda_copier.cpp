@@ -18,7 +18,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <fmt/format.h>
 
-#include "units/host_arena.hpp"
+#include "memory/host_arena.hpp"
 #include "units/unit_copier.hpp"
 
 namespace wanfw {

@@ -20,8 +20,8 @@ wan::PlannedRun planned_run(const wanfw::Options& o, const Networks& n, const Di
       run.critic = n.teacher;
       run.critic_adapters = wan::adapter_parameter_count(n.teacher, dmd.critic_lora);
     } else {
-      run.held.push_back({fmt::format("the critic trained whole in {} (weights, gradients, AdamW moments)", run.dtype),
-                          wan::dit_state_bytes(n.teacher, {}, run.dtype), /*in_module=*/true});
+      run.held.push_back({fmt::format("the critic trained whole in {}", run.dtype), 0, /*in_module=*/true,
+                          static_cast<double>(n.teacher.parameter_count())});
       run.held_graph = n.teacher;
     }
   }

@@ -75,5 +75,5 @@ def test_model_info_counts_both_a14b_experts_and_fits_the_4_step_example_on_one_
         assert f"device: {part}\n" in info, part
     assert "does not fit a 48 GB GPU; fits an 80 GB GPU" in info
     fit = wanfw("model-info", example, "--fit", "48GB", check=0).stdout
-    assert "--fit 44.70 GiB of device memory: fits with fp8 base, checkpointing, activation offload, 43 blocks swapped" \
-           in fit
+    assert "--fit 44.70 GiB of device memory: fits with fp8 base, checkpointing, activation offload, 17 blocks swapped " \
+           "(ring 2), the optimizer's state on the host" in fit

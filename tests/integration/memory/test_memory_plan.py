@@ -1,7 +1,8 @@
 """`wanfw model-info`'s memory plan for LoRA runs: the low-memory examples fit their GPUs and name
-their host memory, the two experts on two GPUs one expert a GPU; --fit picks the cheapest options and the fewest swapped blocks that fit (one
-fewer does not), and for an A14B expert on 16 GB the recomputed block in chunks of tokens; a host too
-small for any plan is said; a distillation's plan counts every network its steps hold."""
+their host memory, the two experts on two GPUs one expert a GPU; --fit picks the cheapest options
+and the fewest swapped blocks that fit (one fewer does not): for an A14B expert on 16 GB the
+adapters' optimizer state on the host, on 12 GB the recomputed block in chunks of tokens too; a host
+too small for any plan is said; a distillation's plan counts every network its steps hold."""
 
 import re
 
@@ -38,25 +39,49 @@ def test_the_two_expert_example_plans_one_expert_a_rank_and_each_rank_fits_a_24g
     assert device == plan(A14B)[1]
 
 
-def test_fit_16gb_recomputes_the_a14b_block_in_chunks_and_the_16gb_example_takes_its_settings():
-    # No number of swapped blocks alone fits: the recomputed block (9.5 GiB whole at 32,760 tokens)
-    # is the largest part left.
+def test_fit_16gb_keeps_the_adapters_state_on_the_host_and_the_16gb_example_takes_its_settings():
     out = wanfw("model-info", A14B, "--fit", "16GB", check=0).stdout
+    chosen = re.search(r"--fit .*: fits with fp8 base, checkpointing, activation offload, (\d+) blocks swapped "
+                       r"\(ring 2\), the optimizer's state on the host \(", out)
+    assert chosen, out
+    blocks = int(chosen.group(1))
+    assert "  optimizer:\n    state: host\n" in out and f"block_swap:\n    blocks: {blocks}\n" in out
+    assert "recompute_chunks" not in out.split("--fit")[-1]  # whole blocks: the state moved instead
+    example, device, host, verdict = plan(A14B_16GB)
+    assert f"{blocks} blocks swapped (ring 2), the optimizer's state on the host" in example
+    assert "fits a 16 GB GPU" in verdict and device <= 16e9 / 2**30
+    # The adapters' float32 weights and gradients stay (8 bytes a parameter), 16 bytes go to the host.
+    on_device = float(re.search(r"device: adapters \(float32\): weights and gradients \(8 bytes a parameter\) "
+                                r"([\d.]+) GiB", example).group(1))
+    on_host = float(re.search(r"host: adapters \(float32\): fp32 masters, gradients and AdamW moments \(16 bytes "
+                              r"a parameter; masters and gradients pinned\) ([\d.]+) GiB", example).group(1))
+    assert on_host == pytest.approx(2 * on_device, abs=0.015) and on_device > 1  # each printed to 0.005
+    # The state on the device, or one block fewer swapped, does not fit.
+    assert "does not fit a 16 GB GPU" in plan(A14B_16GB, "--set", "optimizer.state=device")[3]
+    assert "does not fit a 16 GB GPU" in plan(A14B_16GB, "--set", f"block_swap.blocks={blocks - 1}")[3]
+
+
+def test_fit_12gb_recomputes_the_a14b_block_in_chunks_beside_the_host_state():
+    # No number of swapped blocks alone fits, even with the state on the host: the recomputed block
+    # (9.5 GiB whole at 32,760 tokens) is the largest part left.
+    out = wanfw("model-info", A14B, "--fit", "12GB", check=0).stdout
     chosen = re.search(r"--fit .*: fits with fp8 base, checkpointing, activation offload, recompute in (\d+) chunks, "
-                       r"(\d+) blocks swapped", out)
+                       r"(\d+) blocks swapped \(ring 2\), the optimizer's state on the host \(", out)
     assert chosen, out
     chunks, blocks = map(int, chosen.groups())
     assert f"    recompute_chunks: {chunks}\n" in out and f"block_swap:\n    blocks: {blocks}\n" in out
-    example, device, host, verdict = plan(A14B_16GB)
-    assert f"recompute in {chunks} chunks, {blocks} blocks swapped (ring 2)" in example
-    assert "fits a 16 GB GPU" in verdict and device <= 16e9 / 2**30
-    # Whole blocks, or one block fewer swapped, do not fit.
-    assert "does not fit a 16 GB GPU" in plan(A14B_16GB, "--set", "model.recompute_chunks=1")[3]
-    assert "does not fit a 16 GB GPU" in plan(A14B_16GB, "--set", f"block_swap.blocks={blocks - 1}")[3]
-    # The recomputed block's share: max(11 C, 8 C + (24 C + 2 F) / 2) values a token in bf16.
+    chosen = ["--set", "optimizer.state=host", "--set", f"model.recompute_chunks={chunks}",
+              "--set", f"block_swap.blocks={blocks}"]
+    example, device, host, verdict = plan(A14B, *chosen)
+    assert "fits a 12 GB GPU" in verdict and device <= 12e9 / 2**30
+    # Fewer chunks, or one block fewer swapped, do not fit.
+    assert "does not fit a 12 GB GPU" in plan(A14B, *chosen, "--set", f"model.recompute_chunks={chunks // 2}")[3]
+    assert "does not fit a 12 GB GPU" in plan(A14B, *chosen, "--set", f"block_swap.blocks={blocks - 1}")[3]
+    # The recomputed block's share: max(11 C, 8 C + (24 C + 2 F) / K) values a token in bf16.
     recomputed = float(re.search(r"the block recomputed in \d+ chunks of tokens ([\d.]+) GiB", example).group(1))
     tokens, c, f = 32760, 5120, 13824
-    assert recomputed == pytest.approx((tokens * c + tokens * (8 * c + (24 * c + 2 * f) / 2)) * 2 / 2**30, abs=0.01)
+    share = max(11 * c, 8 * c + (24 * c + 2 * f) / chunks)
+    assert recomputed == pytest.approx((tokens * c + tokens * share) * 2 / 2**30, abs=0.01)
 
 
 def test_the_ti2v_example_fits_a_12gb_gpu():
@@ -72,8 +97,9 @@ def test_fit_chooses_the_fewest_swapped_blocks_that_fit_and_one_fewer_does_not()
     assert chosen, out
     blocks = int(chosen.group(1))
     assert f"block_swap:\n    blocks: {blocks}\n    ring: 2" in out
-    assert "fits a 24 GB GPU" in plan(A14B, "--set", f"block_swap.blocks={blocks}")[3]
-    assert "does not fit a 24 GB GPU" in plan(A14B, "--set", f"block_swap.blocks={blocks - 1}")[3]
+    host = ["--set", "optimizer.state=host"] if "state: host" in out else []
+    assert "fits a 24 GB GPU" in plan(A14B, *host, "--set", f"block_swap.blocks={blocks}")[3]
+    assert "does not fit a 24 GB GPU" in plan(A14B, *host, "--set", f"block_swap.blocks={blocks - 1}")[3]
 
 
 def test_fit_says_so_when_no_setting_fits_the_host_memory_given():

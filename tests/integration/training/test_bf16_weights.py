@@ -23,7 +23,7 @@ def test_bf16_weights_train_the_tiny_wan_to_the_fp32_runs_loss_within_bf16_round
     model = {**tiny_wan("t2v"), "timestep_sampling": "shift", "shift": 3.0}
     wanfw("run", experiment(tmp_path, "fp32", CPU, 4, model, **learning), check=0)
     result = wanfw("run", experiment(tmp_path, "bf16w", CPU, 4, model, precision=WEIGHTS, **learning), check=0)
-    assert "precision bf16_weights: " in result.stdout and "in bf16 for compute, fp32 masters" in result.stdout
+    assert "master weights: " in result.stdout and "in bf16 for compute, their fp32 masters on the device" in result.stdout
     fp32, bf16 = losses(tmp_path, "fp32"), losses(tmp_path, "bf16w")
     assert len(fp32) == len(bf16) == 80
     assert fp32 != bf16  # bf16 really computed

@@ -185,3 +185,38 @@ TEST_CASE("a VACE branch trained whole is planned at its parameters' training st
   for (const auto& p : dit->blocks->parameters()) blocks += static_cast<double>(p.nbytes());
   CHECK(part(e, "4 resident block(s)") == blocks);
 }
+
+TEST_CASE("the optimizer's state on the host leaves a trained parameter's weight and gradient on the device") {
+  const wan::WanConfig config = wide_tiny();
+  wan::WanDiT dit(config, wan::WanPlacement{torch::kCPU, torch::kFloat32, false});
+  double parameters = 0;
+  for (const auto& p : dit->parameters()) parameters += static_cast<double>(p.numel());
+  const wan::PlannedRun whole{config, {}, "float32", 1, wan::Task::T2V};
+  wan::MemorySettings host;
+  host.host_state = true;
+  const wan::MemoryEstimate on_device = estimate_memory(whole, {}, {}), on_host = estimate_memory(whole, host, {});
+  CHECK(part(on_device, "training state") == parameters * 16);
+  CHECK(part(on_host, "the DiT trained whole: weights and gradients") == parameters * 8);  // fp32 weight, gradient
+  CHECK(part(on_host, "the DiT trained whole: fp32 masters") == parameters * 16);  // master, its gradient, moments
+  CHECK(on_device.device - on_host.device == parameters * 8);
+  CHECK(on_host.host - on_device.host == parameters * 16);
+  // bf16_weights: the bf16 weight and gradient stay; the fp32 master and moments leave.
+  wanfw::TrainingLayout bf16;
+  bf16.dtype = at::kBFloat16;
+  bf16.master_weights = true;
+  CHECK(part(estimate_memory(whole, host, bf16), "the DiT trained whole: weights and gradients") == parameters * 4);
+  CHECK(part(estimate_memory(whole, {}, bf16), "training state") == parameters * 16);
+
+  // Adapters: their float32 weights and gradients stay beside the frozen base.
+  const wan::LoraSettings lora = block_adapters();
+  wan::WanDiT base(config, wan::WanPlacement{torch::kCPU, torch::kFloat32, false});
+  wan::attach_adapters(*base, lora);
+  double adapters = 0;
+  for (const auto& p : base->parameters())
+    if (p.requires_grad()) adapters += static_cast<double>(p.numel());
+  REQUIRE(adapters > 0);
+  const wan::PlannedRun adapted{config, lora, "float32", 1, wan::Task::T2V};
+  CHECK(part(estimate_memory(adapted, host, {}), "adapters (float32): weights and gradients") == adapters * 8);
+  CHECK(part(estimate_memory(adapted, host, {}), "adapters (float32): fp32 masters") == adapters * 16);
+  CHECK(part(estimate_memory(adapted, {}, {}), "adapters with gradients") == adapters * 16);
+}

@@ -88,25 +88,11 @@ double recomputed_block_bytes(const WanConfig& c, double tokens, double value_by
   return tokens * (exchanged + std::max(11 * dim, 8 * dim + per_token / n)) * value_bytes;
 }
 
-TrainedBytes trained_parameter_bytes(double value_bytes, bool master_weights) {
-  if (master_weights) return {16, "bf16 weight 2 + bf16 gradient 2 + fp32 master weight 4 + fp32 AdamW moments 8"};
-  const char* type = value_bytes == 4 ? "fp32" : "bf16";
-  return {4 * value_bytes, fmt::format("{} weight {:g} + gradient {:g} + AdamW moments {:g}", type, value_bytes,
-                                       value_bytes, 2 * value_bytes)};
-}
-
 double frozen_dit_bytes(const WanConfig& config, const std::string& dtype, bool fp8) {
   const WeightBytes w = weight_bytes(config, bytes_per_value(dtype), {fp8, false});
   double vace = w.vace_embedding;
   for (const double block : w.vace_blocks) vace += block;
   return w.rest + w.block * static_cast<double>(config.num_layers) + vace;
-}
-
-double dit_state_bytes(const WanConfig& config, const LoraSettings& lora, const std::string& dtype) {
-  const double value = bytes_per_value(dtype), weights = static_cast<double>(config.parameter_count());
-  if (!lora.enabled()) return weights * trained_parameter_bytes(value, false).bytes;
-  return weights * value +
-         static_cast<double>(adapter_parameter_count(config, lora)) * trained_parameter_bytes(4, false).bytes;
 }
 
 namespace {
@@ -130,11 +116,14 @@ class Estimator {
   MemoryEstimate estimate() {
     if (whole_) trained_whole();
     else frozen_base();
-    for (const HeldNetwork& held : run_.held)
-      device(held.what + (held.in_module ? a_gpu_ : ""), held.in_module ? held.bytes * share_ : held.bytes);
+    for (const HeldNetwork& held : run_.held) {
+      if (held.trained > 0) trained_state(held.what, held.trained, whole_state());
+      else device(held.what + (held.in_module ? a_gpu_ : ""), held.in_module ? held.bytes * share_ : held.bytes);
+    }
     const double adapters = static_cast<double>(adapter_parameter_count(c_, run_.lora) * run_.models +
                                                 run_.more_adapters + run_.critic_adapters);
-    device(fmt::format("adapters with gradients and AdamW moments (float32){}", a_gpu_), adapters * 16 * share_);
+    if (s_.host_state && adapters > 0) trained_state("adapters (float32)", adapters, trained_parameter_bytes(4, false, true));
+    else device(fmt::format("adapters with gradients and AdamW moments (float32){}", a_gpu_), adapters * 16 * share_);
     if (layout_.sharded) gathered();
     if (layout_.latent.size() == 3) activations();
     if (fp8_) dequantized();
@@ -153,14 +142,34 @@ class Estimator {
   }
   /// The compute dtype's bytes: the weights' under fp32 precision (a bf16 DiT computes in bf16).
   double compute_bytes() const { return layout_.dtype == at::kFloat ? value_ : 2.0; }
+  /// What a parameter trained whole costs, and where.
+  TrainedBytes whole_state() const { return trained_parameter_bytes(value_, layout_.master_weights, s_.host_state); }
+  /// `parameters` of `what` trained (a share a GPU under sharding): with the state on the device one
+  /// part; on the host the device's weights and gradients apart from the host's state.
+  void trained_state(const std::string& what, double parameters, const TrainedBytes& per) {
+    if (per.host == 0) {
+      device(fmt::format("{} (weights, gradients, AdamW moments: {:g} bytes a parameter){}", what, per.device, a_gpu_),
+             parameters * per.device * share_);
+      return;
+    }
+    device(fmt::format("{}: weights and gradients ({:g} bytes a parameter){}", what, per.device, a_gpu_),
+           parameters * per.device * share_);
+    host(fmt::format("{}: fp32 masters, gradients and AdamW moments (16 bytes a parameter; masters and gradients "
+                     "pinned)",
+                     what),
+         parameters * per.host * share_);
+  }
 
   /// The DiTs trained whole: every parameter's training state (and a critic's frozen weights).
   void trained_whole() {
-    const TrainedBytes per = trained_parameter_bytes(value_, layout_.master_weights);
-    const double state = run_.models * (w_.rest_values + w_.block_values * static_cast<double>(c_.num_layers)) * per.bytes;
-    device(fmt::format("training state (weights, gradients, AdamW moments: {:g} bytes a parameter{})", per.bytes,
-                       layout_.sharded ? fmt::format("; 1/{} of {:.2f} GiB", layout_.gpus, state / kGiB) : ""),
-           state * share_);
+    const TrainedBytes per = whole_state();
+    const double parameters = run_.models * (w_.rest_values + w_.block_values * static_cast<double>(c_.num_layers));
+    if (per.host > 0) trained_state("the DiT trained whole", parameters, per);
+    else device(fmt::format("training state (weights, gradients, AdamW moments: {:g} bytes a parameter{})", per.device,
+                            layout_.sharded ? fmt::format("; 1/{} of {:.2f} GiB", layout_.gpus,
+                                                          parameters * per.device / kGiB)
+                                            : ""),
+                parameters * per.device * share_);
     if (run_.critic) device(fmt::format("the critic's frozen weights in {}{}", run_.dtype, a_gpu_),
                             (critic_.rest + critic_.block * static_cast<double>(run_.critic->num_layers)) * share_);
   }
@@ -168,12 +177,8 @@ class Estimator {
   /// A frozen base (adapters, or a VACE branch trained whole beside it): the weights outside the
   /// blocks and the blocks as units, those block swap streams on the host.
   void frozen_base() {
-    if (branch_) {
-      const TrainedBytes per = trained_parameter_bytes(value_, layout_.master_weights);
-      device(fmt::format("the VACE branch's training state (weights, gradients, AdamW moments: {:g} bytes a "
-                         "parameter){}", per.bytes, a_gpu_),
-             run_.models * static_cast<double>(c_.vace_parameter_count()) * per.bytes * share_);
-    }
+    if (branch_) trained_state("the VACE branch's training state", run_.models * static_cast<double>(c_.vace_parameter_count()),
+                               whole_state());
     // The units in the order the model declares them: each DiT's blocks and VACE blocks, then a
     // critic's; block swap streams the ones wanfw::streamed_units names, as the runtime does (a
     // branch trained whole streams none).
@@ -271,22 +276,6 @@ class Estimator {
 
 MemoryEstimate estimate_memory(const PlannedRun& run, const MemorySettings& s, const wanfw::TrainingLayout& layout) {
   return Estimator(run, s, layout).estimate();
-}
-
-bool fits(const MemoryEstimate& e, double device_bytes, double host_bytes) {
-  return e.device + kDeviceReserve <= device_bytes &&
-         (host_bytes <= 0 || std::max(e.host, e.host_build) <= host_bytes);
-}
-
-std::string device_fit(const MemoryEstimate& e) {
-  std::string out;
-  for (const double gb : {12.0, 16.0, 24.0, 48.0, 80.0}) {
-    const bool fit = fits(e, gb * 1e9);
-    out += fmt::format("{}{} a{} {:g} GB GPU{}", out.empty() ? "" : "; ", fit ? "fits" : "does not fit",
-                       gb == 80 ? "n" : "", gb,
-                       fit ? fmt::format(" ({:.1f} GiB left)", (gb * 1e9 - e.device - kDeviceReserve) / kGiB) : "");
-  }
-  return out;
 }
 
 }  // namespace wan

@@ -1,5 +1,7 @@
 #include "wan/memory_plan.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "wanfw/log.hpp"
@@ -38,21 +40,42 @@ std::string variants(const PlannedRun& run, const MemorySettings& configured, co
   v.checkpointing = true;
   v.swapped = configured.swapped > 0 ? 0 : units / 2;
   changed.emplace_back(v.swapped > 0 ? fmt::format("{} blocks swapped", v.swapped) : "no block swap", v);
+  v = configured;
+  v.host_state = !configured.host_state;
+  changed.emplace_back(v.host_state ? "the optimizer's state on the host" : "the optimizer's state on the device", v);
   std::string out;
   for (const auto& [name, settings] : changed)
     out += fmt::format("  with {}: {}\n", name, totals(estimate_memory(run, settings, layout)));
   return out;
 }
 
-/// The fewest changes that fit, cheapest first: fp8, checkpointing, offload, the fewest swapped blocks, then
-/// the fewest chunks of a recomputed block.
+/// The YAML that sets `s`: the model's options, the optimizer's state and block swap (`adapters`:
+/// the options that serve a frozen base only, fp8 and block swap, too).
+std::string settings_yaml(const MemorySettings& s, bool adapters) {
+  std::string out = "  model:\n";
+  if (adapters) out += fmt::format("    base_dtype: {}\n", s.fp8 ? "float8_e4m3fn" : "dtype");
+  out += fmt::format("    gradient_checkpointing: {}\n", s.checkpointing);
+  out += fmt::format("    activation_offload: {}\n", s.offload);
+  if (s.chunks > 1) out += fmt::format("    recompute_chunks: {}\n", s.chunks);
+  out += fmt::format("  optimizer:\n    state: {}\n", s.host_state ? "host" : "device");
+  if (adapters)
+    out += s.swapped > 0 ? fmt::format("  block_swap:\n    blocks: {}\n    ring: {}\n", s.swapped, s.ring)
+                         : std::string("  block_swap:\n    blocks: 0\n");
+  return out;
+}
+
+/// The fewest changes that fit, cheapest first. Adapters on one device a rank: fp8, checkpointing,
+/// offload, the optimizer's state on the host (copies of the trained parameters, no compute), the
+/// fewest swapped blocks, then the fewest chunks of a recomputed block. A DiT trained whole:
+/// checkpointing, offload, the state on the host (not under a strategy that shards it), then chunks.
 std::string fit(const PlannedRun& run, const MemorySettings& configured, const wanfw::TrainingLayout& layout,
                 std::int64_t units, bool options_apply) {
   const std::string budget = fmt::format("{:.2f} GiB of device memory{}", gib(layout.fit_device_bytes),
                                          layout.fit_host_bytes > 0
                                              ? fmt::format(" and {:.2f} GiB of host memory", gib(layout.fit_host_bytes))
                                              : std::string());
-  if (!options_apply) {
+  const bool whole = !run.lora.enabled();
+  if (!options_apply && !whole) {
     const bool fit = fits(estimate_memory(run, configured, layout), layout.fit_device_bytes, layout.fit_host_bytes);
     return fmt::format("--fit {}: {} as configured (the fp8 base, block swap and activation offload serve adapters on "
                        "one device a rank; else shard the state over more GPUs)\n",
@@ -61,44 +84,69 @@ std::string fit(const PlannedRun& run, const MemorySettings& configured, const w
   MemorySettings s = configured;
   std::vector<MemorySettings> steps{s};
   for (const auto change : {0, 1, 2}) {
-    if (change == 0) s.fp8 = true;
+    if (change == 0 && options_apply) s.fp8 = true;
     if (change == 1) s.checkpointing = true;
     if (change == 2) s.offload = true;
-    steps.push_back(s);
+    if (!(s == steps.back())) steps.push_back(s);
   }
-  for (std::int64_t swapped = std::max<std::int64_t>(configured.swapped, 1); swapped < units; ++swapped) {
-    s.swapped = swapped;
-    steps.push_back(s);
+  // The optimizer's state on the host first, then as configured (a host short of memory for it).
+  std::vector<bool> homes{configured.host_state};
+  if (!configured.host_state && !layout.sharded) homes.insert(homes.begin(), true);
+  const std::int64_t most_swapped = options_apply ? units - 1 : configured.swapped;
+  for (const bool home : homes) {
+    s.host_state = home;
+    for (std::int64_t swapped = configured.swapped; swapped <= most_swapped; ++swapped) {
+      s.swapped = swapped;
+      if (!(s == steps.back())) steps.push_back(s);
+    }
   }
   // Then the recomputed block in chunks of tokens (a second pass over three projections a block),
   // the fewest chunks first, each with the fewest swapped blocks.
   for (const std::int64_t chunks : kFitChunks) {
     if (chunks <= configured.chunks) continue;
     s.chunks = chunks;
-    for (std::int64_t swapped = configured.swapped; swapped < units; ++swapped) {
-      s.swapped = swapped;
-      steps.push_back(s);
+    for (const bool home : homes) {
+      s.host_state = home;
+      for (std::int64_t swapped = configured.swapped; swapped <= most_swapped; ++swapped) {
+        s.swapped = swapped;
+        steps.push_back(s);
+      }
     }
   }
   for (const MemorySettings& candidate : steps) {
     const MemoryEstimate e = estimate_memory(run, candidate, layout);
     if (!fits(e, layout.fit_device_bytes, layout.fit_host_bytes)) continue;
-    std::string out = fmt::format("--fit {}: fits with {} ({}; {:.1f} GiB reserved for the CUDA context):\n", budget,
-                                  memory_settings_text(candidate), totals(e), gib(kDeviceReserve));
-    out += fmt::format("  model:\n    base_dtype: {}\n    gradient_checkpointing: {}\n    activation_offload: {}\n",
-                       candidate.fp8 ? "float8_e4m3fn" : "dtype", candidate.checkpointing, candidate.offload);
-    if (candidate.chunks > 1) out += fmt::format("    recompute_chunks: {}\n", candidate.chunks);
-    out += candidate.swapped > 0
-               ? fmt::format("  block_swap:\n    blocks: {}\n    ring: {}\n", candidate.swapped, candidate.ring)
-               : std::string("  block_swap:\n    blocks: 0\n");
-    return out;
+    return fmt::format("--fit {}: fits with {} ({}; {:.1f} GiB reserved for the CUDA context):\n{}", budget,
+                       memory_settings_text(candidate), totals(e), gib(kDeviceReserve),
+                       settings_yaml(candidate, options_apply));
   }
-  return fmt::format("--fit {}: does not fit even with every option ({} at {} of {} blocks swapped, recomputed in {} "
-                     "chunks); use a smaller bucket or batch\n",
-                     budget, totals(estimate_memory(run, steps.back(), layout)), units - 1, units, steps.back().chunks);
+  // Of all the candidates, the one that holds the fewest device bytes.
+  MemorySettings least = steps.front();
+  for (const MemorySettings& candidate : steps)
+    if (estimate_memory(run, candidate, layout).device < estimate_memory(run, least, layout).device) least = candidate;
+  return fmt::format("--fit {}: does not fit even with every option (at the least device memory, {}: {}); use a "
+                     "smaller bucket or batch{}\n",
+                     budget, memory_settings_text(least), totals(estimate_memory(run, least, layout)),
+                     options_apply ? "" : ", or shard the state over more GPUs");
 }
 
 }  // namespace
+
+bool fits(const MemoryEstimate& e, double device_bytes, double host_bytes) {
+  return e.device + kDeviceReserve <= device_bytes &&
+         (host_bytes <= 0 || std::max(e.host, e.host_build) <= host_bytes);
+}
+
+std::string device_fit(const MemoryEstimate& e) {
+  std::string out;
+  for (const double gb : {12.0, 16.0, 24.0, 48.0, 80.0}) {
+    const bool fit = fits(e, gb * 1e9);
+    out += fmt::format("{}{} a{} {:g} GB GPU{}", out.empty() ? "" : "; ", fit ? "fits" : "does not fit",
+                       gb == 80 ? "n" : "", gb,
+                       fit ? fmt::format(" ({:.1f} GiB left)", (gb * 1e9 - e.device - kDeviceReserve) / kGiB) : "");
+  }
+  return out;
+}
 
 std::string memory_settings_text(const MemorySettings& s) {
   std::vector<std::string> parts;
@@ -107,6 +155,7 @@ std::string memory_settings_text(const MemorySettings& s) {
   if (s.offload) parts.push_back("activation offload");
   if (s.checkpointing && s.chunks > 1) parts.push_back(fmt::format("recompute in {} chunks", s.chunks));
   if (s.swapped > 0) parts.push_back(fmt::format("{} blocks swapped (ring {})", s.swapped, s.ring));
+  if (s.host_state) parts.push_back("the optimizer's state on the host");
   if (parts.empty()) return "none";
   std::string out;
   for (const auto& p : parts) out += (out.empty() ? "" : ", ") + p;
@@ -126,6 +175,7 @@ MemorySettings configured_memory(const wanfw::Options& o, const wanfw::TrainingL
   s.chunks = o.integer("recompute_chunks");
   s.swapped = layout.swapped_blocks;
   s.ring = layout.swap_ring;
+  s.host_state = layout.host_optimizer_state;
   return s;
 }
 
@@ -146,14 +196,22 @@ std::string memory_plan(const PlannedRun& run, const MemorySettings& configured,
                      device_fit(now));
   const bool adapters = run.lora.enabled();
   if (!adapters) {
-    const TrainedBytes per = trained_parameter_bytes(bytes_per_value(run.dtype), layout.master_weights);
-    out += fmt::format("  training state per trained parameter: {:g} bytes ({})\n", per.bytes, per.parts);
+    const TrainedBytes per =
+        trained_parameter_bytes(bytes_per_value(run.dtype), layout.master_weights, configured.host_state);
+    out += fmt::format("  training state per trained parameter: {:g} bytes ({})\n", per.total(), per.parts);
   }
   // The memory options serve adapters on a frozen base, one device a rank.
   const bool options_apply = adapters && !layout.sharded;
   const std::int64_t blocks = run.config.num_layers + std::ssize(run.config.vace_layers);  // VACE blocks are units
   const std::int64_t units = blocks * run.models + (run.critic ? run.critic->num_layers : 0);
   if (options_apply) out += variants(run, configured, layout, units);
+  else if (!layout.sharded) {  // a DiT trained whole, or adapters on several GPUs a rank's state
+    MemorySettings moved = configured;
+    moved.host_state = !configured.host_state;
+    out += fmt::format("  with {}: {}\n", moved.host_state ? "the optimizer's state on the host"
+                                                              : "the optimizer's state on the device",
+                       totals(estimate_memory(run, moved, layout)));
+  }
   if (layout.fit_device_bytes > 0) out += fit(run, configured, layout, units, options_apply);
   return out;
 }

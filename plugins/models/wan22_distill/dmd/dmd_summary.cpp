@@ -30,7 +30,7 @@ DmdBytes dmd_bytes(const DmdSettings& dmd, const wan::WanConfig& student, const 
   if (generator_lora.enabled() && dmd.critic_lora.enabled())
     out.adapters = static_cast<double>(wan::adapter_parameter_count(student, generator_lora) +
                                        wan::adapter_parameter_count(teacher, dmd.critic_lora)) *
-                   wan::trained_parameter_bytes(4, false).bytes;  // float32 adapters
+                   wan::trained_parameter_bytes(4, false).total();  // float32 adapters
   return out;
 }
 

@@ -1,6 +1,6 @@
 #include <torch/torch.h>
 
-#include "host/cpu_memory_cache.hpp"
+#include "memory/cpu_memory_cache.hpp"
 // doctest last: c10/util/Logging.h defines a CHECK macro of its own.
 #include <doctest/doctest.h>
 

@@ -3,7 +3,7 @@
 // part, for any run the Wan model plugins train (a DiT trained whole or through adapters, one or two
 // experts, a distillation's other networks), any layout (whole on every GPU, or a share under a
 // strategy that shards the state) and any memory options (fp8 base, block swap, checkpointing,
-// activation offload). model-info's plan (wan/memory_plan.hpp), `--fit` and the plugins' planned
+// activation offload, optimizer state on the host). model-info's plan (wan/memory_plan.hpp), `--fit` and the plugins' planned
 // device bytes all read it. The formulas are in docs/low-memory.md.
 
 #include <cstdint>
@@ -30,16 +30,19 @@ struct MemorySettings {
   std::int64_t swapped = 0;    ///< block_swap.blocks
   std::int64_t ring = 2;       ///< block_swap.ring
   std::int64_t chunks = 1;     ///< model.recompute_chunks (with checkpointing)
+  bool host_state = false;     ///< optimizer.state: host
   bool operator==(const MemorySettings&) const = default;
 };
 
 /// A network a step holds on the device whatever the options (a distillation teacher, a critic
-/// trained whole): what, its bytes, and whether it is part of the trained module, which a strategy
+/// trained whole): what, its frozen bytes or the parameters it trains whole (whose state sits where
+/// trained_parameter_bytes says), and whether it is part of the trained module, which a strategy
 /// that shards the state splits over the GPUs (a separate teacher stays whole on every GPU).
 struct HeldNetwork {
   std::string what;
   double bytes = 0;
   bool in_module = false;
+  double trained = 0;  ///< parameters trained whole (their state in place of `bytes`)
 };
 
 /// The run a plan is for: the DiT, its adapters (none: it trains whole), its weights' dtype
@@ -63,22 +66,27 @@ struct PlannedRun {
   std::optional<WanConfig> held_graph{};
 };
 
-/// What one trained parameter costs between steps, and the words for it: its weight, gradient and
-/// AdamW moments (in the weight's `value_bytes`), or with `master_weights` (bf16_weights) a bf16
-/// weight and gradient beside an fp32 master and moments.
+/// What one trained parameter costs between steps, where, and the words for it: its weight and
+/// gradient (bf16 with `master_weights`, precision.mode bf16_weights; else in the weight's
+/// `value_bytes`), and the optimizer's state: AdamW's moments in the weight's dtype, or with
+/// `master_weights` an fp32 master and moments, on the device; or with `host_state`
+/// (optimizer.state host) an fp32 master, a float32 gradient slot and fp32 moments in host memory.
 struct TrainedBytes {
-  double bytes = 0;
+  double device = 0;
+  double host = 0;
   std::string parts;
+  double total() const { return device + host; }
 };
-TrainedBytes trained_parameter_bytes(double value_bytes, bool master_weights);
+TrainedBytes trained_parameter_bytes(double value_bytes, bool master_weights, bool host_state = false);
 
 /// Bytes of a frozen DiT's weights: every parameter in `dtype`, or with `fp8` the blocks' Linear
 /// weights in e4m3 with their float32 scales (block-64 along the input where it divides, one a
 /// row otherwise).
 double frozen_dit_bytes(const WanConfig& config, const std::string& dtype, bool fp8);
 
-/// Bytes a DiT holds between steps: trained whole, its weights with gradients and AdamW moments;
-/// with adapters, its frozen weights in `dtype` and the adapters' float32 training state.
+/// Bytes a DiT holds between steps, device and host together: trained whole, its weights with
+/// gradients and AdamW moments; with adapters, its frozen weights in `dtype` and the adapters'
+/// float32 training state.
 double dit_state_bytes(const WanConfig& config, const LoraSettings& lora, const std::string& dtype);
 
 /// Bytes a block run (or recomputed) for its backward holds, `tokens` on a rank, `value_bytes` a

@@ -1,4 +1,4 @@
-#include "units/host_arena.hpp"
+#include "memory/host_arena.hpp"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -39,7 +39,7 @@ HostMemory parse_host_memory(const std::string& name) {
   return HostMemory::Auto;
 }
 
-HostArena allocate_host_arena(std::int64_t bytes, HostMemory mode, c10::Device device) {
+HostArena allocate_host_arena(std::int64_t bytes, HostMemory mode, c10::Device device, const HostArenaOwner& owner) {
   HostArena arena;
   const double gib = static_cast<double>(bytes) / kGiB;
   if (device.is_cuda() && mode != HostMemory::Pageable) {
@@ -51,9 +51,10 @@ HostArena allocate_host_arena(std::int64_t bytes, HostMemory mode, c10::Device d
       return arena;
     }
     if (mode == HostMemory::Pinned)
-      throw Error(fmt::format("block swap: pinning {:.2f} GiB of host memory failed: {}", gib, why),
-                  "free host memory, swap fewer blocks, or set block_swap.host_memory: pageable (slower: every "
-                  "copy is staged through a small pinned buffer; WSL and Windows cap pinned memory)");
+      throw Error(fmt::format("{}: pinning {:.2f} GiB of host memory failed: {}", owner.name, gib, why),
+                  fmt::format("free host memory, or set {} (slower: every copy is staged through a small pinned "
+                              "buffer; WSL and Windows cap pinned memory)",
+                              owner.pageable_setting));
     arena.note = fmt::format("{:.2f} GiB of pageable host memory (pinning it failed: {})", gib, why);
   } else {
     arena.note = fmt::format("{:.2f} GiB of {} host memory", gib, device.is_cuda() ? "pageable" : "CPU");

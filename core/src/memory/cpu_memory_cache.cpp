@@ -1,4 +1,4 @@
-#include "host/cpu_memory_cache.hpp"
+#include "memory/cpu_memory_cache.hpp"
 
 #include <atomic>
 #include <mutex>

@@ -1,4 +1,4 @@
-#include "host/peak_memory.hpp"
+#include "memory/peak_memory.hpp"
 
 #include <sys/resource.h>
 

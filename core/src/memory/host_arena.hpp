@@ -1,6 +1,7 @@
 #pragma once
-// The host memory block swap keeps the streamed units' frozen weights in: one allocation (pinned
-// where it can be, exactly the bytes asked for: no per-tensor rounding), cut into per-unit views.
+// Host memory that crosses to a GPU: one allocation (pinned where it can be, exactly the bytes asked
+// for: no per-tensor rounding), cut into views by its owner. Block swap keeps the streamed units'
+// frozen weights in one; optimizer.state host keeps the fp32 masters and their gradients in one.
 
 #include <cstdint>
 #include <string>
@@ -22,12 +23,23 @@ struct HostArena {
   std::string note;  ///< what was allocated, and why pageable when it is
 };
 
+/// `bytes` rounded up to a multiple of `alignment`: where the next view cut from an arena starts.
+constexpr std::int64_t round_up(std::int64_t bytes, std::int64_t alignment) {
+  return (bytes + alignment - 1) / alignment * alignment;
+}
+
 /// Page-locked host bytes from the CUDA runtime, exactly `bytes` (the caching host allocator rounds
 /// each block up to a power of two); an undefined tensor, and the reason in `why`, when that fails.
 at::Tensor pin_host_bytes(std::int64_t bytes, std::string& why);
 
+/// Who asks for an arena, for its errors: "block swap" and the option that allows pageable memory.
+struct HostArenaOwner {
+  std::string name;
+  std::string pageable_setting;  ///< e.g. "block_swap.host_memory: pageable"
+};
+
 /// `bytes` of host memory for a run on `device`. Throws wanfw::Error when `mode` is Pinned and
 /// pinning fails.
-HostArena allocate_host_arena(std::int64_t bytes, HostMemory mode, c10::Device device);
+HostArena allocate_host_arena(std::int64_t bytes, HostMemory mode, c10::Device device, const HostArenaOwner& owner);
 
 }  // namespace wanfw

@@ -1,0 +1,107 @@
+"""optimizer.state host: the fp32 master weights, AdamW's moments and the ema averages live in host
+memory, and the device keeps only the weights it computes with. On a CPU the host is the device, so
+a run with the state on the host must end with the very checkpoint of the same run without it, bit
+for bit: the gradients copied exactly, the same clipping over the same values, the same fused AdamW
+kernel, the same averages. The tiny Wan DiT with its random noise and timesteps; every layout that
+keeps whole weights on each rank; DMD's two phases; a LoRA whose frozen blocks stream from host
+memory; a resume that moves the state either way; the NaN guard."""
+
+import pytest
+import torch
+
+from harness.block_swap import base, lora, trained  # noqa: F401 (a fixture)
+from harness.distill import teacher  # noqa: F401 (a fixture)
+from harness.dmd import config as dmd_config
+from harness.equivalence import checkpoint, checkpoint_file
+from harness.launch import torchrun
+from harness.layouts import CPU, FSDP, LAYOUTS, experiment, run_on, tiny_wan
+from harness.runs import base_config, checkpoints, losses, wanfw, write_config
+
+HOST = {"state": "host"}
+CLIPPED = {"grad_clip": 0.05}  # below the tiny Wan's gradient norms (0.3 to 3): every step clips
+
+
+def assert_same_checkpoint(tmp_path, a, b, step=None):
+    """Runs `a` and `b` wrote the same weights, AdamW state and averages, bit for bit."""
+    for kind in ("model", "optimizer"):
+        x = checkpoint_file(checkpoint(tmp_path, a, step), kind)
+        y = checkpoint_file(checkpoint(tmp_path, b, step), kind)
+        assert x.keys() == y.keys(), kind
+        different = [k for k in x if not torch.equal(x[k], y[k])]
+        assert not different, f"{kind}: {len(different)} tensors differ, {different[:4]}"
+
+
+@pytest.mark.every_vector_unit
+@pytest.mark.parametrize("precision", ["fp32", "bf16_weights"])
+def test_the_host_state_trains_the_tiny_wan_to_the_checkpoint_of_the_device_state_bit_for_bit(tmp_path, precision):
+    sections = {"trainer": CLIPPED, "ema": {"decay": 0.9}, "precision": {"mode": precision}}
+    wanfw("run", experiment(tmp_path, "device", CPU, 4, tiny_wan("t2v"), **sections), check=0)
+    host = wanfw("run", experiment(tmp_path, "host", CPU, 4, tiny_wan("t2v"), optimizer=HOST, **sections), check=0)
+    compute = "bf16" if precision == "bf16_weights" else "fp32"
+    assert f"in {compute} for compute, their fp32 masters and gradients in " in host.stdout
+    assert "AdamW: ATen's fused multi-tensor kernel (cpu)" in host.stdout
+    assert min(losses(tmp_path, "host", "grad_norm")) > CLIPPED["grad_clip"]  # every step clipped
+    assert_same_checkpoint(tmp_path, "device", "host")
+    saved = checkpoint_file(checkpoint(tmp_path, "host"), "optimizer")
+    assert any(name.endswith(".ema") for name in saved) and any(name.endswith(".exp_avg_sq") for name in saved)
+
+
+@pytest.mark.parametrize("layout", ["ddp_2x1_accum_2", "data_parallel_2_replicas_x4"])
+def test_the_host_state_ends_a_layout_at_the_checkpoint_of_its_device_state(tmp_path, layout):
+    # The device state's layouts end at one device's weights (test_ddp_equivalence and the others);
+    # the host state must not move them by a bit: ranks and replicas each step their own host copy.
+    strategy, batch, ranks = LAYOUTS[layout]
+    run_on(tmp_path, "device", strategy, batch, tiny_wan("t2v"), ranks, trainer=CLIPPED)
+    run_on(tmp_path, "host", strategy, batch, tiny_wan("t2v"), ranks, trainer=CLIPPED, optimizer=HOST)
+    assert_same_checkpoint(tmp_path, "device", "host")
+
+
+def test_dmd_phases_train_the_generator_and_critic_alike_with_the_host_state(tmp_path, teacher):
+    wanfw("run", dmd_config(tmp_path, teacher, name="device", steps=4), check=0)
+    host = wanfw("run", dmd_config(tmp_path, teacher, name="host", steps=4), "--set", "optimizer.state=host", check=0)
+    assert "their fp32 masters and gradients in " in host.stdout
+    for step in (1, 2, 4):  # the generator's step, a critic's, and the generator's again
+        assert_same_checkpoint(tmp_path, "device", "host", step)
+
+
+def test_a_lora_with_streamed_blocks_trains_alike_with_the_host_state(tmp_path, base):
+    resident = trained(tmp_path, "resident", lora(base))
+    swapped = trained(tmp_path, "swapped", lora(base), {"blocks": 3, "ring": 2}, optimizer=HOST)
+    assert "their fp32 masters and gradients in " in swapped[0]
+    assert swapped[1] == resident[1]  # every step's loss, as printed
+    assert swapped[2].keys() == resident[2].keys()
+    assert all(torch.equal(swapped[2][k], resident[2][k]) for k in resident[2])
+
+
+@pytest.mark.parametrize("first, then", [("device", "host"), ("host", "device")])
+def test_a_run_resumes_bitwise_with_its_state_moved_between_the_device_and_the_host(tmp_path, first, then):
+    path = experiment(tmp_path, "moved", CPU, 4, tiny_wan("t2v"), optimizer={"state": first},
+                      trainer={"max_steps": 6, **CLIPPED}, checkpoint={"every": 3})
+    wanfw("run", path, check=0)
+    uninterrupted = {kind: checkpoint_file(checkpoint(tmp_path, "moved", 6), kind) for kind in ("model", "optimizer")}
+    late = checkpoint(tmp_path, "moved", 6)
+    for f in late.iterdir():
+        f.unlink()
+    late.rmdir()
+    result = wanfw("run", path, "--resume", "auto", "--set", f"optimizer.state={then}", check=0)
+    assert "resumed from" in result.stdout and "step-00000003" in result.stdout
+    for kind, tensors in uninterrupted.items():
+        resumed = checkpoint_file(checkpoint(tmp_path, "moved", 6), kind)
+        assert resumed.keys() == tensors.keys() and all(torch.equal(resumed[k], tensors[k]) for k in tensors), kind
+
+
+def test_a_nan_loss_stops_the_host_state_run_before_its_step_and_keeps_the_last_checkpoint(tmp_path):
+    config = base_config(tmp_path / "runs", optimizer=HOST, trainer={"max_steps": 40}, checkpoint={"every": 10})
+    config["model"]["nan_at_call"] = 17
+    result = wanfw("run", write_config(tmp_path / "nan.yaml", config), check=1)
+    assert "step 17: metric 'loss' is nan" in result.stderr
+    assert [p.name for p in checkpoints(tmp_path / "runs" / "exp" / "version_0")] == ["step-00000010"]
+
+
+def test_a_strategy_that_shards_the_state_refuses_the_host_state_naming_what_to_use(tmp_path):
+    path = experiment(tmp_path, "sharded", FSDP, 2, tiny_wan("t2v"), optimizer=HOST)
+    checked = wanfw("validate", path, check=2)
+    assert "optimizer.state host does not yet combine with a strategy that shards the state (fsdp)" in checked.stderr
+    assert "use optimizer.state device with this strategy" in checked.stderr
+    result = torchrun("run", path, nproc=2)
+    assert result.returncode != 0 and "optimizer.state host does not yet combine" in result.stdout + result.stderr
