@@ -77,3 +77,17 @@ def test_model_info_counts_both_a14b_experts_and_fits_the_4_step_example_on_one_
     fit = wanfw("model-info", example, "--fit", "48GB", check=0).stdout
     assert "--fit 44.70 GiB of device memory: fits with fp8 base, checkpointing, activation offload, 17 blocks swapped " \
            "(ring 2), the optimizer's state on the host" in fit
+
+
+def test_the_4_step_student_of_both_a14b_experts_fits_a_24gb_gpu_with_the_adapters_state_on_the_host():
+    example = SOURCE / "examples" / "dmd-wan22-a14b-4step-24gb.yaml"
+    info = wanfw("model-info", example, check=0).stdout
+    # Four rank-64 adapter sets, 1,226,833,920 parameters: 8 bytes each on the device, 16 on the host.
+    assert "device: adapters (float32): weights and gradients (8 bytes a parameter) 9.14 GiB\n" in info
+    assert "host: adapters (float32): fp32 masters, gradients and AdamW moments (16 bytes a parameter; masters and " \
+           "gradients pinned) 18.28 GiB\n" in info
+    assert "does not fit a 16 GB GPU; fits a 24 GB GPU (2.3 GiB left)" in info
+    # With the state on the device, every option at its most does not fit: what the host state buys.
+    most = ["--set", "optimizer.state=device", "--set", "model.recompute_chunks=16", "--set", "block_swap.blocks=79"]
+    assert "does not fit a 24 GB GPU" in wanfw("model-info", example, *most, check=0).stdout
+    wanfw("validate", example, check=0)

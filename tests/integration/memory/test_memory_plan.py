@@ -164,3 +164,18 @@ def test_the_vace_a14b_example_fits_a_24gb_gpu_counting_its_vace_blocks_and_cont
     assert "19 resident block(s) in fp8" in out and "29 blocks swapped" in out  # 48 units: 40 main, 8 VACE
     assert "48 checkpointed block inputs" in out and "the VACE branch's embedded context and a hint" in out
     assert "vace_context [96, frames, height, width]" in out
+
+
+def test_one_a14b_expert_trains_whole_on_one_80gb_gpu_with_its_optimizer_state_on_a_256gb_host():
+    example = SOURCE / "examples" / "wan22-t2v-a14b-expert-finetune-80gb.yaml"
+    out, device, host, verdict = plan(example)
+    assert "fits an 80 GB GPU" in verdict and device <= 80e9 / 2**30 and host <= 256e9 / 2**30
+    # 14,288,491,584 parameters: a bf16 weight and gradient on the GPU, 16 bytes on the host.
+    assert "device: the DiT trained whole: weights and gradients (4 bytes a parameter) 53.23 GiB\n" in out
+    assert "host: the DiT trained whole: fp32 masters, gradients and AdamW moments (16 bytes a parameter; masters " \
+           "and gradients pinned) 212.92 GiB\n" in out
+    # Its settings are what --fit picks for that GPU and host from the config without them.
+    fit = wanfw("model-info", example, "--set", "optimizer.state=device", "--set", "model.activation_offload=false",
+                "--fit", "80GB", "--host-ram", "256GB", check=0).stdout
+    assert "fits with checkpointing, activation offload, the optimizer's state on the host (device 63.93 GiB, host " \
+           "232.92 GiB;" in fit
