@@ -9,6 +9,7 @@
 #     DEPS.tar.xz  scripts/pack-deps.sh's tarball (the C++ packages)
 #     STAGE        build kernels paths bench-1.3b bench-5b attention low-memory-check bench-low-memory
 #                  bench-chunked (one A14B block's backward at 32,760 tokens, whole and in chunks)
+#                  bench-host-optimizer (the optimizer step with its state on the GPU and on the host)
 #                  build-decode vae (the CLI and the model plugins alone; the VAE decode beside diffusers)
 #                  (default: build kernels paths bench-1.3b bench-5b attention, in this order)
 # Python packages the machine lacks (diffusers for the benchmarks) may sit as wheels in .whl/.
@@ -53,7 +54,7 @@ build() {  # build [TARGET...]: the CLI, the unit tests and every plugin unless 
     >/dev/null || return 1
   local targets=("$@")
   ((${#targets[@]})) ||
-    targets=(wanfw wanfw_unit_tests wanfw_bench_chunked_recompute $(grep -rhoE 'wanfw_add_builtin_plugin\(\w+' plugins | sed 's/.*(//' | grep -v '_$'))
+    targets=(wanfw wanfw_unit_tests wanfw_bench_chunked_recompute wanfw_bench_host_optimizer $(grep -rhoE 'wanfw_add_builtin_plugin\(\w+' plugins | sed 's/.*(//' | grep -v '_$'))
   time cmake --build build -j16 -- -k 0 "${targets[@]}" >>"$out/build.log" 2>&1
   local rc=$?
   echo "warnings: $(grep -c 'warning:' "$out/build.log")"
@@ -101,6 +102,8 @@ for s in "${stages[@]}"; do
                         --steps 5 ;;
     bench-chunked) stage bench-chunked 240 build/bin/wanfw_bench_chunked_recompute --device cuda --dtype bfloat16 \
                      --fp8 --tokens 32760 --chunks 1,2,4,8 ;;
+    bench-host-optimizer) stage bench-host-optimizer 180 build/bin/wanfw_bench_host_optimizer --device cuda \
+        --compute bfloat16 --preset wan2.2-ti2v-5b --blocks 6 --steps 5 ;;
     *) echo "unknown stage $s" | tee -a "$summary" ;;
   esac
 done

@@ -64,6 +64,11 @@ struct TrainingLayout {
   bool master_weights = false;
   /// optimizer.state host: the fp32 masters, their gradients and AdamW's moments in host memory.
   bool host_optimizer_state = false;
+  /// The strategy chain leaves a unit's gradients final when its backward ends
+  /// (StrategyCapabilities::unit_gradients_final), and the micro-batches it accumulates a step: with
+  /// the state on the host and one micro-batch a step, the device holds a unit's gradients at a time.
+  bool unit_gradients_final = false;
+  int accumulation = 1;
   /// block_swap: units streamed from host memory, and the device slots they share.
   std::int64_t swapped_blocks = 0;
   std::int64_t swap_ring = 2;
@@ -92,6 +97,12 @@ struct StrategyCapabilities {
   /// The module is copied onto several devices of one process (data_parallel's replicas): block
   /// swap, which streams the blocks of one copy, is refused.
   bool replicates_module = false;
+  /// Nothing changes a unit's parameters' gradients once the unit's backward ends: no reduction
+  /// over ranks or replicas follows (single), or, for a strategy that wraps another, none that it
+  /// adds (grad_accum). A chain of strategies has it when each declares it; the host then moves a
+  /// unit's gradients off the device as its backward ends (optimizer.state host). The built
+  /// strategy answers it as Strategy::unit_gradients_final().
+  bool unit_gradients_final = false;
   /// The strategy can form one group of ranks per network of the model (Strategy::network_groups),
   /// the groups' sizes given by its `network_groups` option: model-info plans each group's ranks.
   bool places_networks = false;
@@ -105,6 +116,8 @@ struct StrategyLayout {
   /// Copies of the model one process runs side by side (data_parallel: one a device). Above 1 the
   /// model must declare ModelCapabilities::replicates; the host refuses the config otherwise.
   int replicas = 1;
+  /// Micro-batches accumulated a step (grad_accum: its steps); a chain multiplies its strategies'.
+  int accumulation = 1;
 };
 
 /// What a model can do beyond the Model contract's required calls, declared in its descriptor so

@@ -133,6 +133,14 @@ class Strategy {
   /// every parameter on its device. The host owns the one unit runtime the model runs its units
   /// through (wanfw/parallel/unit_runtime.hpp) and installs it with this fetcher, or with block swap's.
   virtual std::shared_ptr<UnitFetcher> unit_fetcher() { return nullptr; }
+  /// Whether a unit's parameters' gradients are final on this process once the unit's backward
+  /// ends (not under ddp, whose buckets are reduced later, nor data_parallel, which sums its
+  /// replicas' after backward): what the descriptor declares (StrategyCapabilities::
+  /// unit_gradients_final), and for a wrapper what the strategy it wraps answers too. The host sets
+  /// it when it builds the strategy.
+  bool unit_gradients_final() const { return unit_gradients_final_; }
+  /// Called by the host after the factory, never by a plugin (see unit_gradients_final).
+  void set_unit_gradients_final(bool final) { unit_gradients_final_ = final; }
   /// This rank's pieces of the model's checkpoint tensors and of the optimizer's state, when
   /// partial_state(). Default: whole tensors, written by the first rank of each network group; a
   /// strategy that shards the state writes its own rows.
@@ -157,6 +165,7 @@ class Strategy {
 
  private:
   bool shards_state_ = false;
+  bool unit_gradients_final_ = false;
 };
 
 }  // namespace wanfw

@@ -43,8 +43,9 @@ std::shared_ptr<Object> build(const PluginHost& host, Config& config, const std:
   PluginContext ctx = context;
   ctx.section = section;
   bool wraps_sharding = false;  // a strategy this one builds (a wrapper's inner one) shards the state
+  bool wraps_final = true;      // and every one it builds leaves a unit's gradients final
   // Valid while the factory runs: it refers to the host and the config being assembled.
-  ctx.build_strategy = [&host, &config, &context, &wraps_sharding, section, name,
+  ctx.build_strategy = [&host, &config, &context, &wraps_sharding, &wraps_final, section, name,
                         subsections](const std::string& key) {
     const std::string path = section + "." + key;
     if (std::find(subsections.begin(), subsections.end(), key) == subsections.end())
@@ -58,6 +59,7 @@ std::shared_ptr<Object> build(const PluginHost& host, Config& config, const std:
                         fmt::format("add for example `{}: {{name: single}}` to '{}'", key, section));
     std::shared_ptr<Strategy> inner = host.make_strategy(config, path, context);
     wraps_sharding = wraps_sharding || inner->shards_state();
+    wraps_final = wraps_final && inner->unit_gradients_final();
     return inner;
   };
   std::unique_ptr<Object> object = (info.descriptor->*factory)(options, ctx);
@@ -66,8 +68,10 @@ std::shared_ptr<Object> build(const PluginHost& host, Config& config, const std:
     throw PluginError(fmt::format("{}: the {} plugin '{}' returned no object", info.path.string(),
                                   plugin_kind_name(kind), name));
   // A strategy's sharding is what its descriptor (or a strategy it wraps) declares: said once.
-  if constexpr (std::is_same_v<Object, Strategy>)
+  if constexpr (std::is_same_v<Object, Strategy>) {
     object->set_shards_state(info.descriptor->capabilities.shards_state || wraps_sharding);
+    object->set_unit_gradients_final(info.descriptor->capabilities.unit_gradients_final && wraps_final);
+  }
   return std::shared_ptr<Object>(std::move(object));
 }
 

@@ -95,6 +95,7 @@ RunOutcome run_experiment(const RunRequest& request) {
     if (masters) masters->publish();
   }
   place_model(e);
+  if (masters) masters->stream_gradients();  // after placement: the parameters' accumulators are final
 
   // 4. Train, logging on the main process.
   LoggerSet loggers(e.loggers, main, run_dir.path(), run_dir.resume_step(), e.resolved_yaml);

@@ -68,10 +68,15 @@ StrategyChain strategy_chain(const Config& config, const PluginHost& host) {
     chain.capabilities.shards_state |= descriptor.capabilities.shards_state;
     chain.capabilities.replicates_module |= descriptor.capabilities.replicates_module;
     chain.capabilities.places_networks |= descriptor.capabilities.places_networks;
+    chain.capabilities.unit_gradients_final =
+        (chain.sections.size() == 1 || chain.capabilities.unit_gradients_final) &&
+        descriptor.capabilities.unit_gradients_final;
     if (descriptor.strategy_layout != nullptr) {
       std::vector<std::string> extra_keys = descriptor.subsections;
       extra_keys.push_back("name");
+      const int accumulated = chain.layout.accumulation;  // the wrappers' so far
       chain.layout = descriptor.strategy_layout(config.section(section, descriptor.options, extra_keys));
+      chain.layout.accumulation *= accumulated;
     }
     const auto wrapped = std::find_if(descriptor.subsections.begin(), descriptor.subsections.end(),
                                       [&](const std::string& key) { return config.has(section + "." + key + ".name"); });
@@ -103,6 +108,8 @@ TrainingLayout training_layout(const Config& config, const CoreSettings& setting
   layout.dtype = compute_dtype(settings.precision.mode);
   layout.master_weights = settings.precision.mode == PrecisionMode::BF16Weights;
   layout.host_optimizer_state = settings.optimizer.state == OptimizerStateHome::Host;
+  layout.unit_gradients_final = chain.capabilities.unit_gradients_final;
+  layout.accumulation = chain.layout.accumulation;
   layout.swapped_blocks = settings.block_swap.blocks;
   layout.swap_ring = settings.block_swap.ring;
   // The largest sample the data set declares (its plugin's data_buckets, never its keys).

@@ -4,7 +4,11 @@
 #include <map>
 
 #include <ATen/ATen.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <fmt/format.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/nn/module.h>
 
 namespace wanfw {
@@ -85,6 +89,7 @@ MasterWeights::MasterWeights(Model& model, std::optional<at::ScalarType> compute
     // Before any backward and before the strategy hooks the parameter: its dtype changes once.
     if (compute) pair.parameter.set_data(pair.parameter.detach().to(*compute));
     by_parameter.emplace(pair.parameter.unsafeGetTensorImpl(), pair.master);
+    index_.emplace(pair.parameter.unsafeGetTensorImpl(), index_.size());
   }
   view_ = std::make_unique<MasterView>(model, std::move(by_parameter));
 }
@@ -107,17 +112,56 @@ MasterWeights::~MasterWeights() = default;
 
 Model& MasterWeights::view() { return *view_; }
 
+void MasterWeights::stream_gradients() {
+  if (home_ != OptimizerStateHome::Host || !accumulators_.empty()) return;
+  for (std::size_t i = 0; i < pairs_.size(); ++i) {
+    auto accumulator = torch::autograd::impl::grad_accumulator(pairs_[i].parameter);
+    if (!accumulator) continue;
+    accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+        [this, i](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
+          if (streaming_) {
+            at::NoGradGuard no_grad;
+            move_gradient(pairs_[i]);
+          }
+          return outputs;
+        }));
+    accumulators_.push_back(std::move(accumulator));
+  }
+}
+
+void MasterWeights::move_gradient(Pair& pair) {
+  at::Tensor& grad = pair.parameter.mutable_grad();
+  if (!grad.defined()) return;
+  // From pinned memory the copy is queued behind the gradient's compute and the caller goes on;
+  // the device's memory is reused only by work queued after it.
+  const bool queued = arena_.pinned && grad.is_cuda();
+  pair.master.mutable_grad() = pair.gradient.copy_(grad, /*non_blocking=*/queued);
+  moved_while_backward_ |= queued;
+  grad.reset();
+}
+
+bool MasterWeights::has_gradient(const at::Tensor& parameter) const {
+  if (parameter.grad().defined()) return true;
+  const auto it = index_.find(parameter.unsafeGetTensorImpl());
+  return it != index_.end() && pairs_[it->second].master.grad().defined();
+}
+
 void MasterWeights::take_gradients() {
   at::NoGradGuard no_grad;
-  for (auto& [parameter, master, slot] : pairs_) {
-    at::Tensor& grad = parameter.mutable_grad();
-    if (!grad.defined()) {
-      master.mutable_grad().reset();
-      continue;
+  streaming_ = false;
+  for (Pair& pair : pairs_) {
+    at::Tensor& grad = pair.parameter.mutable_grad();
+    if (!grad.defined()) continue;  // none this step, or moved already
+    if (pair.gradient.defined()) {
+      move_gradient(pair);
+    } else {
+      pair.master.mutable_grad() = grad.to(at::kFloat);
+      grad.reset();
     }
-    if (slot.defined()) master.mutable_grad() = slot.copy_(grad);  // to the host: waits for the copy
-    else master.mutable_grad() = grad.to(at::kFloat);
-    grad.reset();
+  }
+  if (moved_while_backward_) {  // the host reads the slots next: every queued copy must be over
+    c10::cuda::device_synchronize();
+    moved_while_backward_ = false;
   }
 }
 
@@ -158,7 +202,12 @@ std::string MasterWeights::describe() const {
                                               : c10::toString(compute);
   return fmt::format("{} tensors ({:.3g}M parameters) in {} for compute, their fp32 masters {}", pairs_.size(),
                      static_cast<double>(count) / 1e6, name,
-                     home_ == OptimizerStateHome::Host ? "and gradients in " + arena_.note : std::string("on the device"));
+                     home_ == OptimizerStateHome::Host
+                         ? "and gradients in " + arena_.note +
+                               (!accumulators_.empty() ? "; each gradient moves there as soon as it is whole, "
+                                                         "where nothing reduces it after backward"
+                                                       : "")
+                         : std::string("on the device"));
 }
 
 }  // namespace wanfw

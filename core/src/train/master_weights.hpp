@@ -21,14 +21,20 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
+#include <c10/util/intrusive_ptr.h>
 
 #include "config/core_sections.hpp"
 #include "memory/host_arena.hpp"
 #include "wanfw/model.hpp"
+
+namespace torch::autograd {
+struct Node;
+}
 
 namespace wanfw {
 
@@ -51,13 +57,26 @@ class MasterWeights {
   /// checkpoint_tensors() name the masters in place of the parameters they shadow.
   Model& view();
   /// The module's parameters' gradients become the masters' (fp32; in the arena's slots when the
-  /// masters live on the host) and are released.
+  /// masters live on the host) and are released; those moved while backward ran are waited for.
+  /// Ends the streaming stream_micro_batch armed.
   void take_gradients();
   /// The masters written into the module's parameters, rounded to their dtype (after a step, or a
   /// restore).
   void publish();
   /// Where the masters live.
   OptimizerStateHome home() const { return home_; }
+  /// Host: from now on, in the micro-batches stream_micro_batch arms, each parameter's gradient
+  /// moves to the host as soon as backward has accumulated it (a hook after its gradient
+  /// accumulator, as a ddp reducer watches them): the device then holds the gradients being
+  /// computed, not the model's. Call it once the strategy has placed the model.
+  void stream_gradients();
+  /// Whether the next micro-batch's gradients move as each is whole: for the step's last
+  /// micro-batch, when the strategy changes no gradient after backward
+  /// (Strategy::unit_gradients_final); earlier micro-batches accumulate on the device.
+  void stream_micro_batch(bool on) { streaming_ = on && !accumulators_.empty(); }
+  /// Whether `parameter` (the module's) got a gradient this step: on the device, or moved to its
+  /// master already.
+  bool has_gradient(const at::Tensor& parameter) const;
   /// A number every rank computes equal when their masters are equal (to check that the ranks
   /// start from the same weights: a strategy's broadcast covers the module, not the masters).
   double fingerprint() const;
@@ -73,10 +92,16 @@ class MasterWeights {
   };
   /// Host: one arena cut into each master and its gradient slot.
   void place_on_host(c10::Device device);
+  /// Pair `i`'s gradient to its master's slot, released on the device.
+  void move_gradient(Pair& pair);
 
   OptimizerStateHome home_;
   std::vector<Pair> pairs_;
   HostArena arena_;  ///< home Host
+  std::vector<c10::intrusive_ptr<torch::autograd::Node>> accumulators_;  ///< stream_gradients: kept alive
+  bool streaming_ = false;                              ///< stream_micro_batch
+  std::unordered_map<const void*, std::size_t> index_;  ///< a module parameter -> its pair
+  bool moved_while_backward_ = false;  ///< a copy may still be under way: wait before reading
   std::unique_ptr<Model> view_;
 };
 

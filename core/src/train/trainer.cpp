@@ -99,6 +99,9 @@ Trainer::MicroBatchTotals Trainer::run_micro_batches() {
       sample_log_->record(state_.step + 1, m, state_.epoch, loader_->last_bucket(), *batch);
     totals.samples += batch->weight > 0 ? batch->size : 0;
     if (m == 0) fault_point("step-forward", strategy_->rank(), state_.step + 1);
+    // optimizer.state host: the last micro-batch's gradients go to the host as each is whole, where
+    // nothing reduces them after backward; earlier micro-batches' accumulate on the device.
+    if (masters_ != nullptr) masters_->stream_micro_batch(m + 1 == count && strategy_->unit_gradients_final());
     const StepOutput out =
         strategy_->micro_step(*model_, *batch, {m, count, m + 1 == count, &precision_, phase, batch->weight});
     // Each micro-batch by its weight in the step (1 but under networks on rank groups, where a

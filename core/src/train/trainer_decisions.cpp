@@ -60,7 +60,7 @@ void Trainer::stop_on_nonfinite(const Decision& decision, double loss, double gr
 std::string Trainer::stray_gradient(int phase) const {
   if (outside_phase_.empty()) return {};
   for (const auto& [name, tensor] : outside_phase_.at(static_cast<std::size_t>(phase)))
-    if (tensor.grad().defined()) return name;
+    if (masters_ != nullptr ? masters_->has_gradient(tensor) : tensor.grad().defined()) return name;
   return {};
 }
 

@@ -74,6 +74,12 @@ wanfw::PluginDescriptor describe() {
       "synchronised once, after the last.");
   d.options = {option("steps", T::Integer).value("2").doc("Micro-batches per optimizer step.")};
   d.subsections = {"inner"};
+  d.capabilities.unit_gradients_final = true;  // it reduces nothing itself: the inner strategy decides
+  d.strategy_layout = [](const wanfw::Options& o) {
+    wanfw::StrategyLayout layout;
+    layout.accumulation = static_cast<int>(o.integer("steps"));
+    return layout;
+  };
   d.make_strategy = make_strategy;
   return d;
 }

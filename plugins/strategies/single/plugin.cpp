@@ -64,6 +64,7 @@ wanfw::PluginDescriptor describe() {
   d.options = {wanfw::option("device", wanfw::OptionType::String)
                    .value("auto")
                    .doc("auto (the first CUDA device if there is one, else the CPU), cpu, cuda or cuda:N.")};
+  d.capabilities.unit_gradients_final = true;  // nothing reduces them
   d.make_strategy = [](const wanfw::Options& options, const wanfw::PluginContext&) -> std::unique_ptr<wanfw::Strategy> {
     return std::make_unique<SingleDeviceStrategy>(resolve_device(options), options.where("device"));
   };

@@ -2,9 +2,11 @@
 memory, and the device keeps only the weights it computes with. On a CPU the host is the device, so
 a run with the state on the host must end with the very checkpoint of the same run without it, bit
 for bit: the gradients copied exactly, the same clipping over the same values, the same fused AdamW
-kernel, the same averages. The tiny Wan DiT with its random noise and timesteps; every layout that
-keeps whole weights on each rank; DMD's two phases; a LoRA whose frozen blocks stream from host
-memory; a resume that moves the state either way; the NaN guard."""
+kernel, the same averages, whether each gradient moves as soon as backward has accumulated it
+(single) or after backward (ddp, data_parallel). The tiny Wan DiT with its random noise and timesteps; every
+layout that keeps whole weights on each rank; DMD's two phases, whose networks run several times a
+step; a LoRA whose frozen blocks stream from host memory; a resume that moves the state either way;
+the NaN guard."""
 
 import pytest
 import torch
@@ -39,6 +41,7 @@ def test_the_host_state_trains_the_tiny_wan_to_the_checkpoint_of_the_device_stat
     host = wanfw("run", experiment(tmp_path, "host", CPU, 4, tiny_wan("t2v"), optimizer=HOST, **sections), check=0)
     compute = "bf16" if precision == "bf16_weights" else "fp32"
     assert f"in {compute} for compute, their fp32 masters and gradients in " in host.stdout
+    assert "each gradient moves there as soon as it is whole" in host.stdout
     assert "AdamW: ATen's fused multi-tensor kernel (cpu)" in host.stdout
     assert min(losses(tmp_path, "host", "grad_norm")) > CLIPPED["grad_clip"]  # every step clipped
     assert_same_checkpoint(tmp_path, "device", "host")
@@ -46,10 +49,12 @@ def test_the_host_state_trains_the_tiny_wan_to_the_checkpoint_of_the_device_stat
     assert any(name.endswith(".ema") for name in saved) and any(name.endswith(".exp_avg_sq") for name in saved)
 
 
-@pytest.mark.parametrize("layout", ["ddp_2x1_accum_2", "data_parallel_2_replicas_x4"])
+@pytest.mark.parametrize("layout", ["grad_accum_2x2", "ddp_2x1_accum_2", "data_parallel_2_replicas_x4"])
 def test_the_host_state_ends_a_layout_at_the_checkpoint_of_its_device_state(tmp_path, layout):
     # The device state's layouts end at one device's weights (test_ddp_equivalence and the others);
     # the host state must not move them by a bit: ranks and replicas each step their own host copy.
+    # Accumulation on one process moves the last micro-batch's gradients one by one during its
+    # backward; ddp and data_parallel, which reduce after backward, move them when it is over.
     strategy, batch, ranks = LAYOUTS[layout]
     run_on(tmp_path, "device", strategy, batch, tiny_wan("t2v"), ranks, trainer=CLIPPED)
     run_on(tmp_path, "host", strategy, batch, tiny_wan("t2v"), ranks, trainer=CLIPPED, optimizer=HOST)

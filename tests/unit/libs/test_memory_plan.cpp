@@ -220,3 +220,26 @@ TEST_CASE("the optimizer's state on the host leaves a trained parameter's weight
   CHECK(part(estimate_memory(adapted, host, {}), "adapters (float32): fp32 masters") == adapters * 16);
   CHECK(part(estimate_memory(adapted, {}, {}), "adapters with gradients") == adapters * 16);
 }
+
+TEST_CASE("with the state on the host and a unit's gradients final at its backward's end, two blocks' gradients stay") {
+  wan::WanConfig config = wide_tiny();
+  config.num_layers = 6;  // two blocks of six at a time
+  wan::WanDiT dit(config, wan::WanPlacement{torch::kCPU, torch::kFloat32, false});
+  double parameters = 0, block = 0;
+  for (const auto& p : dit->parameters()) parameters += static_cast<double>(p.numel());
+  for (const auto& p : dit->blocks[0]->parameters()) block += static_cast<double>(p.numel());
+  const double rest = parameters - block * static_cast<double>(config.num_layers);
+  const wan::PlannedRun whole{config, {}, "float32", 1, wan::Task::T2V};
+  wan::MemorySettings host;
+  host.host_state = true;
+  wanfw::TrainingLayout single;
+  single.unit_gradients_final = true;
+  CHECK(part(estimate_memory(whole, host, single), "the DiT trained whole: weights (4 bytes a parameter) and two "
+                                                   "blocks' gradients") == parameters * 4 + (2 * block + rest) * 4);
+  // Accumulated micro-batches add up on the device, and a strategy that reduces after backward
+  // (ddp) holds every gradient until then.
+  wanfw::TrainingLayout accumulated = single;
+  accumulated.accumulation = 2;
+  CHECK(part(estimate_memory(whole, host, accumulated), "the DiT trained whole: weights and gradients") == parameters * 8);
+  CHECK(part(estimate_memory(whole, host, {}), "the DiT trained whole: weights and gradients") == parameters * 8);
+}

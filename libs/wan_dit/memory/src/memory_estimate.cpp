@@ -144,6 +144,15 @@ class Estimator {
   double compute_bytes() const { return layout_.dtype == at::kFloat ? value_ : 2.0; }
   /// What a parameter trained whole costs, and where.
   TrainedBytes whole_state() const { return trained_parameter_bytes(value_, layout_.master_weights, s_.host_state); }
+  /// The share of the trained gradients the device holds at once: all of them; or, with the state
+  /// on the host, one micro-batch a step and a strategy that leaves a unit's gradients final when
+  /// its backward ends, two blocks' (one moving to the host, the next being computed) and those of
+  /// the parameters in no block (they move when backward is over).
+  double gradient_share() const {
+    if (!(s_.host_state && layout_.unit_gradients_final && layout_.accumulation == 1)) return 1.0;
+    const double all = run_.models * (w_.rest_values + w_.block_values * static_cast<double>(c_.num_layers));
+    return std::min(1.0, (2 * w_.block_values + run_.models * w_.rest_values) / all);
+  }
   /// `parameters` of `what` trained (a share a GPU under sharding): with the state on the device one
   /// part; on the host the device's weights and gradients apart from the host's state.
   void trained_state(const std::string& what, double parameters, const TrainedBytes& per) {
@@ -152,8 +161,11 @@ class Estimator {
              parameters * per.device * share_);
       return;
     }
-    device(fmt::format("{}: weights and gradients ({:g} bytes a parameter){}", what, per.device, a_gpu_),
-           parameters * per.device * share_);
+    const double gradients = gradient_share();
+    device(gradients < 1 ? fmt::format("{}: weights ({:g} bytes a parameter) and two blocks' gradients{}", what,
+                                       per.device / 2, a_gpu_)
+                         : fmt::format("{}: weights and gradients ({:g} bytes a parameter){}", what, per.device, a_gpu_),
+           parameters * per.device / 2 * (1 + gradients) * share_);
     host(fmt::format("{}: fp32 masters, gradients and AdamW moments (16 bytes a parameter; masters and gradients "
                      "pinned)",
                      what),

@@ -113,9 +113,24 @@ std::string fit(const PlannedRun& run, const MemorySettings& configured, const w
       }
     }
   }
-  for (const MemorySettings& candidate : steps) {
+  const auto fitting = [&](const MemorySettings& settings) {
+    return fits(estimate_memory(run, settings, layout), layout.fit_device_bytes, layout.fit_host_bytes);
+  };
+  for (MemorySettings candidate : steps) {
+    if (!fitting(candidate)) continue;
+    // The options taken on the way that this one does without: activation offload, the state on
+    // the host, the fp8 base, then checkpointing (when nothing else needs it), each off if it still
+    // fits.
+    for (const auto option : {0, 1, 2, 3}) {
+      MemorySettings fewer = candidate;
+      if (option == 0) fewer.offload = configured.offload;
+      if (option == 1) fewer.host_state = configured.host_state;
+      if (option == 2) fewer.fp8 = configured.fp8;
+      if (option == 3 && !fewer.offload && fewer.chunks == 1 && fewer.swapped == 0)
+        fewer.checkpointing = configured.checkpointing;
+      if (!(fewer == candidate) && fitting(fewer)) candidate = fewer;
+    }
     const MemoryEstimate e = estimate_memory(run, candidate, layout);
-    if (!fits(e, layout.fit_device_bytes, layout.fit_host_bytes)) continue;
     return fmt::format("--fit {}: fits with {} ({}; {:.1f} GiB reserved for the CUDA context):\n{}", budget,
                        memory_settings_text(candidate), totals(e), gib(kDeviceReserve),
                        settings_yaml(candidate, options_apply));

@@ -1,6 +1,8 @@
 // Master weights in host memory (optimizer.state host): the optimizer steps fp32 masters cut from
-// one host arena, the module's gradients move to the masters' slots and the updated values back,
-// and the training ends where the optimizer over the parameters themselves ends, bit for bit.
+// one host arena, the module's gradients move to the masters' slots (each as soon as backward has
+// accumulated it) and the updated values back, and the training ends where the optimizer over the parameters
+// themselves ends, bit for bit.
+#include <fmt/format.h>
 #include <torch/torch.h>
 
 #include "optimizer/training_optimizer.hpp"
@@ -104,4 +106,75 @@ TEST_CASE("the host state's bytes are each master and gradient slot on 64-byte l
   CHECK(host_state_bytes(model, ema) == arena + 12 * values);
   ema.groups = {"another"};
   CHECK(host_state_bytes(model, ema) == arena + 8 * values);
+}
+
+namespace {
+
+/// Three blocks (the first run twice, as a model may reuse one) and a head.
+struct ReusedBlocks : Model {
+  ReusedBlocks() {
+    torch::manual_seed(9);
+    for (int i = 0; i < 3; ++i) blocks.push_back(holder->register_module(fmt::format("b{}", i), torch::nn::Linear(6, 6)));
+    head = holder->register_module("head", torch::nn::Linear(6, 2));
+  }
+  std::shared_ptr<torch::nn::Module> module() override { return holder; }
+  std::vector<FieldSpec> batch_fields() const override { return {}; }
+  StepOutput training_step(const Batch& batch) override {
+    at::Tensor x = batch.at("x");
+    for (const std::size_t block : {0, 1, 0, 2}) x = torch::tanh(blocks[block]->forward(x));
+    return {head->forward(x).pow(2).mean(), {}};
+  }
+  std::vector<ParameterGroup> parameter_groups() override {
+    ParameterGroup all;
+    all.name = "all";
+    for (const auto& item : holder->named_parameters()) all.parameters.emplace_back(item.key(), item.value());
+    return {all};
+  }
+
+  std::shared_ptr<torch::nn::Module> holder = std::make_shared<torch::nn::Module>();
+  std::vector<torch::nn::Linear> blocks;
+  torch::nn::Linear head{nullptr};
+};
+
+Batch reused_batch() {
+  torch::manual_seed(4);
+  Batch batch;
+  batch.fields["x"] = torch::randn({5, 6});
+  return batch;
+}
+
+}  // namespace
+
+TEST_CASE("each gradient moves to the host as soon as backward has accumulated it, whole") {
+  ReusedBlocks plain;
+  plain.training_step(reused_batch()).loss.backward();
+
+  ReusedBlocks model;
+  MasterWeights masters(model, std::nullopt, OptimizerStateHome::Host, c10::kCPU);
+  masters.stream_gradients();
+  CHECK(masters.describe().find("each gradient moves there as soon as it is whole") != std::string::npos);
+  // Not armed (an earlier micro-batch of an accumulated step): the gradients stay on the device.
+  model.training_step(reused_batch()).loss.backward();
+  CHECK(model.head->weight.grad().defined());
+  for (auto& p : model.holder->parameters()) p.mutable_grad().reset();
+
+  masters.stream_micro_batch(true);
+  Batch batch = reused_batch();
+  batch.fields["x"].requires_grad_(true);
+  bool head_moved_while_backward_ran = false;  // the input's gradient comes last
+  batch.fields["x"].register_hook([&](const at::Tensor& grad) {
+    head_moved_while_backward_ran = !model.head->weight.grad().defined() && masters.has_gradient(model.head->weight);
+    return grad;
+  });
+  model.training_step(batch).loss.backward();
+  CHECK(head_moved_while_backward_ran);
+  for (const auto& p : model.holder->parameters()) CHECK_FALSE(p.grad().defined());
+  masters.take_gradients();
+  // The moved gradients are the whole ones: block 0's holds both of its uses.
+  const auto groups = masters.view().parameter_groups();
+  const auto reference = plain.parameter_groups();
+  for (std::size_t i = 0; i < groups[0].parameters.size(); ++i) {
+    CAPTURE(groups[0].parameters[i].first);
+    CHECK(torch::equal(groups[0].parameters[i].second.grad(), reference[0].parameters[i].second.grad()));
+  }
 }
