@@ -1,7 +1,7 @@
 // Master weights in host memory (optimizer.state host): the optimizer steps fp32 masters cut from
 // one host arena, the module's gradients move to the masters' slots (each as soon as backward has
-// accumulated it) and the updated values back, and the training ends where the optimizer over the parameters
-// themselves ends, bit for bit.
+// accumulated it) and the updated values back, and the training ends where the optimizer over the
+// parameters themselves ends, bit for bit.
 #include <fmt/format.h>
 #include <torch/torch.h>
 
@@ -14,107 +14,12 @@ using namespace wanfw;
 
 namespace {
 
-/// Two layers of odd widths (7x13, 13x5: sizes that no vector width divides) and a scalar.
-struct OddLayers : Model {
-  OddLayers() {
-    torch::manual_seed(5);
-    first = holder->register_module("first", torch::nn::Linear(7, 13));
-    second = holder->register_module("second", torch::nn::Linear(13, 5));
-    gain = holder->register_parameter("gain", torch::ones({}));
-  }
-  std::shared_ptr<torch::nn::Module> module() override { return holder; }
-  std::vector<FieldSpec> batch_fields() const override { return {{"x", {7}}, {"y", {5}}}; }
-  StepOutput training_step(const Batch& batch) override {
-    const at::Tensor out = second(torch::gelu(first(batch.at("x")))) * gain;
-    return {(out - batch.at("y")).pow(2).mean(), {}};
-  }
-  std::vector<ParameterGroup> parameter_groups() override {
-    ParameterGroup all;
-    all.name = "all";
-    for (const auto& item : holder->named_parameters()) all.parameters.emplace_back(item.key(), item.value());
-    return {all};
-  }
-
-  std::shared_ptr<torch::nn::Module> holder = std::make_shared<torch::nn::Module>();
-  torch::nn::Linear first{nullptr}, second{nullptr};
-  at::Tensor gain;
-};
-
-Batch batch_of(int step) {
-  const auto generator = at::detail::createCPUGenerator(static_cast<std::uint64_t>(step));
-  Batch batch;
-  batch.fields["x"] = at::randn({6, 7}, generator);
-  batch.fields["y"] = at::randn({6, 5}, generator);
-  return batch;
-}
-
-OptimizerSettings adamw() {
-  OptimizerSettings s;
-  s.lr = 3e-2;
-  s.weight_decay = 0.1;
-  s.implementation = "auto";
-  return s;
-}
-
-std::vector<at::Tensor> values(OddLayers& model) {
-  std::vector<at::Tensor> v;
-  for (const auto& p : model.holder->parameters()) v.push_back(p.detach().clone());
-  return v;
-}
-
-}  // namespace
-
-TEST_CASE("masters in host memory train the model to the weights of the optimizer on its parameters, bit for bit") {
-  OddLayers plain;
-  TrainingOptimizer direct(plain.parameter_groups(), adamw());
-  for (int step = 1; step <= 6; ++step) {
-    direct.zero_grad();
-    plain.training_step(batch_of(step)).loss.backward();
-    CHECK(plain.gain.grad().defined());
-    torch::nn::utils::clip_grad_norm_(direct.parameters(), 0.1);
-    direct.step();
-  }
-
-  OddLayers hosted;
-  MasterWeights masters(hosted, std::nullopt, OptimizerStateHome::Host, c10::kCPU);
-  TrainingOptimizer optimizer(masters.view().parameter_groups(), adamw());
-  CHECK(optimizer.parameters().front().unsafeGetTensorImpl() != hosted.first->weight.unsafeGetTensorImpl());
-  CHECK(masters.describe().find("their fp32 masters and gradients in ") != std::string::npos);
-  for (int step = 1; step <= 6; ++step) {
-    optimizer.zero_grad();
-    hosted.training_step(batch_of(step)).loss.backward();
-    masters.take_gradients();
-    CHECK_FALSE(hosted.gain.grad().defined());  // released from the module: the masters' slots hold them
-    CHECK(optimizer.parameters().back().grad().defined());
-    torch::nn::utils::clip_grad_norm_(optimizer.parameters(), 0.1);
-    optimizer.step();
-    masters.publish();
-  }
-  const auto expected = values(plain), got = values(hosted);
-  REQUIRE(got.size() == expected.size());
-  for (std::size_t i = 0; i < got.size(); ++i) CHECK(torch::equal(got[i], expected[i]));
-}
-
-TEST_CASE("the host state's bytes are each master and gradient slot on 64-byte lines, and the moments beside them") {
-  OddLayers model;
-  // 7x13 + 13 + 13x5 + 5 + 1 values; slots of 364, 52, 260, 20 and 4 bytes rounded up to 64-byte lines.
-  const double values = 91 + 13 + 65 + 5 + 1;
-  const double arena = 2 * (384 + 64 + 320 + 64 + 64);
-  CHECK(host_state_bytes(model, {}) == arena + 8 * values);
-  EmaSettings ema;
-  ema.decay = 0.99;
-  CHECK(host_state_bytes(model, ema) == arena + 12 * values);
-  ema.groups = {"another"};
-  CHECK(host_state_bytes(model, ema) == arena + 8 * values);
-}
-
-namespace {
-
 /// Three blocks (the first run twice, as a model may reuse one) and a head.
 struct ReusedBlocks : Model {
   ReusedBlocks() {
     torch::manual_seed(9);
-    for (int i = 0; i < 3; ++i) blocks.push_back(holder->register_module(fmt::format("b{}", i), torch::nn::Linear(6, 6)));
+    for (int i = 0; i < 3; ++i)
+      blocks.push_back(holder->register_module(fmt::format("b{}", i), torch::nn::Linear(6, 6)));
     head = holder->register_module("head", torch::nn::Linear(6, 2));
   }
   std::shared_ptr<torch::nn::Module> module() override { return holder; }
@@ -136,14 +41,73 @@ struct ReusedBlocks : Model {
   torch::nn::Linear head{nullptr};
 };
 
-Batch reused_batch() {
-  torch::manual_seed(4);
+/// Five samples, drawn for `step`.
+Batch reused_batch(int step = 0) {
+  torch::manual_seed(static_cast<std::uint64_t>(4 + step));
   Batch batch;
   batch.fields["x"] = torch::randn({5, 6});
   return batch;
 }
 
+OptimizerSettings adamw() {
+  OptimizerSettings s;
+  s.lr = 3e-2;
+  s.weight_decay = 0.1;
+  s.implementation = "auto";
+  return s;
+}
+
+std::vector<at::Tensor> values(ReusedBlocks& model) {
+  std::vector<at::Tensor> v;
+  for (const auto& p : model.holder->parameters()) v.push_back(p.detach().clone());
+  return v;
+}
+
 }  // namespace
+
+TEST_CASE("masters in host memory train the model to the weights of the optimizer on its parameters, bit for bit") {
+  ReusedBlocks plain;
+  TrainingOptimizer direct(plain.parameter_groups(), adamw());
+  for (int step = 1; step <= 6; ++step) {
+    direct.zero_grad();
+    plain.training_step(reused_batch(step)).loss.backward();
+    torch::nn::utils::clip_grad_norm_(direct.parameters(), 0.1);
+    direct.step();
+  }
+
+  ReusedBlocks hosted;
+  MasterWeights masters(hosted, std::nullopt, OptimizerStateHome::Host, c10::kCPU);
+  TrainingOptimizer optimizer(masters.view().parameter_groups(), adamw());
+  CHECK(optimizer.parameters().front().unsafeGetTensorImpl() != hosted.head->weight.unsafeGetTensorImpl());
+  CHECK(masters.describe().find("their fp32 masters and gradients in ") != std::string::npos);
+  for (int step = 1; step <= 6; ++step) {
+    optimizer.zero_grad();
+    hosted.training_step(reused_batch(step)).loss.backward();
+    masters.take_gradients();
+    CHECK_FALSE(hosted.head->bias.grad().defined());  // released from the module: the masters' slots hold them
+    CHECK(optimizer.parameters().back().grad().defined());
+    torch::nn::utils::clip_grad_norm_(optimizer.parameters(), 0.1);
+    optimizer.step();
+    masters.publish();
+  }
+  const auto expected = values(plain), got = values(hosted);
+  REQUIRE(got.size() == expected.size());
+  for (std::size_t i = 0; i < got.size(); ++i) CHECK(torch::equal(got[i], expected[i]));
+}
+
+TEST_CASE("the host state's bytes are each master and gradient slot on 64-byte lines, and the moments beside them") {
+  ReusedBlocks model;
+  // Three 6x6 blocks with biases and a 6x2 head: 3 x (36 + 6) + 12 + 2 values; slots of 144, 24, 48
+  // and 8 bytes rounded up to 64-byte lines.
+  const double values = 3 * (36 + 6) + 12 + 2;
+  const double arena = 2 * (3 * (192 + 64) + 64 + 64);
+  CHECK(host_state_bytes(model, {}) == arena + 8 * values);
+  EmaSettings ema;
+  ema.decay = 0.99;
+  CHECK(host_state_bytes(model, ema) == arena + 12 * values);
+  ema.groups = {"another"};
+  CHECK(host_state_bytes(model, ema) == arena + 8 * values);
+}
 
 TEST_CASE("each gradient moves to the host as soon as backward has accumulated it, whole") {
   ReusedBlocks plain;
