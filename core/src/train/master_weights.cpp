@@ -108,20 +108,22 @@ void MasterWeights::place_on_host(c10::Device device) {
   }
 }
 
-MasterWeights::~MasterWeights() = default;
+MasterWeights::~MasterWeights() { streaming_->owner = nullptr; }
 
 Model& MasterWeights::view() { return *view_; }
 
 void MasterWeights::stream_gradients() {
   if (home_ != OptimizerStateHome::Host || !accumulators_.empty()) return;
+  streaming_->owner = this;
   for (std::size_t i = 0; i < pairs_.size(); ++i) {
     auto accumulator = torch::autograd::impl::grad_accumulator(pairs_[i].parameter);
     if (!accumulator) continue;
     accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
-        [this, i](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
-          if (streaming_) {
+        [streaming = streaming_, i](const torch::autograd::variable_list& outputs,
+                                    const torch::autograd::variable_list&) {
+          if (streaming->on && streaming->owner != nullptr) {
             at::NoGradGuard no_grad;
-            move_gradient(pairs_[i]);
+            streaming->owner->move_gradient(streaming->owner->pairs_[i]);
           }
           return outputs;
         }));
@@ -148,7 +150,7 @@ bool MasterWeights::has_gradient(const at::Tensor& parameter) const {
 
 void MasterWeights::take_gradients() {
   at::NoGradGuard no_grad;
-  streaming_ = false;
+  streaming_->on = false;
   for (Pair& pair : pairs_) {
     at::Tensor& grad = pair.parameter.mutable_grad();
     if (!grad.defined()) continue;  // none this step, or moved already

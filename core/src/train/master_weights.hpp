@@ -73,7 +73,7 @@ class MasterWeights {
   /// Whether the next micro-batch's gradients move as each is whole: for the step's last
   /// micro-batch, when the strategy changes no gradient after backward
   /// (Strategy::unit_gradients_final); earlier micro-batches accumulate on the device.
-  void stream_micro_batch(bool on) { streaming_ = on && !accumulators_.empty(); }
+  void stream_micro_batch(bool on) { streaming_->on = on && !accumulators_.empty(); }
   /// Whether `parameter` (the module's) got a gradient this step: on the device, or moved to its
   /// master already.
   bool has_gradient(const at::Tensor& parameter) const;
@@ -99,7 +99,13 @@ class MasterWeights {
   std::vector<Pair> pairs_;
   HostArena arena_;  ///< home Host
   std::vector<c10::intrusive_ptr<torch::autograd::Node>> accumulators_;  ///< stream_gradients: kept alive
-  bool streaming_ = false;                              ///< stream_micro_batch
+  /// stream_micro_batch's switch, shared with the hooks, which outlive this object (a gradient
+  /// accumulator lives while a graph holds it): the destructor lets them go.
+  struct Streaming {
+    bool on = false;
+    MasterWeights* owner = nullptr;
+  };
+  std::shared_ptr<Streaming> streaming_ = std::make_shared<Streaming>();
   std::unordered_map<const void*, std::size_t> index_;  ///< a module parameter -> its pair
   bool moved_while_backward_ = false;  ///< a copy may still be under way: wait before reading
   std::unique_ptr<Model> view_;
