@@ -3,10 +3,10 @@ memory, and the device keeps only the weights it computes with. On a CPU the hos
 a run with the state on the host must end with the very checkpoint of the same run without it, bit
 for bit: the gradients copied exactly, the same clipping over the same values, the same fused AdamW
 kernel, the same averages, whether each gradient moves as soon as backward has accumulated it
-(single) or after backward (ddp, data_parallel). The tiny Wan DiT with its random noise and timesteps; every
-layout that keeps whole weights on each rank; DMD's two phases, whose networks run several times a
-step; a LoRA whose frozen blocks stream from host memory; a resume that moves the state either way;
-the NaN guard."""
+(single) or after backward (ddp, data_parallel). The tiny Wan DiT with its random noise and
+timesteps; every layout that keeps whole weights on each rank, sequence parallelism among them;
+DMD's two phases, whose networks run several times a step; a LoRA whose frozen blocks stream from
+host memory; a resume that moves the state either way; the NaN guard."""
 
 import pytest
 import torch
@@ -16,7 +16,7 @@ from harness.distill import teacher  # noqa: F401 (a fixture)
 from harness.dmd import config as dmd_config
 from harness.equivalence import checkpoint, checkpoint_file
 from harness.launch import torchrun
-from harness.layouts import CPU, FSDP, LAYOUTS, experiment, run_on, tiny_wan
+from harness.layouts import CPU, DDP, FSDP, LAYOUTS, experiment, run_on, tiny_wan
 from harness.runs import base_config, checkpoints, losses, wanfw, write_config
 
 HOST = {"state": "host"}
@@ -49,13 +49,17 @@ def test_the_host_state_trains_the_tiny_wan_to_the_checkpoint_of_the_device_stat
     assert any(name.endswith(".ema") for name in saved) and any(name.endswith(".exp_avg_sq") for name in saved)
 
 
-@pytest.mark.parametrize("layout", ["grad_accum_2x2", "ddp_2x1_accum_2", "data_parallel_2_replicas_x4"])
+SEQUENCE_PARALLEL = ({**DDP, "sequence_parallel": 2}, 4, 2)  # each sample's tokens split over 2 ranks
+
+
+@pytest.mark.parametrize("layout", ["grad_accum_2x2", "ddp_2x1_accum_2", "data_parallel_2_replicas_x4",
+                                    "sequence_parallel_2"])
 def test_the_host_state_ends_a_layout_at_the_checkpoint_of_its_device_state(tmp_path, layout):
     # The device state's layouts end at one device's weights (test_ddp_equivalence and the others);
     # the host state must not move them by a bit: ranks and replicas each step their own host copy.
     # Accumulation on one process moves the last micro-batch's gradients one by one during its
     # backward; ddp and data_parallel, which reduce after backward, move them when it is over.
-    strategy, batch, ranks = LAYOUTS[layout]
+    strategy, batch, ranks = SEQUENCE_PARALLEL if layout == "sequence_parallel_2" else LAYOUTS[layout]
     run_on(tmp_path, "device", strategy, batch, tiny_wan("t2v"), ranks, trainer=CLIPPED)
     run_on(tmp_path, "host", strategy, batch, tiny_wan("t2v"), ranks, trainer=CLIPPED, optimizer=HOST)
     assert_same_checkpoint(tmp_path, "device", "host")
