@@ -194,7 +194,7 @@ double MasterWeights::fingerprint() const {
   return total;
 }
 
-std::string MasterWeights::describe() const {
+std::string MasterWeights::describe(bool gradients_final) const {
   std::int64_t count = 0;
   for (const auto& pair : pairs_) count += pair.master.numel();
   const at::ScalarType compute = pairs_.empty() ? at::kFloat : pairs_.front().parameter.scalar_type();
@@ -206,9 +206,10 @@ std::string MasterWeights::describe() const {
                      static_cast<double>(count) / 1e6, name,
                      home_ == OptimizerStateHome::Host
                          ? "and gradients in " + arena_.note +
-                               (!accumulators_.empty() ? "; each gradient moves there as soon as it is whole, "
-                                                         "where nothing reduces it after backward"
-                                                       : "")
+                               (accumulators_.empty() ? ""
+                                : gradients_final     ? "; each gradient moves there as soon as it is whole"
+                                                      : "; the gradients move there when backward is over (the "
+                                                        "strategy reduces them after it)")
                          : std::string("on the device"));
 }
 

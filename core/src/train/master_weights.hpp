@@ -81,8 +81,10 @@ class MasterWeights {
   /// start from the same weights: a strategy's broadcast covers the module, not the masters).
   double fingerprint() const;
   /// "12 tensors (3.1M parameters) in bf16 for compute, their fp32 masters on the device" (or where
-  /// in host memory).
-  std::string describe() const;
+  /// in host memory, and when their gradients move there).
+  /// `gradients_final`: the strategy changes no gradient after backward (Strategy::
+  /// unit_gradients_final), so that they move while backward runs.
+  std::string describe(bool gradients_final = true) const;
 
  private:
   struct Pair {

@@ -78,7 +78,8 @@ void Trainer::stop_on_stray_gradient(const Decision& decision, const std::string
 }
 
 void Trainer::check_master_weights() {
-  if (strategy_->is_main()) spdlog::info("master weights: {}", masters_->describe());
+  if (strategy_->is_main())
+    spdlog::info("master weights: {}", masters_->describe(strategy_->unit_gradients_final()));
   if (strategy_->world_size() == 1) return;
   const double mine = masters_->fingerprint();
   const std::vector<double> extremes = strategy_->all_reduce({mine, -mine}, Reduce::Max);

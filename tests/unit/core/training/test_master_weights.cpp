@@ -117,6 +117,8 @@ TEST_CASE("each gradient moves to the host as soon as backward has accumulated i
   MasterWeights masters(model, std::nullopt, OptimizerStateHome::Host, c10::kCPU);
   masters.stream_gradients();
   CHECK(masters.describe().find("each gradient moves there as soon as it is whole") != std::string::npos);
+  CHECK(masters.describe(/*gradients_final=*/false).find("the gradients move there when backward is over") !=
+        std::string::npos);  // a strategy that reduces them after backward (ddp)
   // Not armed (an earlier micro-batch of an accumulated step): the gradients stay on the device.
   model.training_step(reused_batch()).loss.backward();
   CHECK(model.head->weight.grad().defined());
