@@ -48,6 +48,9 @@ class MasterView final : public Model {
 /// kernels then split them as they split the device's tensors.
 constexpr std::int64_t kLine = 64;
 
+/// The arena's bytes for one float32 copy of `parameter` (a master, or its gradient slot).
+std::int64_t slot_bytes(const at::Tensor& parameter) { return round_up(parameter.numel() * 4, kLine); }
+
 /// A float32 tensor of `like`'s shape over the arena's bytes at `offset`: a tensor of its own, not a
 /// view (the optimizer detaches and resets gradients in place, which a view refuses); the arena
 /// outlives it.
@@ -66,7 +69,7 @@ double host_state_bytes(Model& model, const EmaSettings& ema) {
     for (const auto& [name, parameter] : group.parameters) {
       if (!parameter.is_floating_point()) continue;
       const auto values = static_cast<double>(parameter.numel());
-      bytes += 2 * static_cast<double>(round_up(parameter.numel() * 4, kLine)) + (averaged ? 12 : 8) * values;
+      bytes += 2 * static_cast<double>(slot_bytes(parameter)) + (averaged ? 12 : 8) * values;
     }
   }
   return bytes;
@@ -96,11 +99,11 @@ MasterWeights::MasterWeights(Model& model, std::optional<at::ScalarType> compute
 
 void MasterWeights::place_on_host(c10::Device device) {
   std::int64_t total = 0;
-  for (const Pair& pair : pairs_) total += 2 * round_up(pair.parameter.numel() * 4, kLine);
+  for (const Pair& pair : pairs_) total += 2 * slot_bytes(pair.parameter);
   arena_ = allocate_host_arena(total, HostMemory::Auto, device, {"optimizer.state host", ""});
   std::int64_t offset = 0;
   for (Pair& pair : pairs_) {
-    const std::int64_t bytes = round_up(pair.parameter.numel() * 4, kLine);
+    const std::int64_t bytes = slot_bytes(pair.parameter);
     pair.master = float_tensor(arena_.bytes, offset, pair.parameter);
     pair.gradient = float_tensor(arena_.bytes, offset + bytes, pair.parameter);
     offset += 2 * bytes;

@@ -137,11 +137,15 @@ std::string fit(const PlannedRun& run, const MemorySettings& configured, const w
   }
   // Of all the candidates, the one that holds the fewest device bytes.
   MemorySettings least = steps.front();
+  MemoryEstimate fewest = estimate_memory(run, least, layout);
   for (const MemorySettings& candidate : steps)
-    if (estimate_memory(run, candidate, layout).device < estimate_memory(run, least, layout).device) least = candidate;
+    if (MemoryEstimate e = estimate_memory(run, candidate, layout); e.device < fewest.device) {
+      least = candidate;
+      fewest = std::move(e);
+    }
   return fmt::format("--fit {}: does not fit even with every option (at the least device memory, {}: {}); use a "
                      "smaller bucket or batch{}\n",
-                     budget, memory_settings_text(least), totals(estimate_memory(run, least, layout)),
+                     budget, memory_settings_text(least), totals(fewest),
                      options_apply ? "" : ", or shard the state over more GPUs");
 }
 
