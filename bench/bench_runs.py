@@ -1,6 +1,7 @@
 """What the step benchmarks share: a small experiment config, running it, and reading back its
 median step time and peak memory."""
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -8,7 +9,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-WANFW = ROOT / "build" / "bin" / "wanfw"
+WANFW = Path(os.environ.get("WANFW_BUILD_DIR", ROOT / "build")) / "bin" / "wanfw"  # the tests' variable
 
 
 def experiment(tmp: Path, name: str, model: dict, steps: int, device: str, bucket: str = "5x16x16", batch: int = 2,

@@ -103,6 +103,13 @@ struct StrategyCapabilities {
   /// unit's gradients off the device as its backward ends (optimizer.state host). The built
   /// strategy answers it as Strategy::unit_gradients_final().
   bool unit_gradients_final = false;
+  /// The strategy keeps the state it shards in host memory when the run asks for it
+  /// (optimizer.state host, PluginContext::host_optimizer_state): its shards (the optimizer's
+  /// parameters) with their gradients in one host arena (wanfw/parallel/host_arena.hpp), and so the
+  /// optimizer's moments and averages, which are made beside them; the device keeps a copy of the
+  /// shards that gathers send. The host refuses optimizer.state host with a strategy that shards
+  /// the state and does not declare this.
+  bool host_state = false;
   /// The strategy can form one group of ranks per network of the model (Strategy::network_groups),
   /// the groups' sizes given by its `network_groups` option: model-info plans each group's ranks.
   bool places_networks = false;
@@ -149,6 +156,10 @@ struct PluginContext {
   /// that wraps another, like grad_accum's `inner`). The key must be listed in
   /// PluginDescriptor::subsections. Throws ConfigError when the subsection is missing or wrong.
   std::function<std::shared_ptr<Strategy>(const std::string& key)> build_strategy;
+  /// Strategies: optimizer.state host. A strategy that shards the state and declares
+  /// StrategyCapabilities::host_state keeps its shards in host memory; for one that keeps the
+  /// whole model, the host keeps the masters there itself.
+  bool host_optimizer_state = false;
   /// Models: under a strategy that places networks on rank groups, this rank's place (sizes empty:
   /// every rank holds the whole model). The model builds its group's network alone, and refuses
   /// groups that do not match its networks (Model::networks) with a ConfigError.

@@ -1,4 +1,4 @@
-#include "memory/host_arena.hpp"
+#include "wanfw/parallel/host_arena.hpp"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -31,6 +31,15 @@ at::Tensor pin_host_bytes(std::int64_t bytes, std::string& why) {
   why = "this build has no CUDA runtime";
   return {};
 #endif
+}
+
+std::int64_t arena_slot_bytes(std::int64_t numel, at::ScalarType dtype) {
+  return round_up(numel * static_cast<std::int64_t>(c10::elementSize(dtype)), kArenaLine);
+}
+
+at::Tensor arena_tensor(const HostArena& arena, std::int64_t offset, at::IntArrayRef shape, at::ScalarType dtype) {
+  return at::from_blob(static_cast<std::uint8_t*>(arena.bytes.data_ptr()) + offset, shape, [](void*) {},
+                       at::TensorOptions().dtype(dtype));
 }
 
 HostMemory parse_host_memory(const std::string& name) {

@@ -56,6 +56,14 @@ void log_summary(const TrainingResult& result, const RunDirectory& run_dir) {
   spdlog::info("outputs: {}", run_dir.path().string());
 }
 
+/// The ranks each sharing one model's state: a sharding strategy's shard group (its network's group,
+/// or the job), else 1 (each rank holds the whole model's).
+int state_shard_ranks(const Strategy& strategy) {
+  if (!strategy.shards_state()) return 1;
+  if (const NetworkGroups* groups = strategy.network_groups()) return groups->group_size();
+  return strategy.world_size();
+}
+
 }  // namespace
 
 RunOutcome run_experiment(const RunRequest& request) {
@@ -79,15 +87,18 @@ RunOutcome run_experiment(const RunRequest& request) {
   //    weights to resume from (into the masters when there are any) before the strategy places
   //    the model, so that every replica and rank starts from them; the optimizer and loop state
   //    follow in Trainer::fit.
+  //    A strategy that shards the state keeps its own shards on the host (it declares
+  //    StrategyCapabilities::host_state): each rank then holds its share of the model's.
   std::unique_ptr<MasterWeights> masters;
   const bool bf16_weights = e.settings.precision.mode == PrecisionMode::BF16Weights;
-  if (e.settings.optimizer.state == OptimizerStateHome::Host)
-    require_host_memory(host_state_bytes(*e.model, e.settings.ema),
+  const bool host_state = e.settings.optimizer.state == OptimizerStateHome::Host;
+  if (host_state)
+    require_host_memory(host_state_bytes(*e.model, e.settings.ema) / state_shard_ranks(strategy),
                         detect_launch(process_environment(), /*default_port=*/29500).local_world_size,
                         "optimizer.state host (fp32 masters, their gradients, AdamW moments and averages)",
                         "free host memory, train adapters instead of the whole model, or keep the state on the "
                         "device (optimizer.state device)");
-  if (bf16_weights || e.settings.optimizer.state == OptimizerStateHome::Host)  // sharding refused in assemble
+  if (bf16_weights || (host_state && !strategy.shards_state()))  // bf16_weights with sharding: refused in assemble
     masters = std::make_unique<MasterWeights>(*e.model, bf16_weights ? std::optional(at::kBFloat16) : std::nullopt,
                                               e.settings.optimizer.state, strategy.device());
   if (run_dir.checkpoint()) {

@@ -111,12 +111,13 @@ void check_config_against_strategy(const Experiment& e, const StrategyChain& cha
                       "precision.mode bf16_weights does not combine with a strategy that shards the weights",
                       "use precision.mode bf16: fsdp then gathers and computes in bf16 (param_dtype) while each "
                       "rank's fp32 shards stay the master weights");
-  if (e.settings.optimizer.state == OptimizerStateHome::Host && chain.capabilities.shards_state)
+  if (e.settings.optimizer.state == OptimizerStateHome::Host && chain.capabilities.shards_state &&
+      !chain.capabilities.host_state)
     throw ConfigError(e.config.where("optimizer.state"),
-                      fmt::format("optimizer.state host does not yet combine with a strategy that shards the state "
-                                  "({}): each rank's shard stays on its device",
+                      fmt::format("optimizer.state host: the strategy {} shards the state and does not declare that it "
+                                  "can keep its shards in host memory (StrategyCapabilities::host_state)",
                                   chain.innermost_name),
-                      "use optimizer.state device with this strategy, or ddp or single with optimizer.state host");
+                      "use optimizer.state device with this strategy, or fsdp, ddp or single with optimizer.state host");
   if (chain.layout.replicas > 1) {  // replicas ask Model::replicate, which a model declares it has
     const PluginInfo& model =
         e.host->find(PluginKind::Model, e.config.string_at("model.name"), e.config.where("model.name"));
@@ -167,6 +168,7 @@ Experiment assemble(const RunRequest& request, ModelAssembly assembly) {
 
   PluginContext context;
   context.seed = e.settings.run.seed;
+  context.host_optimizer_state = e.settings.optimizer.state == OptimizerStateHome::Host;
   if (!e.config.has("strategy"))
     throw ConfigError(e.config.where("strategy"), "the config has no 'strategy' section",
                       "add 'strategy: {name: single}' to train on one device");

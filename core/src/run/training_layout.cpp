@@ -68,6 +68,7 @@ StrategyChain strategy_chain(const Config& config, const PluginHost& host) {
     chain.capabilities.shards_state |= descriptor.capabilities.shards_state;
     chain.capabilities.replicates_module |= descriptor.capabilities.replicates_module;
     chain.capabilities.places_networks |= descriptor.capabilities.places_networks;
+    chain.capabilities.host_state |= descriptor.capabilities.host_state;
     chain.capabilities.unit_gradients_final =
         (chain.sections.size() == 1 || chain.capabilities.unit_gradients_final) &&
         descriptor.capabilities.unit_gradients_final;

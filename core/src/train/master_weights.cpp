@@ -44,20 +44,8 @@ class MasterView final : public Model {
   std::map<const void*, at::Tensor> masters_;
 };
 
-/// Views in the arena start on 64-byte lines, as a fresh CPU tensor's data does: the host's
-/// kernels then split them as they split the device's tensors.
-constexpr std::int64_t kLine = 64;
-
 /// The arena's bytes for one float32 copy of `parameter` (a master, or its gradient slot).
-std::int64_t slot_bytes(const at::Tensor& parameter) { return round_up(parameter.numel() * 4, kLine); }
-
-/// A float32 tensor of `like`'s shape over the arena's bytes at `offset`: a tensor of its own, not a
-/// view (the optimizer detaches and resets gradients in place, which a view refuses); the arena
-/// outlives it.
-at::Tensor float_tensor(const at::Tensor& arena, std::int64_t offset, const at::Tensor& like) {
-  return at::from_blob(static_cast<std::uint8_t*>(arena.data_ptr()) + offset, like.sizes(), [](void*) {},
-                       at::TensorOptions().dtype(at::kFloat));
-}
+std::int64_t slot_bytes(const at::Tensor& parameter) { return arena_slot_bytes(parameter.numel(), at::kFloat); }
 
 }  // namespace
 
@@ -104,8 +92,8 @@ void MasterWeights::place_on_host(c10::Device device) {
   std::int64_t offset = 0;
   for (Pair& pair : pairs_) {
     const std::int64_t bytes = slot_bytes(pair.parameter);
-    pair.master = float_tensor(arena_.bytes, offset, pair.parameter);
-    pair.gradient = float_tensor(arena_.bytes, offset + bytes, pair.parameter);
+    pair.master = arena_tensor(arena_, offset, pair.parameter.sizes(), at::kFloat);
+    pair.gradient = arena_tensor(arena_, offset + bytes, pair.parameter.sizes(), at::kFloat);
     offset += 2 * bytes;
     pair.master.copy_(pair.parameter.detach());
   }

@@ -29,7 +29,7 @@
 #include <c10/util/intrusive_ptr.h>
 
 #include "config/core_sections.hpp"
-#include "memory/host_arena.hpp"
+#include "wanfw/parallel/host_arena.hpp"
 #include "wanfw/model.hpp"
 
 namespace torch::autograd {

@@ -17,7 +17,7 @@
 
 #include <torch/nn/module.h>
 
-#include "memory/host_arena.hpp"
+#include "wanfw/parallel/host_arena.hpp"
 #include "units/unit_copier.hpp"
 #include "wanfw/parallel/unit_runtime.hpp"
 

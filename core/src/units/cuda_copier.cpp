@@ -18,7 +18,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <fmt/format.h>
 
-#include "memory/host_arena.hpp"
+#include "wanfw/parallel/host_arena.hpp"
 #include "units/unit_copier.hpp"
 
 namespace wanfw {

@@ -31,6 +31,8 @@ void AllGatherFetcher::release(std::size_t unit) {
   evicted(unit);
 }
 
-void AllGatherFetcher::after_backward(std::size_t unit) { shards(unit).reduce_gradients(settings_.reduce); }
+void AllGatherFetcher::after_backward(std::size_t unit) {
+  shards(unit).reduce_gradients(settings_.reduce, gradients_to_host_);
+}
 
 }  // namespace wanfw_fsdp

@@ -42,6 +42,9 @@ class AllGatherFetcher final : public wanfw::UnitFetcher {
   bool fetches_root() const override { return true; }
   /// A gather holds the shards' values before the optimizer step: the next step gathers anew.
   bool stale_after_step() const override { return true; }
+  /// optimizer.state host: whether the gradients reduced from now on go to the host as each unit's
+  /// are (the step's last micro-batch), or accumulate on the device.
+  void set_gradients_to_host(bool to_host) { gradients_to_host_ = to_host; }
 
  private:
   /// A unit's shards; units.size() is the rest (the root).
@@ -50,6 +53,7 @@ class AllGatherFetcher final : public wanfw::UnitFetcher {
   std::vector<UnitShards>& units_;
   UnitShards& rest_;
   RunnerSettings settings_;
+  bool gradients_to_host_ = false;
 };
 
 }  // namespace wanfw_fsdp

@@ -59,11 +59,12 @@ FlatShard::FlatShard(std::string name, std::vector<std::pair<std::string, at::Te
 void FlatShard::start_gather(std::optional<at::ScalarType> wanted) {
   if (state_ != State::Released) return;
   const at::ScalarType compute = wanted.value_or(shard_.scalar_type());
+  const at::Tensor& local = this->local();
   at::NoGradGuard no_grad;
   if (!full_.defined() || full_.scalar_type() != compute) {
     std::int64_t total = 0;
     for (std::size_t i = 0; i < layout_.size(); ++i) total += layout_.shard(i).rows * layout_.shard(i).row_numel;
-    full_ = at::empty({total}, shard_.options().dtype(compute).requires_grad(false));
+    full_ = at::empty({total}, local.options().dtype(compute).requires_grad(false));
     views_.clear();
     std::int64_t offset = 0;
     for (std::size_t i = 0; i < layout_.size(); ++i) {
@@ -74,7 +75,7 @@ void FlatShard::start_gather(std::optional<at::ScalarType> wanted) {
   } else {
     refill_storage(full_);
   }
-  sent_ = shard_.detach().to(compute).contiguous();
+  sent_ = local.detach().to(compute).contiguous();
   gathered_buffer_ = at::empty({layout_.world() * layout_.shard_numel()}, sent_.options());
   pending_ = session_.start_all_gather(gathered_buffer_, sent_);
   state_ = State::Gathering;
@@ -96,7 +97,7 @@ void FlatShard::finish_gather() {
 void FlatShard::release() {
   if (state_ == State::Gathering) finish_gather();
   if (state_ != State::Gathered) return;
-  const at::Tensor empty = at::empty({0}, shard_.options().requires_grad(false));
+  const at::Tensor empty = at::empty({0}, local().options().requires_grad(false));
   for (at::Tensor& p : parameters_) p.set_data(empty);
   if (full_.defined()) free_storage(full_);
   state_ = State::Released;
@@ -106,13 +107,52 @@ at::Tensor FlatShard::reduce_gradient(const std::vector<at::Tensor>& gradients, 
   at::NoGradGuard no_grad;
   std::vector<at::Tensor> full = gradients;
   if (std::all_of(full.begin(), full.end(), [](const at::Tensor& g) { return !g.defined(); }) && !full.empty())
-    full.front() = at::zeros(layout_.shard(0).shape, shard_.options().dtype(reduce).requires_grad(false));
+    full.front() = at::zeros(layout_.shard(0).shape, local().options().dtype(reduce).requires_grad(false));
   const at::Tensor whole = layout_.pack_all(full, reduce);
   at::Tensor piece = at::empty({layout_.shard_numel()}, whole.options());
   session_.reduce_scatter(piece, whole, wanfw::Reduce::Mean);
   return piece.to(shard_.scalar_type());
 }
 
-std::int64_t FlatShard::shard_bytes() const { return shard_.numel() * static_cast<std::int64_t>(shard_.element_size()); }
+std::int64_t FlatShard::shard_bytes() const {
+  return shard_.numel() * static_cast<std::int64_t>(shard_.element_size());
+}
+
+std::int64_t FlatShard::device_bytes() const {
+  return local().numel() * static_cast<std::int64_t>(local().element_size());
+}
+
+void FlatShard::keep_on_host(at::Tensor master, at::Tensor gradient, at::ScalarType device_dtype) {
+  at::NoGradGuard no_grad;
+  master.copy_(shard_.detach());
+  device_copy_ = shard_.detach().to(device_dtype, /*non_blocking=*/false, /*copy=*/true);
+  shard_ = std::move(master).requires_grad_(trainable_);
+  host_gradient_ = std::move(gradient);
+}
+
+void FlatShard::add_gradient(const at::Tensor& piece, bool move) {
+  at::Tensor& sum = on_host() ? device_gradient_ : shard_.mutable_grad();
+  if (sum.defined())
+    sum.add_(piece);
+  else
+    sum = piece;
+  if (move) move_gradient();
+}
+
+bool FlatShard::move_gradient() {
+  if (!on_host() || !device_gradient_.defined()) return false;
+  // From pinned memory the copy is queued behind the gradient's reduction; the device's memory
+  // is reused only by work queued after it.
+  const bool queued = host_gradient_.is_pinned() && device_gradient_.is_cuda();
+  shard_.mutable_grad() = host_gradient_.copy_(device_gradient_, /*non_blocking=*/queued);
+  device_gradient_.reset();
+  return queued;
+}
+
+void FlatShard::publish() {
+  if (!on_host()) return;
+  at::NoGradGuard no_grad;
+  device_copy_.copy_(shard_.detach(), /*non_blocking=*/shard_.is_pinned());
+}
 
 }  // namespace wanfw_fsdp

@@ -56,6 +56,26 @@ class FlatShard {
   /// Bytes this rank keeps between steps: the shard (padding included).
   std::int64_t shard_bytes() const;
 
+  // optimizer.state host (FsdpSettings::host_state): the trainable flats' shards live in host memory.
+
+  /// The shard moves into `master`, a tensor over the strategy's host arena in the shard's dtype,
+  /// with `gradient` its gradient's slot there; the device keeps a copy in `device_dtype` (what
+  /// gathers send: their dtype) and accumulates the reduced gradients until move_gradient.
+  void keep_on_host(at::Tensor master, at::Tensor gradient, at::ScalarType device_dtype);
+  bool on_host() const { return device_copy_.defined(); }
+  /// Adds this rank's reduced gradient `piece` to the shard's (on the host: to the device's
+  /// accumulator, moved there at once when `move`).
+  void add_gradient(const at::Tensor& piece, bool move);
+  /// On the host: the gradient accumulated on the device goes into the host slot and becomes the
+  /// shard's. True when the copy was queued behind the device's work (pinned memory): the caller
+  /// waits for the device's stream before the host reads it.
+  bool move_gradient();
+  /// On the host: the shard's values into the device's copy (after a step; from pinned memory the
+  /// copy is queued, and the device's work that reads the copy follows it).
+  void publish();
+  /// Bytes this rank keeps on the device between steps: the shard, or its device copy.
+  std::int64_t device_bytes() const;
+
  private:
   std::string name_;
   bool trainable_;
@@ -65,8 +85,13 @@ class FlatShard {
   std::vector<at::Tensor> parameters_;  ///< the module's tensors, whose data this class points
   wanfw::UnitLayout layout_;
   at::Tensor shard_;
-  at::Tensor full_;     ///< every parameter's full value, back to back (its storage freed between uses)
-  std::vector<at::Tensor> views_;  ///< the parameters' views of full_
+  /// On the host: the device's copy of shard_ (gathers send it), the reduced gradient accumulated
+  /// on the device, and shard_'s gradient slot in the host arena. Undefined otherwise.
+  at::Tensor device_copy_, device_gradient_, host_gradient_;
+  /// The tensor on the device gathers send: device_copy_ on the host, else shard_.
+  const at::Tensor& local() const { return on_host() ? device_copy_ : shard_; }
+  at::Tensor full_;                    ///< every parameter's full value, back to back (its storage freed between uses)
+  std::vector<at::Tensor> views_;      ///< the parameters' views of full_
   at::Tensor gathered_buffer_, sent_;  ///< the all-gather's output and input while one is in flight
   wanfw::DistributedSession::PendingGather pending_;
   State state_ = State::Gathered;

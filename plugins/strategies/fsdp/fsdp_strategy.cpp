@@ -7,9 +7,10 @@
 #include <torch/optim/adamw.h>
 #include <torch/torch.h>
 
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include "wanfw/error.hpp"
-#include "wanfw/parallel/fully_sharded.hpp"
 #include "wanfw/log.hpp"
+#include "wanfw/parallel/fully_sharded.hpp"
 
 namespace wanfw_fsdp {
 
@@ -32,8 +33,8 @@ std::string FsdpStrategy::describe() const {
 void FsdpStrategy::setup(wanfw::Model& model) {
   for (const auto& p : model.module()->named_parameters())
     if (at::isFloat8Type(p.value().scalar_type()))
-      throw wanfw::Error(fmt::format("fsdp: parameter {} is stored in {}: fsdp does not shard an fp8 base",
-                                     p.key(), c10::toString(p.value().scalar_type())),
+      throw wanfw::Error(fmt::format("fsdp: parameter {} is stored in {}: fsdp does not shard an fp8 base", p.key(),
+                                     c10::toString(p.value().scalar_type())),
                          "train on the fp8 base with ddp or single (each rank keeps the whole base, half of "
                          "bfloat16's bytes), or set model.base_dtype: dtype to shard it");
   model.module()->to(device());
@@ -45,6 +46,7 @@ void FsdpStrategy::setup(wanfw::Model& model) {
     shards().broadcast(state, 0);
   });
   build_units(model);
+  if (settings_.host_state) place_state_on_host();
   fetcher_ = std::make_shared<AllGatherFetcher>(units_, rest_, settings_.runner);
 
   std::int64_t kept = 0;
@@ -86,12 +88,13 @@ void FsdpStrategy::build_units(wanfw::Model& model) {
     for (const std::string& name : declared.parameters) {
       auto it = by_name.find(name);
       if (it == by_name.end())
-        throw wanfw::Error(fmt::format("fsdp: unit '{}' names parameter '{}', which the model does not have",
-                                       declared.name, name),
-                           "the model plugin's units() must name module() parameters");
+        throw wanfw::Error(
+            fmt::format("fsdp: unit '{}' names parameter '{}', which the model does not have", declared.name, name),
+            "the model plugin's units() must name module() parameters");
       if (!taken.insert(name).second)
-        throw wanfw::Error(fmt::format("fsdp: parameter '{}' is in two units ('{}' is the second)", name, declared.name),
-                           "the model plugin's units() must list each parameter once");
+        throw wanfw::Error(
+            fmt::format("fsdp: parameter '{}' is in two units ('{}' is the second)", name, declared.name),
+            "the model plugin's units() must list each parameter once");
       parameters.emplace_back(name, it->second);
     }
     UnitShards& unit = units_.emplace_back();
@@ -103,6 +106,33 @@ void FsdpStrategy::build_units(wanfw::Model& model) {
     if (!taken.count(name)) rest.emplace_back(name, by_name.at(name));
   cut_unit(rest_, rest);
   for (FlatShard* flat : flats()) flat->release();
+}
+
+void FsdpStrategy::place_state_on_host() {
+  std::vector<FlatShard*> trained;
+  std::int64_t total = 0, copies = 0;
+  for (FlatShard* flat : flats())
+    if (flat->trainable()) {
+      trained.push_back(flat);
+      total += 2 * wanfw::arena_slot_bytes(flat->shard().numel(), flat->shard().scalar_type());
+    }
+  arena_ = wanfw::allocate_host_arena(total, wanfw::HostMemory::Auto, device(), {"fsdp with optimizer.state host", ""});
+  std::int64_t offset = 0;
+  for (FlatShard* flat : trained) {
+    const at::Tensor& shard = flat->shard();
+    const std::int64_t bytes = wanfw::arena_slot_bytes(shard.numel(), shard.scalar_type());
+    flat->keep_on_host(wanfw::arena_tensor(arena_, offset, shard.sizes(), shard.scalar_type()),
+                       wanfw::arena_tensor(arena_, offset + bytes, shard.sizes(), shard.scalar_type()),
+                       settings_.runner.compute.value_or(shard.scalar_type()));
+    offset += 2 * bytes;
+    copies += flat->device_bytes();
+  }
+  if (is_main())
+    wanfw::log::info("fsdp: optimizer.state host: each rank's shards of the trained weights and their gradients in ",
+                     arena_.note, " (rank 0's), AdamW's moments and the averages beside them; the device keeps a ",
+                     fmt::format("{:.1f}", static_cast<double>(copies) / 1048576.0),
+                     " MiB copy the gathers send; each unit's gradients move to the host as they are reduced in "
+                     "the step's last micro-batch");
 }
 
 void FsdpStrategy::cut_unit(UnitShards& unit, const std::vector<std::pair<std::string, at::Tensor>>& parameters) {
@@ -140,6 +170,7 @@ wanfw::StepOutput FsdpStrategy::micro_step(wanfw::Model& model, const wanfw::Bat
   if (micro.phase != phase_) select_phase(micro.phase);
   wanfw::UnitRuntime& units = runtime();
   placement_.count(micro);
+  fetcher_->set_gradients_to_host(micro.sync_gradients);  // the step's last micro-batch
   session_->guarded("the forward and backward pass", [&] {
     units.begin_step();  // the rest (parameters in no unit) gathered for the whole micro-step
     out = forward(model, batch, micro);
@@ -171,6 +202,14 @@ std::vector<wanfw::ParameterGroup> FsdpStrategy::parameter_groups(wanfw::Model&)
 }
 
 void FsdpStrategy::before_optimizer_step(wanfw::Model&) {
+  if (settings_.host_state) {  // the optimizer reads the gradients on the host next: every copy over
+    bool queued = false;
+    for (FlatShard* flat : flats()) queued = flat->move_gradient() || queued;
+    if (queued) {
+      const c10::impl::VirtualGuardImpl guard(device().type());
+      guard.getStream(device()).synchronize();
+    }
+  }
   if (placement_.groups() == nullptr) return;
   std::vector<at::Tensor> shards;
   for (FlatShard* flat : flats())
@@ -185,21 +224,28 @@ double FsdpStrategy::clip_gradients(const std::vector<at::Tensor>& parameters, d
 }
 
 void FsdpStrategy::after_optimizer_step(wanfw::Model& model, const wanfw::OptimizerStep& step) {
+  for (FlatShard* flat : flats()) flat->publish();  // optimizer.state host: the device's copies
   if (step.step != 1 || step.optimizer == nullptr) return;
   // Bytes held between steps, counted from the tensors themselves: the module's parameters (empty
   // while released), the shards, their gradients and the optimizer's state.
-  std::int64_t module = 0, shards = 0, gradients = 0, state = 0;
+  std::int64_t module = 0, shards = 0, gradients = 0, state = 0, host = 0;
   for (const at::Tensor& p : model.module()->parameters()) module += static_cast<std::int64_t>(p.storage().nbytes());
   for (FlatShard* flat : flats()) {
-    shards += flat->shard_bytes();
-    if (flat->shard().grad().defined()) gradients += flat->shard_bytes();
+    shards += flat->device_bytes();
+    if (flat->shard().grad().defined() && !flat->on_host()) gradients += flat->shard_bytes();
   }
   for (const auto& [key, slot] : step.optimizer->state()) {
     const auto& s = static_cast<const torch::optim::AdamWParamState&>(*slot);
     state += s.exp_avg().nbytes() + s.exp_avg_sq().nbytes();
   }
-  wanfw::log::info("fsdp: rank ", rank(), " holds ", shards + module, " bytes of parameters (the model has ", model_bytes_,
-                   "), ", gradients, " bytes of gradients and ", state, " bytes of optimizer state");
+  if (settings_.host_state) {  // the shards, their gradient slots and the moments all live on the host
+    host = static_cast<std::int64_t>(arena_.bytes.nbytes()) + state;
+    state = 0;
+  }
+  wanfw::log::info("fsdp: rank ", rank(), " holds ", shards + module, " bytes of parameters (the model has ",
+                   model_bytes_, "), ", gradients, " bytes of gradients and ", state,
+                   " bytes of optimizer state on its device",
+                   settings_.host_state ? fmt::format(", and {} bytes of training state on the host", host) : "");
 }
 
 wanfw::UnitRuntime& FsdpStrategy::runtime() const {

@@ -1,13 +1,18 @@
 #pragma once
 // Strategy `fsdp` (ZeRO-3): every parameter, gradient and AdamW moment is sharded across the
 // ranks; each rank keeps 1/N of them between uses. A model's units (wanfw::Unit) run through
-// the host's wanfw::UnitRuntime with this strategy's AllGatherFetcher (Strategy::unit_fetcher): gathered just before their forward and
-// again before their backward (the next one's gather started ahead), and their gradients
+// the host's wanfw::UnitRuntime with this strategy's AllGatherFetcher (Strategy::unit_fetcher): gathered just before
+// their forward and again before their backward (the next one's gather started ahead), and their gradients
 // reduce-scattered as backward leaves them; the parameters in no unit
 // are gathered for the whole step. The optimizer steps this rank's shards; clipping uses the norm
 // of the whole gradient; checkpoints are written in pieces, a piece a rank (wanfw/parallel/state_pieces.hpp).
 // A model that trains in phases reduces, in each step, the flats of that phase's groups only.
 // With network_groups, each network is sharded over its own group of ranks (wanfw/parallel/network_groups.hpp).
+// With optimizer.state host (ZeRO-Offload with sharding), the trainable shards live in one host arena
+// with their gradients, and so the optimizer's moments and averages: the device keeps a copy of the
+// shards in the gathers' dtype; in the step's last micro-batch each unit's reduced gradients go to
+// the host as its backward ends; the optimizer steps on the host's cores; the copies are refreshed
+// after the step.
 
 #include <map>
 #include <memory>
@@ -19,6 +24,7 @@
 #include "all_gather_fetcher.hpp"
 #include "unit_shards.hpp"
 #include "wanfw/parallel/distributed.hpp"
+#include "wanfw/parallel/host_arena.hpp"
 #include "wanfw/parallel/sequence_parallel.hpp"
 #include "wanfw/strategy.hpp"
 
@@ -28,6 +34,7 @@ struct FsdpSettings {
   RunnerSettings runner;
   int sequence_parallel = 1;
   std::vector<int> network_groups;
+  bool host_state = false;  ///< optimizer.state host (PluginContext::host_optimizer_state)
 };
 
 class FsdpStrategy final : public wanfw::Strategy {
@@ -74,6 +81,8 @@ class FsdpStrategy final : public wanfw::Strategy {
   void build_units(wanfw::Model& model);
   /// The flat shards of `unit`'s parameters (module order), keyed by group (or frozen) and dtype.
   void cut_unit(UnitShards& unit, const std::vector<std::pair<std::string, at::Tensor>>& parameters);
+  /// optimizer.state host: the trainable flats' shards and their gradient slots into one host arena.
+  void place_state_on_host();
   /// A step of training phase `phase` follows: only the flats of its groups reduce gradients.
   void select_phase(int phase);
   /// Every flat shard, units first, the rest last.
@@ -87,17 +96,18 @@ class FsdpStrategy final : public wanfw::Strategy {
 
   std::unique_ptr<wanfw::DistributedSession> session_;
   wanfw::NetworkPlacement placement_;  ///< network groups (none by default)
-  wanfw::SequenceGroups sequence_;  ///< sequence parallelism: the ranks sharing each sample
+  wanfw::SequenceGroups sequence_;     ///< sequence parallelism: the ranks sharing each sample
   std::vector<UnitShards> units_;
   UnitShards rest_;
   std::shared_ptr<AllGatherFetcher> fetcher_;
   std::vector<wanfw::ParameterGroup> model_groups_;
-  std::map<const void*, int> group_of_;      ///< parameter -> its group's index (trainable ones)
-  std::vector<std::set<int>> phase_groups_;  ///< per training phase, its groups' indices (none: no phases)
-  int phase_ = -1;                           ///< the phase the flats reduce for (-1: none chosen yet)
-  std::map<const void*, Place> place_of_;    ///< parameter -> where it lives
+  std::map<const void*, int> group_of_;         ///< parameter -> its group's index (trainable ones)
+  std::vector<std::set<int>> phase_groups_;     ///< per training phase, its groups' indices (none: no phases)
+  int phase_ = -1;                              ///< the phase the flats reduce for (-1: none chosen yet)
+  std::map<const void*, Place> place_of_;       ///< parameter -> where it lives
   std::map<const FlatShard*, int> flat_group_;  ///< trainable flat -> its group's index
-  std::int64_t model_bytes_ = 0;  ///< every parameter's bytes, whole (padding excluded)
+  std::int64_t model_bytes_ = 0;                ///< every parameter's bytes, whole (padding excluded)
+  wanfw::HostArena arena_;                      ///< optimizer.state host: the trainable shards and their gradients
 };
 
 }  // namespace wanfw_fsdp

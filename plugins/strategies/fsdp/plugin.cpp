@@ -25,6 +25,7 @@ std::unique_ptr<wanfw::Strategy> make_strategy(const wanfw::Options& o, const wa
   const wanfw::StrategyLayout layout = wanfw::rank_layout_of(o);
   s.sequence_parallel = layout.sequence_parallel;
   s.network_groups = layout.network_groups;
+  s.host_state = ctx.host_optimizer_state;
   return std::make_unique<wanfw_fsdp::FsdpStrategy>(
       s, wanfw::DistributedSession::join(wanfw::process_group_options(o, ctx)));
 }
@@ -37,16 +38,23 @@ wanfw::PluginDescriptor describe() {
   d.options = wanfw::process_group_schema();
   d.options.insert(
       d.options.end(),
-      {option("param_dtype", T::Choice).value("auto").choices({"auto", "float32", "bfloat16", "float16"}).doc(
-           "dtype parameters are gathered and computed in: auto follows precision (bf16 autocast gathers bfloat16; "
-           "fp32 gathers each parameter in its own dtype). Master weights stay in the parameters' dtype."),
-       option("reduce_dtype", T::Choice).value("float32").choices({"float32", "bfloat16"}).doc(
-           "dtype gradients are reduce-scattered in (the mean over ranks)."),
-       option("prefetch", T::Boolean).value("true").doc(
-           "Start gathering the next unit's parameters while the current one computes (forward and backward)."),
+      {option("param_dtype", T::Choice)
+           .value("auto")
+           .choices({"auto", "float32", "bfloat16", "float16"})
+           .doc(
+               "dtype parameters are gathered and computed in: auto follows precision (bf16 autocast gathers bfloat16; "
+               "fp32 gathers each parameter in its own dtype). Master weights stay in the parameters' dtype."),
+       option("reduce_dtype", T::Choice)
+           .value("float32")
+           .choices({"float32", "bfloat16"})
+           .doc("dtype gradients are reduce-scattered in (the mean over ranks)."),
+       option("prefetch", T::Boolean)
+           .value("true")
+           .doc("Start gathering the next unit's parameters while the current one computes (forward and backward)."),
        wanfw::network_groups_option("each network sharded over its own group")});
   d.capabilities.shards_state = true;
   d.capabilities.places_networks = true;
+  d.capabilities.host_state = true;
   d.make_strategy = make_strategy;
   d.strategy_layout = wanfw::rank_layout_of;
   return d;

@@ -33,19 +33,17 @@ struct UnitShards {
     return shards;
   }
   /// The full gradients the trainable flats' parameters hold, mean-reduce-scattered in `reduce` and
-  /// added to the shards' gradients (each rank keeps its piece); the full ones go. A flat whose
-  /// phase does not train it (FlatShard::reduces_gradients) drops them.
-  void reduce_gradients(at::ScalarType reduce) {
+  /// added to the shards' gradients (each rank keeps its piece; a shard on the host gets it when
+  /// `to_host`, the step's last micro-batch); the full ones go. A flat whose phase does not train it
+  /// (FlatShard::reduces_gradients) drops them.
+  void reduce_gradients(at::ScalarType reduce, bool to_host) {
     at::NoGradGuard no_grad;
     for (auto& flat : flats) {
       if (!flat->trainable()) continue;
       if (flat->reduces_gradients()) {
         std::vector<at::Tensor> grads;
         for (const at::Tensor& p : flat->parameters()) grads.push_back(p.grad());
-        const at::Tensor piece = flat->reduce_gradient(grads, reduce);
-        at::Tensor shard = flat->shard();
-        if (shard.grad().defined()) shard.mutable_grad().add_(piece);
-        else shard.mutable_grad() = piece;
+        flat->add_gradient(flat->reduce_gradient(grads, reduce), to_host);
       }
       for (const at::Tensor& p : flat->parameters()) const_cast<at::Tensor&>(p).mutable_grad().reset();
     }

@@ -243,3 +243,34 @@ TEST_CASE("with the state on the host and a unit's gradients final at its backwa
   CHECK(part(estimate_memory(whole, host, accumulated), "the DiT trained whole: weights and gradients") == parameters * 8);
   CHECK(part(estimate_memory(whole, host, {}), "the DiT trained whole: weights and gradients") == parameters * 8);
 }
+
+TEST_CASE("fsdp with the state on the host keeps a share of the shards' gathers copy and gradients on each device") {
+  wan::WanConfig config = wide_tiny();
+  config.num_layers = 6;
+  wan::WanDiT dit(config, wan::WanPlacement{torch::kCPU, torch::kFloat32, false});
+  double parameters = 0, block = 0;
+  for (const auto& p : dit->parameters()) parameters += static_cast<double>(p.numel());
+  for (const auto& p : dit->blocks[0]->parameters()) block += static_cast<double>(p.numel());
+  const double rest = parameters - block * static_cast<double>(config.num_layers);
+  const wan::PlannedRun whole{config, {}, "float32", 1, wan::Task::T2V};
+  wan::MemorySettings host;
+  host.host_state = true;
+  wanfw::TrainingLayout fsdp;  // bf16 gathers of fp32 shards over 4 GPUs, one micro-batch a step
+  fsdp.sharded = true;
+  fsdp.gpus = 4;
+  fsdp.dtype = at::kBFloat16;
+  const wan::MemoryEstimate e = estimate_memory(whole, host, fsdp);
+  // The device: each shard's bf16 copy (2 bytes) and, as each unit's reduced gradients move to the
+  // host, two blocks' and the rest's fp32 gradients (4 bytes); the host: the fp32 shard, its
+  // gradient and the moments (16 bytes); all a quarter a GPU.
+  CHECK(part(e, "the DiT trained whole: weights (2 bytes a parameter) and two blocks' gradients") ==
+        (parameters * 2 + (2 * block + rest) * 4) / 4);
+  CHECK(part(e, "the DiT trained whole: the shards, gradients and AdamW moments") == parameters * 16 / 4);
+  const wan::TrainedBytes per = wan::trained_parameter_bytes(4, false, true, 2);
+  CHECK(per.device == 6);
+  CHECK(per.gradient == 4);
+  CHECK(per.host == 16);
+  // Accumulated micro-batches add up on the device: every shard's gradient stays until the last.
+  fsdp.accumulation = 2;
+  CHECK(part(estimate_memory(whole, host, fsdp), "the DiT trained whole: weights and gradients") == parameters * 6 / 4);
+}

@@ -122,7 +122,9 @@ class Estimator {
     }
     const double adapters = static_cast<double>(adapter_parameter_count(c_, run_.lora) * run_.models +
                                                 run_.more_adapters + run_.critic_adapters);
-    if (s_.host_state && adapters > 0) trained_state("adapters (float32)", adapters, trained_parameter_bytes(4, false, true));
+    if (s_.host_state && adapters > 0)
+      trained_state("adapters (float32)", adapters,
+                    trained_parameter_bytes(4, false, true, layout_.sharded ? (layout_.dtype == at::kFloat ? 4 : 2) : 0));
     else device(fmt::format("adapters with gradients and AdamW moments (float32){}", a_gpu_), adapters * 16 * share_);
     if (layout_.sharded) gathered();
     if (layout_.latent.size() == 3) activations();
@@ -143,13 +145,16 @@ class Estimator {
   /// The compute dtype's bytes: the weights' under fp32 precision (a bf16 DiT computes in bf16).
   double compute_bytes() const { return layout_.dtype == at::kFloat ? value_ : 2.0; }
   /// What a parameter trained whole costs, and where.
-  TrainedBytes whole_state() const { return trained_parameter_bytes(value_, layout_.master_weights, s_.host_state); }
+  TrainedBytes whole_state() const {
+    return trained_parameter_bytes(value_, layout_.master_weights, s_.host_state, layout_.sharded ? compute_bytes() : 0);
+  }
   /// The share of the trained gradients the device holds at once: all of them; or, with the state
   /// on the host, one micro-batch a step and a strategy that leaves a unit's gradients final when
   /// its backward ends, two blocks' (one moving to the host, the next being computed) and those of
   /// the parameters in no block (they move when backward is over).
   double gradient_share() const {
-    if (!(s_.host_state && layout_.unit_gradients_final && layout_.accumulation == 1)) return 1.0;
+    // fsdp moves each unit's reduced gradients as its backward ends, in the step's last micro-batch.
+    if (!(s_.host_state && (layout_.unit_gradients_final || layout_.sharded) && layout_.accumulation == 1)) return 1.0;
     const double all = run_.models * (w_.rest_values + w_.block_values * static_cast<double>(c_.num_layers));
     return std::min(1.0, (2 * w_.block_values + run_.models * w_.rest_values) / all);
   }
@@ -162,13 +167,13 @@ class Estimator {
       return;
     }
     const double gradients = gradient_share();
+    const double weight = per.device - per.gradient;
     device(gradients < 1 ? fmt::format("{}: weights ({:g} bytes a parameter) and two blocks' gradients{}", what,
-                                       per.device / 2, a_gpu_)
+                                       weight, a_gpu_)
                          : fmt::format("{}: weights and gradients ({:g} bytes a parameter){}", what, per.device, a_gpu_),
-           parameters * per.device / 2 * (1 + gradients) * share_);
-    host(fmt::format("{}: fp32 masters, gradients and AdamW moments (16 bytes a parameter; masters and gradients "
-                     "pinned)",
-                     what),
+           parameters * (weight + per.gradient * gradients) * share_);
+    host(fmt::format("{}: {}, gradients and AdamW moments ({:g} bytes a parameter; {} and gradients pinned)", what,
+                     layout_.sharded ? "the shards" : "fp32 masters", per.host, layout_.sharded ? "shards" : "masters"),
          parameters * per.host * share_);
   }
 

@@ -67,7 +67,8 @@ std::string settings_yaml(const MemorySettings& s, bool adapters) {
 /// The fewest changes that fit, cheapest first. Adapters on one device a rank: fp8, checkpointing,
 /// offload, the optimizer's state on the host (copies of the trained parameters, no compute), the
 /// fewest swapped blocks, then the fewest chunks of a recomputed block. A DiT trained whole:
-/// checkpointing, offload, the state on the host (not under a strategy that shards it), then chunks.
+/// checkpointing, offload, the state on the host (each rank its shards under a strategy that shards it),
+/// then chunks.
 std::string fit(const PlannedRun& run, const MemorySettings& configured, const wanfw::TrainingLayout& layout,
                 std::int64_t units, bool options_apply) {
   const std::string budget = fmt::format("{:.2f} GiB of device memory{}", gib(layout.fit_device_bytes),
@@ -91,7 +92,7 @@ std::string fit(const PlannedRun& run, const MemorySettings& configured, const w
   }
   // The optimizer's state on the host first, then as configured (a host short of memory for it).
   std::vector<bool> homes{configured.host_state};
-  if (!configured.host_state && !layout.sharded) homes.insert(homes.begin(), true);
+  if (!configured.host_state) homes.insert(homes.begin(), true);
   const std::int64_t most_swapped = options_apply ? units - 1 : configured.swapped;
   for (const bool home : homes) {
     s.host_state = home;
@@ -216,7 +217,8 @@ std::string memory_plan(const PlannedRun& run, const MemorySettings& configured,
   const bool adapters = run.lora.enabled();
   if (!adapters) {
     const TrainedBytes per =
-        trained_parameter_bytes(bytes_per_value(run.dtype), layout.master_weights, configured.host_state);
+        trained_parameter_bytes(bytes_per_value(run.dtype), layout.master_weights, configured.host_state,
+                                layout.sharded ? (layout.dtype == at::kFloat ? bytes_per_value(run.dtype) : 2) : 0);
     out += fmt::format("  training state per trained parameter: {:g} bytes ({})\n", per.total(), per.parts);
   }
   // The memory options serve adapters on a frozen base, one device a rank.
@@ -224,7 +226,7 @@ std::string memory_plan(const PlannedRun& run, const MemorySettings& configured,
   const std::int64_t blocks = run.config.num_layers + std::ssize(run.config.vace_layers);  // VACE blocks are units
   const std::int64_t units = blocks * run.models + (run.critic ? run.critic->num_layers : 0);
   if (options_apply) out += variants(run, configured, layout, units);
-  else if (!layout.sharded) {  // a DiT trained whole, or adapters on several GPUs a rank's state
+  else {  // a DiT trained whole, adapters on several GPUs, or a sharded state: a rank's state
     MemorySettings moved = configured;
     moved.host_state = !configured.host_state;
     out += fmt::format("  with {}: {}\n", moved.host_state ? "the optimizer's state on the host"

@@ -6,18 +6,35 @@
 
 namespace wan {
 
-TrainedBytes trained_parameter_bytes(double value_bytes, bool master_weights, bool host_state) {
+namespace {
+
+const char* type_of(double bytes) { return bytes == 4 ? "fp32" : "bf16"; }
+
+}  // namespace
+
+TrainedBytes trained_parameter_bytes(double value_bytes, bool master_weights, bool host_state,
+                                     double sharded_copy_bytes) {
   const double compute = master_weights ? 2 : value_bytes;  // the weight and gradient the device computes with
-  const char* type = compute == 4 ? "fp32" : "bf16";
+  const char* type = type_of(compute);
+  if (host_state && sharded_copy_bytes > 0)
+    return {sharded_copy_bytes + value_bytes, 4 * value_bytes,
+            fmt::format("{} copy of the shard {:g} + {} gradient {:g} on the device; the {} shard {:g} + gradient "
+                        "{:g} + AdamW moments {:g} in host memory",
+                        type_of(sharded_copy_bytes), sharded_copy_bytes, type_of(value_bytes), value_bytes,
+                        type_of(value_bytes), value_bytes, value_bytes, 2 * value_bytes),
+            value_bytes};
   if (host_state)
     return {2 * compute, 16,
             fmt::format("{} weight {:g} + gradient {:g} on the device; fp32 master weight 4 + gradient 4 + AdamW "
                         "moments 8 in host memory",
-                        type, compute, compute)};
-  if (master_weights) return {16, 0, "bf16 weight 2 + bf16 gradient 2 + fp32 master weight 4 + fp32 AdamW moments 8"};
+                        type, compute, compute),
+            compute};
+  if (master_weights)
+    return {16, 0, "bf16 weight 2 + bf16 gradient 2 + fp32 master weight 4 + fp32 AdamW moments 8", 2};
   return {4 * value_bytes, 0,
           fmt::format("{} weight {:g} + gradient {:g} + AdamW moments {:g}", type, value_bytes, value_bytes,
-                      2 * value_bytes)};
+                      2 * value_bytes),
+          value_bytes};
 }
 
 double dit_state_bytes(const WanConfig& config, const LoraSettings& lora, const std::string& dtype) {

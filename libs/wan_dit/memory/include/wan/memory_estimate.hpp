@@ -71,13 +71,18 @@ struct PlannedRun {
 /// `value_bytes`), and the optimizer's state: AdamW's moments in the weight's dtype, or with
 /// `master_weights` an fp32 master and moments, on the device; or with `host_state`
 /// (optimizer.state host) an fp32 master, a float32 gradient slot and fp32 moments in host memory.
+/// Under a strategy that shards the state with it on the host (`sharded_copy_bytes` > 0, fsdp), each
+/// shard stays in the weight's dtype on the host with its gradient slot and moments, and the device
+/// keeps its gradient and a copy of the shard in the gathers' dtype (`sharded_copy_bytes` a value).
 struct TrainedBytes {
   double device = 0;
   double host = 0;
   std::string parts;
+  double gradient = 0;  ///< of `device`: the gradient's bytes (the rest: the weight the device computes with)
   double total() const { return device + host; }
 };
-TrainedBytes trained_parameter_bytes(double value_bytes, bool master_weights, bool host_state = false);
+TrainedBytes trained_parameter_bytes(double value_bytes, bool master_weights, bool host_state = false,
+                                     double sharded_copy_bytes = 0);
 
 /// Bytes of a frozen DiT's weights: every parameter in `dtype`, or with `fp8` the blocks' Linear
 /// weights in e4m3 with their float32 scales (block-64 along the input where it divides, one a

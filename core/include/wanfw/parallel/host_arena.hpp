@@ -1,12 +1,14 @@
 #pragma once
 // Host memory that crosses to a GPU: one allocation (pinned where it can be, exactly the bytes asked
 // for: no per-tensor rounding), cut into views by its owner. Block swap keeps the streamed units'
-// frozen weights in one; optimizer.state host keeps the fp32 masters and their gradients in one.
+// frozen weights in one; optimizer.state host keeps the fp32 masters and their gradients in one (a
+// strategy that shards the state, its shards and their gradients).
 
 #include <cstdint>
 #include <string>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/ScalarType.h>
 #include <c10/core/Device.h>
 
 namespace wanfw {
@@ -27,6 +29,18 @@ struct HostArena {
 constexpr std::int64_t round_up(std::int64_t bytes, std::int64_t alignment) {
   return (bytes + alignment - 1) / alignment * alignment;
 }
+
+/// Views cut from an arena start on 64-byte lines, as a fresh CPU tensor's data does: the host's
+/// kernels then split them as they split any tensor's.
+constexpr std::int64_t kArenaLine = 64;
+
+/// An arena's bytes for `numel` values of `dtype`: a whole number of lines.
+std::int64_t arena_slot_bytes(std::int64_t numel, at::ScalarType dtype);
+
+/// A tensor of `shape` and `dtype` over `arena`'s bytes at `offset`: a tensor of its own, not a view
+/// (an optimizer detaches and resets gradients in place, which a view refuses); the arena must
+/// outlive it.
+at::Tensor arena_tensor(const HostArena& arena, std::int64_t offset, at::IntArrayRef shape, at::ScalarType dtype);
 
 /// Page-locked host bytes from the CUDA runtime, exactly `bytes` (the caching host allocator rounds
 /// each block up to a power of two); an undefined tensor, and the reason in `why`, when that fails.
