@@ -10,6 +10,7 @@
 #     STAGE        build kernels paths bench-1.3b bench-5b attention low-memory-check bench-low-memory
 #                  bench-chunked (one A14B block's backward at 32,760 tokens, whole and in chunks)
 #                  bench-host-optimizer (the optimizer step with its state on the GPU and on the host)
+#                  bench-host-state (a 1.3B step trained whole, the state on the GPU and on the host)
 #                  build-decode vae (the CLI and the model plugins alone; the VAE decode beside diffusers)
 #                  (default: build kernels paths bench-1.3b bench-5b attention, in this order)
 # Python packages the machine lacks (diffusers for the benchmarks) may sit as wheels in .whl/.
@@ -104,6 +105,8 @@ for s in "${stages[@]}"; do
                      --fp8 --tokens 32760 --chunks 1,2,4,8 ;;
     bench-host-optimizer) stage bench-host-optimizer 180 build/bin/wanfw_bench_host_optimizer --device cuda \
         --compute bfloat16 --preset wan2.2-ti2v-5b --blocks 6 --steps 5 ;;
+    bench-host-state) stage bench-host-state 300 python3 bench/host_state_step.py --size 1.3b --device cuda \
+        --steps 5 --rounds 1 ;;
     *) echo "unknown stage $s" | tee -a "$summary" ;;
   esac
 done

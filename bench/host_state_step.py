@@ -49,23 +49,30 @@ def main():
     parser.add_argument("--size", choices=sorted(SIZES), default="small")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="the variants run in turn this many times; each reports its fastest round")
     args = parser.parse_args()
     dims, bucket, batch, precision = SIZES[args.size]
-    rows = []
+    best = {}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        for i, (name, mode, state, against) in enumerate(variants(precision)):
-            config = experiment(tmp, f"v{i}", {"name": "wan22_flow_matching", **dims, "gradient_checkpointing": True},
-                                args.steps, args.device, bucket, batch, mode)
-            c = json.loads(config.read_text())
-            c["optimizer"]["state"] = state
-            config.write_text(json.dumps(c))
-            ms, peak, _, output = run(config)
-            masters = re.search(r"master weights: \d+ tensors \(([\d.e+]+)M parameters\)", output)
-            parameters = float(masters.group(1)) * 1e6 if masters else 0.0
-            rows.append((name, ms, peak, against, parameters))
-            print(f"{name}: {ms:.1f} ms/step, peak {peak:.0f} MiB", flush=True)
-    print(f"\n{args.size} on {args.device}, a DiT trained whole, {args.steps} steps (median after 2):")
+        for turn in range(args.rounds):  # in turns: a machine's drift reaches every variant alike
+            for i, (name, mode, state, against) in enumerate(variants(precision)):
+                config = experiment(tmp, f"v{i}r{turn}", {"name": "wan22_flow_matching", **dims,
+                                                            "gradient_checkpointing": True},
+                                    args.steps, args.device, bucket, batch, mode)
+                c = json.loads(config.read_text())
+                c["optimizer"]["state"] = state
+                config.write_text(json.dumps(c))
+                ms, peak, _, output = run(config)
+                masters = re.search(r"master weights: \d+ tensors \(([\d.e+]+)M parameters\)", output)
+                parameters = float(masters.group(1)) * 1e6 if masters else 0.0
+                if name not in best or ms < best[name][1]:
+                    best[name] = (name, ms, peak, against, parameters)
+                print(f"round {turn + 1}, {name}: {ms:.1f} ms/step, peak {peak:.0f} MiB", flush=True)
+    rows = [best[name] for name, *_ in variants(precision)]
+    print(f"\n{args.size} on {args.device}, a DiT trained whole, {args.steps} steps (median after 2; the fastest of "
+          f"{args.rounds} rounds):")
     print(f"{'variant':36} {'ms/step':>9} {'peak MiB':>9} {'x time':>7} {'added ms':>9} {'share':>6} {'GB crossed':>11}")
     for name, ms, peak, against, parameters in rows:
         if against is None:
