@@ -84,7 +84,7 @@ for s in "${stages[@]}"; do
         done
       done ;;
     kernels) stage kernels 90 kernels ;;
-    paths) stage paths 150 python3 bench/gpu_paths.py --steps 40 ;;
+    paths) stage paths 200 python3 bench/gpu_paths.py --steps 40 ;;
     bench-1.3b) stage bench-1.3b 330 python3 bench/gpu_step.py --shape 1.3b --steps 4 --warmup 2 --profile 1 \
                   --trace-out "$out/profile-1.3b.json.gz" ;;
     attention)

@@ -4,7 +4,6 @@
 #include <map>
 
 #include <ATen/ATen.h>
-#include <c10/cuda/CUDAFunctions.h>
 #include <fmt/format.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
@@ -125,11 +124,10 @@ void MasterWeights::stream_gradients() {
 void MasterWeights::move_gradient(Pair& pair) {
   at::Tensor& grad = pair.parameter.mutable_grad();
   if (!grad.defined()) return;
-  // From pinned memory the copy is queued behind the gradient's compute and the caller goes on;
-  // the device's memory is reused only by work queued after it.
-  const bool queued = arena_.pinned && grad.is_cuda();
-  pair.master.mutable_grad() = pair.gradient.copy_(grad, /*non_blocking=*/queued);
-  moved_while_backward_ |= queued;
+  // Into pinned memory the copy runs on a stream of its own once the gradient is computed, and the
+  // compute goes on; the device's memory is reused only once the copy has read it.
+  copies_.copy(pair.gradient, grad);
+  pair.master.mutable_grad() = pair.gradient;
   grad.reset();
 }
 
@@ -152,10 +150,7 @@ void MasterWeights::take_gradients() {
       grad.reset();
     }
   }
-  if (moved_while_backward_) {  // the host reads the slots next: every queued copy must be over
-    c10::cuda::device_synchronize();
-    moved_while_backward_ = false;
-  }
+  copies_.wait();  // the host reads the slots next: every copy must be over
 }
 
 void MasterWeights::publish() {

@@ -109,7 +109,7 @@ class MasterWeights {
   };
   std::shared_ptr<Streaming> streaming_ = std::make_shared<Streaming>();
   std::unordered_map<const void*, std::size_t> index_;  ///< a module parameter -> its pair
-  bool moved_while_backward_ = false;  ///< a copy may still be under way: wait before reading
+  HostCopies copies_;  ///< the gradients' moves to the host (a copy stream of their own on a GPU)
   std::unique_ptr<Model> view_;
 };
 

@@ -42,9 +42,9 @@ class AllGatherFetcher final : public wanfw::UnitFetcher {
   bool fetches_root() const override { return true; }
   /// A gather holds the shards' values before the optimizer step: the next step gathers anew.
   bool stale_after_step() const override { return true; }
-  /// optimizer.state host: whether the gradients reduced from now on go to the host as each unit's
-  /// are (the step's last micro-batch), or accumulate on the device.
-  void set_gradients_to_host(bool to_host) { gradients_to_host_ = to_host; }
+  /// optimizer.state host: the copies that take the gradients reduced from now on to the host as
+  /// each unit's are (the step's last micro-batch); null: they accumulate on the device.
+  void set_gradients_to_host(wanfw::HostCopies* to_host) { gradients_to_host_ = to_host; }
 
  private:
   /// A unit's shards; units.size() is the rest (the root).
@@ -53,7 +53,7 @@ class AllGatherFetcher final : public wanfw::UnitFetcher {
   std::vector<UnitShards>& units_;
   UnitShards& rest_;
   RunnerSettings settings_;
-  bool gradients_to_host_ = false;
+  wanfw::HostCopies* gradients_to_host_ = nullptr;
 };
 
 }  // namespace wanfw_fsdp

@@ -130,23 +130,18 @@ void FlatShard::keep_on_host(at::Tensor master, at::Tensor gradient, at::ScalarT
   host_gradient_ = std::move(gradient);
 }
 
-void FlatShard::add_gradient(const at::Tensor& piece, bool move) {
+void FlatShard::add_gradient(const at::Tensor& piece, wanfw::HostCopies* to_host) {
   at::Tensor& sum = on_host() ? device_gradient_ : shard_.mutable_grad();
-  if (sum.defined())
-    sum.add_(piece);
-  else
-    sum = piece;
-  if (move) move_gradient();
+  if (sum.defined()) sum.add_(piece);
+  else sum = piece;
+  if (to_host != nullptr) move_gradient(*to_host);
 }
 
-bool FlatShard::move_gradient() {
-  if (!on_host() || !device_gradient_.defined()) return false;
-  // From pinned memory the copy is queued behind the gradient's reduction; the device's memory
-  // is reused only by work queued after it.
-  const bool queued = host_gradient_.is_pinned() && device_gradient_.is_cuda();
-  shard_.mutable_grad() = host_gradient_.copy_(device_gradient_, /*non_blocking=*/queued);
+void FlatShard::move_gradient(wanfw::HostCopies& copies) {
+  if (!on_host() || !device_gradient_.defined()) return;
+  copies.copy(host_gradient_, device_gradient_);  // on a GPU, while the compute goes on
+  shard_.mutable_grad() = host_gradient_;
   device_gradient_.reset();
-  return queued;
 }
 
 void FlatShard::publish() {

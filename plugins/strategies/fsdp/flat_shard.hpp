@@ -14,6 +14,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "wanfw/parallel/distributed.hpp"
+#include "wanfw/parallel/host_arena.hpp"
 #include "wanfw/parallel/shard_layout.hpp"
 
 namespace wanfw_fsdp {
@@ -64,12 +65,11 @@ class FlatShard {
   void keep_on_host(at::Tensor master, at::Tensor gradient, at::ScalarType device_dtype);
   bool on_host() const { return device_copy_.defined(); }
   /// Adds this rank's reduced gradient `piece` to the shard's (on the host: to the device's
-  /// accumulator, moved there at once when `move`).
-  void add_gradient(const at::Tensor& piece, bool move);
-  /// On the host: the gradient accumulated on the device goes into the host slot and becomes the
-  /// shard's. True when the copy was queued behind the device's work (pinned memory): the caller
-  /// waits for the device's stream before the host reads it.
-  bool move_gradient();
+  /// accumulator, moved there at once with `to_host` when given).
+  void add_gradient(const at::Tensor& piece, wanfw::HostCopies* to_host);
+  /// On the host: the gradient accumulated on the device goes into the host slot (by `copies`: the
+  /// caller waits for them before the host reads it) and becomes the shard's.
+  void move_gradient(wanfw::HostCopies& copies);
   /// On the host: the shard's values into the device's copy (after a step; from pinned memory the
   /// copy is queued, and the device's work that reads the copy follows it).
   void publish();

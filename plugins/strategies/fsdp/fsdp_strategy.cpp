@@ -7,7 +7,6 @@
 #include <torch/optim/adamw.h>
 #include <torch/torch.h>
 
-#include <c10/core/impl/VirtualGuardImpl.h>
 #include "wanfw/error.hpp"
 #include "wanfw/log.hpp"
 #include "wanfw/parallel/fully_sharded.hpp"
@@ -170,7 +169,7 @@ wanfw::StepOutput FsdpStrategy::micro_step(wanfw::Model& model, const wanfw::Bat
   if (micro.phase != phase_) select_phase(micro.phase);
   wanfw::UnitRuntime& units = runtime();
   placement_.count(micro);
-  fetcher_->set_gradients_to_host(micro.sync_gradients);  // the step's last micro-batch
+  fetcher_->set_gradients_to_host(settings_.host_state && micro.sync_gradients ? &copies_ : nullptr);
   session_->guarded("the forward and backward pass", [&] {
     units.begin_step();  // the rest (parameters in no unit) gathered for the whole micro-step
     out = forward(model, batch, micro);
@@ -203,12 +202,8 @@ std::vector<wanfw::ParameterGroup> FsdpStrategy::parameter_groups(wanfw::Model&)
 
 void FsdpStrategy::before_optimizer_step(wanfw::Model&) {
   if (settings_.host_state) {  // the optimizer reads the gradients on the host next: every copy over
-    bool queued = false;
-    for (FlatShard* flat : flats()) queued = flat->move_gradient() || queued;
-    if (queued) {
-      const c10::impl::VirtualGuardImpl guard(device().type());
-      guard.getStream(device()).synchronize();
-    }
+    for (FlatShard* flat : flats()) flat->move_gradient(copies_);
+    copies_.wait();
   }
   if (placement_.groups() == nullptr) return;
   std::vector<at::Tensor> shards;

@@ -108,6 +108,7 @@ class FsdpStrategy final : public wanfw::Strategy {
   std::map<const FlatShard*, int> flat_group_;  ///< trainable flat -> its group's index
   std::int64_t model_bytes_ = 0;                ///< every parameter's bytes, whole (padding excluded)
   wanfw::HostArena arena_;                      ///< optimizer.state host: the trainable shards and their gradients
+  wanfw::HostCopies copies_;                    ///< optimizer.state host: the gradients' moves there
 };
 
 }  // namespace wanfw_fsdp

@@ -33,10 +33,10 @@ struct UnitShards {
     return shards;
   }
   /// The full gradients the trainable flats' parameters hold, mean-reduce-scattered in `reduce` and
-  /// added to the shards' gradients (each rank keeps its piece; a shard on the host gets it when
-  /// `to_host`, the step's last micro-batch); the full ones go. A flat whose phase does not train it
+  /// added to the shards' gradients (each rank keeps its piece; a shard on the host gets it by
+  /// `to_host` when given, in the step's last micro-batch); the full ones go. A flat whose phase does not train it
   /// (FlatShard::reduces_gradients) drops them.
-  void reduce_gradients(at::ScalarType reduce, bool to_host) {
+  void reduce_gradients(at::ScalarType reduce, wanfw::HostCopies* to_host) {
     at::NoGradGuard no_grad;
     for (auto& flat : flats) {
       if (!flat->trainable()) continue;

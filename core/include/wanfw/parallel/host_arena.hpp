@@ -5,6 +5,7 @@
 // strategy that shards the state, its shards and their gradients).
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include <ATen/core/Tensor.h>
@@ -55,5 +56,32 @@ struct HostArenaOwner {
 /// `bytes` of host memory for a run on `device`. Throws wanfw::Error when `mode` is Pinned and
 /// pinning fails.
 HostArena allocate_host_arena(std::int64_t bytes, HostMemory mode, c10::Device device, const HostArenaOwner& owner);
+
+/// Copies from a GPU into pinned host memory on a stream of their own, so that the compute goes on
+/// while they cross the bus: each starts once the work queued so far on the source's current stream
+/// (the gradient's computation, a reduction) is done, and the device memory it reads is not reused
+/// until it is over, even when the caller releases the tensor at once. wait() returns when every
+/// copy made since the last wait is over. Into pageable memory, or from the CPU, a copy is made at
+/// once.
+class HostCopies {
+ public:
+  HostCopies();
+  ~HostCopies();
+  HostCopies(const HostCopies&) = delete;
+  HostCopies& operator=(const HostCopies&) = delete;
+
+  /// `target` (host memory) = `source` (any device; converted to target's dtype on the way).
+  void copy(const at::Tensor& target, const at::Tensor& source);
+  /// The host may read every target copied into since the last wait.
+  void wait();
+  /// Copies made on the copy stream since this was built (on the CPU: none).
+  std::int64_t queued() const { return queued_; }
+
+ private:
+  struct Stream;  ///< the CUDA copy stream, made at the first copy from a GPU
+  std::unique_ptr<Stream> stream_;
+  std::int64_t queued_ = 0;
+  bool pending_ = false;
+};
 
 }  // namespace wanfw
