@@ -13,6 +13,7 @@
 #include "run/experiment_assembly.hpp"
 #include "train/master_weights.hpp"
 #include "train/trainer.hpp"
+#include "units/block_swap.hpp"
 #include "wanfw/parallel/distributed.hpp"
 #include "wanfw/version.hpp"
 
@@ -107,6 +108,9 @@ RunOutcome run_experiment(const RunRequest& request) {
   }
   place_model(e);
   if (masters) masters->stream_gradients();  // after placement: the parameters' accumulators are final
+  if (masters && e.block_swap)  // trained weights block swap streams: the masters go into its host copies
+    masters->keep_streamed([swap = e.block_swap](const at::Tensor& p) { return swap->host_copy(p); },
+                           [swap = e.block_swap] { swap->invalidate(); });
 
   // 4. Train, logging on the main process.
   LoggerSet loggers(e.loggers, main, run_dir.path(), run_dir.resume_step(), e.resolved_yaml);

@@ -251,11 +251,13 @@ void place_model(Experiment& e) {
                                   std::max<std::int64_t>(units_declared - 1, 0)),
                       units_declared > 1 ? fmt::format("set block_swap.blocks between 1 and {}", units_declared - 1)
                                          : std::string("remove block_swap: this model has nothing to stream"));
+  // With the optimizer's state on the host, the streamed blocks' trained weights stream too (their
+  // masters are the host's), where nothing reduces their gradients after backward.
+  const bool trained = e.settings.optimizer.state == OptimizerStateHome::Host && e.strategy->unit_gradients_final();
   if (swap.blocks > 0)
-    e.block_swap = std::make_shared<BlockSwap>(*e.model->module(), e.model->units(),
-                                               BlockSwapSettings{swap.blocks, swap.ring,
-                                                                 parse_host_memory(swap.host_memory)},
-                                               e.strategy->device());
+    e.block_swap = std::make_shared<BlockSwap>(
+        *e.model->module(), e.model->units(),
+        BlockSwapSettings{swap.blocks, swap.ring, parse_host_memory(swap.host_memory), trained}, e.strategy->device());
   e.strategy->setup(*e.model);
   // The host alone installs the unit runtime: with the strategy's fetcher (fsdp gathers the units)
   // or block swap's (it streams them); the two never combine (validate refuses block swap for a

@@ -68,7 +68,7 @@ MasterWeights::MasterWeights(Model& model, std::optional<at::ScalarType> compute
   at::NoGradGuard no_grad;
   for (auto& [name, parameter] : model.trainable_parameters()) {
     if (!parameter.is_floating_point()) continue;
-    pairs_.push_back({parameter, {}, {}});
+    pairs_.push_back({parameter, {}, {}, {}});
     if (home_ == OptimizerStateHome::Device)
       pairs_.back().master = parameter.detach().to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
   }
@@ -106,7 +106,7 @@ void MasterWeights::stream_gradients() {
   if (home_ != OptimizerStateHome::Host || !accumulators_.empty()) return;
   streaming_->owner = this;
   for (std::size_t i = 0; i < pairs_.size(); ++i) {
-    auto accumulator = torch::autograd::impl::grad_accumulator(pairs_[i].parameter);
+    auto accumulator = accumulator_of(pairs_[i]);
     if (!accumulator) continue;
     accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
         [streaming = streaming_, i](const torch::autograd::variable_list& outputs,
@@ -119,6 +119,19 @@ void MasterWeights::stream_gradients() {
         }));
     accumulators_.push_back(std::move(accumulator));
   }
+}
+
+c10::intrusive_ptr<torch::autograd::Node> MasterWeights::accumulator_of(Pair& pair) {
+  // A parameter block swap streams is an empty placeholder between uses, and an accumulator takes
+  // the shape its gradients must have from the parameter it is made for: it is made while a
+  // stand-in of the whole shape (one value, expanded) holds the parameter's place.
+  at::Tensor& parameter = pair.parameter;
+  if (parameter.numel() > 0 || pair.master.numel() == 0) return torch::autograd::impl::grad_accumulator(parameter);
+  const at::Tensor placeholder = parameter.detach();
+  parameter.set_data(at::empty({1}, placeholder.options()).expand(pair.master.sizes()));
+  auto accumulator = torch::autograd::impl::grad_accumulator(parameter);
+  parameter.set_data(placeholder);
+  return accumulator;
 }
 
 void MasterWeights::move_gradient(Pair& pair) {
@@ -153,14 +166,25 @@ void MasterWeights::take_gradients() {
   copies_.wait();  // the host reads the slots next: every copy must be over
 }
 
+void MasterWeights::keep_streamed(const std::function<at::Tensor(const at::Tensor&)>& home_of,
+                                  std::function<void()> before_writing) {
+  for (Pair& pair : pairs_) pair.home = home_of(pair.parameter);
+  before_writing_homes_ = std::move(before_writing);
+}
+
 void MasterWeights::publish() {
   at::NoGradGuard no_grad;
+  if (before_writing_homes_) before_writing_homes_();
+  for (auto& pair : pairs_)  // streamed ones: into block swap's host copy, which the next use streams
+    if (pair.home.defined()) pair.home.copy_(pair.master.detach());
   if (home_ == OptimizerStateHome::Host) {  // to the device; from pinned memory without waiting
-    for (auto& pair : pairs_) pair.parameter.detach().copy_(pair.master.detach(), /*non_blocking=*/arena_.pinned);
+    for (auto& pair : pairs_)
+      if (!pair.home.defined()) pair.parameter.detach().copy_(pair.master.detach(), /*non_blocking=*/arena_.pinned);
     return;
   }
   std::vector<at::Tensor> parameters, masters;
   for (auto& pair : pairs_) {
+    if (pair.home.defined()) continue;
     parameters.push_back(pair.parameter.detach());
     masters.push_back(pair.master.detach());
   }

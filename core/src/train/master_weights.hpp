@@ -18,6 +18,7 @@
 // under the model's own names, as an fp32 run's does, wherever the masters lived.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -70,6 +71,11 @@ class MasterWeights {
   /// accumulator, as a ddp reducer watches them): the device then holds the gradients being
   /// computed, not the model's. Call it once the strategy has placed the model.
   void stream_gradients();
+  /// Block swap streams some of the trained parameters from host memory (BlockSwapSettings::
+  /// trained): `home_of(parameter)` is where one's compute copy lives between uses (undefined: the
+  /// parameter itself), and `before_writing` lets go of every device copy of them; publish then
+  /// writes those masters into their homes. Call it once block swap holds them.
+  void keep_streamed(const std::function<at::Tensor(const at::Tensor&)>& home_of, std::function<void()> before_writing);
   /// Whether the next micro-batch's gradients move as each is whole: for the step's last
   /// micro-batch, when the strategy changes no gradient after backward
   /// (Strategy::unit_gradients_final); earlier micro-batches accumulate on the device.
@@ -91,9 +97,12 @@ class MasterWeights {
     at::Tensor parameter;  ///< the module's, in the compute dtype
     at::Tensor master;     ///< fp32
     at::Tensor gradient;   ///< the master's gradient slot in the host arena (home Host), else undefined
+    at::Tensor home;       ///< block swap's host copy of a streamed parameter (keep_streamed), else undefined
   };
   /// Host: one arena cut into each master and its gradient slot.
   void place_on_host(c10::Device device);
+  /// The parameter's gradient accumulator, made for its whole shape (a placeholder's too).
+  static c10::intrusive_ptr<torch::autograd::Node> accumulator_of(Pair& pair);
   /// Pair `i`'s gradient to its master's slot, released on the device.
   void move_gradient(Pair& pair);
 
@@ -110,6 +119,7 @@ class MasterWeights {
   std::shared_ptr<Streaming> streaming_ = std::make_shared<Streaming>();
   std::unordered_map<const void*, std::size_t> index_;  ///< a module parameter -> its pair
   HostCopies copies_;  ///< the gradients' moves to the host (a copy stream of their own on a GPU)
+  std::function<void()> before_writing_homes_;  ///< keep_streamed
   std::unique_ptr<Model> view_;
 };
 

@@ -72,7 +72,8 @@ BlockSwap::BlockSwap(torch::nn::Module& module, const std::vector<Unit>& units, 
         throw Error(fmt::format("block_swap: unit '{}' lists parameter '{}', which the model does not have",
                                 units[u].name, name));
       const at::Tensor& p = it->second;
-      if (p.requires_grad()) continue;  // trainable: stays on the device
+      if (p.requires_grad() && !settings.trained) continue;  // trainable: stays on the device
+      streamed_at_[p.unsafeGetTensorImpl()] = {u, plan.parameters.size()};
       plan.pieces.push_back({plan.bytes, static_cast<std::int64_t>(p.nbytes()), p.scalar_type(), p.sizes().vec()});
       plan.bytes += round_up(static_cast<std::int64_t>(p.nbytes()), kAlign);
       plan.parameters.push_back(p);
@@ -84,7 +85,8 @@ BlockSwap::BlockSwap(torch::nn::Module& module, const std::vector<Unit>& units, 
   if (total == 0)
     throw Error(fmt::format("block swap streams frozen weights, but every weight of the {} streamed blocks trains",
                             streamed_.size()),
-                "train adapters on a frozen base (model.lora.rank), or remove block_swap");
+                "train adapters on a frozen base (model.lora.rank); or with optimizer.state host under single or "
+                "grad_accum, where block swap streams trained weights too; or remove block_swap");
   arena_ = allocate_host_arena(total, settings.host_memory, device, {"block swap", "block_swap.host_memory: pageable"});
   torch::NoGradGuard no_grad;
   for (const std::size_t u : streamed_) {
@@ -190,6 +192,27 @@ void BlockSwap::release(std::size_t unit) {
                               names_[unit]),
                   "turn on the model's gradient checkpointing (model.gradient_checkpointing: true): a checkpointed "
                   "block keeps its inputs and recomputes");
+}
+
+at::Tensor BlockSwap::host_copy(const at::Tensor& parameter) const {
+  const auto it = streamed_at_.find(parameter.unsafeGetTensorImpl());
+  return it == streamed_at_.end() ? at::Tensor() : host_parameter(it->second.first, it->second.second);
+}
+
+void BlockSwap::invalidate() {
+  if (!copier_) return;  // not started: no slot holds anything
+  torch::NoGradGuard no_grad;
+  copier_->finish();  // a copy into a slot (a prefetch for the next step) may still read the host copies
+  for (std::size_t s = 0; s < slot_unit_.size(); ++s) {
+    if (!slot_unit_[s]) continue;
+    const std::size_t unit = *slot_unit_[s];
+    if (state(unit) == UnitState::InUse)
+      throw Error(fmt::format("block swap: unit '{}' is in use while its host copy changes", names_[unit]));
+    bind(*plans_[unit], std::nullopt);
+    plans_[unit]->slot.reset();
+    slot_unit_[s].reset();
+    evicted(unit);
+  }
 }
 
 at::Tensor BlockSwap::host_parameter(std::size_t unit, std::size_t index) const {

@@ -7,9 +7,12 @@
 // nothing. The slots and their copies are block swap's; a unit's life cycle (fetching, ready, in
 // use) is the runtime's record, read when a slot is chosen. A slot is taken for a unit when it is free or holds a unit whose next use comes after
 // this one's (the recorded order says when); its copy waits for the compute that last read it.
-// Trainable parameters of a streamed unit (adapters) stay on the device.
+// Trainable parameters of a streamed unit stay on the device, unless `trained` streams them too
+// (optimizer.state host: their masters live on the host, and after each step the masters are
+// written into their host copies, once invalidate() has let go of every slot's copy).
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,6 +30,8 @@ struct BlockSwapSettings {
   std::int64_t blocks = 0;  ///< units streamed from host memory
   std::int64_t ring = 2;    ///< device slots they take turns in
   HostMemory host_memory = HostMemory::Auto;
+  /// Stream the trainable parameters of the streamed units too (their masters elsewhere).
+  bool trained = false;
 };
 
 class BlockSwap final : public UnitFetcher {
@@ -55,8 +60,14 @@ class BlockSwap final : public UnitFetcher {
   /// The host copy of parameter `index` of unit `unit` (its frozen ones in order), as a tensor of
   /// its dtype and shape.
   at::Tensor host_parameter(std::size_t unit, std::size_t index) const;
-  /// The unit's frozen parameters (what it streams).
+  /// The unit's streamed parameters (its frozen ones, and with `trained` its trainable ones).
   const std::vector<at::Tensor>& streamed_parameters(std::size_t unit) const;
+  /// The host copy of a streamed parameter of the module (undefined for one that is not streamed).
+  at::Tensor host_copy(const at::Tensor& parameter) const;
+  /// The host copies are about to change (trained weights after a step): every slot lets go of its
+  /// unit, waiting for a copy into it still under way; the next use copies anew. Call it while no
+  /// unit is in use.
+  void invalidate();
   /// Seconds the compute waited for copies since the last call.
   double take_stall_seconds() { return copier_ ? copier_->take_stall_seconds() : 0.0; }
   std::int64_t unit_bytes() const { return slot_bytes_; }
@@ -89,6 +100,7 @@ class BlockSwap final : public UnitFetcher {
 
   std::vector<std::optional<UnitPlan>> plans_;
   std::vector<bool> trains_;  ///< per unit: whether any of its parameters requires grad
+  std::map<const void*, std::pair<std::size_t, std::size_t>> streamed_at_;  ///< parameter -> (unit, index)
   std::vector<std::size_t> streamed_;
   std::vector<std::string> names_;
   std::int64_t ring_ = 2;

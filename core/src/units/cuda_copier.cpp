@@ -82,6 +82,13 @@ class CudaCopier final : public UnitCopier {
     if (stalls_.size() >= 1024) stall_ += fold(stalls_.size() / 2);  // long done: no wait
   }
 
+  void finish() override {
+    const c10::cuda::CUDAGuard guard(device_);
+    for (auto& pending : pending_)
+      if (pending.valid()) pending.get();  // issued
+    copy_stream_.synchronize();
+  }
+
   void release(std::size_t slot) override {
     free_[slot].record(c10::cuda::getCurrentCUDAStream(device_.index()));
     free_recorded_[slot] = true;

@@ -67,6 +67,10 @@ class ThreadCopier final : public UnitCopier {
     stall_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 
+  void finish() override {
+    for (const auto& ready : ready_) ready.get();  // rethrows a failed copy
+  }
+
   // The CPU computes on the calling thread: what it queued is done when it releases.
   void release(std::size_t slot) override { free_.at(slot) = ready_now(); }
 

@@ -26,6 +26,8 @@ class UnitCopier {
   virtual void wait(std::size_t slot) = 0;
   /// The compute queued so far is the last to read `slot` before the next copy into it.
   virtual void release(std::size_t slot) = 0;
+  /// The host waits until every copy issued so far is over (before it writes their sources).
+  virtual void finish() = 0;
   /// Seconds the compute waited for copies since the last call (the copy stall).
   virtual double take_stall_seconds() = 0;
   /// How copies reach the device, where it is worth saying (pageable host memory's staging).

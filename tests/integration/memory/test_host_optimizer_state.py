@@ -85,6 +85,40 @@ def test_a_lora_with_streamed_blocks_trains_alike_with_the_host_state(tmp_path, 
     assert all(torch.equal(swapped[2][k], resident[2][k]) for k in resident[2])
 
 
+def whole(base):
+    """The tiny Wan DiT trained whole from a saved base (its head is not zero), blocks checkpointed."""
+    return {"name": "wan22_flow_matching", "preset": "tiny", "num_layers": 6, "weights": str(base),
+            "gradient_checkpointing": True}
+
+
+@pytest.mark.parametrize("variant", ["fp32", "bf16_weights", "grad_accum_2"])
+def test_block_swap_streams_the_trained_weights_of_a_dit_trained_whole_with_the_host_state(tmp_path, base, variant):
+    # Each streamed block's trained weights live in block swap's host copy and stream into the
+    # device's slots; their masters (host) are written into that copy after each step, once every
+    # slot has let go of the old one. The run must end where the resident run ends, bit for bit.
+    strategy, batch = (({"name": "grad_accum", "steps": 2, "inner": CPU}, 2) if variant == "grad_accum_2"
+                       else (CPU, 4))
+    sections = {"optimizer": HOST, "trainer": CLIPPED, "ema": {"decay": 0.9},
+                "precision": {"mode": "bf16_weights" if variant == "bf16_weights" else "fp32"}}
+    wanfw("run", experiment(tmp_path, "resident", strategy, batch, whole(base), **sections), check=0)
+    swapped = wanfw("run", experiment(tmp_path, "swapped", strategy, batch, whole(base),
+                                      block_swap={"blocks": 3, "ring": 2}, **sections), check=0)
+    assert "block swap: 3 of 6 blocks stream from " in swapped.stdout
+    assert losses(tmp_path, "swapped") == losses(tmp_path, "resident")
+    assert_same_checkpoint(tmp_path, "resident", "swapped")
+
+
+def test_block_swap_keeps_trained_weights_resident_where_a_strategy_reduces_them_after_backward(tmp_path, base):
+    # ddp's reducer holds the parameters it reduces: block swap streams no trained weight under it,
+    # and a DiT trained whole has nothing else to stream in its blocks: refused, naming the ways out.
+    path = experiment(tmp_path, "ddp", DDP, 2, whole(base), optimizer=HOST, block_swap={"blocks": 3, "ring": 2})
+    result = torchrun("run", path, nproc=2)
+    said = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "block swap streams frozen weights, but every weight of the 3 streamed blocks trains" in said
+    assert "or with optimizer.state host under single or grad_accum, where block swap streams trained weights" in said
+
+
 @pytest.mark.parametrize("first, then", [("device", "host"), ("host", "device")])
 def test_a_run_resumes_bitwise_with_its_state_moved_between_the_device_and_the_host(tmp_path, first, then):
     path = experiment(tmp_path, "moved", CPU, 4, tiny_wan("t2v"), optimizer={"state": first},
