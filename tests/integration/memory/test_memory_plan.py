@@ -197,3 +197,28 @@ def test_ti2v_5b_trains_whole_on_one_24gb_gpu_with_its_optimizer_state_on_the_ho
                 check=0).stdout
     assert "fits with checkpointing, activation offload, the optimizer's state on the host (device 17.74 GiB, host " \
            "82.00 GiB;" in fit
+
+
+def test_ti2v_5b_trains_whole_on_one_16gb_gpu_with_its_trained_blocks_streamed():
+    # With the state on the host, block swap streams a DiT trained whole: its blocks' bf16 weights
+    # go to pinned host memory, two slots stay on the device. --fit finds the fewest blocks, and one
+    # fewer does not fit.
+    out, device, host, verdict = plan(SOURCE / "examples" / "wan22-ti2v-5b-finetune-16gb.yaml")
+    assert "does not fit a 12 GB GPU; fits a 16 GB GPU" in verdict and device <= 16e9 / 2**30
+    assert "device: 2 slot(s) of streamed blocks" in out and "host: streamed blocks' weights (pinned)" in out
+    assert "the DiT trained whole: the resident blocks' weights (2 bytes a parameter) and two blocks' gradients" in out
+    args = ["--gpus", "1", "--set", "strategy.name=single", "--set", "precision.mode=bf16_weights", "--host-ram", "128GB"]
+    fit = wanfw("model-info", SOURCE / "examples" / "wan22-ti2v-5b-finetune.yaml", *args, "--fit", "16GB",
+                check=0).stdout
+    picked = re.search(r"fits with checkpointing, activation offload, (\d+) blocks swapped \(ring 2\), the "
+                       r"optimizer's state on the host", fit)
+    assert picked, fit
+    fewer = plan(SOURCE / "examples" / "wan22-ti2v-5b-finetune-16gb.yaml", "--set",
+                 f"block_swap.blocks={int(picked.group(1)) - 1}")
+    assert "does not fit a 16 GB GPU" in fewer[3]
+    # Under ddp, which reduces gradients after backward, block swap keeps trained weights resident:
+    # --fit does not stream a DiT trained whole there.
+    ddp = wanfw("model-info", SOURCE / "examples" / "wan22-ti2v-5b-finetune.yaml", "--gpus", "2", "--set",
+                "strategy.name=ddp", "--set", "precision.mode=bf16_weights", "--fit", "16GB", "--host-ram", "128GB",
+                check=0).stdout
+    assert "blocks swapped" not in ddp.split("--fit")[1]

@@ -78,7 +78,8 @@ class Estimator {
   double gradient_share() const;
   /// `parameters` of `what` trained (a share a GPU under sharding): with the state on the device one
   /// part; on the host the device's weights and gradients apart from the host's state.
-  void trained_state(const std::string& what, double parameters, const TrainedBytes& per);
+  /// `streamed`: of them, those whose weights block swap streams from host memory (not on the device).
+  void trained_state(const std::string& what, double parameters, const TrainedBytes& per, double streamed = 0);
   /// The DiTs trained whole: every parameter's training state (and a critic's frozen weights).
   void trained_whole();
   /// A frozen base (adapters, or a VACE branch trained whole beside it): the weights outside the

@@ -74,7 +74,7 @@ double Estimator::gradient_share() const {
   return std::min(1.0, (2 * w_.block_values + run_.models * w_.rest_values) / all);
 }
 
-void Estimator::trained_state(const std::string& what, double parameters, const TrainedBytes& per) {
+void Estimator::trained_state(const std::string& what, double parameters, const TrainedBytes& per, double streamed) {
   if (per.host == 0) {
     device(fmt::format("{} (weights, gradients, AdamW moments: {:g} bytes a parameter){}", what, per.device, a_gpu_),
            parameters * per.device * share_);
@@ -82,10 +82,12 @@ void Estimator::trained_state(const std::string& what, double parameters, const 
   }
   const double gradients = gradient_share();
   const double weight = per.device - per.gradient;
-  device(gradients < 1 ? fmt::format("{}: weights ({:g} bytes a parameter) and two blocks' gradients{}", what,
+  const std::string weights = streamed > 0 ? "the resident blocks' weights" : "weights";
+  device(gradients < 1 ? fmt::format("{}: {} ({:g} bytes a parameter) and two blocks' gradients{}", what, weights,
                                      weight, a_gpu_)
-                       : fmt::format("{}: weights and gradients ({:g} bytes a parameter){}", what, per.device, a_gpu_),
-         parameters * (weight + per.gradient * gradients) * share_);
+                       : fmt::format("{}: {} and gradients ({:g} bytes a parameter){}", what, weights, per.device,
+                                     a_gpu_),
+         ((parameters - streamed) * weight + parameters * per.gradient * gradients) * share_);
   host(fmt::format("{}: {}, gradients and AdamW moments ({:g} bytes a parameter; {} and gradients pinned)", what,
                    layout_.sharded ? "the shards" : "fp32 masters", per.host, layout_.sharded ? "shards" : "masters"),
        parameters * per.host * share_);
@@ -93,15 +95,43 @@ void Estimator::trained_state(const std::string& what, double parameters, const 
 
 void Estimator::trained_whole() {
   const TrainedBytes per = whole_state();
-  const double parameters = run_.models * (w_.rest_values + w_.block_values * static_cast<double>(c_.num_layers));
-  if (per.host > 0) trained_state("the DiT trained whole", parameters, per);
+  const double blocks = run_.models * static_cast<double>(c_.num_layers);
+  const double parameters = run_.models * w_.rest_values + w_.block_values * blocks;
+  // With the state on the host, block swap streams the trained blocks' weights too (and a critic's
+  // frozen ones): the units in the order the model declares them, the runtime's choice of streamed.
+  double streamed_trained = 0, streamed_frozen = 0, slot = 0;
+  std::int64_t swapped = 0;
+  if (per.host > 0 && !layout_.sharded && s_.swapped > 0) {
+    const std::size_t dit_units = static_cast<std::size_t>(blocks);
+    const std::size_t units = dit_units + (run_.critic ? static_cast<std::size_t>(run_.critic->num_layers) : 0);
+    swapped = std::clamp<std::int64_t>(s_.swapped, 0, static_cast<std::int64_t>(units) - 1);
+    const double weight = per.device - per.gradient;
+    for (const std::size_t u : wanfw::streamed_units(units, static_cast<std::size_t>(swapped))) {
+      const double bytes = u < dit_units ? w_.block_values * weight : critic_.block;
+      (u < dit_units ? streamed_trained : streamed_frozen) += bytes;
+      slot = std::max(slot, bytes);
+    }
+  }
+  const double weight_bytes = per.device - per.gradient;
+  if (per.host > 0)
+    trained_state("the DiT trained whole", parameters, per, weight_bytes > 0 ? streamed_trained / weight_bytes : 0);
   else device(fmt::format("training state (weights, gradients, AdamW moments: {:g} bytes a parameter{})", per.device,
                           layout_.sharded ? fmt::format("; 1/{} of {:.2f} GiB", layout_.gpus,
                                                         parameters * per.device / kGiB)
                                           : ""),
               parameters * per.device * share_);
   if (run_.critic) device(fmt::format("the critic's frozen weights in {}{}", run_.dtype, a_gpu_),
-                          (critic_.rest + critic_.block * static_cast<double>(run_.critic->num_layers)) * share_);
+                          (critic_.rest + critic_.block * static_cast<double>(run_.critic->num_layers)) * share_ -
+                              streamed_frozen);
+  if (swapped > 0) {
+    const std::int64_t slots = std::min(s_.ring, swapped);
+    device(fmt::format("{} slot(s) of streamed blocks", slots), static_cast<double>(slots) * slot);
+    host("streamed blocks' weights (pinned)", streamed_trained + streamed_frozen);
+    // Built on the host first, whole, beside its masters; block swap copies the streamed blocks out
+    // before the module's copies go; then the resident part moves.
+    e_.host_build = e_.host + parameters * value_ +
+                    (run_.critic ? critic_.rest + critic_.block * static_cast<double>(run_.critic->num_layers) : 0.0);
+  }
 }
 
 void Estimator::frozen_base() {

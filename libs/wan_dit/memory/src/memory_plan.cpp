@@ -58,7 +58,7 @@ std::string settings_yaml(const MemorySettings& s, bool adapters) {
   out += fmt::format("    activation_offload: {}\n", s.offload);
   if (s.chunks > 1) out += fmt::format("    recompute_chunks: {}\n", s.chunks);
   out += fmt::format("  optimizer:\n    state: {}\n", s.host_state ? "host" : "device");
-  if (adapters)
+  if (adapters || s.swapped > 0)
     out += s.swapped > 0 ? fmt::format("  block_swap:\n    blocks: {}\n    ring: {}\n", s.swapped, s.ring)
                          : std::string("  block_swap:\n    blocks: 0\n");
   return out;
@@ -68,7 +68,8 @@ std::string settings_yaml(const MemorySettings& s, bool adapters) {
 /// offload, the optimizer's state on the host (copies of the trained parameters, no compute), the
 /// fewest swapped blocks, then the fewest chunks of a recomputed block. A DiT trained whole:
 /// checkpointing, offload, the state on the host (each rank its shards under a strategy that shards it),
-/// then chunks.
+/// with it the fewest swapped blocks (their trained weights streamed, where nothing reduces a unit's
+/// gradients after backward), then chunks.
 std::string fit(const PlannedRun& run, const MemorySettings& configured, const wanfw::TrainingLayout& layout,
                 std::int64_t units, bool options_apply) {
   const std::string budget = fmt::format("{:.2f} GiB of device memory{}", gib(layout.fit_device_bytes),
@@ -93,10 +94,15 @@ std::string fit(const PlannedRun& run, const MemorySettings& configured, const w
   // The optimizer's state on the host first, then as configured (a host short of memory for it).
   std::vector<bool> homes{configured.host_state};
   if (!configured.host_state) homes.insert(homes.begin(), true);
-  const std::int64_t most_swapped = options_apply ? units - 1 : configured.swapped;
+  // A DiT trained whole streams blocks only with its state on the host (block swap then streams the
+  // trained weights), where nothing reduces a unit's gradients after backward.
+  const bool whole_swaps = whole && layout.unit_gradients_final && !layout.sharded;
+  const auto most_swapped = [&](bool home) {
+    return options_apply || (whole_swaps && home) ? units - 1 : configured.swapped;
+  };
   for (const bool home : homes) {
     s.host_state = home;
-    for (std::int64_t swapped = configured.swapped; swapped <= most_swapped; ++swapped) {
+    for (std::int64_t swapped = configured.swapped; swapped <= most_swapped(home); ++swapped) {
       s.swapped = swapped;
       if (!(s == steps.back())) steps.push_back(s);
     }
@@ -108,7 +114,7 @@ std::string fit(const PlannedRun& run, const MemorySettings& configured, const w
     s.chunks = chunks;
     for (const bool home : homes) {
       s.host_state = home;
-      for (std::int64_t swapped = configured.swapped; swapped <= most_swapped; ++swapped) {
+      for (std::int64_t swapped = configured.swapped; swapped <= most_swapped(home); ++swapped) {
         s.swapped = swapped;
         steps.push_back(s);
       }
@@ -125,7 +131,7 @@ std::string fit(const PlannedRun& run, const MemorySettings& configured, const w
     for (const auto option : {0, 1, 2, 3}) {
       MemorySettings fewer = candidate;
       if (option == 0) fewer.offload = configured.offload;
-      if (option == 1) fewer.host_state = configured.host_state;
+      if (option == 1 && (!whole || fewer.swapped == 0)) fewer.host_state = configured.host_state;
       if (option == 2) fewer.fp8 = configured.fp8;
       if (option == 3 && !fewer.offload && fewer.chunks == 1 && fewer.swapped == 0)
         fewer.checkpointing = configured.checkpointing;
