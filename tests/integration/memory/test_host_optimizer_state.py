@@ -6,8 +6,11 @@ kernel, the same averages, whether each gradient moves as soon as backward has a
 (single) or after backward (ddp, data_parallel). The tiny Wan DiT with its random noise and
 timesteps; every layout that keeps whole weights on each rank, sequence parallelism among them;
 DMD's two phases, whose networks run several times a step; a LoRA whose frozen blocks stream from
-host memory; a resume that moves the state either way; the NaN guard; fsdp, each rank's shards on
-the host (ZeRO-Offload with sharding)."""
+host memory; a DiT trained whole whose blocks stream, trained weights and all; a resume that moves
+the state either way (one device, fsdp) or streams blocks; the NaN guard; fsdp, each rank's shards
+on the host (ZeRO-Offload with sharding)."""
+
+import shutil
 
 import pytest
 import torch
@@ -119,18 +122,37 @@ def test_block_swap_keeps_trained_weights_resident_where_a_strategy_reduces_them
     assert "or with optimizer.state host under single or grad_accum, where block swap streams trained weights" in said
 
 
-@pytest.mark.parametrize("first, then", [("device", "host"), ("host", "device")])
-def test_a_run_resumes_bitwise_with_its_state_moved_between_the_device_and_the_host(tmp_path, first, then):
-    path = experiment(tmp_path, "moved", CPU, 4, tiny_wan("t2v"), optimizer={"state": first},
-                      trainer={"max_steps": 6, **CLIPPED}, checkpoint={"every": 3})
-    wanfw("run", path, check=0)
+RESUMED = {  # name: (strategy, batch, ranks, the state before the stop, after it, streamed blocks)
+    "single_device_then_host": (CPU, 4, 1, "device", "host", 0),
+    "single_host_then_device": (CPU, 4, 1, "host", "device", 0),
+    "fsdp_2_ranks_host_then_device": (FSDP, 2, 2, "host", "device", 0),
+    "streamed_trained_blocks": (CPU, 4, 1, "host", "host", 3),
+}
+
+
+@pytest.mark.parametrize("case", list(RESUMED))
+def test_a_run_resumes_bitwise_with_its_state_moved_between_the_device_and_the_host(tmp_path, request, case):
+    # Killed after its step-3 checkpoint, the run resumes (the state moved, or not) and ends at the
+    # uninterrupted run's step 6: checkpoints keep one format wherever the state lived.
+    strategy, batch, ranks, first, then, streamed = RESUMED[case]
+    model, swap = ((whole(request.getfixturevalue("base")), {"block_swap": {"blocks": streamed, "ring": 2}})
+                   if streamed else (tiny_wan("t2v"), {}))
+    path = experiment(tmp_path, "moved", strategy, batch, model, optimizer={"state": first},
+                      trainer={"max_steps": 6, **CLIPPED}, checkpoint={"every": 3}, **swap)
+
+    def run(*args):
+        if ranks == 1:
+            return wanfw("run", path, *args, check=0)
+        result = torchrun("run", path, *args, nproc=ranks)
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result
+
+    run()
     uninterrupted = {kind: checkpoint_file(checkpoint(tmp_path, "moved", 6), kind) for kind in ("model", "optimizer")}
-    late = checkpoint(tmp_path, "moved", 6)
-    for f in late.iterdir():
-        f.unlink()
-    late.rmdir()
-    result = wanfw("run", path, "--resume", "auto", "--set", f"optimizer.state={then}", check=0)
-    assert "resumed from" in result.stdout and "step-00000003" in result.stdout
+    shutil.rmtree(checkpoint(tmp_path, "moved", 6))
+    result = run("--resume", "auto", "--set", f"optimizer.state={then}")
+    said = result.stdout + result.stderr
+    assert "resumed from" in said and "step-00000003" in said
     for kind, tensors in uninterrupted.items():
         resumed = checkpoint_file(checkpoint(tmp_path, "moved", 6), kind)
         assert resumed.keys() == tensors.keys() and all(torch.equal(resumed[k], tensors[k]) for k in tensors), kind
