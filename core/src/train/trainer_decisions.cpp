@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -81,11 +82,19 @@ void Trainer::check_master_weights() {
   if (strategy_->is_main())
     spdlog::info("master weights: {}", masters_->describe(strategy_->unit_gradients_final()));
   if (strategy_->world_size() == 1) return;
+  // The ranks of one network group hold the same network (every rank, without groups): a pair of
+  // slots a group, this rank's in its group's, the rest the lowest value.
+  const NetworkGroups* groups = strategy_->network_groups();
+  const std::size_t count = groups != nullptr ? groups->sizes.size() : 1;
+  const std::size_t mine_at = groups != nullptr ? static_cast<std::size_t>(groups->group) : 0;
+  std::vector<double> slots(2 * count, -std::numeric_limits<double>::infinity());
   const double mine = masters_->fingerprint();
-  const std::vector<double> extremes = strategy_->all_reduce({mine, -mine}, Reduce::Max);
-  if (extremes[0] != -extremes[1])
-    throw Error(fmt::format("rank {}: the ranks built different fp32 master weights", 
-                            strategy_->rank()),
+  slots[2 * mine_at] = mine;
+  slots[2 * mine_at + 1] = -mine;
+  const std::vector<double> extremes = strategy_->all_reduce(std::move(slots), Reduce::Max);
+  if (extremes[2 * mine_at] != -extremes[2 * mine_at + 1])
+    throw Error(fmt::format("rank {}: the ranks built different fp32 master weights{}", strategy_->rank(),
+                            groups != nullptr ? fmt::format(" of network group {}", groups->group) : ""),
                 "every rank must build the model alike: the same run.seed and weights files, and an initialisation "
                 "that draws only from the seeded generators");
 }

@@ -194,6 +194,20 @@ def test_fsdp_keeps_each_ranks_shard_on_the_host_and_ends_at_the_checkpoint_of_i
     assert_same_checkpoint(tmp_path, "device", "host")
 
 
+TWO_EXPERTS = {"name": "wan22_flow_matching", "preset": "tiny", "text_len": 4, "expert": "both", "boundary": 500,
+               "timestep_sampling": "logit_normal"}
+
+
+@pytest.mark.parametrize("strategy", [DDP, FSDP], ids=["ddp", "fsdp"])
+def test_each_expert_on_its_own_rank_keeps_its_state_on_the_host_and_ends_as_its_device_state(tmp_path, strategy):
+    # network_groups: each rank holds one expert, so each keeps that expert's state on the host (under
+    # fsdp: its shards over its group). The ranks' masters differ by design.
+    placed = {**strategy, "network_groups": [1, 1]}
+    run_on(tmp_path, "device", placed, 3, TWO_EXPERTS, 2, trainer=CLIPPED)
+    run_on(tmp_path, "host", placed, 3, TWO_EXPERTS, 2, trainer=CLIPPED, optimizer=HOST)
+    assert_same_checkpoint(tmp_path, "device", "host")
+
+
 def test_a_strategy_that_shards_the_state_without_declaring_the_host_state_is_refused(tmp_path):
     # fsdp declares StrategyCapabilities::host_state; a sharding strategy that does not is refused
     # before training, by what it declares (tests/plugins/declared_strategy), naming what to use.
