@@ -9,11 +9,26 @@
 #include "wan/wan_dit.hpp"
 #include "memory_plan_helpers.hpp"
 
+namespace {
+
+/// The parameters of a DiT built from `config` (fp32, on the CPU): all, one block's, and those in no block.
+struct BuiltParameters {
+  double all = 0, block = 0, rest = 0;
+};
+BuiltParameters built_parameters(const wan::WanConfig& config) {
+  wan::WanDiT dit(config, wan::WanPlacement{torch::kCPU, torch::kFloat32, false});
+  BuiltParameters out;
+  for (const auto& p : dit->parameters()) out.all += static_cast<double>(p.numel());
+  for (const auto& p : dit->blocks[0]->parameters()) out.block += static_cast<double>(p.numel());
+  out.rest = out.all - out.block * static_cast<double>(config.num_layers);
+  return out;
+}
+
+}  // namespace
+
 TEST_CASE("the optimizer's state on the host leaves a trained parameter's weight and gradient on the device") {
   const wan::WanConfig config = wide_tiny();
-  wan::WanDiT dit(config, wan::WanPlacement{torch::kCPU, torch::kFloat32, false});
-  double parameters = 0;
-  for (const auto& p : dit->parameters()) parameters += static_cast<double>(p.numel());
+  const double parameters = built_parameters(config).all;
   const wan::PlannedRun whole{config, {}, "float32", 1, wan::Task::T2V};
   wan::MemorySettings host;
   host.host_state = true;
@@ -47,11 +62,7 @@ TEST_CASE("the optimizer's state on the host leaves a trained parameter's weight
 TEST_CASE("with the state on the host and a unit's gradients final at its backward's end, two blocks' gradients stay") {
   wan::WanConfig config = wide_tiny();
   config.num_layers = 6;  // two blocks of six at a time
-  wan::WanDiT dit(config, wan::WanPlacement{torch::kCPU, torch::kFloat32, false});
-  double parameters = 0, block = 0;
-  for (const auto& p : dit->parameters()) parameters += static_cast<double>(p.numel());
-  for (const auto& p : dit->blocks[0]->parameters()) block += static_cast<double>(p.numel());
-  const double rest = parameters - block * static_cast<double>(config.num_layers);
+  const auto [parameters, block, rest] = built_parameters(config);
   const wan::PlannedRun whole{config, {}, "float32", 1, wan::Task::T2V};
   wan::MemorySettings host;
   host.host_state = true;
@@ -70,11 +81,7 @@ TEST_CASE("with the state on the host and a unit's gradients final at its backwa
 TEST_CASE("fsdp with the state on the host keeps a share of the shards' gathers copy and gradients on each device") {
   wan::WanConfig config = wide_tiny();
   config.num_layers = 6;
-  wan::WanDiT dit(config, wan::WanPlacement{torch::kCPU, torch::kFloat32, false});
-  double parameters = 0, block = 0;
-  for (const auto& p : dit->parameters()) parameters += static_cast<double>(p.numel());
-  for (const auto& p : dit->blocks[0]->parameters()) block += static_cast<double>(p.numel());
-  const double rest = parameters - block * static_cast<double>(config.num_layers);
+  const auto [parameters, block, rest] = built_parameters(config);
   const wan::PlannedRun whole{config, {}, "float32", 1, wan::Task::T2V};
   wan::MemorySettings host;
   host.host_state = true;
@@ -101,11 +108,7 @@ TEST_CASE("fsdp with the state on the host keeps a share of the shards' gathers 
 TEST_CASE("with the state on the host, block swap streams a DiT trained whole: its blocks' weights move to the host") {
   wan::WanConfig config = wide_tiny();
   config.num_layers = 6;
-  wan::WanDiT dit(config, wan::WanPlacement{torch::kCPU, torch::kFloat32, false});
-  double parameters = 0, block = 0;
-  for (const auto& p : dit->parameters()) parameters += static_cast<double>(p.numel());
-  for (const auto& p : dit->blocks[0]->parameters()) block += static_cast<double>(p.numel());
-  const double rest = parameters - block * static_cast<double>(config.num_layers);
+  const auto [parameters, block, rest] = built_parameters(config);
   const wan::PlannedRun whole{config, {}, "float32", 1, wan::Task::T2V};
   wan::MemorySettings swapped;
   swapped.host_state = true;
