@@ -85,11 +85,13 @@ const std::vector<std::pair<std::string, OptionSchema>>& core_schemas() {
             .choices({"device", "host"})
             .doc("Where the fp32 master weights, AdamW's moments and the ema averages live. device: beside the "
                  "weights. host: in host memory (the masters and their gradients in one pinned arena); the device "
-                 "keeps only the weights it computes with, their gradients move to the host after backward, the "
-                 "host's cores run the step (ATen's fused CPU AdamW) and the updated weights go back. The device "
-                 "saves AdamW's moments (8 bytes a trained parameter) and the averages; with precision.mode "
-                 "bf16_weights the fp32 masters and their gradients too (16 bytes in all). Checkpoints are "
-                 "the same either way, so a run may resume with the other setting (docs/low-memory.md).")}},
+                 "keeps only the weights it computes with, each gradient moves to the host as soon as it is whole "
+                 "(under ddp and data_parallel when backward is over), the host's cores run the step (ATen's fused "
+                 "CPU AdamW) and the updated weights go back. The device saves AdamW's moments (8 bytes a trained "
+                 "parameter) and the averages; with precision.mode bf16_weights the fp32 masters and their "
+                 "gradients too (16 bytes in all). fsdp keeps each rank's shards there; with block_swap the "
+                 "streamed blocks' trained weights stream from the host too. Checkpoints are the same either way, "
+                 "so a run may resume with the other setting (docs/low-memory.md).")}},
       {"ema",
        {option("decay", T::Number)
             .value("0")
