@@ -68,6 +68,11 @@ torch::Tensor WanAttentionImpl::mix(const torch::Tensor& query, const torch::Ten
   return wanfw::heads_to_sequence(attend(q, k, v, mask), split.group()).flatten(2).to(dtype);
 }
 
+torch::Tensor WanAttentionImpl::mix_masked(const torch::Tensor& query, const torch::Tensor& key,
+                                           const torch::Tensor& value, const torch::Tensor& mask, torch::Dtype dtype) {
+  return attend(query, key, value, mask).flatten(2).to(dtype);
+}
+
 torch::Tensor WanAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& context, const RopeTables* rope) {
   // RoPE rotates whole sequences' queries and keys here, a split sequence's after the exchange in mix.
   const bool split = rope != nullptr && rope->sequence != nullptr;

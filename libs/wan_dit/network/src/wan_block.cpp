@@ -1,6 +1,7 @@
 #include <torch/torch.h>
 
 #include "wan/block_ops.hpp"
+#include "wan/causal_attention.hpp"
 #include "wan/wan_dit.hpp"
 
 namespace wan {
@@ -32,7 +33,16 @@ torch::Tensor WanBlockImpl::forward(const torch::Tensor& x, const torch::Tensor&
   torch::Tensor mixed;
   {  // the queries, keys and values go once mixed: a forward without a graph holds them no longer
     const auto qkv = attention_inputs(x, e, split ? torch::Tensor() : rope.rotations);
-    mixed = self_attn->mix(qkv[0], qkv[1], qkv[2], split ? &rope : nullptr, x.scalar_type());
+    if (const CausalAttention* causal = rope.causal) {  // block-causal: the mask, or the cache's frames
+      if (causal->cache == nullptr) {
+        mixed = self_attn->mix_masked(qkv[0], qkv[1], qkv[2], causal->mask, x.scalar_type());
+      } else {
+        const auto over = causal->cache->pass(causal->layer, causal->first_frame, causal->frames, qkv[1], qkv[2]);
+        mixed = self_attn->mix_masked(qkv[0], over.key, over.value, over.mask, x.scalar_type());
+      }
+    } else {
+      mixed = self_attn->mix(qkv[0], qkv[1], qkv[2], split ? &rope : nullptr, x.scalar_type());
+    }
   }
   const auto [context_key, context_value] = cross_attn->keys_values(context, {});
   return after_attention(x, mixed, e, context_key, context_value);

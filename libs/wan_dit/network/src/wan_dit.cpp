@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "wan/causal_attention.hpp"
 #include "wanfw/parallel/distributed.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/log.hpp"
@@ -139,21 +140,27 @@ std::array<std::int64_t, 3> WanDiTImpl::token_grid(std::int64_t frames, std::int
   return {frames / p[0], height / p[1], width / p[2]};
 }
 
-const RopeTables& WanDiTImpl::rope_for(const std::array<std::int64_t, 3>& grid, const torch::Device& device) {
+RopeTables WanDiTImpl::rope_for(const std::array<std::int64_t, 3>& grid, const torch::Device& device,
+                                std::int64_t first_frame) {
   const auto [f, h, w] = grid;
   const auto key = std::make_tuple(f, h, w, device.str());
-  if (auto it = rope_cache_.find(key); it != rope_cache_.end()) return it->second;
+  if (first_frame == 0)
+    if (auto it = rope_cache_.find(key); it != rope_cache_.end()) return it->second;
   for (int axis = 0; axis < 3; ++axis)
-    if (grid[axis] > config_.rope_max_positions)
-      throw wanfw::Error(fmt::format("the latent grid has {} positions along axis {}, more than RoPE's {}", grid[axis],
-                                     axis, config_.rope_max_positions));
+    if (grid[axis] + (axis == 0 ? first_frame : 0) > config_.rope_max_positions)
+      throw wanfw::Error(fmt::format("the latent grid reaches position {} along axis {}, beyond RoPE's {}",
+                                     grid[axis] + (axis == 0 ? first_frame : 0), axis, config_.rope_max_positions),
+                         axis == 0 ? "a causal rollout longer than RoPE's positions needs a local window: its frames "
+                                     "keep their absolute positions"
+                                   : "use a smaller latent grid");
   torch::NoGradGuard no_grad;
   const torch::Tensor angles = torch::cat(
-      {rope_angles_[0].slice(0, 0, f).view({f, 1, 1, -1}).expand({f, h, w, -1}),
+      {rope_angles_[0].slice(0, first_frame, first_frame + f).view({f, 1, 1, -1}).expand({f, h, w, -1}),
        rope_angles_[1].slice(0, 0, h).view({1, h, 1, -1}).expand({f, h, w, -1}),
        rope_angles_[2].slice(0, 0, w).view({1, 1, w, -1}).expand({f, h, w, -1})},
       -1).reshape({f * h * w, -1});
   const torch::Tensor rotations = torch::polar(torch::ones_like(angles), angles).to(torch::kComplexFloat).to(device);
+  if (first_frame != 0) return RopeTables{rotations};
   return rope_cache_.emplace(key, RopeTables{rotations}).first->second;
 }
 
@@ -173,8 +180,9 @@ torch::Tensor WanDiTImpl::padded_context(const torch::Tensor& context, std::int6
   return length == c.text_len ? context : torch::constant_pad_nd(context, {0, 0, 0, c.text_len - length});
 }
 
-torch::Tensor WanDiTImpl::forward(const torch::Tensor& x_in, const torch::Tensor& t, const torch::Tensor& context_in,
-                                  const torch::Tensor& y, const VaceInput& vace) {
+torch::Tensor WanDiTImpl::forward(const torch::Tensor& x_in, const torch::Tensor& t_in,
+                                  const torch::Tensor& context_in, const torch::Tensor& y, const VaceInput& vace,
+                                  const CausalPass* causal_pass) {
   const auto& c = config_;
   // Latents enter in the weights' dtype (float32 inputs to a bfloat16 model, for one).
   const torch::Tensor x_full = (y.defined() ? torch::cat({x_in, y}, 1) : x_in).to(patch_embedding->weight.scalar_type());
@@ -189,6 +197,8 @@ torch::Tensor WanDiTImpl::forward(const torch::Tensor& x_in, const torch::Tensor
   torch::Tensor x = patch_embedding(x_full).flatten(2).transpose(1, 2).contiguous();  // [B, L, dim]
   const auto dtype = x.scalar_type();
   torch::Tensor vace_state = embedded_vace(vace, x_full);  // the branch's running state (VACE)
+  const CausalPass causal = causal_pass != nullptr ? *causal_pass : CausalPass{};
+  const torch::Tensor t = causal.layout != nullptr ? frame_timesteps(t_in, grid) : t_in;  // [B, F]: per frame
 
   if (!(t.dim() == 1 || (t.dim() == 2 && t.size(1) == tokens)) || t.size(0) != batch)
     throw wanfw::Error(fmt::format("timesteps have shape {}; expected [{}] or [{}, {}]", c10::str(t.sizes()), batch,
@@ -199,7 +209,7 @@ torch::Tensor WanDiTImpl::forward(const torch::Tensor& x_in, const torch::Tensor
   e0 = e0.unflatten(-1, {6, c.dim});  // [B, 6, dim] or [B, L, 6, dim]
   const torch::Tensor context = text_embedding->forward(padded_context(context_in, batch).to(dtype));
 
-  RopeTables rope = rope_for(grid, x.device());
+  RopeTables rope = rope_for(grid, x.device(), causal.first_frame);
   torch::Tensor e_local = e;  // the head's time embedding, for this rank's tokens
   if (sequence_group_ != nullptr) {
     split_.emplace(*sequence_group_, tokens);
@@ -218,13 +228,18 @@ torch::Tensor WanDiTImpl::forward(const torch::Tensor& x_in, const torch::Tensor
     rope.sequence = &*split_;
   }
   const bool checkpoint = gradient_checkpointing_ && is_training() && torch::GradMode::is_enabled();
+  const std::vector<CausalAttention> attention = causal_blocks(causal, grid, blocks->size(), x.device(), checkpoint,
+                                                               sequence_group_ != nullptr || vace_state.defined());
   const torch::Tensor embedded = x;  // the first VACE block adds the embedded latents
   std::size_t hint = 0;             // the next VACE block
   for (std::size_t i = 0; i < blocks->size(); ++i) {
     auto* b = blocks[i]->as<WanBlock>();
+    RopeTables block_rope = rope;  // a causal forward's: this block's cache, or the mask
+    if (!attention.empty()) block_rope.causal = &attention[i];
     const auto block = [&](const std::vector<torch::Tensor>& in) {
-      return std::vector<torch::Tensor>{checkpoint ? checkpointed_block(*b, {in[0], in[1], in[2], rope}, recomputation())
-                                                   : b->forward(in[0], in[1], in[2], rope)};
+      return std::vector<torch::Tensor>{checkpoint ? checkpointed_block(*b, {in[0], in[1], in[2], block_rope},
+                                                                        recomputation())
+                                                   : b->forward(in[0], in[1], in[2], block_rope)};
     };
     x = wanfw::run_unit(unit_runner_, first_unit_ + i, {x, e0, context}, block).at(0);
     if (hint < c.vace_layers.size() && c.vace_layers[hint] == static_cast<std::int64_t>(i)) {

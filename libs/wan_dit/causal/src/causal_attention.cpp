@@ -1,0 +1,147 @@
+#include "wan/causal_attention.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "wanfw/error.hpp"
+
+namespace wan {
+
+void CausalLayout::validate() const {
+  if (frames_per_chunk < 1)
+    throw wanfw::Error(fmt::format("causal: frames_per_chunk is {}; a chunk holds at least one latent frame",
+                                   frames_per_chunk),
+                       "set frames_per_chunk to 1 or more (3 is the Self-Forcing chunk of 4,680 tokens at 480p)");
+  if (window_frames < 0 || sink_frames < 0)
+    throw wanfw::Error("causal: window_frames and sink_frames are counts of latent frames, 0 or more");
+  if (window_frames == 0 && sink_frames > 0)
+    throw wanfw::Error(fmt::format("causal: {} sink frame(s) without a window: every earlier frame is seen anyway",
+                                   sink_frames),
+                       "set window_frames, or sink_frames: 0");
+  if (window_frames > 0 && window_frames - sink_frames < frames_per_chunk)
+    throw wanfw::Error(fmt::format("causal: a window of {} frames with {} sink(s) leaves {} for the rolling part, "
+                                   "fewer than a chunk's {}: a chunk would not see itself",
+                                   window_frames, sink_frames, window_frames - sink_frames, frames_per_chunk),
+                       fmt::format("set window_frames to at least {} (sinks plus a chunk)",
+                                   sink_frames + frames_per_chunk));
+}
+
+bool CausalLayout::sees(std::int64_t q, std::int64_t k) const {
+  const std::int64_t end = chunk_end(q);
+  if (k >= end) return false;
+  return window_frames == 0 || k < sink_frames || k >= end - (window_frames - sink_frames);
+}
+
+torch::Tensor CausalLayout::mask(const std::vector<std::int64_t>& query_frames,
+                                 const std::vector<std::int64_t>& key_frames, std::int64_t tokens_per_frame,
+                                 const torch::Device& device) const {
+  const auto q_count = static_cast<std::int64_t>(query_frames.size());
+  const auto k_count = static_cast<std::int64_t>(key_frames.size());
+  torch::Tensor frames = torch::empty({q_count, k_count}, torch::kBool);
+  auto cell = frames.accessor<bool, 2>();
+  bool every = true;
+  for (std::int64_t i = 0; i < q_count; ++i)
+    for (std::int64_t j = 0; j < k_count; ++j) {
+      cell[i][j] = sees(query_frames[static_cast<std::size_t>(i)], key_frames[static_cast<std::size_t>(j)]);
+      every = every && cell[i][j];
+    }
+  if (every) return {};
+  // Each frame's tokens in a row: a frame's cell covers tokens_per_frame x tokens_per_frame.
+  return frames.repeat_interleave(tokens_per_frame, 0).repeat_interleave(tokens_per_frame, 1).to(device);
+}
+
+std::vector<std::int64_t> frame_range(std::int64_t first, std::int64_t count) {
+  std::vector<std::int64_t> out(static_cast<std::size_t>(count));
+  for (std::int64_t i = 0; i < count; ++i) out[static_cast<std::size_t>(i)] = first + i;
+  return out;
+}
+
+torch::Tensor frame_timesteps(const torch::Tensor& t, const std::array<std::int64_t, 3>& grid) {
+  if (t.dim() == 2 && t.size(1) == grid[0] && grid[1] * grid[2] > 1) return t.repeat_interleave(grid[1] * grid[2], 1);
+  return t;
+}
+
+std::vector<CausalAttention> causal_blocks(const CausalPass& causal, const std::array<std::int64_t, 3>& grid,
+                                           std::size_t blocks, const torch::Device& device, bool checkpoint,
+                                           bool split_or_vace) {
+  if (causal.layout == nullptr) return {};
+  causal.layout->validate();
+  if (split_or_vace)
+    throw wanfw::Error("a causal forward with sequence parallelism or a VACE branch is not supported yet",
+                       "train the causal student without sequence_parallel and without VACE");
+  const std::int64_t tokens_per_frame = grid[1] * grid[2];
+  if (causal.cache != nullptr) {
+    if (checkpoint)
+      throw wanfw::Error("a causal rollout's pass with gradient checkpointing is not supported yet: the "
+                         "recomputation would read the KV cache as later passes leave it",
+                         "run the pass that needs a gradient without gradient checkpointing");
+    if (causal.cache->tokens_per_frame() != tokens_per_frame)
+      throw wanfw::Error(fmt::format("KV cache of {} tokens a frame, but the latents have {} ({}x{})",
+                                     causal.cache->tokens_per_frame(), tokens_per_frame, grid[1], grid[2]));
+  }
+  const std::vector<std::int64_t> frames = frame_range(causal.first_frame, grid[0]);
+  const torch::Tensor mask =
+      causal.cache == nullptr ? causal.layout->mask(frames, frames, tokens_per_frame, device) : torch::Tensor();
+  std::vector<CausalAttention> out;
+  for (std::size_t i = 0; i < blocks; ++i)
+    out.push_back({causal.layout, causal.cache, causal.first_frame, grid[0], i, mask});
+  return out;
+}
+
+KvCache::KvCache(CausalLayout layout, std::int64_t layers, std::int64_t tokens_per_frame)
+    : layout_(layout), tokens_per_frame_(tokens_per_frame), layers_(static_cast<std::size_t>(layers)) {
+  layout_.validate();
+}
+
+KvCache::Attended KvCache::pass(std::size_t layer, std::int64_t first, std::int64_t count, const torch::Tensor& key,
+                                const torch::Tensor& value) {
+  if (layer >= layers_.size())
+    throw wanfw::Error(fmt::format("KV cache: block {} of a cache for {} blocks", layer, layers_.size()));
+  if (key.size(1) != count * tokens_per_frame_)
+    throw wanfw::Error(fmt::format("KV cache: {} frames of {} tokens, but {} keys", count, tokens_per_frame_,
+                                   key.size(1)));
+  std::deque<Frame>& held = layers_[layer];
+  // What the pass attends over: the held frames before it (values only), then its own.
+  std::vector<torch::Tensor> keys, values;
+  std::vector<std::int64_t> key_frames;
+  for (const Frame& f : held)
+    if (f.index < first) {
+      keys.push_back(f.key);
+      values.push_back(f.value);
+      key_frames.push_back(f.index);
+    }
+  const std::vector<std::int64_t> own = frame_range(first, count);
+  key_frames.insert(key_frames.end(), own.begin(), own.end());
+  keys.push_back(key);
+  values.push_back(value);
+  Attended out{torch::cat(keys, 1), torch::cat(values, 1),
+               layout_.mask(own, key_frames, tokens_per_frame_, key.device())};
+  // Its frames replace those it covers; frames no later query sees go (later passes start here or
+  // after: the window's start only moves on).
+  std::erase_if(held, [&](const Frame& f) { return f.index >= first && f.index < first + count; });
+  for (std::int64_t i = 0; i < count; ++i) {
+    const Frame frame{first + i, key.narrow(1, i * tokens_per_frame_, tokens_per_frame_).detach(),
+                      value.narrow(1, i * tokens_per_frame_, tokens_per_frame_).detach()};
+    held.insert(std::upper_bound(held.begin(), held.end(), frame.index,
+                                 [](std::int64_t index, const Frame& f) { return index < f.index; }),
+                frame);
+  }
+  std::erase_if(held, [&](const Frame& f) { return !layout_.sees(first, f.index) && f.index < first; });
+  end_frame_ = std::max(end_frame_, first + count);
+  return out;
+}
+
+std::vector<std::int64_t> KvCache::frames(std::size_t layer) const {
+  std::vector<std::int64_t> out;
+  for (const Frame& f : layers_.at(layer)) out.push_back(f.index);
+  return out;
+}
+
+void KvCache::clear() {
+  for (auto& layer : layers_) layer.clear();
+  end_frame_ = 0;
+}
+
+}  // namespace wan

@@ -1,0 +1,183 @@
+// The Wan DiT as a causal student (wan/causal_attention.hpp): which keys a query sees; a chunk's
+// output independent of the chunks after it; a chunk-by-chunk rollout with the KV cache equal to
+// the full block-causal forward on [earlier chunks clean | this chunk noisy], with every frame's
+// timestep its own and RoPE at absolute frames; repeated passes over a chunk replacing its frames;
+// the rolling window with sinks equal to the dense mask it stands for; the gradient reaching only
+// a pass's own forward. The tiny DiT with random weights.
+
+#include <torch/torch.h>
+
+#include "tiny_dit.hpp"
+#include "wan/causal_attention.hpp"
+#include "wanfw/error.hpp"
+// doctest last: c10/util/Logging.h defines a CHECK macro of its own.
+#include <doctest/doctest.h>
+
+namespace {
+
+constexpr std::int64_t kChunk = 2, kChunks = 4, kFrames = kChunk * kChunks;
+
+/// A rollout's latents: [B, in_dim, frames, 4, 4] (4 tokens a frame), and a text context.
+struct Video {
+  torch::Tensor clean, noisy, context;
+};
+
+Video video(const wan::WanConfig& c) {
+  torch::manual_seed(11);
+  return {torch::randn({1, c.in_dim, kFrames, 4, 4}), torch::randn({1, c.in_dim, kFrames, 4, 4}),
+          torch::randn({1, 5, c.text_dim})};
+}
+
+torch::Tensor frames(const torch::Tensor& x, std::int64_t first, std::int64_t count) { return x.narrow(2, first, count); }
+
+/// Chunk k's noisy timestep (one a frame, equal within the chunk).
+double noisy_t(std::int64_t k) { return 900.0 - 150.0 * static_cast<double>(k); }
+
+/// The full block-causal forward on [chunks < k clean at t = 0 | chunk k noisy at its t]: chunk k's output.
+torch::Tensor reference(wan::WanDiT& dit, const wan::CausalLayout& layout, const Video& v, std::int64_t k) {
+  const std::int64_t end = (k + 1) * kChunk;
+  const torch::Tensor x = torch::cat({frames(v.clean, 0, k * kChunk), frames(v.noisy, k * kChunk, kChunk)}, 2);
+  torch::Tensor t = torch::zeros({1, end});
+  t.narrow(1, k * kChunk, kChunk).fill_(noisy_t(k));
+  const wan::CausalPass pass{&layout, nullptr, 0};
+  return frames(dit->forward(x, t, v.context, {}, {}, &pass), k * kChunk, kChunk);
+}
+
+/// The rollout: each chunk's noisy pass (its output kept), then its clean context pass at t = 0.
+std::vector<torch::Tensor> rollout(wan::WanDiT& dit, wan::KvCache& cache, const Video& v, int noisy_passes = 1) {
+  std::vector<torch::Tensor> out;
+  for (std::int64_t k = 0; k < kChunks; ++k) {
+    const wan::CausalPass pass{&cache.layout(), &cache, k * kChunk};
+    for (int n = 0; n < noisy_passes; ++n)
+      out.push_back(dit->forward(frames(v.noisy, k * kChunk, kChunk), torch::full({1, kChunk}, noisy_t(k)), v.context,
+                                 {}, {}, &pass));
+    if (noisy_passes > 1) out.erase(out.end() - noisy_passes, out.end() - 1);
+    dit->forward(frames(v.clean, k * kChunk, kChunk), torch::zeros({1, kChunk}), v.context, {}, {}, &pass);
+  }
+  return out;
+}
+
+/// The largest difference of `a` from `b`, relative to b's largest value.
+double relative(const torch::Tensor& a, const torch::Tensor& b) {
+  return ((a - b).abs().max() / b.abs().max()).item<double>();
+}
+
+// The two paths run the same operations on the same values but attention: the full forward's
+// masked attention over every frame and the rollout's over the cached frames sum the same terms
+// in another order (a few float32 ulps, 2^-24 relative), which the fp32 norms, modulation and two
+// blocks carry through; 1e-5 leaves two orders of magnitude above that.
+constexpr double kTolerance = 1e-5;
+
+}  // namespace
+
+TEST_CASE("a causal query sees its chunk and the chunks before it, and with a window its sinks and last frames") {
+  const wan::CausalLayout global{3, 0, 0};
+  CHECK(global.sees(4, 5));  // same chunk [3, 6): bidirectional
+  CHECK(global.sees(4, 0));
+  CHECK_FALSE(global.sees(4, 6));  // the next chunk
+  const wan::CausalLayout window{3, 9, 3};  // 3 sinks and the 6 frames before the chunk's end
+  CHECK(window.sees(13, 0));                // frame 13's chunk [12, 15): a sink
+  CHECK_FALSE(window.sees(13, 8));          // before 15 - 6 = 9, not a sink
+  CHECK(window.sees(13, 9));
+  CHECK(window.sees(13, 14));
+  const torch::Tensor mask = window.mask(wan::frame_range(12, 3), wan::frame_range(0, 15), 2, torch::kCPU);
+  CHECK(mask.sizes() == torch::IntArrayRef{6, 30});
+  CHECK(mask.index({0, torch::indexing::Slice(0, 6)}).all().item<bool>());      // sinks 0-2
+  CHECK_FALSE(mask.index({0, torch::indexing::Slice(6, 18)}).any().item<bool>());  // frames 3-8
+  CHECK(mask.index({0, torch::indexing::Slice(18, 30)}).all().item<bool>());    // frames 9-14
+  CHECK_FALSE(global.mask(wan::frame_range(3, 3), wan::frame_range(0, 6), 2, torch::kCPU).defined());  // all seen
+  CHECK_THROWS_AS((wan::CausalLayout{3, 4, 2}.validate()), wanfw::Error);  // 2 rolling frames < a chunk
+}
+
+TEST_CASE("in a causal forward the chunks after a chunk never change its output") {
+  wan::WanDiT dit = wanfw::testing::random_tiny_dit();
+  const Video v = video(dit->config());
+  const wan::CausalLayout layout{kChunk};
+  const wan::CausalPass pass{&layout, nullptr, 0};
+  const torch::Tensor t = torch::rand({1, kFrames}) * 1000;
+  torch::NoGradGuard no_grad;
+  const torch::Tensor out = dit->forward(v.noisy, t, v.context, {}, {}, &pass);
+  torch::Tensor later = v.noisy.clone();
+  frames(later, 2 * kChunk, 2 * kChunk).normal_();  // chunks 2 and 3 changed
+  const torch::Tensor again = dit->forward(later, t, v.context, {}, {}, &pass);
+  CHECK(torch::equal(frames(again, 0, 2 * kChunk), frames(out, 0, 2 * kChunk)));
+  CHECK_FALSE(torch::equal(frames(again, 2 * kChunk, 2 * kChunk), frames(out, 2 * kChunk, 2 * kChunk)));
+  // Bidirectional attention would have changed them: the mask is what keeps them.
+  const torch::Tensor bidirectional = dit->forward(v.noisy, t.repeat_interleave(4, 1), v.context);
+  CHECK_FALSE(torch::equal(frames(dit->forward(later, t.repeat_interleave(4, 1), v.context), 0, kChunk),
+                           frames(bidirectional, 0, kChunk)));
+}
+
+TEST_CASE("a chunk-by-chunk rollout with the KV cache equals the full block-causal forward on its context") {
+  wan::WanDiT dit = wanfw::testing::random_tiny_dit();
+  const Video v = video(dit->config());
+  const wan::CausalLayout layout{kChunk};
+  wan::KvCache cache(layout, 2, 4);
+  torch::NoGradGuard no_grad;
+  const std::vector<torch::Tensor> chunks = rollout(dit, cache, v);
+  for (std::int64_t k = 0; k < kChunks; ++k) {
+    INFO("chunk " << k);
+    CHECK(relative(chunks[static_cast<std::size_t>(k)], reference(dit, layout, v, k)) < kTolerance);
+  }
+  CHECK(cache.frames(0) == wan::frame_range(0, kFrames));
+  CHECK(cache.end_frame() == kFrames);
+}
+
+TEST_CASE("repeated passes over a chunk replace its frames in the cache: the last pass is what later chunks see") {
+  wan::WanDiT dit = wanfw::testing::random_tiny_dit();
+  const Video v = video(dit->config());
+  const wan::CausalLayout layout{kChunk};
+  wan::KvCache once(layout, 2, 4), four_times(layout, 2, 4);
+  torch::NoGradGuard no_grad;
+  const std::vector<torch::Tensor> a = rollout(dit, once, v), b = rollout(dit, four_times, v, 4);
+  REQUIRE(a.size() == b.size());
+  for (std::size_t k = 0; k < a.size(); ++k) CHECK(torch::equal(a[k], b[k]));
+  CHECK(four_times.frames(1) == wan::frame_range(0, kFrames));  // one entry a frame, not four
+}
+
+TEST_CASE("a rolling window with attention sinks equals the dense mask it stands for") {
+  wan::WanDiT dit = wanfw::testing::random_tiny_dit();
+  const Video v = video(dit->config());
+  const wan::CausalLayout layout{kChunk, 5, 1};  // 1 sink frame and the 4 frames before a chunk's end
+  wan::KvCache cache(layout, 2, 4);
+  torch::NoGradGuard no_grad;
+  const std::vector<torch::Tensor> chunks = rollout(dit, cache, v);
+  for (std::int64_t k = 0; k < kChunks; ++k) {
+    INFO("chunk " << k);
+    CHECK(relative(chunks[static_cast<std::size_t>(k)], reference(dit, layout, v, k)) < kTolerance);
+  }
+  // After the last chunk [6, 8): the sink and the 4 frames before its end; frames 1 to 3 let go.
+  CHECK(cache.frames(0) == std::vector<std::int64_t>{0, 4, 5, 6, 7});
+  // Without the window the last chunk sees every earlier frame: a different output.
+  CHECK(relative(chunks.back(), reference(dit, wan::CausalLayout{kChunk}, v, kChunks - 1)) > 1e-3);
+}
+
+TEST_CASE("a rollout's gradient reaches only the pass it comes from, not the earlier chunks' passes") {
+  wan::WanDiT dit = wanfw::testing::random_tiny_dit();
+  const Video v = video(dit->config());
+  const wan::CausalLayout layout{kChunk};
+  wan::KvCache cache(layout, 2, 4);
+  const torch::Tensor first = frames(v.noisy, 0, kChunk).clone().requires_grad_(true);
+  const torch::Tensor second = frames(v.noisy, kChunk, kChunk).clone().requires_grad_(true);
+  const wan::CausalPass pass0{&layout, &cache, 0}, pass1{&layout, &cache, kChunk};
+  const torch::Tensor out0 = dit->forward(first, torch::full({1, kChunk}, 800.0), v.context, {}, {}, &pass0);
+  const torch::Tensor out1 = dit->forward(second, torch::full({1, kChunk}, 600.0), v.context, {}, {}, &pass1);
+  out1.pow(2).sum().backward();
+  CHECK(second.grad().defined());
+  CHECK(second.grad().abs().sum().item<double>() > 0);
+  CHECK_FALSE(first.grad().defined());  // chunk 1 attended to chunk 0's cached keys, values only
+  (void)out0;
+}
+
+TEST_CASE("a causal pass at frames beyond RoPE's table is refused, naming the position") {
+  wan::WanDiT dit = wanfw::testing::random_tiny_dit();
+  const Video v = video(dit->config());
+  const wan::CausalLayout layout{kChunk};
+  const wan::CausalPass last{&layout, nullptr, dit->config().rope_max_positions - kChunk};
+  const wan::CausalPass beyond{&layout, nullptr, dit->config().rope_max_positions - 1};
+  torch::NoGradGuard no_grad;
+  const torch::Tensor x = frames(v.noisy, 0, kChunk), t = torch::zeros({1, kChunk});
+  CHECK_NOTHROW(dit->forward(x, t, v.context, {}, {}, &last));
+  CHECK_THROWS_WITH_AS(dit->forward(x, t, v.context, {}, {}, &beyond),
+                       doctest::Contains("beyond RoPE's 1024"), wanfw::Error);
+}
