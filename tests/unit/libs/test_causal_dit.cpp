@@ -1,7 +1,7 @@
 // The Wan DiT as a causal student (wan/causal_attention.hpp): which keys a query sees; a chunk's
-// output independent of the chunks after it; a chunk-by-chunk rollout with the KV cache equal to
-// the full block-causal forward on [earlier chunks clean | this chunk noisy], with every frame's
-// timestep its own and RoPE at absolute frames; repeated passes over a chunk replacing its frames;
+// output independent of the chunks after it; a chunk-by-chunk rollout with the KV cache, and the
+// teacher-forcing layout, equal to the full block-causal forward on [earlier chunks clean | this
+// chunk noisy], with every frame's timestep its own and RoPE at absolute frames; repeated passes over a chunk replacing its frames;
 // the rolling window with sinks equal to the dense mask it stands for; the gradient reaching only
 // a pass's own forward. The tiny DiT with random weights.
 
@@ -121,6 +121,29 @@ TEST_CASE("a chunk-by-chunk rollout with the KV cache equals the full block-caus
   }
   CHECK(cache.frames(0) == wan::frame_range(0, kFrames));
   CHECK(cache.end_frame() == kFrames);
+}
+
+TEST_CASE("the teacher-forcing layout gives each noisy chunk the output of the full forward on its clean context") {
+  // [a clean copy | a noisy copy] of every frame in one forward: noisy chunk k over the clean chunks
+  // before it, as the rollout's chunk k over its cache.
+  wan::WanDiT dit = wanfw::testing::random_tiny_dit();
+  const Video v = video(dit->config());
+  const wan::CausalLayout layout{kChunk};
+  torch::Tensor t = torch::zeros({1, 2 * kFrames});
+  for (std::int64_t k = 0; k < kChunks; ++k) t.narrow(1, kFrames + k * kChunk, kChunk).fill_(noisy_t(k));
+  const wan::CausalPass pass{&layout, nullptr, 0, true};
+  torch::NoGradGuard no_grad;
+  const torch::Tensor out = dit->forward(torch::cat({v.clean, v.noisy}, 2), t, v.context, {}, {}, &pass);
+  for (std::int64_t k = 0; k < kChunks; ++k) {
+    INFO("chunk " << k);
+    CHECK(relative(frames(out, kFrames + k * kChunk, kChunk), reference(dit, layout, v, k)) < kTolerance);
+  }
+  // The clean copy is the block-causal forward of the clean frames at t = 0.
+  const wan::CausalPass clean{&layout, nullptr, 0};
+  CHECK(relative(frames(out, 0, kFrames), dit->forward(v.clean, torch::zeros({1, kFrames}), v.context, {}, {}, &clean)) <
+        kTolerance);
+  const wan::CausalPass odd{&layout, nullptr, 0, true};
+  CHECK_THROWS_AS(dit->forward(frames(v.noisy, 0, 3), torch::zeros({1, 3}), v.context, {}, {}, &odd), wanfw::Error);
 }
 
 TEST_CASE("repeated passes over a chunk replace its frames in the cache: the last pass is what later chunks see") {

@@ -52,6 +52,19 @@ torch::Tensor CausalLayout::mask(const std::vector<std::int64_t>& query_frames,
   return frames.repeat_interleave(tokens_per_frame, 0).repeat_interleave(tokens_per_frame, 1).to(device);
 }
 
+torch::Tensor CausalLayout::teacher_forcing_mask(std::int64_t frames, std::int64_t tokens_per_frame,
+                                                 const torch::Device& device) const {
+  torch::Tensor cells = torch::zeros({2 * frames, 2 * frames}, torch::kBool);
+  auto cell = cells.accessor<bool, 2>();
+  for (std::int64_t q = 0; q < frames; ++q)
+    for (std::int64_t k = 0; k < frames; ++k) {
+      cell[q][k] = sees(q, k);                                               // clean over clean
+      cell[frames + q][k] = k < chunk_end(q) - frames_per_chunk && sees(q, k);  // noisy over earlier clean
+      cell[frames + q][frames + k] = chunk_end(k) == chunk_end(q);           // noisy over its own chunk
+    }
+  return cells.repeat_interleave(tokens_per_frame, 0).repeat_interleave(tokens_per_frame, 1).to(device);
+}
+
 std::vector<std::int64_t> frame_range(std::int64_t first, std::int64_t count) {
   std::vector<std::int64_t> out(static_cast<std::size_t>(count));
   for (std::int64_t i = 0; i < count; ++i) out[static_cast<std::size_t>(i)] = first + i;
@@ -81,9 +94,15 @@ std::vector<CausalAttention> causal_blocks(const CausalPass& causal, const std::
       throw wanfw::Error(fmt::format("KV cache of {} tokens a frame, but the latents have {} ({}x{})",
                                      causal.cache->tokens_per_frame(), tokens_per_frame, grid[1], grid[2]));
   }
+  if (causal.teacher_forcing && (causal.cache != nullptr || grid[0] % 2 != 0 || causal.first_frame != 0))
+    throw wanfw::Error(fmt::format("teacher forcing takes [a clean copy | a noisy copy] of the same frames from frame "
+                                   "0, with no cache: an even frame count (got {}, first frame {})",
+                                   grid[0], causal.first_frame));
   const std::vector<std::int64_t> frames = frame_range(causal.first_frame, grid[0]);
   const torch::Tensor mask =
-      causal.cache == nullptr ? causal.layout->mask(frames, frames, tokens_per_frame, device) : torch::Tensor();
+      causal.cache != nullptr    ? torch::Tensor()
+      : causal.teacher_forcing ? causal.layout->teacher_forcing_mask(grid[0] / 2, tokens_per_frame, device)
+                               : causal.layout->mask(frames, frames, tokens_per_frame, device);
   std::vector<CausalAttention> out;
   for (std::size_t i = 0; i < blocks; ++i)
     out.push_back({causal.layout, causal.cache, causal.first_frame, grid[0], i, mask});

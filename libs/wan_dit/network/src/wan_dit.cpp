@@ -209,7 +209,9 @@ torch::Tensor WanDiTImpl::forward(const torch::Tensor& x_in, const torch::Tensor
   e0 = e0.unflatten(-1, {6, c.dim});  // [B, 6, dim] or [B, L, 6, dim]
   const torch::Tensor context = text_embedding->forward(padded_context(context_in, batch).to(dtype));
 
-  RopeTables rope = rope_for(grid, x.device(), causal.first_frame);
+  RopeTables rope = causal.teacher_forcing  // both copies of the frames at positions 0..F-1
+                        ? RopeTables{rope_for({grid[0] / 2, grid[1], grid[2]}, x.device()).rotations.repeat({2, 1})}
+                        : rope_for(grid, x.device(), causal.first_frame);
   torch::Tensor e_local = e;  // the head's time embedding, for this rank's tokens
   if (sequence_group_ != nullptr) {
     split_.emplace(*sequence_group_, tokens);

@@ -34,6 +34,13 @@ struct CausalLayout {
   /// sees every key (no mask needed).
   torch::Tensor mask(const std::vector<std::int64_t>& query_frames, const std::vector<std::int64_t>& key_frames,
                      std::int64_t tokens_per_frame, const torch::Device& device) const;
+  /// The teacher-forcing layout's mask over [a clean copy of frames 0..F-1 | a noisy copy of them]
+  /// (2F frames, each `tokens_per_frame` tokens): clean frames attend block-causally among
+  /// themselves; a noisy chunk attends to itself and to the clean frames of the chunks before it
+  /// (those it sees, with a window), as a rollout's chunk attends to its cache; no clean frame
+  /// attends to a noisy one.
+  torch::Tensor teacher_forcing_mask(std::int64_t frames, std::int64_t tokens_per_frame,
+                                     const torch::Device& device) const;
 };
 
 /// The frames first, first + 1, ..., first + count - 1.
@@ -94,6 +101,10 @@ struct CausalPass {
   const CausalLayout* layout = nullptr;
   KvCache* cache = nullptr;
   std::int64_t first_frame = 0;
+  /// The latents are [a clean copy | a noisy copy] of the same F frames (2F frames, both copies at
+  /// RoPE positions 0..F-1; CausalLayout::teacher_forcing_mask): the regression stage's layout. No
+  /// cache.
+  bool teacher_forcing = false;
 };
 
 /// Timesteps for a causal forward over a grid of F x H x W tokens: [B, F] (one a latent frame) made
