@@ -1,7 +1,8 @@
 // The Wan DiT as a causal student (wan/causal_attention.hpp): which keys a query sees; a chunk's
 // output independent of the chunks after it; a chunk-by-chunk rollout with the KV cache, and the
 // teacher-forcing layout, equal to the full block-causal forward on [earlier chunks clean | this
-// chunk noisy], with every frame's timestep its own and RoPE at absolute frames; repeated passes over a chunk replacing its frames;
+// chunk noisy], with every frame's timestep its own and RoPE at absolute frames; repeated passes
+// over a chunk replacing its frames;
 // the rolling window with sinks equal to the dense mask it stands for; the gradient reaching only
 // a pass's own forward. The tiny DiT with random weights.
 
@@ -28,7 +29,9 @@ Video video(const wan::WanConfig& c) {
           torch::randn({1, 5, c.text_dim})};
 }
 
-torch::Tensor frames(const torch::Tensor& x, std::int64_t first, std::int64_t count) { return x.narrow(2, first, count); }
+torch::Tensor frames(const torch::Tensor& x, std::int64_t first, std::int64_t count) {
+  return x.narrow(2, first, count);
+}
 
 /// Chunk k's noisy timestep (one a frame, equal within the chunk).
 double noisy_t(std::int64_t k) { return 900.0 - 150.0 * static_cast<double>(k); }
@@ -140,8 +143,8 @@ TEST_CASE("the teacher-forcing layout gives each noisy chunk the output of the f
   }
   // The clean copy is the block-causal forward of the clean frames at t = 0.
   const wan::CausalPass clean{&layout, nullptr, 0};
-  CHECK(relative(frames(out, 0, kFrames), dit->forward(v.clean, torch::zeros({1, kFrames}), v.context, {}, {}, &clean)) <
-        kTolerance);
+  const torch::Tensor alone = dit->forward(v.clean, torch::zeros({1, kFrames}), v.context, {}, {}, &clean);
+  CHECK(relative(frames(out, 0, kFrames), alone) < kTolerance);
   const wan::CausalPass odd{&layout, nullptr, 0, true};
   CHECK_THROWS_AS(dit->forward(frames(v.noisy, 0, 3), torch::zeros({1, 3}), v.context, {}, {}, &odd), wanfw::Error);
 }
