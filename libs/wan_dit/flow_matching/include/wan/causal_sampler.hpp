@@ -1,0 +1,46 @@
+#pragma once
+// The streaming sampler of a causal student: a video made chunk by chunk, each chunk in a few steps
+// from its own noise (the clean estimate re-noised with fresh noise between steps), then passed
+// once more at the context timestep so that the KV cache holds its clean keys and values for the
+// chunks after it. A chunk's frames are final as soon as it is made, whatever follows.
+//
+//   x0 = x_t - s v(x_t, t),  x_{t'} = (1 - s') x0 + s' eps',  s = t / 1000
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "wan/causal_attention.hpp"
+
+namespace wan {
+
+/// The few-step student's timesteps: `steps` (on 0..1000, descending) warped by the schedule's
+/// shift, 1000 shifted(s / 1000): [1000, 750, 500, 250] at shift 5 gives [1000, 937.5, 833.3, 625].
+std::vector<double> warped_timesteps(const std::vector<double>& steps, double shift);
+
+struct CausalSampling {
+  std::vector<double> timesteps = {1000, 937.5, 833.3333333333334, 625};  ///< each chunk's steps
+  double context_timestep = 0;  ///< the clean chunk's pass that fills the cache
+  std::int64_t chunks = 1;      ///< chunks to make
+};
+
+/// The velocity for latents `x` [B, C, f, H, W] at timesteps `t` [B, f] (one a frame) in a causal
+/// pass (`pass`: the rollout's cache, the latents' first frame).
+using CausalVelocity = std::function<torch::Tensor(const torch::Tensor& x, const torch::Tensor& t,
+                                                   const CausalPass& pass)>;
+
+/// The noise of chunk `chunk` at step `step` (0: its starting noise; j > 0: the fresh noise that
+/// re-noises step j - 1's estimate), float32 [shape] on the CPU: a pure function of the seed, the
+/// chunk and the step, so a chunk's draws do not depend on how many chunks are made.
+torch::Tensor chunk_noise(std::uint64_t seed, std::int64_t chunk, std::int64_t step, at::IntArrayRef shape);
+
+/// Makes `sampling.chunks` chunks of `cache.layout().frames_per_chunk` latent frames of `shape`
+/// [B, C, H, W] each, in float32 on `device`; `made(k, chunk)` sees each chunk [B, C, f, H, W] as it
+/// is made (to decode and write it while the next is made). Returns the whole video's latents.
+torch::Tensor causal_sample(const CausalVelocity& velocity, KvCache& cache, at::IntArrayRef shape,
+                            const CausalSampling& sampling, std::uint64_t seed, const torch::Device& device,
+                            const std::function<void(std::int64_t, const torch::Tensor&)>& made = {});
+
+}  // namespace wan
