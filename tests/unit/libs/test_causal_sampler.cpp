@@ -61,7 +61,8 @@ TEST_CASE("a video sampled chunk by chunk with the cache equals the same steps o
       estimate = x - s * v.narrow(2, k * kSamplerChunk, kSamplerChunk);
       if (j + 1 < sampling.timesteps.size()) {
         const double next = sampling.timesteps[j + 1] / 1000;
-        x = (1 - next) * estimate + next * wan::chunk_noise(kSamplerSeed, k, static_cast<std::int64_t>(j) + 1, x.sizes());
+        const auto step = static_cast<std::int64_t>(j) + 1;
+        x = (1 - next) * estimate + next * wan::chunk_noise(kSamplerSeed, k, step, x.sizes());
       }
     }
     made.push_back(estimate);
@@ -78,11 +79,12 @@ TEST_CASE("a sampled chunk is final as soon as it is made: more chunks after it 
   const std::vector<std::int64_t> frame_shape = {1, 4, 4, 4};
   std::vector<std::int64_t> order;
   std::vector<torch::Tensor> handed;
-  const torch::Tensor three = wan::causal_sample(student.velocity(), cache, frame_shape, {{1000, 600}, 0, 3}, kSamplerSeed,
-                                                 torch::kCPU, [&](std::int64_t k, const torch::Tensor& chunk) {
-                                                   order.push_back(k);
-                                                   handed.push_back(chunk.clone());
-                                                 });
+  const auto hand_over = [&](std::int64_t k, const torch::Tensor& chunk) {
+    order.push_back(k);
+    handed.push_back(chunk.clone());
+  };
+  const torch::Tensor three = wan::causal_sample(student.velocity(), cache, frame_shape, {{1000, 600}, 0, 3},
+                                                 kSamplerSeed, torch::kCPU, hand_over);
   CHECK(order == std::vector<std::int64_t>{0, 1, 2});
   CHECK(torch::equal(torch::cat(handed, 2), three));
   const torch::Tensor five =
