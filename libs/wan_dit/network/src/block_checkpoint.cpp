@@ -2,6 +2,7 @@
 #include <torch/torch.h>
 
 #include "chunked_recompute.hpp"
+#include "wan/causal_attention.hpp"
 #include "wan/wan_dit.hpp"
 
 namespace wan {
@@ -117,6 +118,9 @@ struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
     ctx->saved_data["block"] = reinterpret_cast<std::int64_t>(block);
     ctx->saved_data["rope"] = rope->rotations;
     ctx->saved_data["sequence"] = reinterpret_cast<std::int64_t>(rope->sequence);
+    // A causal block recomputes under its mask (a rollout's cache is never checkpointed: causal_blocks).
+    ctx->saved_data["causal"] = rope->causal != nullptr;
+    if (rope->causal != nullptr) ctx->saved_data["causal_mask"] = rope->causal->mask;
     ctx->saved_data["parameters"] = static_cast<std::int64_t>(parameters.size());
     ctx->saved_data["chunks"] = chunks;
     const auto device_type = x.device().type();
@@ -128,8 +132,13 @@ struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
     auto* block = reinterpret_cast<WanBlockImpl*>(ctx->saved_data["block"].toInt());
-    const RopeTables rope{ctx->saved_data["rope"].toTensor(),
-                          reinterpret_cast<const wanfw::SequenceSplit*>(ctx->saved_data["sequence"].toInt())};
+    RopeTables rope{ctx->saved_data["rope"].toTensor(),
+                    reinterpret_cast<const wanfw::SequenceSplit*>(ctx->saved_data["sequence"].toInt())};
+    CausalAttention causal;
+    if (ctx->saved_data["causal"].toBool()) {
+      causal.mask = ctx->saved_data["causal_mask"].toTensor();
+      rope.causal = &causal;
+    }
     const auto saved = ctx->get_saved_variables();
     std::vector<torch::Tensor> inputs;  // x, e0, context, embedded
     for (const auto& t : saved) inputs.push_back(t.defined() ? t.detach().requires_grad_(t.requires_grad()) : t);
