@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "causal_student.hpp"
 #include "wan/dit_export.hpp"
 #include "wan/lora.hpp"
 #include "wanfw/error.hpp"
@@ -60,6 +61,9 @@ std::vector<wanfw::ParameterGroup> WanFlowMatchingModel::parameter_groups() {
 }
 
 bool WanFlowMatchingModel::set_sequence_group(const wanfw::DistributedSession* group) {
+  if (group != nullptr && settings_.causal.enabled())
+    throw wanfw::Error("a causal student's tokens are not split over ranks yet",
+                       "set strategy.sequence_parallel: 1 with model.causal");
   if (group != nullptr && denoiser_.has_lora() && settings_.lora.dropout > 0)
     throw wanfw::Error("LoRA dropout draws its masks over each sample's whole token sequence, which sequence "
                        "parallelism splits across ranks",
@@ -127,8 +131,14 @@ wanfw::StepOutput WanFlowMatchingModel::training_step(const wanfw::Batch& batch)
   const torch::Tensor x0 = batch.at("latents");
   check_latents(x0, "training");
   const torch::Tensor noise = wanfw::sample_randn(batch, "noise", x0.sizes().slice(1), x0.scalar_type());
-  const torch::Tensor sigma = sample_sigma(batch);
   const wan::DropoutSamplesScope dropout(denoiser_.dits(), batch);
+  if (settings_.causal.enabled()) {  // teacher forcing: a level a chunk, from the sample's stream
+    const torch::Tensor chunk_sigma =
+        wan::draw_sigma(batch, settings_.timesteps, causal_chunks(settings_, x0.size(2), "training"));
+    const torch::Tensor error = causal_error(denoiser_, settings_, x0, noise, chunk_sigma, batch.at("context"));
+    return {error.mean(), {{"sigma_mean", chunk_sigma.mean().detach()}}};
+  }
+  const torch::Tensor sigma = sample_sigma(batch);
   const Objective out = objective(x0, noise, sigma, batch.at("context"), image_condition_of(batch), {vace_context_of(batch), {}});
   wanfw::StepOutput step{out.loss, {{"sigma_mean", sigma.mean().detach()}}};
   if (settings_.expert == Expert::Both) {  // each expert's loss over the samples routed to it
@@ -148,6 +158,11 @@ std::map<std::string, at::Tensor> WanFlowMatchingModel::validation_step(const wa
   check_latents(x0, "validation");
   const torch::Tensor noise = wanfw::sample_randn(batch, "noise", x0.sizes().slice(1), x0.scalar_type());
   return wan::per_timestep(settings_.validation_timesteps, "loss_t", [&](double s) {
+    if (settings_.causal.enabled()) {  // every chunk at the level
+      const auto chunks = causal_chunks(settings_, x0.size(2), "validation");
+      const torch::Tensor levels = torch::full({x0.size(0), chunks}, s, x0.options().dtype(torch::kFloat32));
+      return causal_error(denoiser_, settings_, x0, noise, levels, batch.at("context")).mean();
+    }
     const torch::Tensor sigma = torch::full({x0.size(0)}, s, x0.options().dtype(torch::kFloat32));
     return objective(x0, noise, sigma, batch.at("context"), image_condition_of(batch), {vace_context_of(batch), {}}).loss;
   });
@@ -202,6 +217,8 @@ std::map<std::string, at::Tensor> WanFlowMatchingModel::draw(const std::map<std:
   const wan::SampleInputs given =
       wan::sample_inputs(inputs, denoiser_.config(), settings_.task, settings_.sampler.size, seed, device(),
                          settings_.last_frame);
+  if (settings_.causal.enabled())  // chunk by chunk, with the KV cache
+    return {{"latents", causal_draw(denoiser_, settings_, given.context, given.noise.sizes(), seed, device()).cpu()}};
   if (settings_.expert == Expert::HighNoise || settings_.expert == Expert::LowNoise)
     wanfw::log::warn(
         fmt::format("sampling with the {} expert alone: it denoises every step, also those the other expert takes",

@@ -15,6 +15,7 @@
 
 #include "expert_controls.hpp"
 #include "wan/flow_matching.hpp"
+#include "wan/causal_options.hpp"
 #include "wan/wan_denoiser.hpp"
 #include "wanfw/model.hpp"
 
@@ -38,6 +39,7 @@ struct FlowMatchingSettings {
   bool new_vace_branch = false;     ///< vace_branch: new (the weights hold a base model)
   bool activation_offload = false;  ///< checkpointed blocks' inputs wait in host memory
   std::int64_t recompute_chunks = 1;  ///< a checkpointed block recomputed in chunks of tokens
+  wan::CausalSettings causal;         ///< causal.*: a causal (streaming) student (causal_student.hpp)
 };
 
 class WanFlowMatchingModel final : public wanfw::Model {

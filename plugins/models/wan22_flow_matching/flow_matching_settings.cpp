@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "wan/causal_options.hpp"
 #include "wan/wan_options.hpp"
 #include "wanfw/error.hpp"
 
@@ -57,6 +58,17 @@ FlowMatchingSettings settings_from(const wanfw::Options& o, const wan::WanConfig
   s.validation_timesteps = wan::validation_timesteps_from(o, s.timesteps);
   s.experts = wan_fm::expert_controls_from(o, s.expert, s.boundary, s.timesteps);
   s.lora = wan::lora_settings_from(o, config, s.expert);
+  s.causal = wan::causal_settings_from(o);
+  if (s.causal.enabled()) {
+    if (s.expert != Expert::None)
+      o.fail("causal.frames_per_chunk", "a causal student is one DiT; the two experts as one are not supported yet",
+             "set expert: none (a one-DiT preset), or causal.frames_per_chunk: 0");
+    if (s.task != wan::Task::T2V || config.has_vace())
+      o.fail("causal.frames_per_chunk",
+             fmt::format("a causal student generates text to video; {} is not supported yet",
+                         config.has_vace() ? "a VACE model" : wan::task_name(s.task)),
+             "set task: t2v, or causal.frames_per_chunk: 0");
+  }
   s.new_vace_branch = o.string("vace_branch") == "new";
   if (s.new_vace_branch && !config.has_vace())
     o.fail("vace_branch", "a new VACE branch needs a VACE model", "choose a VACE preset or set model.vace_layers");
@@ -67,6 +79,10 @@ FlowMatchingSettings settings_from(const wanfw::Options& o, const wan::WanConfig
   s.fp8_base = wan::fp8_base_from(o, "", !s.lora.enabled() && !config.has_vace());
   s.activation_offload = wan::activation_offload_from(o);
   s.recompute_chunks = wan::recompute_chunks_from(o);
+  if (s.causal.enabled() && s.recompute_chunks > 1)
+    o.fail("recompute_chunks", "a causal student recomputes its blocks whole (the block-causal mask is not yet "
+                               "cut into chunks of tokens)",
+           "set recompute_chunks: 1");
 
   const std::int64_t expected_in = wan::task_in_dim(config, s.task);
   if (config.in_dim != expected_in)

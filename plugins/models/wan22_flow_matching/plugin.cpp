@@ -14,6 +14,7 @@
 #include "wan/attention_backend.hpp"
 #include "wan/memory_plan.hpp"
 #include "wan/vae/vae_decoding.hpp"
+#include "wan/causal_options.hpp"
 #include "wan/memory_options.hpp"
 #include "wan/wan_options.hpp"
 #include "wan/wan_weights.hpp"
@@ -251,6 +252,8 @@ wanfw::PluginDescriptor describe() {
       "Latent frames x height x width (\"21x60x104\") `wanfw sample` draws when its inputs hold neither noise nor "
       "latents to take the shape from, and the size of the previews of validation.preview_prompts.");
   d.options.insert(d.options.end(), sampler.begin(), sampler.end());
+  const auto causal = wan::causal_options();
+  d.options.insert(d.options.end(), causal.begin(), causal.end());
   const auto vae = wan::vae_options();
   d.options.insert(d.options.end(), vae.begin(), vae.end());
   const char* moved = "the data set holds the shapes now: data.buckets: [\"FxHxW\"] (latent frames x height x width) "

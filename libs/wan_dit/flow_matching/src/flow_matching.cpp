@@ -28,19 +28,24 @@ SigmaDistribution sigma_distribution(const std::string& name) {
   throw wanfw::Error(fmt::format("'{}' is no timestep distribution", name), "uniform, logit_normal, shift or fixed");
 }
 
-torch::Tensor draw_sigma(const wanfw::Batch& batch, const TimestepSampling& s) {
+torch::Tensor draw_sigma(const wanfw::Batch& batch, const TimestepSampling& s, std::int64_t levels) {
+  const std::vector<std::int64_t> shape = levels > 0 ? std::vector<std::int64_t>{levels} : std::vector<std::int64_t>{};
   if (s.method == SigmaDistribution::Fixed) {
     if (s.fixed.empty()) throw wanfw::Error("fixed timestep sampling needs at least one level");
-    const torch::Tensor u = wanfw::sample_rand(batch, "timestep");
+    const torch::Tensor u = wanfw::sample_rand(batch, "timestep", shape);
     const torch::Tensor index =
         (u * static_cast<double>(s.fixed.size())).floor().clamp_max(static_cast<double>(s.fixed.size() - 1));
-    return torch::tensor(s.fixed, torch::kFloat64).to(u.device()).index_select(0, index.to(torch::kLong)).to(torch::kFloat32);
+    return torch::tensor(s.fixed, torch::kFloat64)
+        .to(u.device())
+        .index_select(0, index.flatten().to(torch::kLong))
+        .view(u.sizes())
+        .to(torch::kFloat32);
   }
   torch::Tensor u;
   if (s.method == SigmaDistribution::LogitNormal) {
-    u = torch::sigmoid(wanfw::sample_randn(batch, "timestep") * s.logit_std + s.logit_mean);
+    u = torch::sigmoid(wanfw::sample_randn(batch, "timestep", shape) * s.logit_std + s.logit_mean);
   } else {
-    u = wanfw::sample_rand(batch, "timestep");
+    u = wanfw::sample_rand(batch, "timestep", shape);
     if (s.method == SigmaDistribution::Shift) u = shifted(u, s.shift);
   }
   return s.min_sigma + (s.max_sigma - s.min_sigma) * u;

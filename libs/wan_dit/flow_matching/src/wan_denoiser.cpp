@@ -226,8 +226,12 @@ torch::Tensor WanDenoiser::high_noise_samples(const torch::Tensor& sigma) const 
 }
 
 torch::Tensor WanDenoiser::forward(const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& context,
-                                   const torch::Tensor& y, const torch::Tensor& sigma, const VaceInput& vace) {
-  if (!pair_) return single_->forward(x, t, context, y, vace);
+                                   const torch::Tensor& y, const torch::Tensor& sigma, const VaceInput& vace,
+                                   const CausalPass* causal) {
+  if (!pair_) return single_->forward(x, t, context, y, vace, causal);
+  if (causal != nullptr)
+    throw wanfw::Error("a causal pass runs one DiT; the two experts as a causal student are not supported yet",
+                       "train one expert, or a one-DiT preset");
   if (held_ >= 0) return dits().front()->forward(x, t, context, y, vace);  // the samples were routed to this expert
   const torch::Tensor high = high_noise_samples(sigma);
   const std::int64_t high_count = high.sum().item<std::int64_t>();

@@ -34,8 +34,9 @@ struct TimestepSampling {
   std::vector<double> fixed;                 ///< `fixed`: the levels, equally likely
 };
 
-/// Each sample's s: [B] float32 on the batch's device.
-torch::Tensor draw_sigma(const wanfw::Batch& batch, const TimestepSampling& sampling);
+/// Each sample's s: [B] float32 on the batch's device; with `levels` > 0, that many a sample (a
+/// causal student's chunks, each its own level): [B, levels].
+torch::Tensor draw_sigma(const wanfw::Batch& batch, const TimestepSampling& sampling, std::int64_t levels = 0);
 
 /// k s / (1 + (k - 1) s): the official schedule's shift of a level s (the one place it is written).
 double shifted(double s, double shift);

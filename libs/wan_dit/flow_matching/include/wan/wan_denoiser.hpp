@@ -75,8 +75,10 @@ class WanDenoiser {
   /// The velocity for noisy latents `x`, timesteps `t` ([B] or [B, tokens]), text `context`,
   /// image conditioning `y` (or undefined) and, for a VACE model, the control branch's input.
   /// `sigma` [B] picks each sample's expert when both experts are trained.
+  /// `causal`: a causal student's pass (wan/causal_attention.hpp), one DiT only.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& context,
-                        const torch::Tensor& y, const torch::Tensor& sigma, const VaceInput& vace = {});
+                        const torch::Tensor& y, const torch::Tensor& sigma, const VaceInput& vace = {},
+                        const CausalPass* causal = nullptr);
 
   /// [B] bool: the samples whose `sigma` routes them to the high-noise expert (t >= boundary).
   torch::Tensor high_noise_samples(const torch::Tensor& sigma) const;

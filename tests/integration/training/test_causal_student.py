@@ -1,0 +1,70 @@
+"""A causal (streaming) student (model.causal.frames_per_chunk) on the tiny Wan DiT: the
+teacher-forcing objective trains it (its loss falls), each chunk at its own level drawn from the
+sample's stream, so that ddp and accumulation end at one device's weights; `wanfw sample` makes the
+video chunk by chunk; settings a causal student cannot take are refused naming the option."""
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from harness.equivalence import assert_same_training
+from harness.layouts import CPU, DDP, LAYOUTS, LR, TINY_WAN, experiment, run_on, tiny_wan
+from harness.runs import losses, run_dir, wanfw
+
+CAUSAL = {**tiny_wan("t2v"), "causal": {"frames_per_chunk": 2}}
+FOUR_FRAMES = {"data": {"buckets": ["4x4x4"]}}  # two chunks of two latent frames
+
+
+def test_the_teacher_forcing_objective_trains_a_causal_student_whose_loss_falls(tmp_path):
+    # The quick start's moving patterns, which a model can learn (random latents cannot be).
+    patterns = {"content": "patterns", "num_samples": 512, "buckets": ["4x16x16"]}
+    path = experiment(tmp_path, "causal", CPU, 4, CAUSAL, trainer={"max_steps": 60, "log_every": 1},
+                      optimizer={"lr": 2e-3}, data=patterns)
+    wanfw("run", path, check=0)
+    loss = losses(tmp_path, "causal")
+    assert len(loss) == 60 and sum(loss[-10:]) / 10 < 0.8 * sum(loss[:10]) / 10, loss
+
+
+@pytest.mark.parametrize("layout", ["ddp_2x2", "ddp_2x1_accum_2"])
+def test_a_causal_student_ends_at_one_devices_weights_on_any_layout(tmp_path, layout):
+    # Each chunk's level and each sample's noise come from the sample's own streams.
+    strategy, batch, ranks = LAYOUTS[layout]
+    one = run_on(tmp_path, "one", CPU, 4, CAUSAL, **FOUR_FRAMES)
+    split = run_on(tmp_path, layout, strategy, batch, CAUSAL, ranks, **FOUR_FRAMES)
+    assert_same_training(split, one, lr=LR, tolerance=TINY_WAN)
+
+
+def test_wanfw_sample_makes_a_causal_students_video_chunk_by_chunk(tmp_path):
+    path = experiment(tmp_path, "causal", CPU, 4, {**CAUSAL, "sample_size": "6x4x4"}, trainer={"max_steps": 2},
+                      **FOUR_FRAMES)
+    wanfw("run", path, check=0)
+    out = tmp_path / "sample.safetensors"
+    result = wanfw("sample", path, "--checkpoint", run_dir(tmp_path, "causal"), "--out", out, "--count", 2,
+                   "--device", "cpu", check=0)
+    assert "causal student: 2 chunks of 2 latent frames, 4 steps each" in result.stdout
+    latents = load_file(out)["latents"]
+    assert latents.shape == (2, 4, 4, 4, 4) and latents.isfinite().all()
+    # Sampled with more frames, the first chunks are the same, whatever follows them (the given
+    # noise sets the shape; each chunk draws its own from the seed).
+    context = torch.randn(1, 4, 32, generator=torch.Generator().manual_seed(0))
+    made = {}
+    for frames in (4, 6):
+        inputs = tmp_path / f"inputs-{frames}.safetensors"
+        save_file({"context": context, "noise": torch.zeros(1, 4, frames, 4, 4)}, inputs)
+        wanfw("sample", path, "--checkpoint", run_dir(tmp_path, "causal"), "--inputs", inputs, "--out", out,
+              "--device", "cpu", check=0)
+        made[frames] = load_file(out)["latents"]
+    assert torch.equal(made[6][:, :, :4], made[4])
+
+
+@pytest.mark.parametrize("sets, message", [
+    (["model.causal.frames_per_chunk=3"], "4 latent frames do not divide into chunks of causal.frames_per_chunk 3"),
+    (["model.task=ti2v"], "a causal student generates text to video; ti2v is not supported yet"),
+    (["model.causal.window_frames=3", "model.causal.sink_frames=2"], "causal.window_frames"),
+    (["model.causal.steps=[1000, 1000]"], "causal.steps"),
+])
+def test_settings_a_causal_student_cannot_take_are_refused_naming_the_option(tmp_path, sets, message):
+    path = experiment(tmp_path, "causal", CPU, 4, CAUSAL, trainer={"max_steps": 1}, **FOUR_FRAMES)
+    args = [a for s in sets for a in ("--set", s)]
+    result = wanfw("run", path, *args)
+    assert result.returncode != 0 and message in result.stdout + result.stderr, result.stderr
