@@ -3,7 +3,8 @@
 // teacher-forcing layout, equal to the full block-causal forward on [earlier chunks clean | this
 // chunk noisy], with every frame's timestep its own and RoPE at absolute frames; repeated passes
 // over a chunk replacing its frames;
-// the rolling window with sinks equal to the dense mask it stands for; the gradient reaching only
+// attention a chunk at a time, with a rolling window and sinks, equal to the dense mask it stands
+// for; the gradient reaching only
 // a pass's own forward. The tiny DiT with random weights.
 
 #include <torch/torch.h>
@@ -60,6 +61,13 @@ std::vector<torch::Tensor> rollout(wan::WanDiT& dit, wan::KvCache& cache, const 
   return out;
 }
 
+/// Frames 0 to kFrames - 1: what a cache without a window holds after the rollout.
+std::vector<std::int64_t> every_frame() {
+  std::vector<std::int64_t> out;
+  for (std::int64_t f = 0; f < kFrames; ++f) out.push_back(f);
+  return out;
+}
+
 /// The largest difference of `a` from `b`, relative to b's largest value.
 double relative(const torch::Tensor& a, const torch::Tensor& b) {
   return ((a - b).abs().max() / b.abs().max()).item<double>();
@@ -88,8 +96,40 @@ TEST_CASE("a causal query sees its chunk and the chunks before it, and with a wi
   CHECK(mask.index({0, torch::indexing::Slice(0, 6)}).all().item<bool>());      // sinks 0-2
   CHECK_FALSE(mask.index({0, torch::indexing::Slice(6, 18)}).any().item<bool>());  // frames 3-8
   CHECK(mask.index({0, torch::indexing::Slice(18, 30)}).all().item<bool>());    // frames 9-14
-  CHECK_FALSE(global.mask(wan::frame_range(3, 3), wan::frame_range(0, 6), 2, torch::kCPU).defined());  // all seen
+  CHECK(global.mask(wan::frame_range(3, 3), wan::frame_range(0, 6), 2, torch::kCPU).all().item<bool>());  // all seen
+  // Teacher forcing: a noisy chunk sees its own noisy frames and the clean frames of earlier chunks.
+  CHECK(global.sees(wan::FrameTag{4, true}, wan::FrameTag{5, true}));
+  CHECK(global.sees(wan::FrameTag{4, true}, wan::FrameTag{2, false}));
+  CHECK_FALSE(global.sees(wan::FrameTag{4, true}, wan::FrameTag{4, false}));  // its own clean copy
+  CHECK_FALSE(global.sees(wan::FrameTag{4, true}, wan::FrameTag{2, true}));   // an earlier noisy chunk
+  CHECK_FALSE(global.sees(wan::FrameTag{4, false}, wan::FrameTag{4, true}));  // clean never sees noisy
   CHECK_THROWS_AS((wan::CausalLayout{3, 4, 2}.validate()), wanfw::Error);  // 2 rolling frames < a chunk
+}
+
+TEST_CASE("attention a query chunk at a time over the keys it sees equals attention under the dense mask") {
+  // The window with a sink and the teacher-forcing layout, each run of queries over its own keys,
+  // against one attention over every key with the layout's mask.
+  torch::manual_seed(5);
+  const auto dense = [](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                        const torch::Tensor& mask) {
+    const std::optional<torch::Tensor> attn_mask = mask.defined() ? std::optional(mask) : std::nullopt;
+    return at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask)
+        .transpose(1, 2);
+  };
+  const wan::Attend attend = [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+    return dense(q, k, v, {});
+  };
+  const std::int64_t per_frame = 3;
+  for (const auto& [layout, frames] : {std::pair{wan::CausalLayout{2, 5, 1}, wan::frame_range(0, 8)},
+                                       std::pair{wan::CausalLayout{2}, wan::teacher_forcing_frames(6)},
+                                       std::pair{wan::CausalLayout{2, 5, 1}, wan::teacher_forcing_frames(6)}}) {
+    const std::int64_t tokens = std::ssize(frames) * per_frame;
+    const torch::Tensor q = torch::randn({2, tokens, 2, 8}), k = torch::randn({2, tokens, 2, 8}),
+                        v = torch::randn({2, tokens, 2, 8});
+    const torch::Tensor chunked = wan::causal_attention(layout, q, k, v, frames, frames, per_frame, attend);
+    const torch::Tensor masked = dense(q, k, v, layout.mask(frames, frames, per_frame, torch::kCPU));
+    CHECK(relative(chunked, masked) < 1e-6);  // the same terms, summed in another order
+  }
 }
 
 TEST_CASE("in a causal forward the chunks after a chunk never change its output") {
@@ -122,7 +162,7 @@ TEST_CASE("a chunk-by-chunk rollout with the KV cache equals the full block-caus
     INFO("chunk " << k);
     CHECK(relative(chunks[static_cast<std::size_t>(k)], reference(dit, layout, v, k)) < kTolerance);
   }
-  CHECK(cache.frames(0) == wan::frame_range(0, kFrames));
+  CHECK(cache.frames(0) == every_frame());
   CHECK(cache.end_frame() == kFrames);
 }
 
@@ -158,7 +198,7 @@ TEST_CASE("repeated passes over a chunk replace its frames in the cache: the las
   const std::vector<torch::Tensor> a = rollout(dit, once, v), b = rollout(dit, four_times, v, 4);
   REQUIRE(a.size() == b.size());
   for (std::size_t k = 0; k < a.size(); ++k) CHECK(torch::equal(a[k], b[k]));
-  CHECK(four_times.frames(1) == wan::frame_range(0, kFrames));  // one entry a frame, not four
+  CHECK(four_times.frames(1) == every_frame());  // one entry a frame, not four
 }
 
 TEST_CASE("a rolling window with attention sinks equals the dense mask it stands for") {

@@ -34,41 +34,75 @@ bool CausalLayout::sees(std::int64_t q, std::int64_t k) const {
   return window_frames == 0 || k < sink_frames || k >= end - (window_frames - sink_frames);
 }
 
-torch::Tensor CausalLayout::mask(const std::vector<std::int64_t>& query_frames,
-                                 const std::vector<std::int64_t>& key_frames, std::int64_t tokens_per_frame,
-                                 const torch::Device& device) const {
-  const auto q_count = static_cast<std::int64_t>(query_frames.size());
-  const auto k_count = static_cast<std::int64_t>(key_frames.size());
-  torch::Tensor frames = torch::empty({q_count, k_count}, torch::kBool);
-  auto cell = frames.accessor<bool, 2>();
-  bool every = true;
-  for (std::int64_t i = 0; i < q_count; ++i)
-    for (std::int64_t j = 0; j < k_count; ++j) {
-      cell[i][j] = sees(query_frames[static_cast<std::size_t>(i)], key_frames[static_cast<std::size_t>(j)]);
-      every = every && cell[i][j];
-    }
-  if (every) return {};
-  // Each frame's tokens in a row: a frame's cell covers tokens_per_frame x tokens_per_frame.
-  return frames.repeat_interleave(tokens_per_frame, 0).repeat_interleave(tokens_per_frame, 1).to(device);
+bool CausalLayout::sees(const FrameTag& q, const FrameTag& k) const {
+  if (!q.noisy) return !k.noisy && sees(q.frame, k.frame);
+  if (k.noisy) return chunk_end(k.frame) == chunk_end(q.frame);  // a noisy chunk: itself
+  return k.frame < chunk_end(q.frame) - frames_per_chunk && sees(q.frame, k.frame);  // earlier chunks, clean
 }
 
-torch::Tensor CausalLayout::teacher_forcing_mask(std::int64_t frames, std::int64_t tokens_per_frame,
-                                                 const torch::Device& device) const {
-  torch::Tensor cells = torch::zeros({2 * frames, 2 * frames}, torch::kBool);
+torch::Tensor CausalLayout::mask(const std::vector<FrameTag>& queries, const std::vector<FrameTag>& keys,
+                                 std::int64_t tokens_per_frame, const torch::Device& device) const {
+  torch::Tensor cells = torch::empty({std::ssize(queries), std::ssize(keys)}, torch::kBool);
   auto cell = cells.accessor<bool, 2>();
-  for (std::int64_t q = 0; q < frames; ++q)
-    for (std::int64_t k = 0; k < frames; ++k) {
-      cell[q][k] = sees(q, k);                                               // clean over clean
-      cell[frames + q][k] = k < chunk_end(q) - frames_per_chunk && sees(q, k);  // noisy over earlier clean
-      cell[frames + q][frames + k] = chunk_end(k) == chunk_end(q);           // noisy over its own chunk
-    }
+  for (std::size_t i = 0; i < queries.size(); ++i)
+    for (std::size_t j = 0; j < keys.size(); ++j)
+      cell[static_cast<std::int64_t>(i)][static_cast<std::int64_t>(j)] = sees(queries[i], keys[j]);
+  // Each frame's tokens in a row: a frame's cell covers tokens_per_frame x tokens_per_frame.
   return cells.repeat_interleave(tokens_per_frame, 0).repeat_interleave(tokens_per_frame, 1).to(device);
 }
 
-std::vector<std::int64_t> frame_range(std::int64_t first, std::int64_t count) {
-  std::vector<std::int64_t> out(static_cast<std::size_t>(count));
-  for (std::int64_t i = 0; i < count; ++i) out[static_cast<std::size_t>(i)] = first + i;
+std::vector<FrameTag> frame_range(std::int64_t first, std::int64_t count) {
+  std::vector<FrameTag> out;
+  for (std::int64_t i = 0; i < count; ++i) out.push_back({first + i, false});
   return out;
+}
+
+std::vector<FrameTag> teacher_forcing_frames(std::int64_t frames) {
+  std::vector<FrameTag> out = frame_range(0, frames);
+  for (std::int64_t i = 0; i < frames; ++i) out.push_back({i, true});
+  return out;
+}
+
+namespace {
+
+/// The tokens of the key frames at `positions` (sorted): a slice where they follow each other.
+torch::Tensor tokens_of(const torch::Tensor& t, const std::vector<std::int64_t>& positions, std::int64_t per_frame) {
+  const std::int64_t first = positions.front(), count = std::ssize(positions);
+  if (positions.back() - first + 1 == count) return t.narrow(1, first * per_frame, count * per_frame);
+  std::vector<torch::Tensor> pieces;
+  for (const std::int64_t p : positions) pieces.push_back(t.narrow(1, p * per_frame, per_frame));
+  return torch::cat(pieces, 1);
+}
+
+}  // namespace
+
+torch::Tensor causal_attention(const CausalLayout& layout, const torch::Tensor& query, const torch::Tensor& key,
+                               const torch::Tensor& value, const std::vector<FrameTag>& queries,
+                               const std::vector<FrameTag>& keys, std::int64_t tokens_per_frame,
+                               const Attend& attend) {
+  // Runs of query frames that see the same keys (a chunk's frames do): one attention each.
+  std::vector<torch::Tensor> out;
+  std::size_t run = 0;
+  while (run < queries.size()) {
+    std::vector<std::int64_t> seen;
+    for (std::size_t j = 0; j < keys.size(); ++j)
+      if (layout.sees(queries[run], keys[j])) seen.push_back(static_cast<std::int64_t>(j));
+    std::size_t end = run + 1;
+    for (; end < queries.size(); ++end) {
+      bool same = true;
+      for (std::size_t j = 0; j < keys.size() && same; ++j)
+        same = layout.sees(queries[end], keys[j]) == layout.sees(queries[run], keys[j]);
+      if (!same) break;
+    }
+    if (seen.empty())
+      throw wanfw::Error(fmt::format("causal attention: the queries of frame {} see no key", queries[run].frame));
+    const std::int64_t first = static_cast<std::int64_t>(run) * tokens_per_frame;
+    const std::int64_t count = static_cast<std::int64_t>(end - run) * tokens_per_frame;
+    out.push_back(attend(query.narrow(1, first, count), tokens_of(key, seen, tokens_per_frame),
+                         tokens_of(value, seen, tokens_per_frame)));
+    run = end;
+  }
+  return out.size() == 1 ? out.front() : torch::cat(out, 1);
 }
 
 torch::Tensor frame_timesteps(const torch::Tensor& t, const std::array<std::int64_t, 3>& grid) {
@@ -77,8 +111,7 @@ torch::Tensor frame_timesteps(const torch::Tensor& t, const std::array<std::int6
 }
 
 std::vector<CausalAttention> causal_blocks(const CausalPass& causal, const std::array<std::int64_t, 3>& grid,
-                                           std::size_t blocks, const torch::Device& device, bool checkpoint,
-                                           bool split_or_vace) {
+                                           std::size_t blocks, bool checkpoint, bool split_or_vace) {
   if (causal.layout == nullptr) return {};
   causal.layout->validate();
   if (split_or_vace)
@@ -98,14 +131,11 @@ std::vector<CausalAttention> causal_blocks(const CausalPass& causal, const std::
     throw wanfw::Error(fmt::format("teacher forcing takes [a clean copy | a noisy copy] of the same frames from frame "
                                    "0, with no cache: an even frame count (got {}, first frame {})",
                                    grid[0], causal.first_frame));
-  const std::vector<std::int64_t> frames = frame_range(causal.first_frame, grid[0]);
-  const torch::Tensor mask =
-      causal.cache != nullptr    ? torch::Tensor()
-      : causal.teacher_forcing ? causal.layout->teacher_forcing_mask(grid[0] / 2, tokens_per_frame, device)
-                               : causal.layout->mask(frames, frames, tokens_per_frame, device);
+  const std::vector<FrameTag> tags =
+      causal.teacher_forcing ? teacher_forcing_frames(grid[0] / 2) : frame_range(causal.first_frame, grid[0]);
   std::vector<CausalAttention> out;
   for (std::size_t i = 0; i < blocks; ++i)
-    out.push_back({causal.layout, causal.cache, causal.first_frame, grid[0], i, mask});
+    out.push_back({causal.layout, causal.cache, causal.first_frame, grid[0], i, tags});
   return out;
 }
 
@@ -124,19 +154,18 @@ KvCache::Attended KvCache::pass(std::size_t layer, std::int64_t first, std::int6
   std::deque<Frame>& held = layers_[layer];
   // What the pass attends over: the held frames before it (values only), then its own.
   std::vector<torch::Tensor> keys, values;
-  std::vector<std::int64_t> key_frames;
+  Attended out;
   for (const Frame& f : held)
     if (f.index < first) {
       keys.push_back(f.key);
       values.push_back(f.value);
-      key_frames.push_back(f.index);
+      out.frames.push_back({f.index, false});
     }
-  const std::vector<std::int64_t> own = frame_range(first, count);
-  key_frames.insert(key_frames.end(), own.begin(), own.end());
+  for (const FrameTag& own : frame_range(first, count)) out.frames.push_back(own);
   keys.push_back(key);
   values.push_back(value);
-  Attended out{torch::cat(keys, 1), torch::cat(values, 1),
-               layout_.mask(own, key_frames, tokens_per_frame_, key.device())};
+  out.key = torch::cat(keys, 1);
+  out.value = torch::cat(values, 1);
   // Its frames replace those it covers; frames no later query sees go (later passes start here or
   // after: the window's start only moves on).
   std::erase_if(held, [&](const Frame& f) { return f.index >= first && f.index < first + count; });

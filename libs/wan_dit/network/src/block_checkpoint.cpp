@@ -120,7 +120,12 @@ struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
     ctx->saved_data["sequence"] = reinterpret_cast<std::int64_t>(rope->sequence);
     // A causal block recomputes under its mask (a rollout's cache is never checkpointed: causal_blocks).
     ctx->saved_data["causal"] = rope->causal != nullptr;
-    if (rope->causal != nullptr) ctx->saved_data["causal_mask"] = rope->causal->mask;
+    if (rope->causal != nullptr) {
+      ctx->saved_data["causal_layout"] = reinterpret_cast<std::int64_t>(rope->causal->layout);
+      std::vector<std::int64_t> tags;  // frame, noisy
+      for (const FrameTag& tag : rope->causal->tags) tags.insert(tags.end(), {tag.frame, tag.noisy ? 1 : 0});
+      ctx->saved_data["causal_tags"] = tags;
+    }
     ctx->saved_data["parameters"] = static_cast<std::int64_t>(parameters.size());
     ctx->saved_data["chunks"] = chunks;
     const auto device_type = x.device().type();
@@ -136,7 +141,9 @@ struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
                     reinterpret_cast<const wanfw::SequenceSplit*>(ctx->saved_data["sequence"].toInt())};
     CausalAttention causal;
     if (ctx->saved_data["causal"].toBool()) {
-      causal.mask = ctx->saved_data["causal_mask"].toTensor();
+      causal.layout = reinterpret_cast<const CausalLayout*>(ctx->saved_data["causal_layout"].toInt());
+      const std::vector<std::int64_t> tags = ctx->saved_data["causal_tags"].toIntVector();
+      for (std::size_t i = 0; i + 1 < tags.size(); i += 2) causal.tags.push_back({tags[i], tags[i + 1] != 0});
       rope.causal = &causal;
     }
     const auto saved = ctx->get_saved_variables();

@@ -33,13 +33,18 @@ torch::Tensor WanBlockImpl::forward(const torch::Tensor& x, const torch::Tensor&
   torch::Tensor mixed;
   {  // the queries, keys and values go once mixed: a forward without a graph holds them no longer
     const auto qkv = attention_inputs(x, e, split ? torch::Tensor() : rope.rotations);
-    if (const CausalAttention* causal = rope.causal) {  // block-causal: the mask, or the cache's frames
-      if (causal->cache == nullptr) {
-        mixed = self_attn->mix_masked(qkv[0], qkv[1], qkv[2], causal->mask, x.scalar_type());
-      } else {
-        const auto over = causal->cache->pass(causal->layer, causal->first_frame, causal->frames, qkv[1], qkv[2]);
-        mixed = self_attn->mix_masked(qkv[0], over.key, over.value, over.mask, x.scalar_type());
+    if (const CausalAttention* causal = rope.causal) {  // block-causal: over its frames, or the cache's too
+      torch::Tensor key = qkv[1], value = qkv[2];
+      std::vector<FrameTag> keys = causal->tags;
+      if (causal->cache != nullptr) {
+        auto over = causal->cache->pass(causal->layer, causal->first_frame, causal->frames, key, value);
+        key = over.key, value = over.value, keys = std::move(over.frames);
       }
+      const auto attend = [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+        return self_attn->mix_masked(q, k, v, {}, x.scalar_type());
+      };
+      mixed = causal_attention(*causal->layout, qkv[0], key, value, causal->tags, keys,
+                               x.size(1) / std::ssize(causal->tags), attend);
     } else {
       mixed = self_attn->mix(qkv[0], qkv[1], qkv[2], split ? &rope : nullptr, x.scalar_type());
     }

@@ -3,12 +3,14 @@
 // video in chunks of latent frames, attention bidirectional within a chunk and causal across, with
 // an optional local window that keeps the first frames (attention sinks). A chunk-by-chunk rollout
 // keeps each block's keys and values of the frames it has passed in a KvCache, so that a chunk
-// attends to the chunks before it without running them again; one full-sequence forward with the
-// block-causal mask computes the same.
+// attends to the chunks before it without running them again; one full-sequence forward computes
+// the same. Attention runs a query chunk at a time over exactly the keys it sees (every query of a
+// chunk sees the same ones): no mask, whatever the length, so the fused kernels serve it.
 
 #include <array>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -16,9 +18,19 @@
 
 namespace wan {
 
+/// A latent frame in an attention's sequence: its index in the video, and for the teacher-forcing
+/// layout which copy it is (clean or noisy).
+struct FrameTag {
+  std::int64_t frame = 0;
+  bool noisy = false;
+  bool operator==(const FrameTag&) const = default;
+};
+
 /// Which keys a query sees. A query in latent frame q sees key frame k when k lies in q's chunk or
 /// an earlier one (k < chunk_end(q)) and, with a window of W frames and S sinks, k is one of the
-/// S first frames or one of the W - S frames before chunk_end(q).
+/// S first frames or one of the W - S frames before chunk_end(q). In the teacher-forcing layout a
+/// clean frame sees the clean frames so, and a noisy frame its own chunk's noisy frames and the
+/// clean frames it sees of the chunks before its own.
 struct CausalLayout {
   std::int64_t frames_per_chunk = 3;
   std::int64_t window_frames = 0;  ///< W; 0: every earlier frame
@@ -29,22 +41,27 @@ struct CausalLayout {
   /// The frame after the last of frame `q`'s chunk.
   std::int64_t chunk_end(std::int64_t q) const { return (q / frames_per_chunk + 1) * frames_per_chunk; }
   bool sees(std::int64_t q, std::int64_t k) const;
-  /// The mask of queries in `query_frames` over keys in `key_frames` (each frame `tokens_per_frame`
-  /// tokens in a row): [queries, keys], true where a query attends; undefined when every query
-  /// sees every key (no mask needed).
-  torch::Tensor mask(const std::vector<std::int64_t>& query_frames, const std::vector<std::int64_t>& key_frames,
+  bool sees(const FrameTag& q, const FrameTag& k) const;
+  /// The dense mask of queries over keys (each frame `tokens_per_frame` tokens in a row): [queries,
+  /// keys], true where a query attends. What causal_attention computes without it (tests compare).
+  torch::Tensor mask(const std::vector<FrameTag>& queries, const std::vector<FrameTag>& keys,
                      std::int64_t tokens_per_frame, const torch::Device& device) const;
-  /// The teacher-forcing layout's mask over [a clean copy of frames 0..F-1 | a noisy copy of them]
-  /// (2F frames, each `tokens_per_frame` tokens): clean frames attend block-causally among
-  /// themselves; a noisy chunk attends to itself and to the clean frames of the chunks before it
-  /// (those it sees, with a window), as a rollout's chunk attends to its cache; no clean frame
-  /// attends to a noisy one.
-  torch::Tensor teacher_forcing_mask(std::int64_t frames, std::int64_t tokens_per_frame,
-                                     const torch::Device& device) const;
 };
 
-/// The frames first, first + 1, ..., first + count - 1.
-std::vector<std::int64_t> frame_range(std::int64_t first, std::int64_t count);
+/// Clean frames first, first + 1, ..., first + count - 1.
+std::vector<FrameTag> frame_range(std::int64_t first, std::int64_t count);
+/// The teacher-forcing layout of F frames: a clean copy of frames 0..F-1, then a noisy copy.
+std::vector<FrameTag> teacher_forcing_frames(std::int64_t frames);
+
+/// The attention of `query` [B, Lq, heads, head_dim] (frames `queries`, `tokens_per_frame` tokens
+/// each) over `key`, `value` [B, Lk, heads, head_dim] (frames `keys`) as `layout` says: each run of
+/// query frames that sees the same keys attends over those alone through `attend` (q, k, v) ->
+/// [B, L, ...], and the runs' results are joined along the tokens.
+using Attend = std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&)>;
+torch::Tensor causal_attention(const CausalLayout& layout, const torch::Tensor& query, const torch::Tensor& key,
+                               const torch::Tensor& value, const std::vector<FrameTag>& queries,
+                               const std::vector<FrameTag>& keys, std::int64_t tokens_per_frame,
+                               const Attend& attend);
 
 /// Each block's self-attention keys and values (RoPE applied, at their absolute frames) of the
 /// frames a rollout has passed, frame by frame. A pass over frames already held replaces them (the
@@ -57,10 +74,11 @@ class KvCache {
 
   /// Frames [first, first + count) pass through block `layer` with `key`, `value` [B, count *
   /// tokens_per_frame, heads, head_dim]: returns the keys and values they attend over (the held
-  /// frames before `first`, then this pass's own, live) and the mask of the pass's queries over
-  /// them (undefined: none); stores this pass's, replacing the frames it covers.
+  /// frames before `first`, then this pass's own, live) with their frames; stores this pass's,
+  /// replacing the frames it covers.
   struct Attended {
-    torch::Tensor key, value, mask;
+    torch::Tensor key, value;
+    std::vector<FrameTag> frames;
   };
   Attended pass(std::size_t layer, std::int64_t first, std::int64_t count, const torch::Tensor& key,
                 const torch::Tensor& value);
@@ -84,15 +102,15 @@ class KvCache {
   std::int64_t end_frame_ = 0;
 };
 
-/// What a block's self-attention needs of a causal forward: the layout, and either the KV cache of
-/// a rollout (with the pass's frames) or, for a full-sequence forward, the block-causal mask.
+/// What a block's self-attention needs of a causal forward: the layout, the frames of its tokens,
+/// and for a rollout's pass the KV cache (with the pass's first frame and count).
 struct CausalAttention {
   const CausalLayout* layout = nullptr;
   KvCache* cache = nullptr;
   std::int64_t first_frame = 0;
   std::int64_t frames = 0;
   std::size_t layer = 0;
-  torch::Tensor mask;  ///< full-sequence forward: [L, L], true where a query attends (undefined: none)
+  std::vector<FrameTag> tags;  ///< the frames of the block's tokens, in order
 };
 
 /// How the DiT runs causally (WanDiTImpl::forward): the layout; with `cache`, a rollout's pass over
@@ -102,8 +120,7 @@ struct CausalPass {
   KvCache* cache = nullptr;
   std::int64_t first_frame = 0;
   /// The latents are [a clean copy | a noisy copy] of the same F frames (2F frames, both copies at
-  /// RoPE positions 0..F-1; CausalLayout::teacher_forcing_mask): the regression stage's layout. No
-  /// cache.
+  /// RoPE positions 0..F-1; teacher_forcing_frames): the regression stage's layout. No cache.
   bool teacher_forcing = false;
 };
 
@@ -116,7 +133,6 @@ torch::Tensor frame_timesteps(const torch::Tensor& t, const std::array<std::int6
 /// `checkpoint`, a rollout's cache (the recomputation would read it as later passes left it);
 /// `split_or_vace`, sequence parallelism or a VACE branch.
 std::vector<CausalAttention> causal_blocks(const CausalPass& causal, const std::array<std::int64_t, 3>& grid,
-                                           std::size_t blocks, const torch::Device& device, bool checkpoint,
-                                           bool split_or_vace);
+                                           std::size_t blocks, bool checkpoint, bool split_or_vace);
 
 }  // namespace wan
