@@ -31,6 +31,13 @@ using T = wanfw::OptionType;
 
 wan::WanConfig config_from(const wanfw::Options& o) { return wan::config_from_options(o, ""); }
 
+/// The layout the memory plan counts: a causal student's teacher-forcing step runs [clean | noisy]
+/// copies of the latents' frames, twice the tokens.
+wanfw::TrainingLayout causal_layout(const FlowMatchingSettings& s, wanfw::TrainingLayout layout) {
+  if (s.causal.enabled() && layout.latent.size() == 3) layout.latent[0] *= 2;
+  return layout;
+}
+
 using wan_fm::settings_from;
 
 /// Network groups (wanfw/parallel/network_groups.hpp) of `groups` sizes hold the two experts of expert: both
@@ -90,8 +97,8 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
   if (vace_whole) denoiser.train_vace_branch();
   if (s.lora.enabled() && !ctx.layout.sharded) {
     const wan::PlannedRun run{config, s.lora, o.string("dtype"), static_cast<int>(denoiser.dits().size()), s.task};
-    model->set_planned_device_bytes(
-        wan::estimate_memory(run, wan::configured_memory(o, ctx.layout), ctx.layout).device);
+    const wanfw::TrainingLayout planned = causal_layout(s, ctx.layout);
+    model->set_planned_device_bytes(wan::estimate_memory(run, wan::configured_memory(o, planned), planned).device);
   }
   for (auto& dit : denoiser.dits()) {
     dit->set_gradient_checkpointing(o.boolean("gradient_checkpointing"));
@@ -170,9 +177,10 @@ std::string inspect(const wanfw::Options& o, const wanfw::TrainingLayout& layout
                                     : "");
   const auto split = c.rope_split();
   const std::string memory = wan::adapter_summary(c, s.lora, models);
+  const wanfw::TrainingLayout planned = causal_layout(s, layout);
   const std::string plan = placed ? placed_plan(o, c, s, layout)
                                   : wan::memory_plan({c, s.lora, o.string("dtype"), models, s.task},
-                                                     wan::configured_memory(o, layout), layout);
+                                                     wan::configured_memory(o, planned), planned);
   return fmt::format(
              "Wan DiT, preset {}: dim {}, ffn_dim {}, {} heads (head dim {}, RoPE {}/{}/{}), {} layers, in {}, out "
              "{}, text_dim {} (contexts padded to {} tokens)\n"

@@ -1,7 +1,8 @@
 """A causal (streaming) student (model.causal.frames_per_chunk) on the tiny Wan DiT: the
 teacher-forcing objective trains it (its loss falls), each chunk at its own level drawn from the
 sample's stream, so that ddp and accumulation end at one device's weights; `wanfw sample` makes the
-video chunk by chunk; settings a causal student cannot take are refused naming the option."""
+video chunk by chunk; the memory plan counts the teacher-forcing step's doubled sequence; settings
+a causal student cannot take are refused naming the option."""
 
 import pytest
 import torch
@@ -68,3 +69,11 @@ def test_settings_a_causal_student_cannot_take_are_refused_naming_the_option(tmp
     args = [a for s in sets for a in ("--set", s)]
     result = wanfw("run", path, *args)
     assert result.returncode != 0 and message in result.stdout + result.stderr, result.stderr
+
+
+def test_the_memory_plan_counts_the_teacher_forcing_steps_clean_and_noisy_copies(tmp_path):
+    path = experiment(tmp_path, "causal", CPU, 4, CAUSAL, **FOUR_FRAMES)
+    causal = wanfw("model-info", path, check=0).stdout
+    plain = wanfw("model-info", path, "--set", "model.causal.frames_per_chunk=0", check=0).stdout
+    assert "activations for latents 4x4x4: 16 tokens x batch 4" in plain, plain
+    assert "activations for latents 8x4x4: 32 tokens x batch 4" in causal, causal
