@@ -59,7 +59,7 @@ def test_wanfw_sample_makes_a_causal_students_video_chunk_by_chunk(tmp_path):
 
 
 @pytest.mark.parametrize("sets, message", [
-    (["model.causal.frames_per_chunk=3"], "4 latent frames do not divide into chunks of causal.frames_per_chunk 3"),
+    (["model.causal.frames_per_chunk=3"], "the largest bucket's 4 latent frames do not cut into chunks of 3"),
     (["model.task=ti2v"], "a causal student generates text to video; ti2v is not supported yet"),
     (["model.causal.window_frames=3", "model.causal.sink_frames=2"], "causal.window_frames"),
     (["model.causal.steps=[1000, 1000]"], "causal.steps"),
@@ -67,8 +67,9 @@ def test_wanfw_sample_makes_a_causal_students_video_chunk_by_chunk(tmp_path):
 def test_settings_a_causal_student_cannot_take_are_refused_naming_the_option(tmp_path, sets, message):
     path = experiment(tmp_path, "causal", CPU, 4, CAUSAL, trainer={"max_steps": 1}, **FOUR_FRAMES)
     args = [a for s in sets for a in ("--set", s)]
-    result = wanfw("run", path, *args)
-    assert result.returncode != 0 and message in result.stdout + result.stderr, result.stderr
+    for command in ("validate", "run"):  # before the first step
+        result = wanfw(command, path, *args)
+        assert result.returncode != 0 and message in result.stdout + result.stderr, result.stderr
 
 
 def test_the_memory_plan_counts_the_teacher_forcing_steps_clean_and_noisy_copies(tmp_path):
