@@ -85,6 +85,9 @@ struct Batch {
   /// the same on any layout (a model may stratify its draws over a step with it); empty elsewhere.
   std::vector<std::int64_t> step_positions{};
   std::int64_t step_samples = 0;
+  /// Training batches: the optimizer step's index in its epoch, the same on every rank and
+  /// micro-batch of the step (wanfw::step_rand draws once a step with it); -1 elsewhere.
+  std::int64_t step = -1;
 
   /// The field `name`; throws wanfw::Error naming the missing field and those present.
   const at::Tensor& at(const std::string& name) const;

@@ -37,4 +37,9 @@ at::Tensor sample_randn(const Batch& batch, std::string_view stream, at::IntArra
 at::Tensor sample_rand(const Batch& batch, std::string_view stream, at::IntArrayRef shape = {},
                        at::ScalarType dtype = at::kFloat);
 
+/// One uniform draw in [0, 1) for the whole optimizer step (Batch::step, epoch and seed): the same
+/// on every rank and micro-batch of the step, so a choice made with it (how many passes a step
+/// runs) is made alike everywhere and on any layout. Validation batches (step -1) repeat theirs.
+double step_rand(const Batch& batch, std::string_view stream);
+
 }  // namespace wanfw

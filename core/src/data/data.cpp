@@ -65,6 +65,7 @@ Batch Batch::to(const at::Device& device, bool non_blocking) const {
   out.weight = weight;
   out.step_positions = step_positions;
   out.step_samples = step_samples;
+  out.step = step;
   for (const auto& [name, tensor] : fields) {
     const auto dtype = dtypes.find(name);
     out.fields[name] = tensor.to(device, dtype == dtypes.end() ? tensor.scalar_type() : dtype->second, non_blocking);
@@ -82,6 +83,7 @@ Batch Batch::slice(std::int64_t start, std::int64_t length) const {
   out.weight = weight;  // a replica's slice weighs by its share of it on top (Strategy::backward)
   out.dtypes = dtypes;
   out.step_samples = step_samples;
+  out.step = step;
   if (!step_positions.empty())
     out.step_positions.assign(step_positions.begin() + start, step_positions.begin() + start + length);
   if (!sample_ids.empty())

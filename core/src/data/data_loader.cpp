@@ -156,6 +156,7 @@ Batch DataLoader::make_batch(std::int64_t batch_index) {
     none.epoch = epoch_;
     none.seed = options_.seed;
     none.weight = 0;
+    none.step = batch_index / accumulation;
     return none;
   }
   // Shapes first (no values read: shards stay mapped), then each sample's bytes once, copied
@@ -197,6 +198,7 @@ Batch DataLoader::make_batch(std::int64_t batch_index) {
   batch.sample_ids = std::move(kept);
   batch.step_positions = std::move(kept_positions);
   batch.step_samples = static_cast<std::int64_t>(step.samples.size());
+  batch.step = batch_index / accumulation;
   batch.epoch = epoch_;
   batch.seed = options_.seed;
   batch.weight = weight;

@@ -66,4 +66,11 @@ at::Tensor sample_rand(const Batch& batch, std::string_view stream, at::IntArray
   return draw(batch, stream, shape, dtype, Distribution::Uniform);
 }
 
+double step_rand(const Batch& batch, std::string_view stream) {
+  // Keyed by the step where a sample's streams take its id; the name keeps the two apart.
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(
+      sample_stream_seed(batch.seed, batch.step, batch.epoch, fmt::format("step/{}", stream)));
+  return at::rand({1}, generator, at::TensorOptions().dtype(at::kDouble)).item<double>();
+}
+
 }  // namespace wanfw

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "dmd/causal_rollout.hpp"
 #include "dmd/dmd_schema.hpp"
 #include "negative_context.hpp"
 #include "wan/memory_options.hpp"
@@ -172,6 +173,8 @@ DistillSettings settings_from(const wanfw::Options& o, const Networks& n, bool r
   s.activation_offload = wan::activation_offload_from(o);
   s.recompute_chunks = wan::recompute_chunks_from(o);
   (void)teacher_device(o, c10::Device(c10::kCPU));  // the name is checked with the config
+  s.causal = wan::causal_settings_from(o, /*own_steps=*/false);
+  if (s.causal.enabled()) refuse_what_a_causal_generator_cannot_do(o, s, n.expert);
   return s;
 }
 
@@ -267,6 +270,12 @@ std::vector<wanfw::OptionSpec> distill_options() {
   options.insert(options.end(), rest.begin(), rest.end());
   const auto dmd = dmd_options();
   options.insert(options.end(), dmd.begin(), dmd.end());
+  const auto causal = wan::causal_options(
+      "under objective dmd the generator trains on its own rollout (Self Forcing: each chunk's steps from noise "
+      "to a step drawn once an optimizer step, the gradient through that step's forward alone), its steps "
+      "generator_steps at generator_shift",
+      /*own_steps=*/false);
+  options.insert(options.end(), causal.begin(), causal.end());
   const auto lora = wan::lora_options("the student");
   options.insert(options.end(), lora.begin(), lora.end());
   const auto timesteps = wan::timestep_options(/*fixed=*/true);

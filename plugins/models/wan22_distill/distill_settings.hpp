@@ -8,6 +8,7 @@
 
 #include <torch/types.h>
 
+#include "wan/causal_options.hpp"
 #include "wan/flow_matching.hpp"
 #include "wan/lora.hpp"
 #include "wanfw/data.hpp"
@@ -44,6 +45,9 @@ struct DistillSettings {
   bool teacher_fp8 = false;                  ///< teacher_base_dtype float8_e4m3fn
   bool activation_offload = false;           ///< checkpointed blocks' inputs wait in host memory
   std::int64_t recompute_chunks = 1;         ///< a checkpointed block recomputed in chunks of tokens
+  /// A causal (streaming) generator (objective dmd): block-causal over chunks, trained on its own
+  /// rollout with the KV cache (dmd/causal_rollout.hpp); its steps are generator_steps.
+  wan::CausalSettings causal;
 };
 
 }  // namespace wan_distill

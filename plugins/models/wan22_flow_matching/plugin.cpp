@@ -269,7 +269,9 @@ wanfw::PluginDescriptor describe() {
       "Latent frames x height x width (\"21x60x104\") `wanfw sample` draws when its inputs hold neither noise nor "
       "latents to take the shape from, and the size of the previews of validation.preview_prompts.");
   d.options.insert(d.options.end(), sampler.begin(), sampler.end());
-  const auto causal = wan::causal_options();
+  const auto causal = wan::causal_options(
+      "training runs the teacher-forcing objective (each chunk noised at its own level, attending to the clean "
+      "chunks before it)");
   d.options.insert(d.options.end(), causal.begin(), causal.end());
   const auto vae = wan::vae_options();
   d.options.insert(d.options.end(), vae.begin(), vae.end());

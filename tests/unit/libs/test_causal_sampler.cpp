@@ -92,3 +92,60 @@ TEST_CASE("a sampled chunk is final as soon as it is made: more chunks after it 
   CHECK(torch::equal(five.narrow(2, 0, 3 * kSamplerChunk), three));
   CHECK(cache.end_frame() == 5 * kSamplerChunk);  // the cache was cleared and refilled for the new video
 }
+
+TEST_CASE("a self-rollout exits each chunk at its exit step, the sampler's chunk at that step, with a graph") {
+  Student student;
+  const wan::CausalLayout layout{kSamplerChunk};
+  wan::KvCache cache(layout, 2, 4);
+  const std::vector<std::int64_t> chunk_shape = {1, 4, kSamplerChunk, 4, 4};
+  const auto noise = [&](std::int64_t k, std::int64_t j) { return wan::chunk_noise(kSamplerSeed, k, j, chunk_shape); };
+  const wan::CausalSampling four{{1000, 937.5, 833.3, 625}, 0, 3};
+  // Exit at step 2: the sampler stopped after its first 3 steps makes the same video.
+  const torch::Tensor rolled = wan::causal_rollout(student.velocity(), cache, noise, four, 2);
+  CHECK(rolled.requires_grad());
+  const torch::Tensor sampled = wan::causal_sample(student.velocity(), cache, {1, 4, 4, 4},
+                                                   {{1000, 937.5, 833.3}, 0, 3}, kSamplerSeed, torch::kCPU);
+  CHECK(torch::equal(rolled.detach(), sampled));
+}
+
+TEST_CASE("a self-rollout's gradient goes through each chunk's exit forward alone") {
+  Student student;
+  const wan::CausalLayout layout{kSamplerChunk};
+  wan::KvCache cache(layout, 2, 4);
+  const std::vector<std::int64_t> chunk_shape = {1, 4, kSamplerChunk, 4, 4};
+  const auto noise = [&](std::int64_t k, std::int64_t j) { return wan::chunk_noise(kSamplerSeed, k, j, chunk_shape); };
+  std::vector<bool> with_graph;  // each pass: whether autograd records it
+  const wan::CausalVelocity recorded = [&](const torch::Tensor& x, const torch::Tensor& t,
+                                           const wan::CausalPass& pass) {
+    with_graph.push_back(torch::GradMode::is_enabled());
+    return student.velocity()(x, t, pass);
+  };
+  const torch::Tensor video = wan::causal_rollout(recorded, cache, noise, {{1000, 900, 700, 500}, 0, 3}, 2);
+  // Per chunk: steps 0 and 1 without a graph, the exit step 2 with one, the context pass without.
+  const std::vector<bool> chunk = {false, false, true, false};
+  std::vector<bool> expected;
+  for (int k = 0; k < 3; ++k) expected.insert(expected.end(), chunk.begin(), chunk.end());
+  CHECK(with_graph == expected);
+  // The last chunk's gradient reaches the weights only through its own exit forward: the same
+  // gradient as that one forward over the cache the earlier chunks left.
+  video.narrow(2, 2 * kSamplerChunk, kSamplerChunk).pow(2).sum().backward();
+  std::vector<torch::Tensor> through_rollout;
+  for (const auto& p : student.dit->parameters()) through_rollout.push_back(p.grad().clone());
+  student.dit->zero_grad();
+  torch::Tensor x;
+  {
+    torch::NoGradGuard no_grad;  // chunk 2's input at its exit step, and the cache before it
+    (void)wan::causal_rollout(student.velocity(), cache, noise, {{1000, 900, 700, 500}, 0, 2}, 2);
+    x = noise(2, 0);
+    for (const auto& [t, next, j] : {std::tuple{1000.0, 0.9, 1}, {900.0, 0.7, 2}}) {
+      const wan::CausalPass pass{&layout, &cache, 2 * kSamplerChunk};
+      const torch::Tensor estimate = x - t / 1000 * student.velocity()(x, torch::full({1, kSamplerChunk}, t), pass);
+      x = (1 - next) * estimate + next * noise(2, j);
+    }
+  }
+  const wan::CausalPass exit{&layout, &cache, 2 * kSamplerChunk};
+  (x - 0.7 * student.velocity()(x, torch::full({1, kSamplerChunk}, 700.0), exit)).pow(2).sum().backward();
+  const auto parameters = student.dit->parameters();
+  for (std::size_t i = 0; i < parameters.size(); ++i)
+    CHECK(torch::allclose(parameters[i].grad(), through_rollout[i], 1e-5, 1e-6));
+}

@@ -111,7 +111,7 @@ torch::Tensor frame_timesteps(const torch::Tensor& t, const std::array<std::int6
 }
 
 std::vector<CausalAttention> causal_blocks(const CausalPass& causal, const std::array<std::int64_t, 3>& grid,
-                                           std::size_t blocks, bool checkpoint, bool split_or_vace) {
+                                           std::size_t blocks, bool split_or_vace) {
   if (causal.layout == nullptr) return {};
   causal.layout->validate();
   if (split_or_vace)
@@ -119,10 +119,6 @@ std::vector<CausalAttention> causal_blocks(const CausalPass& causal, const std::
                        "train the causal student without sequence_parallel and without VACE");
   const std::int64_t tokens_per_frame = grid[1] * grid[2];
   if (causal.cache != nullptr) {
-    if (checkpoint)
-      throw wanfw::Error("a causal rollout's pass with gradient checkpointing is not supported yet: the "
-                         "recomputation would read the KV cache as later passes leave it",
-                         "run the pass that needs a gradient without gradient checkpointing");
     if (causal.cache->tokens_per_frame() != tokens_per_frame)
       throw wanfw::Error(fmt::format("KV cache of {} tokens a frame, but the latents have {} ({}x{})",
                                      causal.cache->tokens_per_frame(), tokens_per_frame, grid[1], grid[2]));
@@ -135,7 +131,7 @@ std::vector<CausalAttention> causal_blocks(const CausalPass& causal, const std::
       causal.teacher_forcing ? teacher_forcing_frames(grid[0] / 2) : frame_range(causal.first_frame, grid[0]);
   std::vector<CausalAttention> out;
   for (std::size_t i = 0; i < blocks; ++i)
-    out.push_back({causal.layout, causal.cache, causal.first_frame, grid[0], i, tags});
+    out.push_back({causal.layout, causal.cache, causal.first_frame, grid[0], i, tags, nullptr});
   return out;
 }
 
@@ -144,28 +140,44 @@ KvCache::KvCache(CausalLayout layout, std::int64_t layers, std::int64_t tokens_p
   layout_.validate();
 }
 
-KvCache::Attended KvCache::pass(std::size_t layer, std::int64_t first, std::int64_t count, const torch::Tensor& key,
-                                const torch::Tensor& value) {
+void KvCache::check(std::size_t layer, std::int64_t count, const torch::Tensor& key) const {
   if (layer >= layers_.size())
     throw wanfw::Error(fmt::format("KV cache: block {} of a cache for {} blocks", layer, layers_.size()));
   if (key.size(1) != count * tokens_per_frame_)
     throw wanfw::Error(fmt::format("KV cache: {} frames of {} tokens, but {} keys", count, tokens_per_frame_,
                                    key.size(1)));
-  std::deque<Frame>& held = layers_[layer];
-  // What the pass attends over: the held frames before it (values only), then its own.
-  std::vector<torch::Tensor> keys, values;
-  Attended out;
-  for (const Frame& f : held)
+}
+
+HeldFrames KvCache::held(std::size_t layer, std::int64_t first) const {
+  if (layer >= layers_.size())
+    throw wanfw::Error(fmt::format("KV cache: block {} of a cache for {} blocks", layer, layers_.size()));
+  HeldFrames out;
+  for (const Frame& f : layers_[layer])
     if (f.index < first) {
-      keys.push_back(f.key);
-      values.push_back(f.value);
       out.frames.push_back({f.index, false});
+      out.keys.push_back(f.key);
+      out.values.push_back(f.value);
     }
+  return out;
+}
+
+KvCache::Attended KvCache::attended(const HeldFrames& held, std::int64_t first, std::int64_t count,
+                                    const torch::Tensor& key, const torch::Tensor& value) {
+  Attended out;
+  out.frames = held.frames;
   for (const FrameTag& own : frame_range(first, count)) out.frames.push_back(own);
+  std::vector<torch::Tensor> keys = held.keys, values = held.values;
   keys.push_back(key);
   values.push_back(value);
-  out.key = torch::cat(keys, 1);
-  out.value = torch::cat(values, 1);
+  out.key = keys.size() == 1 ? key : torch::cat(keys, 1);
+  out.value = values.size() == 1 ? value : torch::cat(values, 1);
+  return out;
+}
+
+void KvCache::store(std::size_t layer, std::int64_t first, std::int64_t count, const torch::Tensor& key,
+                    const torch::Tensor& value) {
+  check(layer, count, key);
+  std::deque<Frame>& held = layers_[layer];
   // Its frames replace those it covers; frames no later query sees go (later passes start here or
   // after: the window's start only moves on).
   std::erase_if(held, [&](const Frame& f) { return f.index >= first && f.index < first + count; });
@@ -178,6 +190,14 @@ KvCache::Attended KvCache::pass(std::size_t layer, std::int64_t first, std::int6
   }
   std::erase_if(held, [&](const Frame& f) { return !layout_.sees(first, f.index) && f.index < first; });
   end_frame_ = std::max(end_frame_, first + count);
+}
+
+KvCache::Attended KvCache::pass(std::size_t layer, std::int64_t first, std::int64_t count, const torch::Tensor& key,
+                                const torch::Tensor& value) {
+  check(layer, count, key);
+  // What the pass attends over: the held frames before it (values only), then its own.
+  Attended out = attended(held(layer, first), first, count, key, value);
+  store(layer, first, count, key, value);
   return out;
 }
 

@@ -22,36 +22,55 @@ torch::Tensor chunk_noise(std::uint64_t seed, std::int64_t chunk, std::int64_t s
   return torch::randn(shape, generator, torch::TensorOptions().dtype(torch::kFloat32));
 }
 
+torch::Tensor causal_rollout(const CausalVelocity& velocity, KvCache& cache, const ChunkNoise& noise,
+                             const CausalSampling& sampling, std::size_t exit_step,
+                             const std::function<void(std::int64_t, const torch::Tensor&)>& made) {
+  if (sampling.timesteps.empty() || sampling.chunks < 1)
+    throw wanfw::Error("causal sampling needs at least one timestep and one chunk");
+  if (exit_step >= sampling.timesteps.size())
+    throw wanfw::Error(fmt::format("a rollout's exit step {} is past its {} steps", exit_step,
+                                   sampling.timesteps.size()));
+  cache.clear();
+  const std::int64_t f = cache.layout().frames_per_chunk;
+  std::vector<torch::Tensor> chunks;
+  for (std::int64_t k = 0; k < sampling.chunks; ++k) {
+    const CausalPass pass{&cache.layout(), &cache, k * f};
+    torch::Tensor x = noise(k, 0).to(torch::kFloat32);
+    const auto levels = [&](double t) { return torch::full({x.size(0), f}, t, x.options()); };
+    const auto estimate_at = [&](std::size_t j) {
+      const double t = sampling.timesteps[j];
+      return x - (t / 1000.0) * velocity(x, levels(t), pass).to(torch::kFloat32);
+    };
+    for (std::size_t j = 0; j < exit_step; ++j) {  // the steps before the exit, without autograd
+      torch::NoGradGuard no_grad;
+      const double next = sampling.timesteps[j + 1] / 1000.0;
+      x = (1 - next) * estimate_at(j) + next * noise(k, static_cast<std::int64_t>(j) + 1).to(torch::kFloat32);
+    }
+    const torch::Tensor estimate = estimate_at(exit_step);
+    {
+      // The clean chunk once more at the context timestep: its keys and values stay for the next.
+      torch::NoGradGuard no_grad;
+      velocity(estimate.detach(), levels(sampling.context_timestep), pass);
+    }
+    if (made) made(k, estimate);
+    chunks.push_back(estimate);
+  }
+  return torch::cat(chunks, 2);
+}
+
 torch::Tensor causal_sample(const CausalVelocity& velocity, KvCache& cache, at::IntArrayRef shape,
                             const CausalSampling& sampling, std::uint64_t seed, const torch::Device& device,
                             const std::function<void(std::int64_t, const torch::Tensor&)>& made) {
   if (shape.size() != 4)
     throw wanfw::Error(fmt::format("causal sampling makes latents of [B, C, H, W] frames, got {}", c10::str(shape)));
-  if (sampling.timesteps.empty() || sampling.chunks < 1)
-    throw wanfw::Error("causal sampling needs at least one timestep and one chunk");
   torch::NoGradGuard no_grad;
-  cache.clear();
-  const std::int64_t f = cache.layout().frames_per_chunk, batch = shape[0];
-  const std::vector<std::int64_t> chunk_shape = {shape[0], shape[1], f, shape[2], shape[3]};
-  const auto levels = [&](double t) { return torch::full({batch, f}, t, torch::TensorOptions().device(device)); };
-  std::vector<torch::Tensor> chunks;
-  for (std::int64_t k = 0; k < sampling.chunks; ++k) {
-    const CausalPass pass{&cache.layout(), &cache, k * f};
-    torch::Tensor x = chunk_noise(seed, k, 0, chunk_shape).to(device), estimate;
-    for (std::size_t j = 0; j < sampling.timesteps.size(); ++j) {
-      const double t = sampling.timesteps[j], s = t / 1000.0;
-      estimate = x - s * velocity(x, levels(t), pass).to(torch::kFloat32);
-      if (j + 1 == sampling.timesteps.size()) break;
-      const double next = sampling.timesteps[j + 1] / 1000.0;
-      const torch::Tensor fresh = chunk_noise(seed, k, static_cast<std::int64_t>(j) + 1, chunk_shape).to(device);
-      x = (1 - next) * estimate + next * fresh;
-    }
-    // The clean chunk once more at the context timestep: its keys and values stay for the next.
-    velocity(estimate, levels(sampling.context_timestep), pass);
-    if (made) made(k, estimate);
-    chunks.push_back(estimate);
-  }
-  return torch::cat(chunks, 2);
+  const std::vector<std::int64_t> chunk_shape = {shape[0], shape[1], cache.layout().frames_per_chunk, shape[2],
+                                                 shape[3]};
+  const auto noise = [&](std::int64_t chunk, std::int64_t step) {
+    return chunk_noise(seed, chunk, step, chunk_shape).to(device);
+  };
+  const std::size_t last = sampling.timesteps.empty() ? 0 : sampling.timesteps.size() - 1;
+  return causal_rollout(velocity, cache, noise, sampling, last, made);
 }
 
 }  // namespace wan

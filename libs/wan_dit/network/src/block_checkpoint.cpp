@@ -118,13 +118,23 @@ struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
     ctx->saved_data["block"] = reinterpret_cast<std::int64_t>(block);
     ctx->saved_data["rope"] = rope->rotations;
     ctx->saved_data["sequence"] = reinterpret_cast<std::int64_t>(rope->sequence);
-    // A causal block recomputes under its mask (a rollout's cache is never checkpointed: causal_blocks).
+    // A causal block recomputes under its mask; a rollout's pass over the frames it found in the
+    // cache, which later passes change.
     ctx->saved_data["causal"] = rope->causal != nullptr;
-    if (rope->causal != nullptr) {
-      ctx->saved_data["causal_layout"] = reinterpret_cast<std::int64_t>(rope->causal->layout);
+    if (const CausalAttention* causal = rope->causal) {
+      ctx->saved_data["causal_layout"] = reinterpret_cast<std::int64_t>(causal->layout);
       std::vector<std::int64_t> tags;  // frame, noisy
-      for (const FrameTag& tag : rope->causal->tags) tags.insert(tags.end(), {tag.frame, tag.noisy ? 1 : 0});
+      for (const FrameTag& tag : causal->tags) tags.insert(tags.end(), {tag.frame, tag.noisy ? 1 : 0});
       ctx->saved_data["causal_tags"] = tags;
+      if (causal->cache != nullptr) {
+        const HeldFrames held = causal->cache->held(causal->layer, causal->first_frame);
+        std::vector<std::int64_t> frames;
+        for (const FrameTag& tag : held.frames) frames.push_back(tag.frame);
+        ctx->saved_data["causal_held_frames"] = frames;
+        ctx->saved_data["causal_held_keys"] = held.keys;
+        ctx->saved_data["causal_held_values"] = held.values;
+        ctx->saved_data["causal_span"] = std::vector<std::int64_t>{causal->first_frame, causal->frames};
+      }
     }
     ctx->saved_data["parameters"] = static_cast<std::int64_t>(parameters.size());
     ctx->saved_data["chunks"] = chunks;
@@ -144,6 +154,17 @@ struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
       causal.layout = reinterpret_cast<const CausalLayout*>(ctx->saved_data["causal_layout"].toInt());
       const std::vector<std::int64_t> tags = ctx->saved_data["causal_tags"].toIntVector();
       for (std::size_t i = 0; i + 1 < tags.size(); i += 2) causal.tags.push_back({tags[i], tags[i + 1] != 0});
+      if (ctx->saved_data.count("causal_held_frames")) {
+        auto held = std::make_shared<HeldFrames>();
+        for (const std::int64_t frame : ctx->saved_data["causal_held_frames"].toIntVector())
+          held->frames.push_back({frame, false});
+        held->keys = ctx->saved_data["causal_held_keys"].toTensorVector();
+        held->values = ctx->saved_data["causal_held_values"].toTensorVector();
+        const std::vector<std::int64_t> span = ctx->saved_data["causal_span"].toIntVector();
+        causal.first_frame = span[0];
+        causal.frames = span[1];
+        causal.held = std::move(held);
+      }
       rope.causal = &causal;
     }
     const auto saved = ctx->get_saved_variables();

@@ -36,8 +36,10 @@ torch::Tensor WanBlockImpl::forward(const torch::Tensor& x, const torch::Tensor&
     if (const CausalAttention* causal = rope.causal) {  // block-causal: over its frames, or the cache's too
       torch::Tensor key = qkv[1], value = qkv[2];
       std::vector<FrameTag> keys = causal->tags;
-      if (causal->cache != nullptr) {
-        auto over = causal->cache->pass(causal->layer, causal->first_frame, causal->frames, key, value);
+      if (causal->cache != nullptr || causal->held) {  // a rollout's pass, or its recomputation
+        auto over = causal->cache != nullptr
+                        ? causal->cache->pass(causal->layer, causal->first_frame, causal->frames, key, value)
+                        : KvCache::attended(*causal->held, causal->first_frame, causal->frames, key, value);
         key = over.key, value = over.value, keys = std::move(over.frames);
       }
       const auto attend = [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {

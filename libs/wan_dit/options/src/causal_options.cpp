@@ -6,16 +6,16 @@
 
 namespace wan {
 
-std::vector<wanfw::OptionSpec> causal_options() {
+std::vector<wanfw::OptionSpec> causal_options(std::string_view training, bool own_steps) {
   using T = wanfw::OptionType;
-  return {
+  std::vector<wanfw::OptionSpec> out = {
       wanfw::option("causal.frames_per_chunk", T::Integer)
           .value("0")
-          .doc("A causal (streaming) student: self-attention over chunks of this many latent frames, "
-               "bidirectional within a chunk and causal across; training runs the teacher-forcing objective "
-               "(each chunk noised at its own level, attending to the clean chunks before it) and `wanfw sample` "
-               "makes the video chunk by chunk with a KV cache. 0: a bidirectional model. Self-Forcing's chunk "
-               "is 3 (4,680 tokens at 480p). t2v, one DiT (expert none)."),
+          .doc(fmt::format("A causal (streaming) student: self-attention over chunks of this many latent frames, "
+                           "bidirectional within a chunk and causal across; {} and `wanfw sample` makes the video "
+                           "chunk by chunk with a KV cache. 0: a bidirectional model. Self-Forcing's chunk is 3 "
+                           "(4,680 tokens at 480p). t2v, one DiT (expert none).",
+                           training)),
       wanfw::option("causal.window_frames", T::Integer)
           .value("0")
           .doc("A local window: a chunk attends to the sink frames and the window_frames - sink_frames frames "
@@ -23,19 +23,21 @@ std::vector<wanfw::OptionSpec> causal_options() {
       wanfw::option("causal.sink_frames", T::Integer)
           .value("0")
           .doc("With a window: the first frames every chunk keeps attending to (attention sinks)."),
-      wanfw::option("causal.steps", T::NumberList)
-          .value("[1000, 750, 500, 250]")
-          .doc("The streaming sampler's steps a chunk, on 0..1000 and descending, warped by sample_shift "
-               "(1000, 750, 500, 250 at shift 5: 1000, 937.5, 833.3, 625)."),
       wanfw::option("causal.context_timestep", T::Number)
           .value("0")
           .doc("The timestep of each made chunk's pass into the KV cache (0: clean)."),
   };
+  if (own_steps)
+    out.push_back(wanfw::option("causal.steps", T::NumberList)
+                      .value("[1000, 750, 500, 250]")
+                      .doc("The streaming sampler's steps a chunk, on 0..1000 and descending, warped by "
+                           "sample_shift (1000, 750, 500, 250 at shift 5: 1000, 937.5, 833.3, 625)."));
+  return out;
 }
 
-CausalSettings causal_settings_from(const wanfw::Options& o) {
+CausalSettings causal_settings_from(const wanfw::Options& o, bool own_steps) {
   CausalSettings s;
-  s.steps = o.numbers("causal.steps");
+  if (own_steps) s.steps = o.numbers("causal.steps");
   s.context_timestep = o.number("causal.context_timestep");
   const std::int64_t frames = o.integer("causal.frames_per_chunk");
   if (frames < 0) o.fail("causal.frames_per_chunk", "must be 0 (a bidirectional model) or positive");
@@ -51,7 +53,7 @@ CausalSettings causal_settings_from(const wanfw::Options& o) {
     o.fail(layout.window_frames > 0 ? "causal.window_frames" : "causal.frames_per_chunk", e.what());
   }
   s.layout = layout;
-  if (s.steps.empty()) o.fail("causal.steps", "needs at least one step");
+  if (own_steps && s.steps.empty()) o.fail("causal.steps", "needs at least one step");
   for (std::size_t i = 0; i < s.steps.size(); ++i)
     if (!(s.steps[i] > 0 && s.steps[i] <= 1000) || (i > 0 && s.steps[i] >= s.steps[i - 1]))
       o.fail("causal.steps", fmt::format("must descend within (0, 1000]; got {} at position {}", s.steps[i], i),

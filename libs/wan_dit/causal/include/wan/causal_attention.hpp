@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -68,6 +69,12 @@ torch::Tensor causal_attention(const CausalLayout& layout, const torch::Tensor& 
 /// last pass over a chunk, its clean context pass, is what later chunks see); frames no later
 /// query can see (outside the window, not a sink) are let go. The cache holds values, not their
 /// gradient: a pass's own keys carry its gradient, earlier frames' do not.
+/// The frames a pass finds in one block of a KV cache before its own: values, in order.
+struct HeldFrames {
+  std::vector<FrameTag> frames;
+  std::vector<torch::Tensor> keys, values;  ///< [B, tokens_per_frame, heads, head_dim] each
+};
+
 class KvCache {
  public:
   KvCache(CausalLayout layout, std::int64_t layers, std::int64_t tokens_per_frame);
@@ -75,13 +82,24 @@ class KvCache {
   /// Frames [first, first + count) pass through block `layer` with `key`, `value` [B, count *
   /// tokens_per_frame, heads, head_dim]: returns the keys and values they attend over (the held
   /// frames before `first`, then this pass's own, live) with their frames; stores this pass's,
-  /// replacing the frames it covers.
+  /// replacing the frames it covers. held(), then store(), then attended().
   struct Attended {
     torch::Tensor key, value;
     std::vector<FrameTag> frames;
   };
   Attended pass(std::size_t layer, std::int64_t first, std::int64_t count, const torch::Tensor& key,
                 const torch::Tensor& value);
+  /// The frames block `layer` holds before frame `first`: what a pass from `first` attends over
+  /// before its own. A checkpointed pass keeps them for its recomputation, which must not read
+  /// the cache as later passes leave it.
+  HeldFrames held(std::size_t layer, std::int64_t first) const;
+  /// Stores a pass's keys and values (detached), replacing the frames they cover and letting go of
+  /// those no later pass sees.
+  void store(std::size_t layer, std::int64_t first, std::int64_t count, const torch::Tensor& key,
+             const torch::Tensor& value);
+  /// `held` followed by the pass's own keys and values over frames [first, first + count).
+  static Attended attended(const HeldFrames& held, std::int64_t first, std::int64_t count, const torch::Tensor& key,
+                           const torch::Tensor& value);
   /// The frames block `layer` holds, in order.
   std::vector<std::int64_t> frames(std::size_t layer) const;
   /// One past the last frame any pass has covered (0 when empty).
@@ -96,6 +114,7 @@ class KvCache {
     std::int64_t index;
     torch::Tensor key, value;  ///< [B, tokens_per_frame, heads, head_dim]
   };
+  void check(std::size_t layer, std::int64_t count, const torch::Tensor& key) const;
   CausalLayout layout_;
   std::int64_t tokens_per_frame_;
   std::vector<std::deque<Frame>> layers_;
@@ -111,6 +130,9 @@ struct CausalAttention {
   std::int64_t frames = 0;
   std::size_t layer = 0;
   std::vector<FrameTag> tags;  ///< the frames of the block's tokens, in order
+  /// A checkpointed rollout pass's recomputation (no cache): the frames its pass found in the
+  /// cache, attended over before its own frames [first_frame, first_frame + frames).
+  std::shared_ptr<const HeldFrames> held;
 };
 
 /// How the DiT runs causally (WanDiTImpl::forward): the layout; with `cache`, a rollout's pass over
@@ -129,10 +151,10 @@ struct CausalPass {
 torch::Tensor frame_timesteps(const torch::Tensor& t, const std::array<std::int64_t, 3>& grid);
 
 /// Each of `blocks` blocks' self-attention for `causal` over latents of `grid` (empty when the pass
-/// is not causal). Throws wanfw::Error for what a causal forward does not support yet: with
-/// `checkpoint`, a rollout's cache (the recomputation would read it as later passes left it);
-/// `split_or_vace`, sequence parallelism or a VACE branch.
+/// is not causal). Throws wanfw::Error for what a causal forward does not support yet:
+/// `split_or_vace`, sequence parallelism or a VACE branch. A checkpointed rollout pass keeps the
+/// frames it found in the cache (KvCache::held) for its recomputation.
 std::vector<CausalAttention> causal_blocks(const CausalPass& causal, const std::array<std::int64_t, 3>& grid,
-                                           std::size_t blocks, bool checkpoint, bool split_or_vace);
+                                           std::size_t blocks, bool split_or_vace);
 
 }  // namespace wan

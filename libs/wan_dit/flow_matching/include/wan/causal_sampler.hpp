@@ -36,6 +36,19 @@ using CausalVelocity = std::function<torch::Tensor(const torch::Tensor& x, const
 /// chunk and the step, so a chunk's draws do not depend on how many chunks are made.
 torch::Tensor chunk_noise(std::uint64_t seed, std::int64_t chunk, std::int64_t step, at::IntArrayRef shape);
 
+/// The noise of chunk `chunk` at step `step` (as chunk_noise numbers them) for a rollout: [B, C, f,
+/// H, W] on the rollout's device.
+using ChunkNoise = std::function<torch::Tensor(std::int64_t chunk, std::int64_t step)>;
+
+/// The self-rollout a causal student trains on: each chunk takes the sampler's steps up to and
+/// including `exit_step` (its estimate there is the chunk), then its context pass. Only the exit
+/// step's forward runs under the caller's grad mode; every other pass runs without autograd, and
+/// the cache holds values only, so a gradient of the result reaches each chunk's exit forward
+/// alone, never an earlier step or chunk. Returns [B, C, chunks * f, H, W] in float32.
+torch::Tensor causal_rollout(const CausalVelocity& velocity, KvCache& cache, const ChunkNoise& noise,
+                             const CausalSampling& sampling, std::size_t exit_step,
+                             const std::function<void(std::int64_t, const torch::Tensor&)>& made = {});
+
 /// Makes `sampling.chunks` chunks of `cache.layout().frames_per_chunk` latent frames of `shape`
 /// [B, C, H, W] each, in float32 on `device`; `made(k, chunk)` sees each chunk [B, C, f, H, W] as it
 /// is made (to decode and write it while the next is made). Returns the whole video's latents.
