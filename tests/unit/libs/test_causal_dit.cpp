@@ -281,14 +281,16 @@ TEST_CASE("a checkpointed rollout pass recomputes over the frames it found in th
   const wan::CausalLayout layout{kChunk, 3 * kChunk, 1};  // a window with a sink: frames let go too
   const auto gradients = [&] {
     dit->zero_grad();
-    wan::KvCache cache(layout, 2, 4);
     std::vector<torch::Tensor> outputs;
-    for (std::int64_t k = 0; k < kChunks; ++k) {
-      const wan::CausalPass pass{&layout, &cache, k * kChunk};
-      outputs.push_back(dit->forward(frames(v.noisy, k * kChunk, kChunk), torch::full({1, kChunk}, noisy_t(k)),
-                                     v.context, {}, {}, &pass));
-      torch::NoGradGuard no_grad;
-      dit->forward(frames(v.clean, k * kChunk, kChunk), torch::zeros({1, kChunk}), v.context, {}, {}, &pass);
+    {  // the cache, and the layout the passes name (its own), are gone before backward, as in a rollout
+      wan::KvCache cache(layout, 2, 4);
+      for (std::int64_t k = 0; k < kChunks; ++k) {
+        const wan::CausalPass pass{&cache.layout(), &cache, k * kChunk};
+        outputs.push_back(dit->forward(frames(v.noisy, k * kChunk, kChunk), torch::full({1, kChunk}, noisy_t(k)),
+                                       v.context, {}, {}, &pass));
+        torch::NoGradGuard no_grad;
+        dit->forward(frames(v.clean, k * kChunk, kChunk), torch::zeros({1, kChunk}), v.context, {}, {}, &pass);
+      }
     }
     torch::cat(outputs, 2).pow(2).sum().backward();
     std::vector<torch::Tensor> out;

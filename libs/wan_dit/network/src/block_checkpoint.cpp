@@ -122,7 +122,9 @@ struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
     // cache, which later passes change.
     ctx->saved_data["causal"] = rope->causal != nullptr;
     if (const CausalAttention* causal = rope->causal) {
-      ctx->saved_data["causal_layout"] = reinterpret_cast<std::int64_t>(causal->layout);
+      // By value: a rollout's layout (its cache's) may be gone by the time backward runs.
+      ctx->saved_data["causal_layout"] = std::vector<std::int64_t>{
+          causal->layout->frames_per_chunk, causal->layout->window_frames, causal->layout->sink_frames};
       std::vector<std::int64_t> tags;  // frame, noisy
       for (const FrameTag& tag : causal->tags) tags.insert(tags.end(), {tag.frame, tag.noisy ? 1 : 0});
       ctx->saved_data["causal_tags"] = tags;
@@ -150,8 +152,11 @@ struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
     RopeTables rope{ctx->saved_data["rope"].toTensor(),
                     reinterpret_cast<const wanfw::SequenceSplit*>(ctx->saved_data["sequence"].toInt())};
     CausalAttention causal;
+    CausalLayout layout;
     if (ctx->saved_data["causal"].toBool()) {
-      causal.layout = reinterpret_cast<const CausalLayout*>(ctx->saved_data["causal_layout"].toInt());
+      const std::vector<std::int64_t> shape = ctx->saved_data["causal_layout"].toIntVector();
+      layout = {shape[0], shape[1], shape[2]};
+      causal.layout = &layout;
       const std::vector<std::int64_t> tags = ctx->saved_data["causal_tags"].toIntVector();
       for (std::size_t i = 0; i + 1 < tags.size(); i += 2) causal.tags.push_back({tags[i], tags[i + 1] != 0});
       if (ctx->saved_data.count("causal_held_frames")) {

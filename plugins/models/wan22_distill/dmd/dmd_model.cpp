@@ -128,6 +128,9 @@ bool DmdModel::set_sequence_group(const wanfw::DistributedSession* group) {
                                    teacher_->placement().device.str(), device().str()),
                        "leave model.teacher_device empty (the teacher beside the generator), or set "
                        "strategy.sequence_parallel: 1");
+  if (group != nullptr && common_.causal.enabled())
+    throw wanfw::Error("a causal generator's tokens are not split over ranks yet",
+                       "set strategy.sequence_parallel: 1 with model.causal");
   generator_.set_sequence_group(group);
   if (!shared()) modules_->critic->set_sequence_group(group);
   if (teacher_) teacher_->set_sequence_group(group);
@@ -147,6 +150,7 @@ std::map<std::string, at::Tensor> DmdModel::sample(const std::map<std::string, a
   modules_->eval();
   const wan::SampleInputs given =
       wan::sample_inputs(inputs, generator_.config(), common_.task, common_.sampler.size, seed, device());
+  if (common_.causal.enabled()) return causal_samples(given, seed);  // chunk by chunk, with the KV cache
   const auto velocity = [&](const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& context,
                             const torch::Tensor& sigma) {  // each step on the expert that owns its level
     const wan::AdapterScope generator_only(generator_.dits(), {true, false});

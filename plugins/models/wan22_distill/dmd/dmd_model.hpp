@@ -27,6 +27,7 @@
 #include "distill_settings.hpp"
 #include "dmd/dmd_settings.hpp"
 #include "networks/frozen_teacher.hpp"
+#include "wan/causal_sampler.hpp"
 
 namespace wan_distill {
 
@@ -118,6 +119,13 @@ class DmdModel final : public wanfw::Model {
                         const torch::Tensor& sigma) const;
   wanfw::StepOutput generator_step(const wanfw::Batch& batch);
   wanfw::StepOutput critic_step(const wanfw::Batch& batch);
+  /// A causal generator (dmd/causal_rollout.hpp): its sampler's steps for `frames` latent frames,
+  /// its velocity in a causal pass, its self-rollout from `noise` exiting at step `exit` (with the
+  /// graph of each chunk's exit forward under grad mode), and its streamed samples.
+  wan::CausalSampling causal_sampling(std::int64_t frames) const;
+  wan::CausalVelocity causal_velocity(const torch::Tensor& context);
+  torch::Tensor rollout(const wanfw::Batch& batch, const Conditions& c, const torch::Tensor& noise, std::size_t exit);
+  std::map<std::string, at::Tensor> causal_samples(const wan::SampleInputs& given, std::uint64_t seed);
   torch::Tensor noise_of(const wanfw::Batch& batch) const;
   torch::Tensor timesteps(const torch::Tensor& sigma, const torch::Tensor& x) const;
   torch::Device device() const;

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include "distill_inputs.hpp"
+#include "dmd/causal_rollout.hpp"
 #include "dmd/dmd_model.hpp"
 #include "negative_context.hpp"
 #include "wan/lora.hpp"
@@ -140,16 +141,25 @@ DmdModel::DmdGradient DmdModel::dmd_gradient(const torch::Tensor& x, const torch
 wanfw::StepOutput DmdModel::generator_step(const wanfw::Batch& batch) {
   const torch::Tensor noise = noise_of(batch);
   const Conditions c = conditions(batch, noise);
-  const GeneratorInput in = generator_input(batch, c, noise);
-  const torch::Tensor v = generator_velocity(in.x, in.sigma, c);
-  const torch::Tensor x = in.x - at_level(in.sigma) * v;  // G's sample, with its graph
+  GeneratorInput in;
+  torch::Tensor v, x;  // G's velocity at its input, and its sample, with their graphs
+  if (common_.causal.enabled()) {  // the self-rollout, every chunk to the step's exit step
+    const std::vector<double> levels = dmd_.levels();
+    const std::size_t exit = exit_step(batch, levels.size(), "exit_step");
+    x = rollout(batch, c, noise, exit);
+    in.sigma = torch::full({noise.size(0)}, levels[exit], noise.options());
+  } else {
+    in = generator_input(batch, c, noise);
+    v = generator_velocity(in.x, in.sigma, c);
+    x = in.x - at_level(in.sigma) * v;
+  }
   const torch::Tensor score_level = score_levels(batch, "score_level");
   const DmdGradient g =
       dmd_gradient(x.detach(), score_level, wanfw::sample_randn(batch, "score_noise", noise.sizes().slice(1)), c);
   const torch::Tensor& gradient = g.gradient;
   const torch::Tensor& normalizer = g.normalizer;
   torch::Tensor v_real_in;
-  if (dmd_.regression_weight > 0) v_real_in = real_velocity(in.x, in.sigma, c);
+  if (dmd_.regression_weight > 0) v_real_in = real_velocity(in.x, in.sigma, c);  // never causal (refused)
   // d/dx of 0.5 mean (x - stopgrad(x - g))^2 is g / (elements): the DMD gradient.
   const torch::Tensor dmd = 0.5 * wan::predicted_mean(common_.task, (x - (x - gradient).detach()).pow(2));
   torch::Tensor loss = dmd.mean();
@@ -174,8 +184,12 @@ wanfw::StepOutput DmdModel::critic_step(const wanfw::Batch& batch) {
   torch::Tensor x;
   {
     torch::NoGradGuard no_grad;  // G's samples, as the generator step makes them
-    const GeneratorInput in = generator_input(batch, c, noise);
-    x = in.x - at_level(in.sigma) * generator_velocity(in.x, in.sigma, c);
+    if (common_.causal.enabled()) {
+      x = rollout(batch, c, noise, exit_step(batch, dmd_.levels().size(), "critic_exit_step"));
+    } else {
+      const GeneratorInput in = generator_input(batch, c, noise);
+      x = in.x - at_level(in.sigma) * generator_velocity(in.x, in.sigma, c);
+    }
   }
   const torch::Tensor sigma = score_levels(batch, "critic_level");
   const torch::Tensor eps = wanfw::sample_randn(batch, "critic_noise", noise.sizes().slice(1));

@@ -34,6 +34,17 @@ DmdBytes dmd_bytes(const DmdSettings& dmd, const wan::WanConfig& student, const 
   return out;
 }
 
+std::string causal_text(const DistillSettings& common) {
+  if (!common.causal.enabled()) return "";
+  const wan::CausalLayout& layout = *common.causal.layout;
+  return fmt::format("causal generator (Self Forcing): chunks of {} latent frames{}, trained on its own rollout, every "
+                     "chunk leaving at the step drawn for the optimizer step",
+                     layout.frames_per_chunk,
+                     layout.window_frames > 0
+                         ? fmt::format(", a window of {} frames with {} sink(s)", layout.window_frames, layout.sink_frames)
+                         : std::string());
+}
+
 std::string dmd_summary(const wanfw::Options& o, const wan::WanConfig& student, const wan::WanConfig& teacher,
                         const DistillSettings& common, wan::Expert expert) {
   const DmdSettings dmd = dmd_settings_from(o, student, teacher, common, expert);
@@ -41,9 +52,10 @@ std::string dmd_summary(const wanfw::Options& o, const wan::WanConfig& student, 
   if (expert == wan::Expert::Both)  // every network once per expert
     for (double* part : {&bytes.teacher, &bytes.generator, &bytes.critic, &bytes.shared_base, &bytes.adapters})
       *part *= 2;
-  return fmt::format("dmd: generator {} steps at levels {}, critic {} steps per generator step, real guidance {}\n{}",
+  const std::string causal = causal_text(common);
+  return fmt::format("dmd: generator {} steps at levels {}, critic {} steps per generator step, real guidance {}\n{}{}",
                      dmd.generator_steps, levels_text(dmd), dmd.critic_updates, guidance_text(dmd),
-                     dmd_memory(dmd, bytes));
+                     causal.empty() ? "" : "dmd: " + causal + "\n", dmd_memory(dmd, bytes));
 }
 
 std::string dmd_memory(const DmdSettings& dmd, const DmdBytes& b) {

@@ -95,3 +95,32 @@ TEST_CASE("the data loader's batches carry their samples' ids, the epoch and the
   CHECK(batch->seed == 42);
   CHECK(at::equal(batch->at("x")[0], data->get(expected[0]).at("x")));
 }
+
+TEST_CASE("every rank's and micro-batch's batch of an optimizer step draws the step's one number") {
+  SyntheticDataset::Options options;
+  options.size = 24;
+  options.seed = 1;
+  auto data = std::make_shared<SyntheticDataset>(std::vector<FieldSpec>{{"x", {2}, at::kFloat}}, options);
+  // 2 ranks x 2 micro-batches x 2 samples: 3 optimizer steps an epoch.
+  auto sampler = std::make_shared<BucketSampler>(*data, BucketSampler::Options{2, 2, 2, {}, true, true, 5});
+  std::vector<std::vector<double>> drawn(2);  // each rank's draws, a micro-batch after another
+  for (int rank = 0; rank < 2; ++rank) {
+    DataLoader::Options loader_options;
+    loader_options.rank = rank;
+    loader_options.seed = 42;
+    DataLoader loader(data, sampler, loader_options);
+    loader.start_epoch(1);
+    while (const std::optional<Batch> batch = loader.next()) {
+      CHECK(batch->step == static_cast<std::int64_t>(drawn[static_cast<std::size_t>(rank)].size()) / 2);
+      drawn[static_cast<std::size_t>(rank)].push_back(step_rand(*batch, "exit_step"));
+    }
+  }
+  REQUIRE(drawn[0].size() == 6);
+  CHECK(drawn[0] == drawn[1]);  // ranks alike
+  for (std::size_t i = 0; i < 6; i += 2) CHECK(drawn[0][i] == drawn[0][i + 1]);  // micro-batches of a step alike
+  CHECK(drawn[0][0] != drawn[0][2]);  // steps apart
+  CHECK(drawn[0][2] != drawn[0][4]);
+  Batch validation = batch_of({1, 2});  // step -1: repeats
+  CHECK(step_rand(validation, "exit_step") == step_rand(validation, "exit_step"));
+  CHECK(step_rand(validation, "exit_step") != step_rand(validation, "critic_exit_step"));
+}

@@ -1,0 +1,113 @@
+"""A causal (streaming) generator trained by DMD on its own rollout (Self Forcing): wan22_distill
+with `objective: dmd` and `causal.frames_per_chunk`. Each optimizer step draws one exit step that
+every rank and micro-batch shares; the generator trains the same on every layout, with gradient
+checkpointing as without, resumes bitwise, and samples chunk by chunk as the exported student does
+in wan22_flow_matching. The quality test (own entry) compares its samples with the teacher's."""
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from harness.distill import teacher  # noqa: F401 (a fixture)
+from harness.dmd import CYCLE, assert_resumes_mid_cycle_to_the_same_bits, config, dmd
+from harness.equivalence import assert_same_training_history, tiny_wan_rounding, trained
+from harness.layouts import CPU, DDP, FSDP, GLOBAL_BATCH, LR, run_on
+from harness.runs import base_config, checkpoints, read_csv, run_dir, wanfw, write_config
+
+# 4 latent frames in 2 chunks of 2; the generator's 3 levels at shift 5.
+CAUSAL = {"latent_size": "4x4x4", "causal": {"frames_per_chunk": 2}}
+LEVELS = (1.0, 0.9091, 0.7143)  # sampling_schedule(3, 5) without its 0
+TOKENS = 16  # a 4x4x4 latent in 1x2x2 patches
+
+
+def test_the_causal_generator_trains_on_its_rollout_each_step_leaving_at_one_of_its_levels(tmp_path, teacher):
+    result = wanfw("run", config(tmp_path, teacher, steps=18, **CAUSAL), check=0)
+    assert "dmd: causal generator (Self Forcing): chunks of 2 latent frames" in result.stdout + result.stderr
+    rows = read_csv(run_dir(tmp_path, "dmd") / "metrics.csv")
+    levels = [float(r["generator_level"]) for r in rows if (int(r["step"]) - 1) % CYCLE == 0]
+    assert len(levels) == 6
+    assert all(min(abs(s - level) for level in LEVELS) < 1e-4 for s in levels), levels
+    assert len(set(levels)) >= 2, levels  # drawn anew each optimizer step
+    saved = checkpoints(run_dir(tmp_path, "dmd"))
+    first, last = (load_file(p / "model.safetensors") for p in (saved[0], saved[-1]))
+    assert not torch.equal(first["generator.head.head.weight"], last["generator.head.head.weight"])
+
+
+@pytest.mark.own_entry
+@pytest.mark.every_vector_unit
+def test_every_layout_trains_the_causal_generator_and_the_critic_of_one_rank_with_the_whole_batch(tmp_path, teacher):
+    """The exit step is one draw an optimizer step, alike on every rank and micro-batch, and every
+    other draw (each chunk's noise, each step's fresh noise, the score levels) comes from the
+    sample's streams: ranks, micro-batches and replicas change only the order of sums."""
+    model = dmd(teacher, **CAUSAL)
+    every_step = {"checkpoint": {"every": 1}, "data": {"buckets": ["4x4x4"]}}
+    history = lambda name: [trained(p) for p in checkpoints(tmp_path / "runs" / name / "version_0")]
+    run_on(tmp_path, "single_1x4", CPU, 4, model, **every_step)
+    layouts = {"ddp_2x2": (DDP, 2, 2),
+               "ddp_2x1_accum_2": ({"name": "grad_accum", "steps": 2, "inner": DDP}, 1, 2),
+               "data_parallel_2_replicas_x4": ({"name": "data_parallel", "devices": ["cpu", "cpu"]}, 4, 1),
+               "fsdp_2x2": (FSDP, 2, 2)}
+    # A value reaches a gradient through both chunks' passes (up to 3 steps and a context pass each:
+    # the second chunk reads the first's keys), a score's pass and the backward.
+    tolerance = tiny_wan_rounding(GLOBAL_BATCH, TOKENS, layers=2 * 10)
+    for name, (strategy, batch, ranks) in layouts.items():
+        run_on(tmp_path, name, strategy, batch, model, ranks, **every_step)
+        c = assert_same_training_history(history(name), history("single_1x4"), lr=LR, tolerance=tolerance)
+        print(f"{name} vs single 1x4: {c}")
+
+
+def test_the_causal_generator_with_gradient_checkpointing_trains_as_without_it(tmp_path, teacher):
+    # Each chunk's exit forward recomputes over the frames it found in the cache, which the context
+    # pass has replaced by then: the same operations on the same values.
+    runs = {}
+    for name, checkpointing in (("plain", False), ("checkpointed", True)):
+        path = config(tmp_path, teacher, name=name, steps=6, gradient_checkpointing=checkpointing, **CAUSAL)
+        wanfw("run", path, check=0)
+        runs[name] = [trained(p) for p in checkpoints(run_dir(tmp_path, name))]
+    tolerance = tiny_wan_rounding(GLOBAL_BATCH, TOKENS, layers=2 * 10)
+    c = assert_same_training_history(runs["checkpointed"], runs["plain"], lr=1e-3, tolerance=tolerance)
+    print(f"checkpointed vs plain: {c}")
+
+
+def test_a_causal_dmd_run_killed_mid_cycle_resumes_to_the_same_bits(tmp_path, teacher):
+    # The exit step of each step after the resume is the one the uninterrupted run drew.
+    assert_resumes_mid_cycle_to_the_same_bits(tmp_path, config(tmp_path, teacher, steps=7, **CAUSAL))
+
+
+def test_the_exported_causal_generator_streams_in_wan22_flow_matching_as_the_checkpoint_does(tmp_path, teacher):
+    path = config(tmp_path, teacher, steps=4, sample_size="4x4x4", **CAUSAL)
+    wanfw("run", path, check=0)
+    checkpoint = checkpoints(run_dir(tmp_path, "dmd"))[-1]
+    wanfw("export", path, "--checkpoint", checkpoint, "--out", tmp_path / "student", check=0)
+    conditioning = tmp_path / "conditioning.safetensors"  # three prompts' embeddings, the same for both
+    save_file({"context": torch.randn(3, 5, 32, generator=torch.Generator().manual_seed(5))}, conditioning)
+    trained_samples = tmp_path / "trained.safetensors"
+    result = wanfw("sample", path, "--checkpoint", checkpoint, "--inputs", conditioning, "--seed", "9", "--out",
+                   trained_samples, check=0)
+    assert "causal generator: 2 chunks of 2 latent frames, 3 steps each" in result.stdout + result.stderr
+    # The generator's levels 1, 0.9091, 0.7143 are the steps 1000, 666.7, 333.3 warped at shift 5.
+    student = write_config(tmp_path / "student.json", base_config(tmp_path / "runs", model={
+        "name": "wan22_flow_matching", "preset": "tiny", "weights": str(tmp_path / "student"),
+        "causal": {"frames_per_chunk": 2, "steps": [1000, 2000 / 3, 1000 / 3]}, "sample_shift": 5.0,
+        "sample_size": "4x4x4"}, data={"buckets": ["4x4x4"]}))
+    exported_samples = tmp_path / "exported.safetensors"
+    wanfw("sample", student, "--inputs", conditioning, "--seed", "9", "--out", exported_samples, check=0)
+    a, b = load_file(trained_samples)["latents"], load_file(exported_samples)["latents"]
+    assert a.shape == (3, 4, 4, 4, 4)
+    # The same passes on the same weights; the levels differ by the rounding of 2000/3 in decimal.
+    torch.testing.assert_close(b, a, rtol=0, atol=1e-5 * a.abs().max().item())
+
+
+@pytest.mark.parametrize("model, message", [
+    ({"objective": "velocity", "inputs": "teacher_trajectory"},
+     "model.causal.frames_per_chunk: a causal generator trains by objective dmd on its own rollout"),
+    ({"inputs": "data"}, "model.inputs: a causal generator trains on its own rollout, not on inputs: data"),
+    ({"regression_weight": 0.5}, "model.regression_weight: a causal generator's rollout has no one input point"),
+    ({"latent_size": "3x4x4"}, "model.latent_size: its 3 latent frames do not cut into chunks of "
+                               "causal.frames_per_chunk 2"),
+    ({"task": "ti2v", "inputs": "data"}, "a causal generator makes text to video; ti2v is not supported yet"),
+    ({"recompute_chunks": 2, "gradient_checkpointing": True}, "model.recompute_chunks: a causal generator recomputes"),
+])
+def test_a_causal_generator_config_that_cannot_work_is_refused_naming_the_option(tmp_path, teacher, model, message):
+    result = wanfw("validate", config(tmp_path, teacher, **{**CAUSAL, **model}), check=2)
+    assert message in result.stderr
