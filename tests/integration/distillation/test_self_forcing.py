@@ -9,10 +9,10 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from harness.distill import teacher  # noqa: F401 (a fixture)
-from harness.dmd import CYCLE, assert_resumes_mid_cycle_to_the_same_bits, config, dmd
+from harness.dmd import CYCLE, assert_resumes_mid_cycle_to_the_same_bits, config, dmd, mmd2
 from harness.equivalence import assert_same_training_history, tiny_wan_rounding, trained
 from harness.layouts import CPU, DDP, FSDP, GLOBAL_BATCH, LR, run_on
-from harness.runs import base_config, checkpoints, read_csv, run_dir, wanfw, write_config
+from harness.runs import SOURCE, base_config, checkpoints, read_csv, run_dir, wanfw, write_config
 
 # 4 latent frames in 2 chunks of 2; the generator's 3 levels at shift 5.
 CAUSAL = {"latent_size": "4x4x4", "causal": {"frames_per_chunk": 2}}
@@ -111,3 +111,41 @@ def test_the_exported_causal_generator_streams_in_wan22_flow_matching_as_the_che
 def test_a_causal_generator_config_that_cannot_work_is_refused_naming_the_option(tmp_path, teacher, model, message):
     result = wanfw("validate", config(tmp_path, teacher, **{**CAUSAL, **model}), check=2)
     assert message in result.stderr
+
+
+@pytest.mark.own_entry
+def test_the_streamed_4_step_student_samples_closer_to_the_teachers_40_steps_and_its_seams_no_worse(tmp_path):
+    """examples/self-forcing-tiny.yaml as its header says: the quickstart's model trained with one
+    caption at 4 latent frames, then a causal 2-block generator (2 chunks of 2 frames, 4 steps a
+    chunk) trained 300 steps by DMD on its own rollout. Distance to the teacher's 40-step samples
+    (MMD^2 over 200 latents, harness/dmd.py): the whole video, and each pair of neighbouring frames,
+    those either side of the chunk boundary (frames 1, 2) against those inside a chunk."""
+    examples = SOURCE / "examples"
+    teacher_data = ["--set", "data.captions=1", "--set", 'data.buckets=["4x8x8"]']
+    wanfw("run", examples / "quickstart.yaml", *teacher_data, "--set", "run.name=teacher-4-frames", cwd=tmp_path,
+          check=0)
+    wanfw("export", examples / "quickstart.yaml", "--checkpoint", "runs/teacher-4-frames/version_0", "--out",
+          "runs/teacher-4-frames-export", cwd=tmp_path, check=0)
+    wanfw("run", examples / "self-forcing-tiny.yaml", cwd=tmp_path, check=0)
+
+    def draw(config_file, seed, *extra):
+        out = tmp_path / f"samples-{seed}-{len(list(tmp_path.glob('samples-*')))}.safetensors"
+        wanfw("sample", config_file, "--count", "200", "--seed", str(seed), "--out", out, *extra, cwd=tmp_path,
+              check=0)
+        return load_file(out)["latents"]
+
+    teacher = [examples / "quickstart.yaml", "--checkpoint", "runs/teacher-4-frames/version_0", *teacher_data,
+               "--set", "model.sample_guidance=1.0", "--set", "model.sample_shift=3.0"]
+    reference = draw(teacher[0], 1001, *teacher[1:], "--set", "model.sample_steps=40")
+    videos = {"teacher 40 steps, other seeds (floor)": draw(teacher[0], 2002, *teacher[1:], "--set",
+                                                            "model.sample_steps=40"),
+              "teacher 4 steps": draw(teacher[0], 2002, *teacher[1:], "--set", "model.sample_steps=4"),
+              "streamed student, 4 steps a chunk": draw(examples / "self-forcing-tiny.yaml", 2002, "--checkpoint",
+                                                        "runs/self-forcing-tiny/version_0")}
+    whole = {name: mmd2(x.flatten(1), reference.flatten(1)) for name, x in videos.items()}
+    print("MMD^2 to the teacher's 40-step samples: " + "; ".join(f"{k} {v:.4f}" for k, v in whole.items()))
+    student = videos["streamed student, 4 steps a chunk"]
+    assert whole["streamed student, 4 steps a chunk"] < 0.5 * whole["teacher 4 steps"]
+    pairs = [mmd2(student[:, :, i:i + 2].flatten(1), reference[:, :, i:i + 2].flatten(1)) for i in range(3)]
+    print(f"frames 0-1 (inside) {pairs[0]:.4f}, 1-2 (the boundary) {pairs[1]:.4f}, 2-3 (inside) {pairs[2]:.4f}")
+    assert pairs[1] <= max(pairs[0], pairs[2])
