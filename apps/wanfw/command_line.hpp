@@ -32,6 +32,10 @@ bool is_device_name(const std::string& text);
 /// The flags `predict`, `sample` and `export` share (--inputs, --out, --checkpoint, and those in
 /// `named`: --seed, --count, --max-shard-size, --device: a device name), parsed into an EvaluateRequest; `values`, when
 /// given, receives every named flag's value (its default when absent).
+/// `wanfw sample --dataset`: the first request.count samples of the data set sampled `batch` at a time
+/// and written with their conditioning as a data set folder at request.outputs (sample_dataset.cpp).
+int sample_dataset(const EvaluateRequest& request, std::int64_t batch);
+
 EvaluateRequest parse_evaluate_request(const std::vector<std::string>& args, const char* help,
                                        std::map<std::string, std::string> named,
                                        std::map<std::string, std::string>* values = nullptr);

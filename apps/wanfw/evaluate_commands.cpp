@@ -1,5 +1,9 @@
 // `wanfw predict`, `sample` and `export`: a built model (the config's weights or a checkpoint's)
 // run once, sampled, or written in its family's release layout.
+#include <charconv>
+
+#include <fmt/format.h>
+
 #include "command_line.hpp"
 #include "commands.hpp"
 #include "run/decoding.hpp"
@@ -29,6 +33,7 @@ ranks wrote its pieces.
 const char* const kSampleHelp =
     R"(usage: wanfw sample CONFIG --out OUT.safetensors [--inputs IN.safetensors] [--checkpoint PATH [--ema]]
                     [--seed N] [--count N] [--video OUT.mp4] [--device DEVICE] [--set key=value]...
+       wanfw sample CONFIG --dataset --out FOLDER --count N [--batch B] [--checkpoint PATH] [--seed N] ...
 
 Builds the config's model like `predict` (one process, one device) and draws samples with its sampler, writing them to
 OUT. For the Wan model: a flow-matching Euler sampler with classifier-free guidance (options
@@ -44,6 +49,10 @@ IN holds the conditioning (context [B,L,text_dim]; optionally negative_context, 
                       model.vae) to OUT.mp4, or OUT-<i>.mp4 for several
   --device DEVICE     where the model runs: auto (default: the first GPU, else the CPU), cpu, cuda,
                       cuda:N
+  --dataset           write a data set folder (docs/data.md) at OUT instead: the first N samples of the
+                      data set, sampled B at a time (--batch, default 1), each with its conditioning (a
+                      teacher's ODE pairs with model.sample_trajectory_steps: docs/streaming.md); each
+                      batch draws from the seed of (--seed, its first sample)
 )";
 
 const char* const kExportHelp =
@@ -109,13 +118,24 @@ int predict_command(const std::vector<std::string>& given) {
 int sample_command(const std::vector<std::string>& given) {
   std::vector<std::string> args = given;
   const bool ema = take_flag(args, "--ema");
+  const bool dataset = take_flag(args, "--dataset");
   std::map<std::string, std::string> values;
-  EvaluateRequest request =
-      parse_evaluate_request(args, kSampleHelp, {{"--seed", ""}, {"--count", ""}, {"--video", ""}, {"--device", "auto"}},
-                             &values);
+  EvaluateRequest request = parse_evaluate_request(
+      args, kSampleHelp,
+      {{"--seed", ""}, {"--count", ""}, {"--video", ""}, {"--device", "auto"}, {"--batch", "1"}}, &values);
   request.ema = ema;
   request.run.one_process_device = values["--device"];
   request.video = values["--video"];
+  if (dataset) {
+    if (!request.inputs.empty() || !request.video.empty())
+      usage_error("--dataset samples the config's data set: without --inputs and --video", kSampleHelp);
+    std::int64_t batch = 0;
+    const std::string& text = values["--batch"];
+    if (std::from_chars(text.data(), text.data() + text.size(), batch).ptr != text.data() + text.size() || batch < 1)
+      usage_error(fmt::format("--batch needs a positive integer, got '{}'", text), kSampleHelp);
+    return sample_dataset(request, batch);
+  }
+  if (values["--batch"] != "1") usage_error("--batch belongs to --dataset", kSampleHelp);
   sample_experiment(request);
   return kSuccess;
 }

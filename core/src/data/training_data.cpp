@@ -130,11 +130,18 @@ std::string TrainingData::preview_name(std::int64_t i) const {
 }
 
 Batch TrainingData::first_training_samples(std::int64_t count) const {
-  std::vector<std::int64_t> indices;
+  return first_training_samples(count, 0, count);
+}
+
+Batch TrainingData::first_training_samples(std::int64_t count, std::int64_t start, std::int64_t batch) const {
+  std::vector<std::int64_t> indices;  // the first `count` of the first bucket, then [start, start + batch) of them
   const std::int64_t bucket = training_->bucket_of(0);
   for (std::int64_t i = 0; i < training_->size() && static_cast<std::int64_t>(indices.size()) < count; ++i)
     if (training_->bucket_of(i) == bucket) indices.push_back(i);
-  return batch_of(*training_, indices, settings_.run.seed, fields_);
+  const auto first = std::min<std::int64_t>(start, std::ssize(indices));
+  const auto last = std::min<std::int64_t>(first + batch, std::ssize(indices));
+  if (first == last) return {};
+  return batch_of(*training_, {indices.begin() + first, indices.begin() + last}, settings_.run.seed, fields_);
 }
 
 }  // namespace wanfw

@@ -62,6 +62,9 @@ class TrainingData {
   /// Up to `count` samples from the start of the training set that share the first sample's
   /// bucket, as one batch (conditioning for `wanfw sample`).
   Batch first_training_samples(std::int64_t count) const;
+  /// first_training_samples(count) `batch` samples at a time: their batch from the sample at
+  /// `start` in that order (fewer at the end).
+  Batch first_training_samples(std::int64_t count, std::int64_t start, std::int64_t batch) const;
 
  private:
   Batch batch_of(const Dataset& dataset, const std::vector<std::int64_t>& indices, std::uint64_t seed,

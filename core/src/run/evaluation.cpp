@@ -19,6 +19,7 @@
 #include "wanfw/error.hpp"
 #include "wanfw/io/safetensors.hpp"
 #include "wanfw/parallel/state_pieces.hpp"
+#include "wanfw/sample_random.hpp"
 #include "wanfw/io/tensor_check.hpp"
 
 namespace fs = std::filesystem;
@@ -112,6 +113,30 @@ void sample_experiment(const EvaluateRequest& request) {
   const std::shared_ptr<VideoDecoder> decoder =
       required_decoder(*e.host, e.config, e.strategy->device(), e.settings.run.seed);
   write_videos(decoder->decode(latents->second), request.video, decoder->fps());
+}
+
+void sample_in_batches(const EvaluateRequest& request, std::int64_t batch, const SampledBatch& made) {
+  Experiment e = evaluation_model(request);
+  const std::int64_t available = e.data->training_set()->size();
+  if (request.count < 1 || request.count > available)
+    throw ConfigError(SourceLocation{"command line", 0, 0},
+                      fmt::format("--count {} is outside the data set's 1..{} samples", request.count, available),
+                      "use a larger data set or lower --count");
+  if (batch < 1)
+    throw ConfigError(SourceLocation{"command line", 0, 0}, fmt::format("--batch {} must be at least 1", batch));
+  const std::uint64_t seed = request.seed.value_or(e.settings.run.seed);
+  std::int64_t done = 0;
+  for (std::int64_t start = 0; start < request.count; start += batch) {
+    const Batch conditioning = e.data->first_training_samples(request.count, start, batch);
+    if (conditioning.size == 0) break;  // the first bucket holds fewer than --count
+    const std::map<std::string, at::Tensor> samples =
+        e.model->sample(conditioning.fields, sample_stream_seed(seed, conditioning.sample_ids.front(), 0, "batch"));
+    made(conditioning, samples);
+    done += conditioning.size;
+    spdlog::info("sampled {}/{}", done, request.count);
+  }
+  if (done < request.count)
+    spdlog::warn("the data set's first bucket holds {} of the {} samples asked for", done, request.count);
 }
 
 void export_experiment(const EvaluateRequest& request) {

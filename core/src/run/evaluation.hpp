@@ -3,10 +3,15 @@
 
 #include <cstdint>
 #include <filesystem>
-#include <string>
+#include <functional>
+#include <map>
 #include <optional>
+#include <string>
+
+#include <ATen/core/Tensor.h>
 
 #include "run/run_request.hpp"
+#include "wanfw/data.hpp"
 
 namespace wanfw {
 
@@ -34,6 +39,16 @@ void predict_experiment(const EvaluateRequest& request);
 /// comes from `inputs`, or, without it, from the first `count` samples of the config's data set.
 /// With `video`, the model plugin's decoder turns the sampled latents into mp4 files.
 void sample_experiment(const EvaluateRequest& request);
+
+/// What sample_in_batches hands over, batch by batch: the data-set samples that conditioned it
+/// (their fields and ids) and what the model sampled for them.
+using SampledBatch = std::function<void(const Batch& conditioning, const std::map<std::string, at::Tensor>& samples)>;
+
+/// Builds the model like sample_experiment and samples the first `request.count` samples of the
+/// config's data set (its first bucket) `batch` at a time, handing each batch over as it is made
+/// (a data set of samples: `wanfw sample --dataset`). A batch draws from the seed of (the seed,
+/// its first sample), so what a sample draws depends on the batch it falls in.
+void sample_in_batches(const EvaluateRequest& request, std::int64_t batch, const SampledBatch& made);
 
 /// Builds the model like predict_experiment and writes its weights in the model family's
 /// release layout (Model::export_weights) to `request.outputs`, a folder.

@@ -1,6 +1,7 @@
 #include "causal_student.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 
 #include "flow_matching_model.hpp"
@@ -9,6 +10,75 @@
 #include "wanfw/log.hpp"
 
 namespace wan_fm {
+
+std::vector<wanfw::OptionSpec> causal_training_options() {
+  using T = wanfw::OptionType;
+  return {
+      wanfw::option("causal.training", T::Choice)
+          .value("teacher_forcing")
+          .choices({"teacher_forcing", "ode_pairs"})
+          .doc("How a causal student trains. teacher_forcing: each chunk of the data's latents noised at its own "
+               "level, attending to the clean chunks before it. ode_pairs: the regression on a teacher's ODE pairs "
+               "(a data set `wanfw sample --dataset` wrote with sample_trajectory_steps), each chunk at one of the "
+               "teacher's states, the loss on the x0 estimate against the teacher's final sample (Self Forcing's "
+               "causal initialisation)."),
+      wanfw::option("sample_trajectory_steps", T::NumberList)
+          .value("[]")
+          .doc("A bidirectional teacher: steps on 0..1000, warped by sample_shift, at which `wanfw sample` records "
+               "its sampler's states as `trajectory` beside the final latents: a causal student's ODE pairs (its "
+               "causal.steps). sample_steps must pass through each: a multiple of their count (48 for 4)."),
+  };
+}
+
+void causal_training_from(const wanfw::Options& o, FlowMatchingSettings& s) {
+  s.ode_pairs = o.string("causal.training") == "ode_pairs";
+  if (s.ode_pairs && !s.causal.enabled())
+    o.fail("causal.training", "ode_pairs trains a causal student, and causal.frames_per_chunk is 0",
+           "set causal.frames_per_chunk, or causal.training: teacher_forcing");
+  s.trajectory_steps = o.numbers("sample_trajectory_steps");
+  if (s.trajectory_steps.empty()) return;
+  if (s.causal.enabled())
+    o.fail("sample_trajectory_steps", "the teacher that records ODE pairs is a bidirectional model",
+           "sample the pairs with the teacher's config (causal.frames_per_chunk: 0)");
+  for (std::size_t i = 0; i < s.trajectory_steps.size(); ++i)
+    if (!(s.trajectory_steps[i] > 0 && s.trajectory_steps[i] <= 1000) ||
+        (i > 0 && s.trajectory_steps[i] >= s.trajectory_steps[i - 1]))
+      o.fail("sample_trajectory_steps",
+             fmt::format("must descend within (0, 1000]; got {} at position {}", s.trajectory_steps[i], i),
+             "the student's causal.steps: [1000, 750, 500, 250]");
+}
+
+std::vector<wanfw::FieldSpec> ode_pair_fields(const FlowMatchingSettings& settings, std::int64_t channels) {
+  const auto k = static_cast<std::int64_t>(settings.causal.steps.size());
+  return {{"trajectory", {k, channels, wanfw::dim::frames, wanfw::dim::height, wanfw::dim::width}},
+          {"trajectory_timesteps", {k}}};
+}
+
+torch::Tensor causal_ode_error(wan::WanDenoiser& denoiser, const FlowMatchingSettings& settings,
+                               const torch::Tensor& trajectory, const torch::Tensor& timesteps,
+                               const torch::Tensor& x0, const torch::Tensor& chunk_step, const torch::Tensor& context) {
+  const std::vector<double> levels = wan::warped_timesteps(settings.causal.steps, settings.sampler.shift);
+  const torch::Tensor expected = torch::tensor(levels, torch::kFloat32).to(timesteps.device());
+  if (timesteps.size(1) != std::ssize(levels) || (timesteps.to(torch::kFloat32) - expected).abs().max().item<double>() > 0.5)
+    throw wanfw::Error(
+        fmt::format("the ODE pairs were recorded at t = {}, but the student's levels (causal.steps warped by "
+                    "sample_shift {}) are {}",
+                    c10::str(timesteps[0].to(torch::kCPU, torch::kFloat64)), settings.sampler.shift,
+                    fmt::join(levels, ", ")),
+        "record the pairs with sample_trajectory_steps equal to the student's causal.steps, at the same sample_shift");
+  const std::int64_t frames = x0.size(2), per_chunk = settings.causal.layout->frames_per_chunk;
+  causal_chunks(settings, frames, "training");
+  const torch::Tensor step = chunk_step.to(torch::kLong).repeat_interleave(per_chunk, 1);  // [B, F]
+  const auto b = x0.size(0);
+  const torch::Tensor index = step.view({b, 1, 1, frames, 1, 1}).expand({b, 1, x0.size(1), frames, x0.size(3), x0.size(4)});
+  const torch::Tensor x = trajectory.gather(1, index).squeeze(1);  // each frame at its chunk's state
+  const torch::Tensor t = timesteps.to(torch::kFloat32).gather(1, step);  // [B, F]
+  const wan::CausalPass pass{&*settings.causal.layout, nullptr, 0};
+  const torch::Tensor v = denoiser.forward(x, t, context, {}, std::get<0>(t.max(1)) / 1000.0, {}, &pass);
+  const torch::Tensor level = (t / 1000.0).view({b, 1, frames, 1, 1});
+  const torch::Tensor estimate = x.to(torch::kFloat32) - level * v.to(torch::kFloat32);
+  return (estimate - x0.to(torch::kFloat32)).pow(2).flatten(1).mean(1);
+}
 
 std::int64_t causal_chunks(const FlowMatchingSettings& settings, std::int64_t frames, const char* what) {
   const std::int64_t per_chunk = settings.causal.layout->frames_per_chunk;

@@ -8,10 +8,29 @@
 
 #include "wan/wan_denoiser.hpp"
 #include "wanfw/data.hpp"
+#include "wanfw/options.hpp"
 
 namespace wan_fm {
 
 struct FlowMatchingSettings;
+
+/// `causal.training` (teacher_forcing | ode_pairs) and `sample_trajectory_steps`.
+std::vector<wanfw::OptionSpec> causal_training_options();
+/// Those options read into `s` (ode_pairs, trajectory_steps) and checked against its causal layout.
+void causal_training_from(const wanfw::Options& o, FlowMatchingSettings& s);
+
+/// The fields a causal student's ODE pairs add: `trajectory` [K, C, F, H, W], the teacher's states at
+/// the student's K levels, and `trajectory_timesteps` [K]; `latents` is the teacher's final sample.
+std::vector<wanfw::FieldSpec> ode_pair_fields(const FlowMatchingSettings& settings, std::int64_t channels);
+
+/// The causal regression on a teacher's ODE pairs: each chunk of the teacher's trajectory
+/// [B, K, C, F, H, W] taken at its own step (`chunk_step` [B, chunks], indices into K), one full
+/// block-causal forward, and the error of the x0 estimate x - s v against the teacher's final
+/// sample `x0`: [B] a sample. Throws wanfw::Error when the pairs' `timesteps` [B, K] are not the
+/// student's levels.
+torch::Tensor causal_ode_error(wan::WanDenoiser& denoiser, const FlowMatchingSettings& settings,
+                               const torch::Tensor& trajectory, const torch::Tensor& timesteps,
+                               const torch::Tensor& x0, const torch::Tensor& chunk_step, const torch::Tensor& context);
 
 /// The teacher-forcing objective: each chunk of the clean latents `x0` [B, C, F, H, W] noised at its
 /// own level (`chunk_sigma` [B, F / frames_per_chunk]) with `noise`, one forward over [x0 | the

@@ -1,11 +1,13 @@
 #include "flow_matching_model.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
 #include <torch/torch.h>
 
 #include "causal_student.hpp"
+#include "wan/causal_sampler.hpp"
 #include "wan/dit_export.hpp"
 #include "wan/lora.hpp"
 #include "wanfw/error.hpp"
@@ -88,7 +90,10 @@ std::unique_ptr<wanfw::Model> WanFlowMatchingModel::replicate(const c10::Device&
 torch::Device WanFlowMatchingModel::device() const { return denoiser_.dits().front()->parameters().front().device(); }
 
 std::vector<wanfw::FieldSpec> WanFlowMatchingModel::batch_fields() const {
-  return wan::task_fields(denoiser_.config(), settings_.task);
+  std::vector<wanfw::FieldSpec> fields = wan::task_fields(denoiser_.config(), settings_.task);
+  if (settings_.ode_pairs)
+    for (auto& field : ode_pair_fields(settings_, denoiser_.config().out_dim)) fields.push_back(std::move(field));
+  return fields;
 }
 
 void WanFlowMatchingModel::check_latents(const torch::Tensor& latents, const char* what) const {
@@ -132,6 +137,14 @@ wanfw::StepOutput WanFlowMatchingModel::training_step(const wanfw::Batch& batch)
   check_latents(x0, "training");
   const torch::Tensor noise = wanfw::sample_randn(batch, "noise", x0.sizes().slice(1), x0.scalar_type());
   const wan::DropoutSamplesScope dropout(denoiser_.dits(), batch);
+  if (settings_.ode_pairs) {  // the teacher's state at one of its levels a chunk, from the sample's stream
+    const auto chunks = causal_chunks(settings_, x0.size(2), "training");
+    const auto k = static_cast<double>(settings_.causal.steps.size());
+    const torch::Tensor step = (wanfw::sample_rand(batch, "ode_step", {chunks}) * k).floor().clamp_max(k - 1);
+    const torch::Tensor error = causal_ode_error(denoiser_, settings_, batch.at("trajectory"),
+                                                 batch.at("trajectory_timesteps"), x0, step, batch.at("context"));
+    return {error.mean(), {{"ode_step_mean", step.mean().detach()}}};
+  }
   if (settings_.causal.enabled()) {  // teacher forcing: a level a chunk, from the sample's stream
     const torch::Tensor chunk_sigma =
         wan::draw_sigma(batch, settings_.timesteps, causal_chunks(settings_, x0.size(2), "training"));
@@ -156,6 +169,17 @@ std::map<std::string, at::Tensor> WanFlowMatchingModel::validation_step(const wa
   // (validation batches keep their seed and epoch, so each sample draws the same noise every time).
   const torch::Tensor x0 = batch.at("latents");
   check_latents(x0, "validation");
+  if (settings_.ode_pairs) {  // each of the teacher's states, every chunk at it
+    const auto chunks = causal_chunks(settings_, x0.size(2), "validation");
+    const std::vector<double> levels = wan::warped_timesteps(settings_.causal.steps, settings_.sampler.shift);
+    return wan::per_timestep(levels, "loss_t", [&](double s) {
+      const auto k = std::find_if(levels.begin(), levels.end(), [&](double t) { return std::abs(t - 1000 * s) < 1e-6; });
+      const torch::Tensor step = torch::full({x0.size(0), chunks}, static_cast<double>(k - levels.begin()));
+      return causal_ode_error(denoiser_, settings_, batch.at("trajectory"), batch.at("trajectory_timesteps"), x0,
+                              step.to(x0.device()), batch.at("context"))
+          .mean();
+    });
+  }
   const torch::Tensor noise = wanfw::sample_randn(batch, "noise", x0.sizes().slice(1), x0.scalar_type());
   return wan::per_timestep(settings_.validation_timesteps, "loss_t", [&](double s) {
     if (settings_.causal.enabled()) {  // every chunk at the level
@@ -227,8 +251,11 @@ std::map<std::string, at::Tensor> WanFlowMatchingModel::draw(const std::map<std:
                             const torch::Tensor& sigma) {
     return denoiser_.forward(x, t, context, given.y, sigma, {given.vace_context, settings_.sampler.vace_scales});
   };
+  std::vector<double> record;  // a teacher's ODE pairs: its states at the student's levels
+  for (const double t : wan::warped_timesteps(settings_.trajectory_steps, settings_.sampler.shift))
+    record.push_back(t / 1000.0);
   return wan::euler_sample(velocity, given, denoiser_.config(), settings_.task, steps, settings_.sampler.shift,
-                           settings_.sampler.guidance, settings_.sampler.solver, seed);
+                           settings_.sampler.guidance, settings_.sampler.solver, seed, record);
 }
 
 void WanFlowMatchingModel::export_weights(const std::filesystem::path& folder, const wanfw::ExportSettings& settings) {

@@ -40,6 +40,8 @@ struct FlowMatchingSettings {
   bool activation_offload = false;  ///< checkpointed blocks' inputs wait in host memory
   std::int64_t recompute_chunks = 1;  ///< a checkpointed block recomputed in chunks of tokens
   wan::CausalSettings causal;         ///< causal.*: a causal (streaming) student (causal_student.hpp)
+  bool ode_pairs = false;             ///< causal.training: ode_pairs, the regression on a teacher's ODE pairs
+  std::vector<double> trajectory_steps;  ///< sample_trajectory_steps: the states `wanfw sample` records
 };
 
 class WanFlowMatchingModel final : public wanfw::Model {

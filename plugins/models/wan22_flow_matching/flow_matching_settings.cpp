@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "causal_student.hpp"
 #include "wan/causal_options.hpp"
 #include "wan/wan_options.hpp"
 #include "wanfw/error.hpp"
@@ -69,6 +70,7 @@ FlowMatchingSettings settings_from(const wanfw::Options& o, const wan::WanConfig
                          config.has_vace() ? "a VACE model" : wan::task_name(s.task)),
              "set task: t2v, or causal.frames_per_chunk: 0");
   }
+  causal_training_from(o, s);
   s.new_vace_branch = o.string("vace_branch") == "new";
   if (s.new_vace_branch && !config.has_vace())
     o.fail("vace_branch", "a new VACE branch needs a VACE model", "choose a VACE preset or set model.vace_layers");

@@ -9,6 +9,7 @@
 #include <fmt/ranges.h>
 #include <torch/torch.h>
 
+#include "causal_student.hpp"
 #include "flow_matching_model.hpp"
 #include "flow_matching_settings.hpp"
 #include "wan/attention_backend.hpp"
@@ -273,6 +274,8 @@ wanfw::PluginDescriptor describe() {
       "training runs the teacher-forcing objective (each chunk noised at its own level, attending to the clean "
       "chunks before it)");
   d.options.insert(d.options.end(), causal.begin(), causal.end());
+  const auto causal_training = wan_fm::causal_training_options();
+  d.options.insert(d.options.end(), causal_training.begin(), causal_training.end());
   const auto vae = wan::vae_options();
   d.options.insert(d.options.end(), vae.begin(), vae.end());
   const char* moved = "the data set holds the shapes now: data.buckets: [\"FxHxW\"] (latent frames x height x width) "

@@ -218,45 +218,6 @@ SampleInputs sample_inputs(const std::map<std::string, at::Tensor>& inputs, cons
   return out;
 }
 
-std::map<std::string, at::Tensor> euler_sample(const Velocity& velocity, const SampleInputs& given,
-                                               const WanConfig& config, Task task, std::int64_t steps, double shift,
-                                               double guidance, const std::string& solver, std::uint64_t seed) {
-  const bool renoise = solver == "renoise";
-  const std::vector<double> sigmas = sampling_schedule(steps, shift);
-  const std::int64_t batch = given.noise.size(0);
-  torch::Tensor x = given.noise;
-  for (std::int64_t i = 0; i < steps; ++i) {
-    if (given.image.defined()) x = with_kept_first_frame(task, given.image.unsqueeze(2), x);
-    const torch::Tensor sigma = torch::full({batch}, sigmas[static_cast<std::size_t>(i)], x.options());
-    const torch::Tensor t = task_timesteps(sigma, x, config, task);
-    torch::Tensor v = velocity(x, t, given.context, sigma).to(torch::kFloat32);
-    if (guidance != 1.0) {
-      const torch::Tensor unconditional = velocity(x, t, given.negative, sigma).to(torch::kFloat32);
-      v = guided_velocity(v, unconditional, guidance);
-    }
-    const double from = sigmas[static_cast<std::size_t>(i)], to = sigmas[static_cast<std::size_t>(i) + 1];
-    if (!renoise) {
-      x = x + (to - from) * v;  // dx/ds = v
-    } else {
-      const torch::Tensor x0 = x - from * v;
-      x = i + 1 < steps ? (1 - to) * x0 + to * renoise_noise(seed, i, x.sizes()).to(x.device()) : x0;
-    }
-  }
-  if (given.image.defined()) x = with_kept_first_frame(task, given.image.unsqueeze(2), x);
-  if (given.reference_frames > 0)  // VACE: the reference frames were denoised with the video, and leave it here
-    x = x.narrow(2, given.reference_frames, x.size(2) - given.reference_frames);
-  return {{"latents", x.cpu()}, {"sigmas", torch::tensor(sigmas, torch::kFloat64)}};
-}
-
-torch::Tensor guided_velocity(const torch::Tensor& conditional, const torch::Tensor& unconditional, double scale) {
-  return unconditional + scale * (conditional - unconditional);
-}
-
-torch::Tensor renoise_noise(std::uint64_t seed, std::int64_t step, at::IntArrayRef shape) {
-  auto generator = at::make_generator<at::CPUGeneratorImpl>(wanfw::sample_stream_seed(seed, 0, step, "renoise"));
-  return torch::randn(shape, generator, torch::TensorOptions().dtype(torch::kFloat32));
-}
-
 std::map<std::string, at::Tensor> preview_inputs(const wanfw::Batch& batch, Task task,
                                                  const std::optional<wanfw::Bucket>& sample_size) {
   std::map<std::string, at::Tensor> inputs = {{"context", batch.at("context").narrow(0, 0, 1)}};

@@ -147,10 +147,14 @@ using Velocity = std::function<torch::Tensor(const torch::Tensor& x, const torch
 /// `solver` "renoise" (few-step students): each step predicts x0 = x - s_i v and, before the last,
 /// noises it afresh to the next level, x = (1 - s_{i+1}) x0 + s_{i+1} eps_i, eps_i drawn on the CPU
 /// from renoise_generator(seed, i).
+/// `record` (levels in (0, 1], each a point of the schedule): the states x at those levels as
+/// "trajectory" [B, K, C, F, H, W] with "trajectory_timesteps" [B, K] (1000 s): a causal student's
+/// ODE pairs with the final latents. Throws wanfw::Error naming sample_steps when the schedule
+/// passes no step at a level.
 std::map<std::string, at::Tensor> euler_sample(const Velocity& velocity, const SampleInputs& given,
                                                const WanConfig& config, Task task, std::int64_t steps, double shift,
                                                double guidance, const std::string& solver = "euler",
-                                               std::uint64_t seed = 0);
+                                               std::uint64_t seed = 0, const std::vector<double>& record = {});
 
 /// The noise of step `step` of a renoise sampler started from `seed`.
 torch::Tensor renoise_noise(std::uint64_t seed, std::int64_t step, at::IntArrayRef shape);
