@@ -9,10 +9,12 @@
 
 namespace wan_distill {
 
-/// The plan's run: every network a step of the configured objective holds.
-wan::PlannedRun planned_run(const wanfw::Options& o, const Networks& n, const DistillSettings& s);
+/// The plan's run: every network a step of the configured objective holds, and a causal generator's
+/// KV cache for `layout`'s latents and batch.
+wan::PlannedRun planned_run(const wanfw::Options& o, const Networks& n, const DistillSettings& s,
+                            const wanfw::TrainingLayout& layout);
 
-/// `layout` with the latents of a data-free run (latent_size) where the data name no bucket.
+/// `layout` with the latents of a data-free run (latent_size), or latent_size where the data name no bucket.
 wanfw::TrainingLayout planned_layout(wanfw::TrainingLayout layout, const DistillSettings& s);
 
 }  // namespace wan_distill

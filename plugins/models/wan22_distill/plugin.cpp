@@ -37,7 +37,7 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
   wan::warn_chunks_beyond_tokens(o, ctx.layout, n.student.patch);
   const double planned_bytes =
       settings.lora.enabled() && !ctx.layout.sharded
-          ? wan::estimate_memory(wan_distill::planned_run(o, n, settings), wan::configured_memory(o, ctx.layout),
+          ? wan::estimate_memory(wan_distill::planned_run(o, n, settings, ctx.layout), wan::configured_memory(o, ctx.layout),
                                  wan_distill::planned_layout(ctx.layout, settings))
                 .device
           : 0;
@@ -115,7 +115,7 @@ std::string inspect(const wanfw::Options& o, const wanfw::TrainingLayout& layout
       dmd ? std::string("objective dmd (the student is the generator)")
           : fmt::format("target: the teacher's {}; loss = {} x velocity{}", target, s.velocity_weight, fm);
   // The memory plan counts every network a step holds.
-  const std::string plan = wan::memory_plan(wan_distill::planned_run(o, n, s), wan::configured_memory(o, layout),
+  const std::string plan = wan::memory_plan(wan_distill::planned_run(o, n, s, layout), wan::configured_memory(o, layout),
                                             wan_distill::planned_layout(layout, s));
   const std::string memory = wan::adapter_summary(n.student, s.lora, 1);
   return fmt::format(

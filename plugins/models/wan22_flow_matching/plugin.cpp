@@ -33,8 +33,9 @@ using T = wanfw::OptionType;
 wan::WanConfig config_from(const wanfw::Options& o) { return wan::config_from_options(o, ""); }
 
 /// The layout the memory plan counts: a causal student's teacher-forcing step runs [clean | noisy]
-/// copies of the latents' frames, twice the tokens. The largest bucket's frames must cut into its
-/// chunks (`validate` says so before a run; every bucket is checked at its first batch).
+/// copies of the latents' frames, twice the tokens (the regression on ODE pairs runs them once).
+/// The largest bucket's frames must cut into its chunks (`validate` says so before a run; every
+/// bucket is checked at its first batch).
 wanfw::TrainingLayout causal_layout(const wanfw::Options& o, const FlowMatchingSettings& s,
                                     wanfw::TrainingLayout layout) {
   if (!s.causal.enabled() || layout.latent.size() != 3) return layout;
@@ -43,7 +44,7 @@ wanfw::TrainingLayout causal_layout(const wanfw::Options& o, const FlowMatchingS
            fmt::format("the largest bucket's {} latent frames do not cut into chunks of {}", layout.latent[0],
                        s.causal.layout->frames_per_chunk),
            "choose buckets whose latent frames are a multiple of the chunk, or another frames_per_chunk");
-  layout.latent[0] *= 2;
+  if (!s.ode_pairs) layout.latent[0] *= 2;
   return layout;
 }
 

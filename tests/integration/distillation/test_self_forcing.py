@@ -98,6 +98,23 @@ def test_the_exported_causal_generator_streams_in_wan22_flow_matching_as_the_che
     torch.testing.assert_close(b, a, rtol=0, atol=1e-5 * a.abs().max().item())
 
 
+def test_model_info_counts_the_rollouts_kv_cache_and_fits_the_wan21_example_on_one_80gb_gpu():
+    # 30 blocks x 21 frames x 1,560 tokens x 1,536 wide, keys and values in bf16: Self Forcing's 5.6 GiB.
+    said = wanfw("model-info", SOURCE / "examples" / "self-forcing-wan21-1.3b.yaml", check=0).stdout
+    assert "the rollout's KV cache: 30 blocks x 21 frames of 1560 tokens, keys and values, batch 1 5.62 GiB" in said
+    assert "dmd: causal generator (Self Forcing): chunks of 3 latent frames" in said
+    assert "fits an 80 GB GPU" in said and "does not fit a 48 GB GPU" in said, said
+
+
+def test_without_gradient_checkpointing_the_plan_counts_the_keys_each_exit_pass_keeps(tmp_path, teacher):
+    # 2 chunks of 2 frames: chunk 1's exit pass attends over 4 frames, chunk 0's over 2: 6 for 4.
+    said = wanfw("model-info", config(tmp_path, teacher, **CAUSAL), check=0).stdout
+    assert "the exit passes' keys and values kept for backward beyond one forward's (6 frames attended for 4)" in said
+    checkpointed = wanfw("model-info", config(tmp_path, teacher, gradient_checkpointing=True, **CAUSAL), check=0)
+    assert "kept for backward beyond" not in checkpointed.stdout
+    assert "the rollout's KV cache: 2 blocks x 4 frames of 4 tokens" in checkpointed.stdout
+
+
 @pytest.mark.parametrize("model, message", [
     ({"objective": "velocity", "inputs": "teacher_trajectory"},
      "model.causal.frames_per_chunk: a causal generator trains by objective dmd on its own rollout"),
