@@ -121,8 +121,8 @@ int sample_command(const std::vector<std::string>& given) {
   const bool dataset = take_flag(args, "--dataset");
   std::map<std::string, std::string> values;
   EvaluateRequest request = parse_evaluate_request(
-      args, kSampleHelp,
-      {{"--seed", ""}, {"--count", ""}, {"--video", ""}, {"--device", "auto"}, {"--batch", "1"}}, &values);
+      args, kSampleHelp, {{"--seed", ""}, {"--count", ""}, {"--video", ""}, {"--device", "auto"}, {"--batch", "1"}},
+      &values);
   request.ema = ema;
   request.run.one_process_device = values["--device"];
   request.video = values["--video"];

@@ -64,8 +64,9 @@ wan::PlannedRun planned_run(const wanfw::Options& o, const Networks& n, const Di
   if (teacher_held) {
     const bool fp8 = o.string("teacher_base_dtype") == "float8_e4m3fn";
     const std::string dtype = o.string("teacher_dtype");
-    run.held.push_back({fmt::format("the frozen teacher in {}", fp8 ? dtype + ", its blocks' Linear weights in fp8" : dtype),
-                        wan::frozen_dit_bytes(n.teacher, dtype, fp8)});
+    run.held.push_back(
+        {fmt::format("the frozen teacher in {}", fp8 ? dtype + ", its blocks' Linear weights in fp8" : dtype),
+         wan::frozen_dit_bytes(n.teacher, dtype, fp8)});
   }
   add_rollout(run, o, n, s, planned_layout(layout, s));
   return run;

@@ -55,11 +55,12 @@ std::vector<wanfw::FieldSpec> ode_pair_fields(const FlowMatchingSettings& settin
 }
 
 torch::Tensor causal_ode_error(wan::WanDenoiser& denoiser, const FlowMatchingSettings& settings,
-                               const torch::Tensor& trajectory, const torch::Tensor& timesteps,
-                               const torch::Tensor& x0, const torch::Tensor& chunk_step, const torch::Tensor& context) {
+                               const torch::Tensor& trajectory, const torch::Tensor& timesteps, const torch::Tensor& x0,
+                               const torch::Tensor& chunk_step, const torch::Tensor& context) {
   const std::vector<double> levels = wan::warped_timesteps(settings.causal.steps, settings.sampler.shift);
   const torch::Tensor expected = torch::tensor(levels, torch::kFloat32).to(timesteps.device());
-  if (timesteps.size(1) != std::ssize(levels) || (timesteps.to(torch::kFloat32) - expected).abs().max().item<double>() > 0.5)
+  if (timesteps.size(1) != std::ssize(levels) ||
+      (timesteps.to(torch::kFloat32) - expected).abs().max().item<double>() > 0.5)
     throw wanfw::Error(
         fmt::format("the ODE pairs were recorded at t = {}, but the student's levels (causal.steps warped by "
                     "sample_shift {}) are {}",
@@ -70,8 +71,9 @@ torch::Tensor causal_ode_error(wan::WanDenoiser& denoiser, const FlowMatchingSet
   causal_chunks(settings, frames, "training");
   const torch::Tensor step = chunk_step.to(torch::kLong).repeat_interleave(per_chunk, 1);  // [B, F]
   const auto b = x0.size(0);
-  const torch::Tensor index = step.view({b, 1, 1, frames, 1, 1}).expand({b, 1, x0.size(1), frames, x0.size(3), x0.size(4)});
-  const torch::Tensor x = trajectory.gather(1, index).squeeze(1);  // each frame at its chunk's state
+  const torch::Tensor index =
+      step.view({b, 1, 1, frames, 1, 1}).expand({b, 1, x0.size(1), frames, x0.size(3), x0.size(4)});
+  const torch::Tensor x = trajectory.gather(1, index).squeeze(1);         // each frame at its chunk's state
   const torch::Tensor t = timesteps.to(torch::kFloat32).gather(1, step);  // [B, F]
   const wan::CausalPass pass{&*settings.causal.layout, nullptr, 0};
   const torch::Tensor v = denoiser.forward(x, t, context, {}, std::get<0>(t.max(1)) / 1000.0, {}, &pass);
@@ -83,15 +85,14 @@ torch::Tensor causal_ode_error(wan::WanDenoiser& denoiser, const FlowMatchingSet
 std::int64_t causal_chunks(const FlowMatchingSettings& settings, std::int64_t frames, const char* what) {
   const std::int64_t per_chunk = settings.causal.layout->frames_per_chunk;
   if (frames % per_chunk != 0)
-    throw wanfw::Error(fmt::format("{}: {} latent frames do not divide into chunks of causal.frames_per_chunk {}",
-                                   what, frames, per_chunk),
+    throw wanfw::Error(fmt::format("{}: {} latent frames do not divide into chunks of causal.frames_per_chunk {}", what,
+                                   frames, per_chunk),
                        "choose buckets (or sample_size) whose latent frames are a multiple of the chunk");
   return frames / per_chunk;
 }
 
 torch::Tensor causal_error(wan::WanDenoiser& denoiser, const FlowMatchingSettings& settings, const torch::Tensor& x0,
-                           const torch::Tensor& noise, const torch::Tensor& chunk_sigma,
-                           const torch::Tensor& context) {
+                           const torch::Tensor& noise, const torch::Tensor& chunk_sigma, const torch::Tensor& context) {
   const std::int64_t frames = x0.size(2), per_chunk = settings.causal.layout->frames_per_chunk;
   causal_chunks(settings, frames, "training");
   const torch::Tensor s = chunk_sigma.to(torch::kFloat32).repeat_interleave(per_chunk, 1);  // [B, F]

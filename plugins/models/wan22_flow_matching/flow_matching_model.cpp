@@ -63,13 +63,11 @@ std::vector<wanfw::ParameterGroup> WanFlowMatchingModel::parameter_groups() {
 }
 
 bool WanFlowMatchingModel::set_sequence_group(const wanfw::DistributedSession* group) {
-  if (group != nullptr && settings_.causal.enabled())
-    throw wanfw::Error("a causal student's tokens are not split over ranks yet",
-                       "set strategy.sequence_parallel: 1 with model.causal");
   if (group != nullptr && denoiser_.has_lora() && settings_.lora.dropout > 0)
-    throw wanfw::Error("LoRA dropout draws its masks over each sample's whole token sequence, which sequence "
-                       "parallelism splits across ranks",
-                       "set model.lora.dropout: 0, or strategy.sequence_parallel: 1");
+    throw wanfw::Error(
+        "LoRA dropout draws its masks over each sample's whole token sequence, which sequence "
+        "parallelism splits across ranks",
+        "set model.lora.dropout: 0, or strategy.sequence_parallel: 1");
   denoiser_.set_sequence_group(group);
   return true;
 }
@@ -119,15 +117,16 @@ WanFlowMatchingModel::Objective WanFlowMatchingModel::objective(const torch::Ten
                                                                 const wan::VaceInput& vace) {
   const torch::Tensor xt = wan::noised_to(settings_.task, x0, sigma, noise, x0);
   const torch::Tensor target = noise - x0;
-  const torch::Tensor y = settings_.task == wan::Task::I2V
-                              ? wan::i2v_condition(wan::checked_condition(image_condition, x0, "training"),
-                                                   settings_.last_frame)
-                              : torch::Tensor();
+  const torch::Tensor y =
+      settings_.task == wan::Task::I2V
+          ? wan::i2v_condition(wan::checked_condition(image_condition, x0, "training"), settings_.last_frame)
+          : torch::Tensor();
   const torch::Tensor prediction = denoiser_.forward(xt, timesteps(sigma, x0), context, y, sigma, vace);
   torch::Tensor error = (prediction.to(torch::kFloat32) - target.to(torch::kFloat32)).pow(2);
   torch::Tensor per_sample = wan::predicted_mean(settings_.task, error);
   if (settings_.bell_weighting)
-    per_sample = per_sample * torch::exp(-2 * ((sigma.to(torch::kFloat32) * 1000 - 500) / 1000).pow(2)) / bell_normaliser();
+    per_sample =
+        per_sample * torch::exp(-2 * ((sigma.to(torch::kFloat32) * 1000 - 500) / 1000).pow(2)) / bell_normaliser();
   return {per_sample.mean(), per_sample, prediction, target};
 }
 
@@ -152,7 +151,8 @@ wanfw::StepOutput WanFlowMatchingModel::training_step(const wanfw::Batch& batch)
     return {error.mean(), {{"sigma_mean", chunk_sigma.mean().detach()}}};
   }
   const torch::Tensor sigma = sample_sigma(batch);
-  const Objective out = objective(x0, noise, sigma, batch.at("context"), image_condition_of(batch), {vace_context_of(batch), {}});
+  const Objective out =
+      objective(x0, noise, sigma, batch.at("context"), image_condition_of(batch), {vace_context_of(batch), {}});
   wanfw::StepOutput step{out.loss, {{"sigma_mean", sigma.mean().detach()}}};
   if (settings_.expert == Expert::Both) {  // each expert's loss over the samples routed to it
     const torch::Tensor high = denoiser_.high_noise_samples(sigma).to(torch::kFloat64);
@@ -173,7 +173,8 @@ std::map<std::string, at::Tensor> WanFlowMatchingModel::validation_step(const wa
     const auto chunks = causal_chunks(settings_, x0.size(2), "validation");
     const std::vector<double> levels = wan::warped_timesteps(settings_.causal.steps, settings_.sampler.shift);
     return wan::per_timestep(levels, "loss_t", [&](double s) {
-      const auto k = std::find_if(levels.begin(), levels.end(), [&](double t) { return std::abs(t - 1000 * s) < 1e-6; });
+      const auto k =
+          std::find_if(levels.begin(), levels.end(), [&](double t) { return std::abs(t - 1000 * s) < 1e-6; });
       const torch::Tensor step = torch::full({x0.size(0), chunks}, static_cast<double>(k - levels.begin()));
       return causal_ode_error(denoiser_, settings_, batch.at("trajectory"), batch.at("trajectory_timesteps"), x0,
                               step.to(x0.device()), batch.at("context"))
@@ -188,7 +189,8 @@ std::map<std::string, at::Tensor> WanFlowMatchingModel::validation_step(const wa
       return causal_error(denoiser_, settings_, x0, noise, levels, batch.at("context")).mean();
     }
     const torch::Tensor sigma = torch::full({x0.size(0)}, s, x0.options().dtype(torch::kFloat32));
-    return objective(x0, noise, sigma, batch.at("context"), image_condition_of(batch), {vace_context_of(batch), {}}).loss;
+    return objective(x0, noise, sigma, batch.at("context"), image_condition_of(batch), {vace_context_of(batch), {}})
+        .loss;
   });
 }
 
@@ -238,9 +240,8 @@ std::map<std::string, at::Tensor> WanFlowMatchingModel::draw(const std::map<std:
                                                              std::uint64_t seed, std::int64_t steps) {
   torch::NoGradGuard no_grad;
   module()->eval();
-  const wan::SampleInputs given =
-      wan::sample_inputs(inputs, denoiser_.config(), settings_.task, settings_.sampler.size, seed, device(),
-                         settings_.last_frame);
+  const wan::SampleInputs given = wan::sample_inputs(inputs, denoiser_.config(), settings_.task, settings_.sampler.size,
+                                                     seed, device(), settings_.last_frame);
   if (settings_.causal.enabled())  // chunk by chunk, with the KV cache
     return {{"latents", causal_draw(denoiser_, settings_, given.context, given.noise.sizes(), seed, device()).cpu()}};
   if (settings_.expert == Expert::HighNoise || settings_.expert == Expert::LowNoise)

@@ -4,6 +4,8 @@ every rank and micro-batch shares; the generator trains the same on every layout
 checkpointing as without, resumes bitwise, and samples chunk by chunk as the exported student does
 in wan22_flow_matching. The quality test (own entry) compares its samples with the teacher's."""
 
+import json
+
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
@@ -38,7 +40,9 @@ def test_the_causal_generator_trains_on_its_rollout_each_step_leaving_at_one_of_
 def test_every_layout_trains_the_causal_generator_and_the_critic_of_one_rank_with_the_whole_batch(tmp_path, teacher):
     """The exit step is one draw an optimizer step, alike on every rank and micro-batch, and every
     other draw (each chunk's noise, each step's fresh noise, the score levels) comes from the
-    sample's streams: ranks, micro-batches and replicas change only the order of sums."""
+    sample's streams: ranks, micro-batches and replicas change only the order of sums. Under
+    sequence parallelism each rank's KV cache holds its heads of every token; frame-wise chunks of
+    3 frames of 9 tokens leave a rank's share of the 27 padded."""
     model = dmd(teacher, **CAUSAL)
     every_step = {"checkpoint": {"every": 1}, "data": {"buckets": ["4x4x4"]}}
     history = lambda name: [trained(p) for p in checkpoints(tmp_path / "runs" / name / "version_0")]
@@ -46,14 +50,21 @@ def test_every_layout_trains_the_causal_generator_and_the_critic_of_one_rank_wit
     layouts = {"ddp_2x2": (DDP, 2, 2),
                "ddp_2x1_accum_2": ({"name": "grad_accum", "steps": 2, "inner": DDP}, 1, 2),
                "data_parallel_2_replicas_x4": ({"name": "data_parallel", "devices": ["cpu", "cpu"]}, 4, 1),
-               "fsdp_2x2": (FSDP, 2, 2)}
-    # A value reaches a gradient through both chunks' passes (up to 3 steps and a context pass each:
-    # the second chunk reads the first's keys), a score's pass and the backward.
+               "fsdp_2x2": (FSDP, 2, 2),
+               "ddp_sp2_1x4": ({**DDP, "sequence_parallel": 2}, 4, 2)}
+    # A value reaches a gradient through every chunk's passes (up to 3 steps and a context pass each:
+    # a chunk reads the keys of those before it), a score's pass and the backward.
     tolerance = tiny_wan_rounding(GLOBAL_BATCH, TOKENS, layers=2 * 10)
     for name, (strategy, batch, ranks) in layouts.items():
         run_on(tmp_path, name, strategy, batch, model, ranks, **every_step)
         c = assert_same_training_history(history(name), history("single_1x4"), lr=LR, tolerance=tolerance)
         print(f"{name} vs single 1x4: {c}")
+    padded = dmd(teacher, latent_size="3x6x6", causal={"frames_per_chunk": 1})
+    run_on(tmp_path, "single_1x4_padded", CPU, 4, padded, **every_step)
+    run_on(tmp_path, "ddp_sp2_1x4_padded", {**DDP, "sequence_parallel": 2}, 4, padded, 2, **every_step)
+    c = assert_same_training_history(history("ddp_sp2_1x4_padded"), history("single_1x4_padded"), lr=LR,
+                                     tolerance=tiny_wan_rounding(GLOBAL_BATCH, 27, layers=2 * 12))
+    print(f"ddp_sp2_1x4_padded vs single 1x4: {c}")
 
 
 def test_the_causal_generator_with_gradient_checkpointing_trains_as_without_it(tmp_path, teacher):
@@ -67,6 +78,30 @@ def test_the_causal_generator_with_gradient_checkpointing_trains_as_without_it(t
     tolerance = tiny_wan_rounding(GLOBAL_BATCH, TOKENS, layers=2 * 10)
     c = assert_same_training_history(runs["checkpointed"], runs["plain"], lr=1e-3, tolerance=tolerance)
     print(f"checkpointed vs plain: {c}")
+
+
+def test_a_causal_run_with_block_swap_or_activation_offload_ends_bitwise_as_the_run_without(tmp_path, teacher):
+    """The generator and critic as adapters on one shared base: 1 of its 2 blocks streams from host
+    memory through every rollout pass, or each checkpointed block's input waits in host memory
+    (its cache's frames stay where they are)."""
+    adapters = {"lora": {"rank": 4}, "critic_lora": {"rank": 4}, "shared_base": True}
+    runs = {}
+    for name, swap, offload in (("resident", None, False), ("swapped", {"blocks": 1, "ring": 1}, False),
+                                ("offloaded", None, True)):
+        path = config(tmp_path, teacher, name=name, gradient_checkpointing=True, activation_offload=offload,
+                      **adapters, **CAUSAL)
+        if swap:
+            write_config(path, {**json.loads(path.read_text()), "block_swap": swap})
+        result = wanfw("run", path, check=0)
+        run = run_dir(tmp_path, name)
+        runs[name] = (result.stdout + result.stderr, [r["loss"] for r in read_csv(run / "metrics.csv")],
+                      load_file(checkpoints(run)[-1] / "model.safetensors"))
+    assert "block swap: 1 of 2 blocks stream from" in runs["swapped"][0]
+    assert "activation offload" in runs["offloaded"][0]
+    for name in ("swapped", "offloaded"):
+        assert runs[name][1] == runs["resident"][1], name  # every step's loss, as printed
+        a, b = runs[name][2], runs["resident"][2]
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
 
 
 def test_a_causal_dmd_run_killed_mid_cycle_resumes_to_the_same_bits(tmp_path, teacher):

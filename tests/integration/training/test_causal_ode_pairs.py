@@ -15,7 +15,7 @@ from safetensors import safe_open
 
 from harness.equivalence import assert_same_training, state
 from harness.launch import torchrun
-from harness.layouts import CPU, LAYOUTS, LR, TINY_WAN, experiment
+from harness.layouts import CPU, DDP, LAYOUTS, LR, TINY_WAN, experiment
 from harness.references import OfficialReference, reference_folder
 from harness.runs import losses, wanfw
 
@@ -95,12 +95,13 @@ def test_the_causal_regression_on_the_pairs_trains_the_student_whose_loss_falls(
     assert len(loss) == 48 and sum(loss[-8:]) / 8 < 0.7 * sum(loss[:8]) / 8, loss
 
 
-@pytest.mark.parametrize("layout", ["ddp_2x2", "ddp_2x1_accum_2"])
+@pytest.mark.parametrize("layout", ["ddp_2x2", "ddp_2x1_accum_2", "ddp_sp2_1x4"])
 def test_the_causal_regression_ends_at_one_devices_weights_on_any_layout(tmp_path, layout):
-    # Each chunk's state is drawn from the sample's own stream.
+    # Each chunk's state is drawn from the sample's own stream (sequence parallel: each rank of the
+    # pair holds the same samples, and the same draws).
     teacher, folder = make_pairs(tmp_path, steps=8, trajectory=LEVELS)
     model = student(weights=str(teacher))
-    strategy, batch, ranks = LAYOUTS[layout]
+    strategy, batch, ranks = {**LAYOUTS, "ddp_sp2_1x4": ({**DDP, "sequence_parallel": 2}, 4, 2)}[layout]
     on_pairs(tmp_path, "one", CPU, 4, model, folder)
     on_pairs(tmp_path, layout, strategy, batch, model, folder, ranks)
     assert_same_training(state(tmp_path, layout), state(tmp_path, "one"), lr=LR, tolerance=TINY_WAN)

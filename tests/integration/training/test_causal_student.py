@@ -26,10 +26,15 @@ def test_the_teacher_forcing_objective_trains_a_causal_student_whose_loss_falls(
     assert len(loss) == 60 and sum(loss[-10:]) / 10 < 0.8 * sum(loss[:10]) / 10, loss
 
 
-@pytest.mark.parametrize("layout", ["ddp_2x2", "ddp_2x1_accum_2"])
+SEQUENCE_PARALLEL = {"ddp_sp2_1x4": ({**DDP, "sequence_parallel": 2}, 4, 2)}
+
+
+@pytest.mark.parametrize("layout", ["ddp_2x2", "ddp_2x1_accum_2", "ddp_sp2_1x4"])
 def test_a_causal_student_ends_at_one_devices_weights_on_any_layout(tmp_path, layout):
-    # Each chunk's level and each sample's noise come from the sample's own streams.
-    strategy, batch, ranks = LAYOUTS[layout]
+    # Each chunk's level and each sample's noise come from the sample's own streams. Sequence
+    # parallel: the [clean | noisy] sequence's 32 tokens over 2 ranks, the causal attention over
+    # every token of each rank's head.
+    strategy, batch, ranks = {**LAYOUTS, **SEQUENCE_PARALLEL}[layout]
     one = run_on(tmp_path, "one", CPU, 4, CAUSAL, **FOUR_FRAMES)
     split = run_on(tmp_path, layout, strategy, batch, CAUSAL, ranks, **FOUR_FRAMES)
     assert_same_training(split, one, lr=LR, tolerance=TINY_WAN)

@@ -5,7 +5,8 @@
 // over a chunk replacing its frames;
 // attention a chunk at a time, with a rolling window and sinks, equal to the dense mask it stands
 // for; the gradient reaching only
-// a pass's own forward. The tiny DiT with random weights.
+// a pass's own forward (checkpointed passes: test_causal_checkpoint.cpp). The tiny DiT with random
+// weights.
 
 #include <torch/torch.h>
 
@@ -246,64 +247,4 @@ TEST_CASE("a causal pass at frames beyond RoPE's table is refused, naming the po
   CHECK_NOTHROW(dit->forward(x, t, v.context, {}, {}, &last));
   CHECK_THROWS_WITH_AS(dit->forward(x, t, v.context, {}, {}, &beyond),
                        doctest::Contains("beyond RoPE's 1024"), wanfw::Error);
-}
-
-TEST_CASE("a checkpointed causal forward recomputes its blocks under the mask: the gradients of the plain backward") {
-  wan::WanDiT dit = wanfw::testing::random_tiny_dit();
-  const Video v = video(dit->config());
-  const wan::CausalLayout layout{kChunk};
-  const wan::CausalPass pass{&layout, nullptr, 0};
-  const torch::Tensor t = torch::rand({1, kFrames}) * 1000;
-  const auto gradients = [&] {
-    dit->zero_grad();
-    dit->forward(v.noisy, t, v.context, {}, {}, &pass).pow(2).sum().backward();
-    std::vector<torch::Tensor> out;
-    for (const auto& p : dit->parameters()) out.push_back(p.grad().clone());
-    return out;
-  };
-  dit->train();
-  const std::vector<torch::Tensor> plain = gradients();
-  dit->set_gradient_checkpointing(true);
-  const std::vector<torch::Tensor> recomputed = gradients();
-  for (std::size_t i = 0; i < plain.size(); ++i) CHECK(relative(recomputed[i], plain[i]) < kTolerance);
-  // Bidirectional attention in the recomputation would give other gradients.
-  const torch::Tensor x = v.noisy.clone();
-  dit->zero_grad();
-  dit->forward(x, t.repeat_interleave(4, 1), v.context).pow(2).sum().backward();
-  CHECK(relative(dit->parameters().front().grad(), plain.front()) > 1e-3);
-}
-
-TEST_CASE("a checkpointed rollout pass recomputes over the frames it found in the cache: the plain gradients") {
-  // Each chunk's noisy pass with a graph, then its clean context pass without, which replaces the
-  // chunk's frames in the cache before backward runs: the recomputation must not read them.
-  wan::WanDiT dit = wanfw::testing::random_tiny_dit();
-  const Video v = video(dit->config());
-  const wan::CausalLayout layout{kChunk, 3 * kChunk, 1};  // a window with a sink: frames let go too
-  const auto gradients = [&] {
-    dit->zero_grad();
-    std::vector<torch::Tensor> outputs;
-    {  // the cache, and the layout the passes name (its own), are gone before backward, as in a rollout
-      wan::KvCache cache(layout, 2, 4);
-      for (std::int64_t k = 0; k < kChunks; ++k) {
-        const wan::CausalPass pass{&cache.layout(), &cache, k * kChunk};
-        outputs.push_back(dit->forward(frames(v.noisy, k * kChunk, kChunk), torch::full({1, kChunk}, noisy_t(k)),
-                                       v.context, {}, {}, &pass));
-        torch::NoGradGuard no_grad;
-        dit->forward(frames(v.clean, k * kChunk, kChunk), torch::zeros({1, kChunk}), v.context, {}, {}, &pass);
-      }
-    }
-    torch::cat(outputs, 2).pow(2).sum().backward();
-    std::vector<torch::Tensor> out;
-    for (const auto& p : dit->parameters()) out.push_back(p.grad().clone());
-    return out;
-  };
-  dit->train();
-  const std::vector<torch::Tensor> plain = gradients();
-  dit->set_gradient_checkpointing(true);
-  const std::vector<torch::Tensor> recomputed = gradients();
-  // The same operations on the same values; a parameter's gradient sums the chunks' contributions
-  // in another order (float32 ulps).
-  for (std::size_t i = 0; i < plain.size(); ++i) {
-    CHECK(relative(recomputed[i], plain[i]) < kTolerance);
-  }
 }

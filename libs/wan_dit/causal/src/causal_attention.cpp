@@ -11,21 +11,21 @@ namespace wan {
 
 void CausalLayout::validate() const {
   if (frames_per_chunk < 1)
-    throw wanfw::Error(fmt::format("causal: frames_per_chunk is {}; a chunk holds at least one latent frame",
-                                   frames_per_chunk),
-                       "set frames_per_chunk to 1 or more (3 is the Self-Forcing chunk of 4,680 tokens at 480p)");
+    throw wanfw::Error(
+        fmt::format("causal: frames_per_chunk is {}; a chunk holds at least one latent frame", frames_per_chunk),
+        "set frames_per_chunk to 1 or more (3 is the Self-Forcing chunk of 4,680 tokens at 480p)");
   if (window_frames < 0 || sink_frames < 0)
     throw wanfw::Error("causal: window_frames and sink_frames are counts of latent frames, 0 or more");
   if (window_frames == 0 && sink_frames > 0)
-    throw wanfw::Error(fmt::format("causal: {} sink frame(s) without a window: every earlier frame is seen anyway",
-                                   sink_frames),
-                       "set window_frames, or sink_frames: 0");
+    throw wanfw::Error(
+        fmt::format("causal: {} sink frame(s) without a window: every earlier frame is seen anyway", sink_frames),
+        "set window_frames, or sink_frames: 0");
   if (window_frames > 0 && window_frames - sink_frames < frames_per_chunk)
-    throw wanfw::Error(fmt::format("causal: a window of {} frames with {} sink(s) leaves {} for the rolling part, "
-                                   "fewer than a chunk's {}: a chunk would not see itself",
-                                   window_frames, sink_frames, window_frames - sink_frames, frames_per_chunk),
-                       fmt::format("set window_frames to at least {} (sinks plus a chunk)",
-                                   sink_frames + frames_per_chunk));
+    throw wanfw::Error(
+        fmt::format("causal: a window of {} frames with {} sink(s) leaves {} for the rolling part, "
+                    "fewer than a chunk's {}: a chunk would not see itself",
+                    window_frames, sink_frames, window_frames - sink_frames, frames_per_chunk),
+        fmt::format("set window_frames to at least {} (sinks plus a chunk)", sink_frames + frames_per_chunk));
 }
 
 bool CausalLayout::sees(std::int64_t q, std::int64_t k) const {
@@ -36,7 +36,7 @@ bool CausalLayout::sees(std::int64_t q, std::int64_t k) const {
 
 bool CausalLayout::sees(const FrameTag& q, const FrameTag& k) const {
   if (!q.noisy) return !k.noisy && sees(q.frame, k.frame);
-  if (k.noisy) return chunk_end(k.frame) == chunk_end(q.frame);  // a noisy chunk: itself
+  if (k.noisy) return chunk_end(k.frame) == chunk_end(q.frame);                      // a noisy chunk: itself
   return k.frame < chunk_end(q.frame) - frames_per_chunk && sees(q.frame, k.frame);  // earlier chunks, clean
 }
 
@@ -78,8 +78,7 @@ torch::Tensor tokens_of(const torch::Tensor& t, const std::vector<std::int64_t>&
 
 torch::Tensor causal_attention(const CausalLayout& layout, const torch::Tensor& query, const torch::Tensor& key,
                                const torch::Tensor& value, const std::vector<FrameTag>& queries,
-                               const std::vector<FrameTag>& keys, std::int64_t tokens_per_frame,
-                               const Attend& attend) {
+                               const std::vector<FrameTag>& keys, std::int64_t tokens_per_frame, const Attend& attend) {
   // Runs of query frames that see the same keys (a chunk's frames do): one attention each.
   std::vector<torch::Tensor> out;
   std::size_t run = 0;
@@ -111,12 +110,12 @@ torch::Tensor frame_timesteps(const torch::Tensor& t, const std::array<std::int6
 }
 
 std::vector<CausalAttention> causal_blocks(const CausalPass& causal, const std::array<std::int64_t, 3>& grid,
-                                           std::size_t blocks, bool split_or_vace) {
+                                           std::size_t blocks, bool vace) {
   if (causal.layout == nullptr) return {};
   causal.layout->validate();
-  if (split_or_vace)
-    throw wanfw::Error("a causal forward with sequence parallelism or a VACE branch is not supported yet",
-                       "train the causal student without sequence_parallel and without VACE");
+  if (vace)
+    throw wanfw::Error("a causal forward with a VACE branch is not supported yet",
+                       "train the causal student without VACE");
   const std::int64_t tokens_per_frame = grid[1] * grid[2];
   if (causal.cache != nullptr) {
     if (causal.cache->tokens_per_frame() != tokens_per_frame)
@@ -124,9 +123,10 @@ std::vector<CausalAttention> causal_blocks(const CausalPass& causal, const std::
                                      causal.cache->tokens_per_frame(), tokens_per_frame, grid[1], grid[2]));
   }
   if (causal.teacher_forcing && (causal.cache != nullptr || grid[0] % 2 != 0 || causal.first_frame != 0))
-    throw wanfw::Error(fmt::format("teacher forcing takes [a clean copy | a noisy copy] of the same frames from frame "
-                                   "0, with no cache: an even frame count (got {}, first frame {})",
-                                   grid[0], causal.first_frame));
+    throw wanfw::Error(
+        fmt::format("teacher forcing takes [a clean copy | a noisy copy] of the same frames from frame "
+                    "0, with no cache: an even frame count (got {}, first frame {})",
+                    grid[0], causal.first_frame));
   const std::vector<FrameTag> tags =
       causal.teacher_forcing ? teacher_forcing_frames(grid[0] / 2) : frame_range(causal.first_frame, grid[0]);
   std::vector<CausalAttention> out;
@@ -144,8 +144,8 @@ void KvCache::check(std::size_t layer, std::int64_t count, const torch::Tensor& 
   if (layer >= layers_.size())
     throw wanfw::Error(fmt::format("KV cache: block {} of a cache for {} blocks", layer, layers_.size()));
   if (key.size(1) != count * tokens_per_frame_)
-    throw wanfw::Error(fmt::format("KV cache: {} frames of {} tokens, but {} keys", count, tokens_per_frame_,
-                                   key.size(1)));
+    throw wanfw::Error(
+        fmt::format("KV cache: {} frames of {} tokens, but {} keys", count, tokens_per_frame_, key.size(1)));
 }
 
 HeldFrames KvCache::held(std::size_t layer, std::int64_t first) const {

@@ -21,7 +21,8 @@ std::vector<std::int64_t> recorded_steps(const std::vector<double>& sigmas, cons
                                          std::int64_t steps, double shift) {
   std::vector<std::int64_t> out;
   for (const double level : levels) {
-    const auto at = std::find_if(sigmas.begin(), sigmas.end() - 1, [&](double s) { return std::abs(s - level) < 1e-9; });
+    const auto at =
+        std::find_if(sigmas.begin(), sigmas.end() - 1, [&](double s) { return std::abs(s - level) < 1e-9; });
     if (at == sigmas.end() - 1)
       throw wanfw::Error(
           fmt::format("sample_steps {} at sample_shift {} passes no step at t = {:.4g}, a level the trajectory records",

@@ -27,8 +27,8 @@ class ForwardState {
         const torch::Tensor ids = ctx->saved_data["dropout_ids"].toTensor();
         samples = LoraDropoutStreams::Samples{
             std::vector<std::int64_t>(ids.data_ptr<std::int64_t>(), ids.data_ptr<std::int64_t>() + ids.numel()),
-            ctx->saved_data["dropout_epoch"].toInt(), static_cast<std::uint64_t>(ctx->saved_data["dropout_seed"].toInt()),
-            device};
+            ctx->saved_data["dropout_epoch"].toInt(),
+            static_cast<std::uint64_t>(ctx->saved_data["dropout_seed"].toInt()), device};
       }
       dropout_->set(samples);
     }
@@ -177,7 +177,8 @@ struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
     for (const auto& t : saved) inputs.push_back(t.defined() ? t.detach().requires_grad_(t.requires_grad()) : t);
     for (const auto& [name, index] : {std::pair{"x", 0}, {"embedded", 3}})
       if (ctx->saved_data.count(std::string(name) + "_host"))
-        inputs[index] = ctx->saved_data[std::string(name) + "_host"].toTensor()
+        inputs[index] = ctx->saved_data[std::string(name) + "_host"]
+                            .toTensor()
                             .to(inputs[1].device(), /*non_blocking=*/true)
                             .requires_grad_(ctx->saved_data[std::string(name) + "_requires_grad"].toBool());
     const auto parameters = block->parameters();

@@ -34,7 +34,15 @@ torch::Tensor WanBlockImpl::forward(const torch::Tensor& x, const torch::Tensor&
   {  // the queries, keys and values go once mixed: a forward without a graph holds them no longer
     const auto qkv = attention_inputs(x, e, split ? torch::Tensor() : rope.rotations);
     if (const CausalAttention* causal = rope.causal) {  // block-causal: over its frames, or the cache's too
-      torch::Tensor key = qkv[1], value = qkv[2];
+      torch::Tensor query = qkv[0], key = qkv[1], value = qkv[2];
+      if (split) {  // sequence parallel: every token of this rank's heads, rotated, the padding dropped
+        const wanfw::SequenceSplit& sequence = *rope.sequence;
+        const auto whole = [&](const torch::Tensor& t, bool rotate) {
+          const torch::Tensor heads = wanfw::sequence_to_heads(t, sequence.group());
+          return (rotate ? wan::rope(heads, rope.rotations) : heads).narrow(1, 0, sequence.tokens());
+        };
+        query = whole(query, true), key = whole(key, true), value = whole(value, false);
+      }
       std::vector<FrameTag> keys = causal->tags;
       if (causal->cache != nullptr || causal->held) {  // a rollout's pass, or its recomputation
         auto over = causal->cache != nullptr
@@ -45,8 +53,14 @@ torch::Tensor WanBlockImpl::forward(const torch::Tensor& x, const torch::Tensor&
       const auto attend = [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
         return self_attn->mix_masked(q, k, v, {}, x.scalar_type());
       };
-      mixed = causal_attention(*causal->layout, qkv[0], key, value, causal->tags, keys,
-                               x.size(1) / std::ssize(causal->tags), attend);
+      mixed = causal_attention(*causal->layout, query, key, value, causal->tags, keys,
+                               query.size(1) / std::ssize(causal->tags), attend);
+      if (split) {  // this rank's tokens of every head again, the padding's zero
+        const wanfw::SequenceSplit& sequence = *rope.sequence;
+        const torch::Tensor heads = mixed.unflatten(2, {query.size(2), query.size(3)});
+        const torch::Tensor padded = torch::constant_pad_nd(heads, {0, 0, 0, 0, 0, sequence.padded() - sequence.tokens()});
+        mixed = wanfw::heads_to_sequence(padded, sequence.group()).flatten(2);
+      }
     } else {
       mixed = self_attn->mix(qkv[0], qkv[1], qkv[2], split ? &rope : nullptr, x.scalar_type());
     }

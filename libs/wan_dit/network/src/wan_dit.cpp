@@ -234,7 +234,7 @@ torch::Tensor WanDiTImpl::forward(const torch::Tensor& x_in, const torch::Tensor
     throw wanfw::Error("a causal forward recomputes its blocks whole: recompute_chunks does not combine with it yet",
                        "set model.recompute_chunks: 1");
   const std::vector<CausalAttention> attention =
-      causal_blocks(causal, grid, blocks->size(), sequence_group_ != nullptr || vace_state.defined());
+      causal_blocks(causal, grid, blocks->size(), vace_state.defined());
   const torch::Tensor embedded = x;  // the first VACE block adds the embedded latents
   std::size_t hint = 0;             // the next VACE block
   for (std::size_t i = 0; i < blocks->size(); ++i) {

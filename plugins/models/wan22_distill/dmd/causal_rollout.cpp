@@ -22,7 +22,8 @@ void refuse_what_a_causal_generator_cannot_do(const wanfw::Options& o, const Dis
     o.fail(chunk, "a causal generator trains by objective dmd on its own rollout (Self Forcing)",
            "set objective: dmd, or causal.frames_per_chunk: 0");
   if (s.task != wan::Task::T2V)
-    o.fail(chunk, fmt::format("a causal generator makes text to video; {} is not supported yet", wan::task_name(s.task)),
+    o.fail(chunk,
+           fmt::format("a causal generator makes text to video; {} is not supported yet", wan::task_name(s.task)),
            "set task: t2v, or causal.frames_per_chunk: 0");
   if (s.inputs != Inputs::Generator)
     o.fail("inputs",
@@ -54,9 +55,9 @@ std::size_t exit_step(const wanfw::Batch& batch, std::size_t steps, std::string_
 wan::CausalSampling DmdModel::causal_sampling(std::int64_t frames) const {
   const std::int64_t per_chunk = common_.causal.layout->frames_per_chunk;
   if (frames % per_chunk != 0)
-    throw wanfw::Error(fmt::format("{} latent frames do not cut into chunks of causal.frames_per_chunk {}", frames,
-                                   per_chunk),
-                       "choose latent frames (latent_size, sample_size) that are a multiple of the chunk");
+    throw wanfw::Error(
+        fmt::format("{} latent frames do not cut into chunks of causal.frames_per_chunk {}", frames, per_chunk),
+        "choose latent frames (latent_size, sample_size) that are a multiple of the chunk");
   wan::CausalSampling sampling;
   sampling.timesteps.clear();
   for (const double level : dmd_.levels()) sampling.timesteps.push_back(1000.0 * level);

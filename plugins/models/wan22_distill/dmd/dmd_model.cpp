@@ -128,9 +128,6 @@ bool DmdModel::set_sequence_group(const wanfw::DistributedSession* group) {
                                    teacher_->placement().device.str(), device().str()),
                        "leave model.teacher_device empty (the teacher beside the generator), or set "
                        "strategy.sequence_parallel: 1");
-  if (group != nullptr && common_.causal.enabled())
-    throw wanfw::Error("a causal generator's tokens are not split over ranks yet",
-                       "set strategy.sequence_parallel: 1 with model.causal");
   generator_.set_sequence_group(group);
   if (!shared()) modules_->critic->set_sequence_group(group);
   if (teacher_) teacher_->set_sequence_group(group);

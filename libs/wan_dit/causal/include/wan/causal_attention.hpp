@@ -151,10 +151,11 @@ struct CausalPass {
 torch::Tensor frame_timesteps(const torch::Tensor& t, const std::array<std::int64_t, 3>& grid);
 
 /// Each of `blocks` blocks' self-attention for `causal` over latents of `grid` (empty when the pass
-/// is not causal). Throws wanfw::Error for what a causal forward does not support yet:
-/// `split_or_vace`, sequence parallelism or a VACE branch. A checkpointed rollout pass keeps the
-/// frames it found in the cache (KvCache::held) for its recomputation.
+/// is not causal). Throws wanfw::Error for what a causal forward does not support yet: a VACE
+/// branch (`vace`). A checkpointed rollout pass keeps the frames it found in the cache
+/// (KvCache::held) for its recomputation. Under sequence parallelism each rank's cache holds its
+/// heads of every token (the attention runs after the exchange, over the whole sequence).
 std::vector<CausalAttention> causal_blocks(const CausalPass& causal, const std::array<std::int64_t, 3>& grid,
-                                           std::size_t blocks, bool split_or_vace);
+                                           std::size_t blocks, bool vace);
 
 }  // namespace wan
