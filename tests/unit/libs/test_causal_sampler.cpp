@@ -149,3 +149,25 @@ TEST_CASE("a self-rollout's gradient goes through each chunk's exit forward alon
   for (std::size_t i = 0; i < parameters.size(); ++i)
     CHECK(torch::allclose(parameters[i].grad(), through_rollout[i], 1e-5, 1e-6));
 }
+
+TEST_CASE("a rollout's passes without autograd make the text's keys and values once a block and reuse them") {
+  const wan::CausalLayout layout{kSamplerChunk};
+  wan::KvCache cache(layout, 2, 4);
+  int made = 0;
+  const auto make = [&] {
+    ++made;
+    return std::pair{torch::ones({1, 5, 2, 24}), torch::zeros({1, 5, 2, 24})};
+  };
+  const torch::Tensor text = torch::randn({1, 5, 48});
+  {
+    torch::NoGradGuard no_grad;
+    cache.context_keys_values(0, text, make);
+    cache.context_keys_values(0, text.clone(), make);  // the same text, embedded anew
+    CHECK(made == 1);
+    cache.context_keys_values(0, text + 1, make);  // another text
+    CHECK(made == 2);
+  }
+  cache.context_keys_values(0, text + 1, make);  // with autograd: its own, for the projections' gradient
+  CHECK(made == 3);
+  // The sampler's passes reuse them: the video equal to full forwards' (the test above) proves them right.
+}

@@ -201,6 +201,20 @@ KvCache::Attended KvCache::pass(std::size_t layer, std::int64_t first, std::int6
   return out;
 }
 
+std::pair<torch::Tensor, torch::Tensor> KvCache::context_keys_values(
+    std::size_t layer, const torch::Tensor& context,
+    const std::function<std::pair<torch::Tensor, torch::Tensor>()>& make) {
+  if (torch::GradMode::is_enabled()) return make();
+  if (context_.size() != layers_.size()) context_.resize(layers_.size());
+  ContextKeys& held = context_.at(layer);
+  // The same text, by value: each pass embeds it anew (a read of it costs far less than its projections).
+  if (!held.context.defined() || !held.context.sizes().equals(context.sizes()) || !torch::equal(held.context, context)) {
+    auto [key, value] = make();
+    held = {context, key, value};
+  }
+  return {held.key, held.value};
+}
+
 std::vector<std::int64_t> KvCache::frames(std::size_t layer) const {
   std::vector<std::int64_t> out;
   for (const Frame& f : layers_.at(layer)) out.push_back(f.index);
@@ -209,6 +223,7 @@ std::vector<std::int64_t> KvCache::frames(std::size_t layer) const {
 
 void KvCache::clear() {
   for (auto& layer : layers_) layer.clear();
+  context_.clear();
   end_frame_ = 0;
 }
 

@@ -65,7 +65,11 @@ torch::Tensor WanBlockImpl::forward(const torch::Tensor& x, const torch::Tensor&
       mixed = self_attn->mix(qkv[0], qkv[1], qkv[2], split ? &rope : nullptr, x.scalar_type());
     }
   }
-  const auto [context_key, context_value] = cross_attn->keys_values(context, {});
+  const auto text = [&] { return cross_attn->keys_values(context, {}); };
+  // A rollout's passes without autograd share the text's keys and values, made once a block.
+  const auto [context_key, context_value] = rope.causal != nullptr && rope.causal->cache != nullptr
+                                                ? rope.causal->cache->context_keys_values(rope.causal->layer, context, text)
+                                                : text();
   return after_attention(x, mixed, e, context_key, context_value);
 }
 

@@ -102,6 +102,13 @@ class KvCache {
                            const torch::Tensor& value);
   /// The frames block `layer` holds, in order.
   std::vector<std::int64_t> frames(std::size_t layer) const;
+  /// Block `layer`'s cross-attention keys and values of `context` (its text), made by `make` on
+  /// a rollout's first pass without autograd and reused by its later ones; a pass with autograd
+  /// makes its own (the gradient reaches the projections), as does another context (compared by
+  /// value: each pass embeds the text anew).
+  std::pair<torch::Tensor, torch::Tensor> context_keys_values(
+      std::size_t layer, const torch::Tensor& context,
+      const std::function<std::pair<torch::Tensor, torch::Tensor>()>& make);
   /// One past the last frame any pass has covered (0 when empty).
   std::int64_t end_frame() const { return end_frame_; }
   const CausalLayout& layout() const { return layout_; }
@@ -114,10 +121,14 @@ class KvCache {
     std::int64_t index;
     torch::Tensor key, value;  ///< [B, tokens_per_frame, heads, head_dim]
   };
+  struct ContextKeys {
+    torch::Tensor context, key, value;  ///< the text they were made from, and its keys and values
+  };
   void check(std::size_t layer, std::int64_t count, const torch::Tensor& key) const;
   CausalLayout layout_;
   std::int64_t tokens_per_frame_;
   std::vector<std::deque<Frame>> layers_;
+  std::vector<ContextKeys> context_;
   std::int64_t end_frame_ = 0;
 };
 
