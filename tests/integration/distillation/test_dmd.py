@@ -10,7 +10,7 @@ from safetensors.torch import load_file, save_file
 
 from harness.distill import teacher  # noqa: F401 (a fixture)
 from harness.dmd import (CYCLE, assert_resumes_mid_cycle_to_the_same_bits, config, distances_to_the_teachers_40_steps,
-                         dmd, shared_name)
+                         dmd, one_caption_teacher, shared_name)
 from harness.equivalence import assert_same_training_history, tiny_wan_rounding, trained
 from harness.layouts import CPU, DDP, FSDP, GLOBAL_BATCH, LR, TOKENS, run_on
 from harness.references import predict, reference_model
@@ -182,11 +182,7 @@ def test_the_4_step_dmd_student_samples_closer_to_the_teachers_40_steps_than_4_s
     teacher's 40-step samples (seed 1001): MMD^2 over 200 latents each, drawn from held-out seeds
     (training used run.seed 42)."""
     examples = SOURCE / "examples"
-    one_caption = ["--set", "data.captions=1", "--set", 'data.buckets=["3x8x8"]']
-    wanfw("run", examples / "quickstart.yaml", *one_caption, "--set", "run.name=teacher-one-caption", cwd=tmp_path,
-          check=0)
-    wanfw("export", examples / "quickstart.yaml", "--checkpoint", "runs/teacher-one-caption/version_0", "--out",
-          "runs/teacher-one-caption-export", cwd=tmp_path, check=0)
+    one_caption = one_caption_teacher(tmp_path, "3x8x8", "teacher-one-caption")
     wanfw("run", examples / "dmd-tiny.yaml", cwd=tmp_path, check=0)
     regression = ["--set", "run.name=velocity-tiny", "--set", "model.objective=velocity", "--set",
                   "model.inputs=teacher_trajectory", "--set", "model.sample_steps=4", "--set",

@@ -11,8 +11,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from harness.dmd import (BOUNDARY, CYCLE, EXPERTS, assert_resumes_mid_cycle_to_the_same_bits, config, dmd,
-                         distances_to_the_teachers_40_steps, expert_adapters_student, sampled, two_experts)
+from harness.dmd import (BOUNDARY, CYCLE, EXPERTS, assert_block_swap_and_activation_offload_change_no_bit,
+                         assert_resumes_mid_cycle_to_the_same_bits, config, dmd, distances_to_the_teachers_40_steps,
+                         expert_adapters_student, sampled, two_experts)
 from harness.equivalence import assert_same_training_history, tiny_wan_rounding, trained
 from harness.layouts import CPU, DDP, GLOBAL_BATCH, LR, TOKENS, run_on
 from harness.references import predict
@@ -122,23 +123,7 @@ def test_a_two_expert_dmd_run_with_block_swap_or_activation_offload_ends_bitwise
                                                                                                    experts):
     """Both experts' blocks are units: 3 of the 4 stream from host memory, each leaving its slot for
     the next; or each checkpointed block's input waits in host memory."""
-    runs = {}
-    for name, swap, offload in (("resident", None, False), ("swapped", {"blocks": 3, "ring": 1}, False),
-                                ("offloaded", None, True)):
-        path = config(tmp_path, experts[0], name=name, gradient_checkpointing=True, activation_offload=offload,
-                      **EXPERTS)
-        if swap:
-            write_config(path, {**json.loads(path.read_text()), "block_swap": swap})
-        result = wanfw("run", path, check=0)
-        run = run_dir(tmp_path, name)
-        runs[name] = (result.stdout + result.stderr, [r["loss"] for r in read_csv(run / "metrics.csv")],
-                      load_file(checkpoints(run)[-1] / "model.safetensors"))
-    assert "block swap: 3 of 4 blocks stream from" in runs["swapped"][0]
-    assert "activation offload" in runs["offloaded"][0]
-    for name in ("swapped", "offloaded"):
-        assert runs[name][1] == runs["resident"][1], name  # every step's loss, as printed
-        a, b = runs[name][2], runs["resident"][2]
-        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
+    assert_block_swap_and_activation_offload_change_no_bit(tmp_path, experts[0], 3, 4, **EXPERTS)
 
 
 def test_a_two_expert_dmd_run_killed_mid_cycle_resumes_to_the_same_bits_its_generator_average_too(tmp_path,

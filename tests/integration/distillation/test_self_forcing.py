@@ -11,7 +11,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from harness.distill import teacher  # noqa: F401 (a fixture)
-from harness.dmd import CYCLE, assert_resumes_mid_cycle_to_the_same_bits, config, dmd, mmd2
+from harness.dmd import (CYCLE, assert_block_swap_and_activation_offload_change_no_bit,
+                         assert_resumes_mid_cycle_to_the_same_bits, config, dmd, mmd2, one_caption_teacher)
 from harness.equivalence import assert_same_training_history, tiny_wan_rounding, trained
 from harness.layouts import CPU, DDP, FSDP, GLOBAL_BATCH, LR, run_on
 from harness.runs import SOURCE, base_config, checkpoints, read_csv, run_dir, wanfw, write_config
@@ -85,23 +86,7 @@ def test_a_causal_run_with_block_swap_or_activation_offload_ends_bitwise_as_the_
     memory through every rollout pass, or each checkpointed block's input waits in host memory
     (its cache's frames stay where they are)."""
     adapters = {"lora": {"rank": 4}, "critic_lora": {"rank": 4}, "shared_base": True}
-    runs = {}
-    for name, swap, offload in (("resident", None, False), ("swapped", {"blocks": 1, "ring": 1}, False),
-                                ("offloaded", None, True)):
-        path = config(tmp_path, teacher, name=name, gradient_checkpointing=True, activation_offload=offload,
-                      **adapters, **CAUSAL)
-        if swap:
-            write_config(path, {**json.loads(path.read_text()), "block_swap": swap})
-        result = wanfw("run", path, check=0)
-        run = run_dir(tmp_path, name)
-        runs[name] = (result.stdout + result.stderr, [r["loss"] for r in read_csv(run / "metrics.csv")],
-                      load_file(checkpoints(run)[-1] / "model.safetensors"))
-    assert "block swap: 1 of 2 blocks stream from" in runs["swapped"][0]
-    assert "activation offload" in runs["offloaded"][0]
-    for name in ("swapped", "offloaded"):
-        assert runs[name][1] == runs["resident"][1], name  # every step's loss, as printed
-        a, b = runs[name][2], runs["resident"][2]
-        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
+    assert_block_swap_and_activation_offload_change_no_bit(tmp_path, teacher, 1, 2, **adapters, **CAUSAL)
 
 
 def test_a_causal_dmd_run_killed_mid_cycle_resumes_to_the_same_bits(tmp_path, teacher):
@@ -175,11 +160,7 @@ def test_both_stages_stream_4_step_samples_closer_to_the_teachers_40_steps_with_
     across the chunk boundary (frames 1, 2) against those inside a chunk. Pairs differing by less
     than twice the estimator's spread (the floor's largest pair) count as equal."""
     examples = SOURCE / "examples"
-    one_caption = ["--set", "data.captions=1", "--set", 'data.buckets=["4x8x8"]']
-    wanfw("run", examples / "quickstart.yaml", *one_caption, "--set", "run.name=teacher-4-frames", cwd=tmp_path,
-          check=0)
-    wanfw("export", examples / "quickstart.yaml", "--checkpoint", "runs/teacher-4-frames/version_0", "--out",
-          "runs/teacher-4-frames-export", cwd=tmp_path, check=0)
+    one_caption = one_caption_teacher(tmp_path, "4x8x8", "teacher-4-frames")
     wanfw("sample", examples / "quickstart.yaml", "--checkpoint", "runs/teacher-4-frames/version_0", *one_caption,
           "--set", "model.sample_guidance=1.0", "--set", "model.sample_steps=48", "--set",
           "model.sample_trajectory_steps=[1000, 750, 500, 250]", "--dataset", "--out", "data/ode-pairs-tiny",

@@ -1,11 +1,13 @@
 """Distribution-matching distillation (DMD) from a tiny teacher: the model section, the experiment,
 its run folder, and the distance between two sets of samples the quality tests use."""
 
+import json
+
 import torch
 from safetensors.torch import load_file, save_file
 
 from harness.references import reference_model
-from harness.runs import base_config, checkpoints, run_dir, wanfw, write_config, write_run_config
+from harness.runs import SOURCE, base_config, checkpoints, read_csv, run_dir, wanfw, write_config, write_run_config
 
 
 CYCLE = 3  # generator 1 step, critic 2
@@ -79,6 +81,41 @@ def assert_resumes_mid_cycle_to_the_same_bits(tmp_path, path):
         assert again.keys() == tensors.keys()
         assert all(torch.equal(again[k], tensors[k]) for k in tensors), kind
     return uninterrupted
+
+
+def assert_block_swap_and_activation_offload_change_no_bit(tmp_path, teacher, streamed, blocks, **model):
+    """Runs the DMD experiment of `model` (with gradient checkpointing) resident, with `streamed`
+    of its `blocks` blocks streamed from host memory, and with each checkpointed block's input
+    offloaded there: the latter two print every step's loss and end with the weights of the first,
+    bit for bit."""
+    runs = {}
+    for name, swap, offload in (("resident", None, False), ("swapped", {"blocks": streamed, "ring": 1}, False),
+                                ("offloaded", None, True)):
+        path = config(tmp_path, teacher, name=name, gradient_checkpointing=True, activation_offload=offload, **model)
+        if swap:
+            write_config(path, {**json.loads(path.read_text()), "block_swap": swap})
+        result = wanfw("run", path, check=0)
+        run = run_dir(tmp_path, name)
+        runs[name] = (result.stdout + result.stderr, [r["loss"] for r in read_csv(run / "metrics.csv")],
+                      load_file(checkpoints(run)[-1] / "model.safetensors"))
+    assert f"block swap: {streamed} of {blocks} blocks stream from" in runs["swapped"][0]
+    assert "activation offload" in runs["offloaded"][0]
+    for name in ("swapped", "offloaded"):
+        assert runs[name][1] == runs["resident"][1], name  # every step's loss, as printed
+        a, b = runs[name][2], runs["resident"][2]
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
+
+
+def one_caption_teacher(folder, buckets, name):
+    """The quickstart's model trained in `folder` with one caption for its 8 patterns at `buckets`
+    (a caption then stands for 8 quite different latents) as run `name`, and exported to
+    runs/<name>-export. Returns the command-line settings of its data."""
+    one_caption = ["--set", "data.captions=1", "--set", f'data.buckets=["{buckets}"]']
+    quickstart = SOURCE / "examples" / "quickstart.yaml"
+    wanfw("run", quickstart, *one_caption, "--set", f"run.name={name}", cwd=folder, check=0)
+    wanfw("export", quickstart, "--checkpoint", f"runs/{name}/version_0", "--out", f"runs/{name}-export", cwd=folder,
+          check=0)
+    return one_caption
 
 
 def expert_adapters_student(tmp_path, experts, folder):

@@ -10,33 +10,16 @@
 
 #include <torch/torch.h>
 
+#include "causal_video.hpp"
 #include "tiny_dit.hpp"
 #include "wan/causal_attention.hpp"
 #include "wanfw/error.hpp"
 // doctest last: c10/util/Logging.h defines a CHECK macro of its own.
 #include <doctest/doctest.h>
 
+using namespace wanfw::testing::causal;
+
 namespace {
-
-constexpr std::int64_t kChunk = 2, kChunks = 4, kFrames = kChunk * kChunks;
-
-/// A rollout's latents: [B, in_dim, frames, 4, 4] (4 tokens a frame), and a text context.
-struct Video {
-  torch::Tensor clean, noisy, context;
-};
-
-Video video(const wan::WanConfig& c) {
-  torch::manual_seed(11);
-  return {torch::randn({1, c.in_dim, kFrames, 4, 4}), torch::randn({1, c.in_dim, kFrames, 4, 4}),
-          torch::randn({1, 5, c.text_dim})};
-}
-
-torch::Tensor frames(const torch::Tensor& x, std::int64_t first, std::int64_t count) {
-  return x.narrow(2, first, count);
-}
-
-/// Chunk k's noisy timestep (one a frame, equal within the chunk).
-double noisy_t(std::int64_t k) { return 900.0 - 150.0 * static_cast<double>(k); }
 
 /// The full block-causal forward on [chunks < k clean at t = 0 | chunk k noisy at its t]: chunk k's output.
 torch::Tensor reference(wan::WanDiT& dit, const wan::CausalLayout& layout, const Video& v, std::int64_t k) {
@@ -69,24 +52,13 @@ std::vector<std::int64_t> every_frame() {
   return out;
 }
 
-/// The largest difference of `a` from `b`, relative to b's largest value.
-double relative(const torch::Tensor& a, const torch::Tensor& b) {
-  return ((a - b).abs().max() / b.abs().max()).item<double>();
-}
-
-// The two paths run the same operations on the same values but attention: the full forward's
-// masked attention over every frame and the rollout's over the cached frames sum the same terms
-// in another order (a few float32 ulps, 2^-24 relative), which the fp32 norms, modulation and two
-// blocks carry through; 1e-5 leaves two orders of magnitude above that.
-constexpr double kTolerance = 1e-5;
-
 }  // namespace
 
 TEST_CASE("a causal query sees its chunk and the chunks before it, and with a window its sinks and last frames") {
   const wan::CausalLayout global{3, 0, 0};
   CHECK(global.sees(4, 5));  // same chunk [3, 6): bidirectional
   CHECK(global.sees(4, 0));
-  CHECK_FALSE(global.sees(4, 6));  // the next chunk
+  CHECK_FALSE(global.sees(4, 6));           // the next chunk
   const wan::CausalLayout window{3, 9, 3};  // 3 sinks and the 6 frames before the chunk's end
   CHECK(window.sees(13, 0));                // frame 13's chunk [12, 15): a sink
   CHECK_FALSE(window.sees(13, 8));          // before 15 - 6 = 9, not a sink
@@ -94,9 +66,9 @@ TEST_CASE("a causal query sees its chunk and the chunks before it, and with a wi
   CHECK(window.sees(13, 14));
   const torch::Tensor mask = window.mask(wan::frame_range(12, 3), wan::frame_range(0, 15), 2, torch::kCPU);
   CHECK(mask.sizes() == torch::IntArrayRef{6, 30});
-  CHECK(mask.index({0, torch::indexing::Slice(0, 6)}).all().item<bool>());      // sinks 0-2
-  CHECK_FALSE(mask.index({0, torch::indexing::Slice(6, 18)}).any().item<bool>());  // frames 3-8
-  CHECK(mask.index({0, torch::indexing::Slice(18, 30)}).all().item<bool>());    // frames 9-14
+  CHECK(mask.index({0, torch::indexing::Slice(0, 6)}).all().item<bool>());                                // sinks 0-2
+  CHECK_FALSE(mask.index({0, torch::indexing::Slice(6, 18)}).any().item<bool>());                         // frames 3-8
+  CHECK(mask.index({0, torch::indexing::Slice(18, 30)}).all().item<bool>());                              // frames 9-14
   CHECK(global.mask(wan::frame_range(3, 3), wan::frame_range(0, 6), 2, torch::kCPU).all().item<bool>());  // all seen
   // Teacher forcing: a noisy chunk sees its own noisy frames and the clean frames of earlier chunks.
   CHECK(global.sees(wan::FrameTag{4, true}, wan::FrameTag{5, true}));
@@ -104,7 +76,7 @@ TEST_CASE("a causal query sees its chunk and the chunks before it, and with a wi
   CHECK_FALSE(global.sees(wan::FrameTag{4, true}, wan::FrameTag{4, false}));  // its own clean copy
   CHECK_FALSE(global.sees(wan::FrameTag{4, true}, wan::FrameTag{2, true}));   // an earlier noisy chunk
   CHECK_FALSE(global.sees(wan::FrameTag{4, false}, wan::FrameTag{4, true}));  // clean never sees noisy
-  CHECK_THROWS_AS((wan::CausalLayout{3, 4, 2}.validate()), wanfw::Error);  // 2 rolling frames < a chunk
+  CHECK_THROWS_AS((wan::CausalLayout{3, 4, 2}.validate()), wanfw::Error);     // 2 rolling frames < a chunk
 }
 
 TEST_CASE("attention a query chunk at a time over the keys it sees equals attention under the dense mask") {
@@ -245,6 +217,6 @@ TEST_CASE("a causal pass at frames beyond RoPE's table is refused, naming the po
   torch::NoGradGuard no_grad;
   const torch::Tensor x = frames(v.noisy, 0, kChunk), t = torch::zeros({1, kChunk});
   CHECK_NOTHROW(dit->forward(x, t, v.context, {}, {}, &last));
-  CHECK_THROWS_WITH_AS(dit->forward(x, t, v.context, {}, {}, &beyond),
-                       doctest::Contains("beyond RoPE's 1024"), wanfw::Error);
+  CHECK_THROWS_WITH_AS(dit->forward(x, t, v.context, {}, {}, &beyond), doctest::Contains("beyond RoPE's 1024"),
+                       wanfw::Error);
 }

@@ -23,6 +23,12 @@ struct Student {
       return dit->forward(x, t, context, {}, {}, &pass);
     };
   }
+  /// A rollout's noise: the sampler's own draws for chunks of [1, 4, kSamplerChunk, 4, 4].
+  static wan::ChunkNoise noise() {
+    return [](std::int64_t k, std::int64_t j) {
+      return wan::chunk_noise(kSamplerSeed, k, j, {1, 4, kSamplerChunk, 4, 4});
+    };
+  }
 };
 
 }  // namespace
@@ -97,8 +103,7 @@ TEST_CASE("a self-rollout exits each chunk at its exit step, the sampler's chunk
   Student student;
   const wan::CausalLayout layout{kSamplerChunk};
   wan::KvCache cache(layout, 2, 4);
-  const std::vector<std::int64_t> chunk_shape = {1, 4, kSamplerChunk, 4, 4};
-  const auto noise = [&](std::int64_t k, std::int64_t j) { return wan::chunk_noise(kSamplerSeed, k, j, chunk_shape); };
+  const wan::ChunkNoise noise = Student::noise();
   const wan::CausalSampling four{{1000, 937.5, 833.3, 625}, 0, 3};
   // Exit at step 2: the sampler stopped after its first 3 steps makes the same video.
   const torch::Tensor rolled = wan::causal_rollout(student.velocity(), cache, noise, four, 2);
@@ -112,8 +117,7 @@ TEST_CASE("a self-rollout's gradient goes through each chunk's exit forward alon
   Student student;
   const wan::CausalLayout layout{kSamplerChunk};
   wan::KvCache cache(layout, 2, 4);
-  const std::vector<std::int64_t> chunk_shape = {1, 4, kSamplerChunk, 4, 4};
-  const auto noise = [&](std::int64_t k, std::int64_t j) { return wan::chunk_noise(kSamplerSeed, k, j, chunk_shape); };
+  const wan::ChunkNoise noise = Student::noise();
   std::vector<bool> with_graph;  // each pass: whether autograd records it
   const wan::CausalVelocity recorded = [&](const torch::Tensor& x, const torch::Tensor& t,
                                            const wan::CausalPass& pass) {
