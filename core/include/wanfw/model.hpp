@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -114,6 +115,13 @@ class Model {
   /// default throws: not every model is generative.
   virtual std::map<std::string, at::Tensor> sample(const std::map<std::string, at::Tensor>& inputs,
                                                    std::uint64_t seed);
+  /// sample() whose video comes as it is made: `made` sees each chunk of its latents [B, C, t, h,
+  /// w] in order, and the chunks in a row are the returned "latents" (`wanfw sample --video`
+  /// writes the frames of each while the next is made). A streaming (causal) model hands over
+  /// each chunk when it is final; the default samples whole and hands over the whole video.
+  virtual std::map<std::string, at::Tensor> sample_streamed(const std::map<std::string, at::Tensor>& inputs,
+                                                            std::uint64_t seed,
+                                                            const std::function<void(const at::Tensor&)>& made);
   /// Writes the weights in the model family's release layout (`wanfw export`), so that the
   /// ecosystem's tools load them. The default throws: checkpoints (model.safetensors) are the
   /// generic format.

@@ -27,4 +27,26 @@ bool mp4_writer_available();
 /// file appears whole under its name or not at all; failures raise FileError naming it.
 Mp4Written write_mp4(const std::filesystem::path& path, const at::Tensor& frames, double fps);
 
+/// An mp4 written as its frames come: each append() encodes them into `path` (a fragmented mp4,
+/// its header first, a fragment at each key frame), so players read the file while it grows.
+/// The same encoder and settings as write_mp4. finish() ends the file; a stream dropped without
+/// it ends the file too, and a failure leaves what was written.
+class Mp4Stream {
+ public:
+  Mp4Stream(std::filesystem::path path, double fps);
+  ~Mp4Stream();
+  Mp4Stream(const Mp4Stream&) = delete;
+  Mp4Stream& operator=(const Mp4Stream&) = delete;
+  /// Frames [F, H, W, 3] uint8 (RGB), the next ones; every call the same H and W.
+  void append(const at::Tensor& frames);
+  Mp4Written finish();
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+  double fps_;
+  void* stream_ = nullptr;
+  Mp4Written written_;
+};
+
 }  // namespace wanfw

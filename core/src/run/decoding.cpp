@@ -66,19 +66,57 @@ std::shared_ptr<VideoDecoder> required_decoder(const PluginHost& host, Config& c
   return decoder;
 }
 
+namespace {
+
+/// Sample `i`'s file of `count`: `path` itself for one, else <stem>-<i>.mp4 beside it.
+fs::path video_file(const fs::path& path, std::int64_t i, std::int64_t count) {
+  if (count == 1) return path;
+  return path.parent_path() /
+         fmt::format("{}-{}{}", path.stem().string(), i, path.has_extension() ? path.extension().string() : ".mp4");
+}
+
+}  // namespace
+
 std::vector<fs::path> write_videos(const at::Tensor& video, const fs::path& path, double fps) {
   std::vector<fs::path> written;
   if (!path.parent_path().empty()) fs::create_directories(path.parent_path());
   for (std::int64_t i = 0; i < video.size(0); ++i) {
-    const fs::path file = video.size(0) == 1
-                              ? path
-                              : path.parent_path() / fmt::format("{}-{}{}", path.stem().string(), i,
-                                                                 path.has_extension() ? path.extension().string() : ".mp4");
+    const fs::path file = video_file(path, i, video.size(0));
     const Mp4Written mp4 = write_mp4(file, video_frames(video[i]), fps);
     spdlog::info("wrote {} ({} frames of {}x{}, {}, {} fps)", file.string(), mp4.frames, mp4.width, mp4.height,
                  mp4.encoder, fps);
     written.push_back(file);
   }
+  return written;
+}
+
+StreamedVideos::StreamedVideos(std::unique_ptr<VideoStream> stream, fs::path path, double fps)
+    : stream_(std::move(stream)), path_(std::move(path)), fps_(fps) {
+  if (!path_.parent_path().empty()) fs::create_directories(path_.parent_path());
+}
+
+StreamedVideos::~StreamedVideos() = default;
+
+void StreamedVideos::add(const at::Tensor& latents) {
+  const at::Tensor video = stream_->next(latents);  // [B, 3, f, H, W]
+  if (files_.empty())
+    for (std::int64_t i = 0; i < video.size(0); ++i)
+      files_.push_back(std::make_unique<Mp4Stream>(video_file(path_, i, video.size(0)), fps_));
+  for (std::int64_t i = 0; i < video.size(0); ++i) files_[static_cast<std::size_t>(i)]->append(video_frames(video[i]));
+  spdlog::info("streamed frames {}-{} to {}{}", frames_, frames_ + video.size(2) - 1, files_.front()->path().string(),
+               files_.size() > 1 ? fmt::format(" and {} more", files_.size() - 1) : "");
+  frames_ += video.size(2);
+}
+
+std::vector<fs::path> StreamedVideos::finish() {
+  std::vector<fs::path> written;
+  for (auto& file : files_) {
+    const Mp4Written mp4 = file->finish();
+    spdlog::info("wrote {} ({} frames of {}x{}, {}, {} fps)", file->path().string(), mp4.frames, mp4.width,
+                 mp4.height, mp4.encoder, fps_);
+    written.push_back(file->path());
+  }
+  files_.clear();
   return written;
 }
 

@@ -2,6 +2,7 @@
 // Internal: latents to pixels through the model plugin's decoder (`wanfw decode`,
 // `wanfw sample --video`), written as mp4 files or as frames.
 
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -39,5 +40,25 @@ std::shared_ptr<VideoDecoder> required_decoder(const PluginHost& host, Config& c
 /// <stem>-<i>.mp4 beside it. Returns the files written.
 std::vector<std::filesystem::path> write_videos(const at::Tensor& video, const std::filesystem::path& path,
                                                 double fps);
+
+/// write_videos as the latents come (`wanfw sample --video` with a streaming model): each chunk of
+/// latents [B, C, t, h, w] decoded by the decoder's stream and its frames appended to each sample's
+/// mp4 (named as write_videos names them), which players read while it grows.
+class StreamedVideos {
+ public:
+  StreamedVideos(std::unique_ptr<VideoStream> stream, std::filesystem::path path, double fps);
+  ~StreamedVideos();
+  /// The next chunk of every sample's latents.
+  void add(const at::Tensor& latents);
+  /// Ends every file; returns them.
+  std::vector<std::filesystem::path> finish();
+
+ private:
+  std::unique_ptr<VideoStream> stream_;
+  std::filesystem::path path_;
+  double fps_;
+  std::vector<std::unique_ptr<class Mp4Stream>> files_;
+  std::int64_t frames_ = 0;
+};
 
 }  // namespace wanfw

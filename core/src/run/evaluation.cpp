@@ -102,16 +102,29 @@ void sample_experiment(const EvaluateRequest& request) {
     spdlog::info("conditioning on the first {} sample(s) of the data set's first bucket", first.size);
   }
   const std::uint64_t seed = request.seed.value_or(e.settings.run.seed);
-  const std::map<std::string, at::Tensor> samples = e.model->sample(inputs, seed);
+  // The decoder before the sampling: a refused --video costs no sampling, and a decoder that
+  // streams writes each chunk's frames while a streaming model makes the next.
+  std::shared_ptr<VideoDecoder> decoder;
+  std::optional<StreamedVideos> streamed;
+  if (!request.video.empty()) {
+    decoder = required_decoder(*e.host, e.config, e.strategy->device(), e.settings.run.seed);
+    if (std::unique_ptr<VideoStream> stream = decoder->stream())
+      streamed.emplace(std::move(stream), request.video, decoder->fps());
+  }
+  const std::map<std::string, at::Tensor> samples =
+      streamed ? e.model->sample_streamed(inputs, seed, [&](const at::Tensor& chunk) { streamed->add(chunk); })
+               : e.model->sample(inputs, seed);
   // The model plugin's name lets `wanfw decode LATENTS` find the decoder without the config.
   write_results(request.outputs, samples, "wanfw sample", {{"model", e.config.string_at("model.name")}});
   if (request.video.empty()) return;
+  if (streamed) {
+    streamed->finish();
+    return;
+  }
   const auto latents = samples.find("latents");
   if (latents == samples.end())
     throw PluginError(fmt::format("--video: the model '{}' sampled no 'latents' to decode",
                                   e.config.string_at("model.name")));
-  const std::shared_ptr<VideoDecoder> decoder =
-      required_decoder(*e.host, e.config, e.strategy->device(), e.settings.run.seed);
   write_videos(decoder->decode(latents->second), request.video, decoder->fps());
 }
 

@@ -53,6 +53,15 @@ std::map<std::string, at::Tensor> Model::sample(const std::map<std::string, at::
   throw Error("this model plugin does not support `wanfw sample`", "use a model plugin that implements sample()");
 }
 
+std::map<std::string, at::Tensor> Model::sample_streamed(const std::map<std::string, at::Tensor>& inputs,
+                                                         std::uint64_t seed,
+                                                         const std::function<void(const at::Tensor&)>& made) {
+  std::map<std::string, at::Tensor> out = sample(inputs, seed);
+  const auto latents = out.find("latents");
+  if (made && latents != out.end()) made(latents->second);
+  return out;
+}
+
 void Model::export_weights(const std::filesystem::path&, const ExportSettings&) {
   throw Error("this model plugin does not support `wanfw export`",
               "use the checkpoint's model.safetensors, which holds every parameter under its module name");

@@ -110,7 +110,7 @@ torch::Tensor causal_error(wan::WanDenoiser& denoiser, const FlowMatchingSetting
 
 torch::Tensor causal_draw(wan::WanDenoiser& denoiser, const FlowMatchingSettings& settings,
                           const torch::Tensor& context, at::IntArrayRef shape, std::uint64_t seed,
-                          const torch::Device& device) {
+                          const torch::Device& device, const std::function<void(const at::Tensor&)>& made) {
   const wan::CausalLayout& layout = *settings.causal.layout;
   wan::CausalSampling sampling;
   sampling.timesteps = wan::warped_timesteps(settings.causal.steps, settings.sampler.shift);
@@ -129,7 +129,11 @@ torch::Tensor causal_draw(wan::WanDenoiser& denoiser, const FlowMatchingSettings
   const auto velocity = [&](const torch::Tensor& x, const torch::Tensor& t, const wan::CausalPass& pass) {
     return denoiser.forward(x, t, text, {}, std::get<0>(t.max(1)) / 1000.0, {}, &pass);
   };
-  return wan::causal_sample(velocity, cache, {shape[0], shape[1], shape[3], shape[4]}, sampling, seed, device);
+  const auto hand_over = [&](std::int64_t, const torch::Tensor& chunk) {
+    if (made) made(chunk.cpu());
+  };
+  return wan::causal_sample(velocity, cache, {shape[0], shape[1], shape[3], shape[4]}, sampling, seed, device,
+                            hand_over);
 }
 
 }  // namespace wan_fm

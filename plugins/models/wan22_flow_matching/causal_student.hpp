@@ -3,6 +3,7 @@
 // trained with the teacher-forcing objective, sampled chunk by chunk with a KV cache.
 
 #include <cstdint>
+#include <functional>
 
 #include <torch/types.h>
 
@@ -44,8 +45,9 @@ std::int64_t causal_chunks(const FlowMatchingSettings& settings, std::int64_t fr
 
 /// The video a causal student makes chunk by chunk from `context` [B, L, text_dim] (no guidance:
 /// the student answers alone), as many latent frames as `shape` [B, C, F, H, W] has: [B, C, F, H, W].
+/// `made` (if set) sees each chunk's latents on the CPU as it is made.
 torch::Tensor causal_draw(wan::WanDenoiser& denoiser, const FlowMatchingSettings& settings,
                           const torch::Tensor& context, at::IntArrayRef shape, std::uint64_t seed,
-                          const torch::Device& device);
+                          const torch::Device& device, const std::function<void(const at::Tensor&)>& made = {});
 
 }  // namespace wan_fm

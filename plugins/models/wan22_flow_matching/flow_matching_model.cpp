@@ -225,6 +225,13 @@ std::map<std::string, at::Tensor> WanFlowMatchingModel::sample(const std::map<st
   return draw(inputs, seed, settings_.sampler.steps);
 }
 
+std::map<std::string, at::Tensor> WanFlowMatchingModel::sample_streamed(
+    const std::map<std::string, at::Tensor>& inputs, std::uint64_t seed,
+    const std::function<void(const at::Tensor&)>& made) {
+  if (!settings_.causal.enabled()) return wanfw::Model::sample_streamed(inputs, seed, made);
+  return draw(inputs, seed, settings_.sampler.steps, made);
+}
+
 at::Tensor WanFlowMatchingModel::preview(const wanfw::Batch& batch, std::uint64_t seed) {
   const auto inputs = wan::preview_inputs(batch, settings_.task, settings_.sampler.size);
   const torch::Tensor made = draw(inputs, seed, settings_.sampler.preview_steps).at("latents");
@@ -237,13 +244,15 @@ at::Tensor WanFlowMatchingModel::preview(const wanfw::Batch& batch, std::uint64_
 }
 
 std::map<std::string, at::Tensor> WanFlowMatchingModel::draw(const std::map<std::string, at::Tensor>& inputs,
-                                                             std::uint64_t seed, std::int64_t steps) {
+                                                             std::uint64_t seed, std::int64_t steps,
+                                                             const std::function<void(const at::Tensor&)>& made) {
   torch::NoGradGuard no_grad;
   module()->eval();
   const wan::SampleInputs given = wan::sample_inputs(inputs, denoiser_.config(), settings_.task, settings_.sampler.size,
                                                      seed, device(), settings_.last_frame);
   if (settings_.causal.enabled())  // chunk by chunk, with the KV cache
-    return {{"latents", causal_draw(denoiser_, settings_, given.context, given.noise.sizes(), seed, device()).cpu()}};
+    return {{"latents",
+             causal_draw(denoiser_, settings_, given.context, given.noise.sizes(), seed, device(), made).cpu()}};
   if (settings_.expert == Expert::HighNoise || settings_.expert == Expert::LowNoise)
     wanfw::log::warn(
         fmt::format("sampling with the {} expert alone: it denoises every step, also those the other expert takes",

@@ -62,6 +62,10 @@ class WanFlowMatchingModel final : public wanfw::Model {
   std::map<std::string, at::Tensor> predict(const std::map<std::string, at::Tensor>& inputs) override;
   std::map<std::string, at::Tensor> sample(const std::map<std::string, at::Tensor>& inputs,
                                            std::uint64_t seed) override;
+  /// A causal student hands over each chunk as it is made.
+  std::map<std::string, at::Tensor> sample_streamed(const std::map<std::string, at::Tensor>& inputs,
+                                                    std::uint64_t seed,
+                                                    const std::function<void(const at::Tensor&)>& made) override;
   /// With adapters: one group "lora" (lora.lr_scale, lora.weight_decay) holding them alone.
   std::vector<wanfw::ParameterGroup> parameter_groups() override;
   /// With adapters: the adapters alone; a VACE branch trained whole: the branch alone (the base is
@@ -109,7 +113,8 @@ class WanFlowMatchingModel final : public wanfw::Model {
   /// Throws naming `what` when the latents cannot be cut into the DiT's patches.
   void check_latents(const torch::Tensor& latents, const char* what) const;
   std::map<std::string, at::Tensor> draw(const std::map<std::string, at::Tensor>& inputs, std::uint64_t seed,
-                                         std::int64_t steps);
+                                         std::int64_t steps,
+                                         const std::function<void(const at::Tensor&)>& made = {});
 
   WanDenoiser denoiser_;
   FlowMatchingSettings settings_;

@@ -29,6 +29,23 @@ class VaeVideoDecoder final : public wanfw::VideoDecoder {
     const at::Tensor on_device = latents.to(device_, at::kFloat);
     return vae_->decode_latents(on_device).to(at::kCPU, at::kFloat);
   }
+  std::unique_ptr<wanfw::VideoStream> stream() override {
+    /// The model's latents of one video, chunk after chunk, through the VAE's causal cache.
+    class Stream final : public wanfw::VideoStream {
+     public:
+      Stream(WanVae vae, c10::Device device) : vae_(std::move(vae)), device_(device), stream_(vae_->decode_stream()) {}
+      at::Tensor next(const at::Tensor& latents) override {
+        const at::Tensor raw = vae_->denormalise_latents(latents.to(device_, at::kFloat));
+        return stream_->next(raw).to(at::kCPU, at::kFloat);
+      }
+
+     private:
+      WanVae vae_;  ///< held: the stream refers to it
+      c10::Device device_;
+      std::unique_ptr<VaeDecodeStream> stream_;
+    };
+    return std::make_unique<Stream>(vae_, device_);
+  }
   double fps() const override { return fps_; }
   std::string describe() const override {
     return fmt::format("decoder: the {} ({}), {} on {}, {} frames a second", vae_->config().name, source_,

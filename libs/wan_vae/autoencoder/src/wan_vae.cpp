@@ -6,6 +6,7 @@
 #include "wan/vae/causal_conv3d.hpp"
 #include "wan/vae/space_time_shuffle.hpp"
 #include "vae_decoder.hpp"
+#include "wan/vae/feature_cache.hpp"
 #include "vae_encoder.hpp"
 #include "wanfw/error.hpp"
 
@@ -28,20 +29,27 @@ WanVaeImpl::WanVaeImpl(VaeConfig config) : config_(std::move(config)) {
   decoder_ = register_module("decoder", std::make_shared<VaeDecoderImpl>(config_));
 }
 
-at::Tensor WanVaeImpl::decode(const at::Tensor& latents) {
-  if (latents.dim() != 5 || latents.size(1) != config_.z_dim)
-    throw wanfw::Error(fmt::format("the VAE decodes latents [B, {}, T, h, w], not {}", config_.z_dim,
+VaeDecodeStream::VaeDecodeStream(WanVaeImpl& vae) : vae_(vae), cache_(std::make_unique<FeatureCache>()) {}
+
+VaeDecodeStream::~VaeDecodeStream() = default;
+
+at::Tensor VaeDecodeStream::next(const at::Tensor& latents) {
+  const VaeConfig& config = vae_.config_;
+  if (latents.dim() != 5 || latents.size(1) != config.z_dim)
+    throw wanfw::Error(fmt::format("the VAE decodes latents [B, {}, T, h, w], not {}", config.z_dim,
                                    c10::str(latents.sizes())));
   torch::NoGradGuard no_grad;
-  const at::Tensor x = post_quant_conv_->forward(latents.to(post_quant_conv_->weight.options()));
-  FeatureCache cache;
+  const at::Tensor x = vae_.post_quant_conv_->forward(latents.to(vae_.post_quant_conv_->weight.options()));
   at::Tensor video;
   std::int64_t written = 0;
-  const std::int64_t frames = config_.frames(x.size(2));
-  for (std::int64_t i = 0; i < x.size(2); ++i) {
-    cache.start_chunk();
+  // Frames of these latents: the whole video's less those of the latents before them.
+  const std::int64_t frames =
+      config.frames(decoded_ + x.size(2)) - (decoded_ == 0 ? 0 : config.frames(decoded_));
+  for (std::int64_t i = 0; i < x.size(2); ++i, ++decoded_) {
+    cache_->start_chunk();
     const at::Tensor chunk =
-        unpatchify(decoder_->forward(x.narrow(2, i, 1), &cache, i == 0), config_.patch_size).clamp(-1.0, 1.0);
+        unpatchify(vae_.decoder_->forward(x.narrow(2, i, 1), cache_.get(), decoded_ == 0), config.patch_size)
+            .clamp(-1.0, 1.0);
     if (!video.defined())
       video = at::empty({chunk.size(0), chunk.size(1), frames, chunk.size(3), chunk.size(4)}, chunk.options());
     video.narrow(2, written, chunk.size(2)).copy_(chunk);
@@ -49,6 +57,10 @@ at::Tensor WanVaeImpl::decode(const at::Tensor& latents) {
   }
   return video;
 }
+
+at::Tensor WanVaeImpl::decode(const at::Tensor& latents) { return VaeDecodeStream(*this).next(latents); }
+
+std::unique_ptr<VaeDecodeStream> WanVaeImpl::decode_stream() { return std::make_unique<VaeDecodeStream>(*this); }
 
 at::Tensor WanVaeImpl::decode_latents(const at::Tensor& latents) { return decode(denormalise_latents(latents)); }
 

@@ -88,7 +88,8 @@ torch::Tensor DmdModel::rollout(const wanfw::Batch& batch, const Conditions& c, 
   return wan::causal_rollout(causal_velocity(c.context), cache, chunk_noise, sampling, exit);
 }
 
-std::map<std::string, at::Tensor> DmdModel::causal_samples(const wan::SampleInputs& given, std::uint64_t seed) {
+std::map<std::string, at::Tensor> DmdModel::causal_samples(const wan::SampleInputs& given, std::uint64_t seed,
+                                                           const std::function<void(const at::Tensor&)>& made) {
   const wan::CausalLayout& layout = *common_.causal.layout;
   const auto shape = given.noise.sizes();
   const wan::CausalSampling sampling = causal_sampling(shape[2]);
@@ -96,8 +97,12 @@ std::map<std::string, at::Tensor> DmdModel::causal_samples(const wan::SampleInpu
   wan::KvCache cache(layout, generator_.config().num_layers, grid[1] * grid[2]);
   wanfw::log::info(fmt::format("causal generator: {} chunks of {} latent frames, {} steps each", sampling.chunks,
                                layout.frames_per_chunk, sampling.timesteps.size()));
+  const auto hand_over = [&](std::int64_t, const torch::Tensor& chunk) {
+    if (made) made(chunk.cpu());
+  };
   const torch::Tensor video = wan::causal_sample(causal_velocity(given.context), cache,
-                                                 {shape[0], shape[1], shape[3], shape[4]}, sampling, seed, device());
+                                                 {shape[0], shape[1], shape[3], shape[4]}, sampling, seed, device(),
+                                                 hand_over);
   return {{"latents", video.cpu()}};
 }
 

@@ -157,6 +157,16 @@ std::map<std::string, at::Tensor> DmdModel::sample(const std::map<std::string, a
                            dmd_.generator_shift, 1.0, "renoise", seed);
 }
 
+std::map<std::string, at::Tensor> DmdModel::sample_streamed(const std::map<std::string, at::Tensor>& inputs,
+                                                            std::uint64_t seed,
+                                                            const std::function<void(const at::Tensor&)>& made) {
+  if (!common_.causal.enabled()) return wanfw::Model::sample_streamed(inputs, seed, made);
+  torch::NoGradGuard no_grad;
+  modules_->eval();
+  return causal_samples(
+      wan::sample_inputs(inputs, generator_.config(), common_.task, common_.sampler.size, seed, device()), seed, made);
+}
+
 at::Tensor DmdModel::preview(const wanfw::Batch& batch, std::uint64_t seed) {
   return sample(preview_conditioning(batch, common_.task, noise_of(batch)), seed).at("latents");
 }

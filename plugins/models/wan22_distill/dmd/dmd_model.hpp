@@ -70,6 +70,10 @@ class DmdModel final : public wanfw::Model {
   /// G's samples: generator_steps steps of the renoise solver at G's levels.
   std::map<std::string, at::Tensor> sample(const std::map<std::string, at::Tensor>& inputs,
                                            std::uint64_t seed) override;
+  /// A causal generator hands over each chunk as it is made.
+  std::map<std::string, at::Tensor> sample_streamed(const std::map<std::string, at::Tensor>& inputs,
+                                                    std::uint64_t seed,
+                                                    const std::function<void(const at::Tensor&)>& made) override;
   /// G alone, in the official layout or (adapters) as an adapter in both layouts; never the critic.
   void export_weights(const std::filesystem::path& folder, const wanfw::ExportSettings& settings) override;
   /// G's sample of the first sample's conditioning, for the run's VAE or the latent strip.
@@ -125,7 +129,8 @@ class DmdModel final : public wanfw::Model {
   wan::CausalSampling causal_sampling(std::int64_t frames) const;
   wan::CausalVelocity causal_velocity(const torch::Tensor& context);
   torch::Tensor rollout(const wanfw::Batch& batch, const Conditions& c, const torch::Tensor& noise, std::size_t exit);
-  std::map<std::string, at::Tensor> causal_samples(const wan::SampleInputs& given, std::uint64_t seed);
+  std::map<std::string, at::Tensor> causal_samples(const wan::SampleInputs& given, std::uint64_t seed,
+                                                   const std::function<void(const at::Tensor&)>& made = {});
   torch::Tensor noise_of(const wanfw::Batch& batch) const;
   torch::Tensor timesteps(const torch::Tensor& sigma, const torch::Tensor& x) const;
   torch::Device device() const;

@@ -6,6 +6,7 @@
 //   wan::WanVae vae = wan::load_vae("Wan2.2-TI2V-5B-Diffusers/vae", at::kFloat, device);
 //   at::Tensor video = vae->decode_latents(latents);  // [B, 3, 1 + 4 (T - 1), H, W] in [-1, 1]
 
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 
@@ -19,6 +20,27 @@ namespace wan {
 class VaeEncoderImpl;
 class VaeDecoderImpl;
 class CausalConv3dImpl;
+class FeatureCache;
+class WanVaeImpl;
+
+/// One video's latents decoded as they come, chunk after chunk in order: the causal cache carries
+/// over between calls, so each chunk's frames are those decode() makes of them inside the whole
+/// video, and are final when next() returns (a streaming model's chunks, written as it goes).
+class VaeDecodeStream {
+ public:
+  explicit VaeDecodeStream(WanVaeImpl& vae);
+  ~VaeDecodeStream();
+  VaeDecodeStream(const VaeDecodeStream&) = delete;
+  VaeDecodeStream& operator=(const VaeDecodeStream&) = delete;
+  /// The next raw latents [B, z, t, h, w] -> their video frames [B, 3, f, h s, w s] in [-1, 1]:
+  /// 1 + 4 (t - 1) frames for the video's first latents, 4 t after.
+  at::Tensor next(const at::Tensor& latents);
+
+ private:
+  WanVaeImpl& vae_;
+  std::unique_ptr<FeatureCache> cache_;
+  std::int64_t decoded_ = 0;  ///< latent frames so far
+};
 
 /// The encoder's Gaussian per latent: its mean (what sampling and training use) and log-variance
 /// (clamped to [-30, 20]). Raw latents: the model's are (raw - latents_mean) / latents_std.
@@ -34,6 +56,8 @@ class WanVaeImpl : public torch::nn::Module {
   /// Raw latents [B, z, T, h, w] -> video [B, 3, 1 + 4 (T - 1), h s, w s] in [-1, 1] (s the
   /// spatial factor), decoded one latent frame at a time into one preallocated output.
   at::Tensor decode(const at::Tensor& latents);
+  /// decode() chunk after chunk (VaeDecodeStream); the stream keeps a reference to this VAE.
+  std::unique_ptr<VaeDecodeStream> decode_stream();
   /// The model's latents ((z - mean) / std per channel) -> video: decode(z).
   at::Tensor decode_latents(const at::Tensor& latents);
   /// Video [B, 3, F, H, W] in [-1, 1] (H, W multiples of the spatial factor; frames past 1 + 4 k
@@ -44,6 +68,7 @@ class WanVaeImpl : public torch::nn::Module {
   at::Tensor denormalise_latents(const at::Tensor& latents) const;
 
  private:
+  friend class VaeDecodeStream;
   VaeConfig config_;
   std::shared_ptr<VaeEncoderImpl> encoder_;
   std::shared_ptr<VaeDecoderImpl> decoder_;
