@@ -116,8 +116,6 @@ torch::Tensor causal_draw(wan::WanDenoiser& denoiser, const FlowMatchingSettings
   sampling.timesteps = wan::warped_timesteps(settings.causal.steps, settings.sampler.shift);
   sampling.context_timestep = settings.causal.context_timestep;
   sampling.chunks = causal_chunks(settings, shape[2], "sampling");
-  const auto grid = denoiser.dits().front()->token_grid(layout.frames_per_chunk, shape[3], shape[4]);
-  wan::KvCache cache(layout, denoiser.config().num_layers, grid[1] * grid[2]);
   wanfw::log::info(fmt::format("causal student: {} chunks of {} latent frames, {} steps each{}", sampling.chunks,
                                layout.frames_per_chunk, sampling.timesteps.size(),
                                settings.sampler.guidance != 1.0
@@ -129,11 +127,7 @@ torch::Tensor causal_draw(wan::WanDenoiser& denoiser, const FlowMatchingSettings
   const auto velocity = [&](const torch::Tensor& x, const torch::Tensor& t, const wan::CausalPass& pass) {
     return denoiser.forward(x, t, text, {}, std::get<0>(t.max(1)) / 1000.0, {}, &pass);
   };
-  const auto hand_over = [&](std::int64_t, const torch::Tensor& chunk) {
-    if (made) made(chunk.cpu());
-  };
-  return wan::causal_sample(velocity, cache, {shape[0], shape[1], shape[3], shape[4]}, sampling, seed, device,
-                            hand_over);
+  return wan::stream_sample(velocity, denoiser, layout, shape, sampling, seed, device, made);
 }
 
 }  // namespace wan_fm

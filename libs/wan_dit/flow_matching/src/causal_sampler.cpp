@@ -28,8 +28,8 @@ torch::Tensor causal_rollout(const CausalVelocity& velocity, KvCache& cache, con
   if (sampling.timesteps.empty() || sampling.chunks < 1)
     throw wanfw::Error("causal sampling needs at least one timestep and one chunk");
   if (exit_step >= sampling.timesteps.size())
-    throw wanfw::Error(fmt::format("a rollout's exit step {} is past its {} steps", exit_step,
-                                   sampling.timesteps.size()));
+    throw wanfw::Error(
+        fmt::format("a rollout's exit step {} is past its {} steps", exit_step, sampling.timesteps.size()));
   cache.clear();
   const std::int64_t f = cache.layout().frames_per_chunk;
   std::vector<torch::Tensor> chunks;
@@ -71,6 +71,22 @@ torch::Tensor causal_sample(const CausalVelocity& velocity, KvCache& cache, at::
   };
   const std::size_t last = sampling.timesteps.empty() ? 0 : sampling.timesteps.size() - 1;
   return causal_rollout(velocity, cache, noise, sampling, last, made);
+}
+
+KvCache rollout_cache(const WanDenoiser& denoiser, const CausalLayout& layout, std::int64_t height,
+                      std::int64_t width) {
+  const auto grid = denoiser.dits().front()->token_grid(layout.frames_per_chunk, height, width);
+  return KvCache(layout, denoiser.config().num_layers, grid[1] * grid[2]);
+}
+
+torch::Tensor stream_sample(const CausalVelocity& velocity, const WanDenoiser& denoiser, const CausalLayout& layout,
+                            at::IntArrayRef shape, const CausalSampling& sampling, std::uint64_t seed,
+                            const torch::Device& device, const std::function<void(const at::Tensor&)>& made) {
+  KvCache cache = rollout_cache(denoiser, layout, shape[3], shape[4]);
+  const auto hand_over = [&](std::int64_t, const torch::Tensor& chunk) {
+    if (made) made(chunk.cpu());
+  };
+  return causal_sample(velocity, cache, {shape[0], shape[1], shape[3], shape[4]}, sampling, seed, device, hand_over);
 }
 
 }  // namespace wan

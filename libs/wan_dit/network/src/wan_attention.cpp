@@ -59,13 +59,22 @@ torch::Tensor WanAttentionImpl::mix(const torch::Tensor& query, const torch::Ten
   if (sequence_rope == nullptr) return attend(query, key, value, {}).flatten(2).to(dtype);
   // Sequence parallel: every token of this rank's heads, attention over the whole (padded)
   // sequence with the padding masked, then this rank's tokens of every head again.
-  const wanfw::SequenceSplit& split = *sequence_rope->sequence;
-  const torch::Tensor q = wan::rope(wanfw::sequence_to_heads(query, split.group()), sequence_rope->rotations);
-  const torch::Tensor k = wan::rope(wanfw::sequence_to_heads(key, split.group()), sequence_rope->rotations);
-  const torch::Tensor v = wanfw::sequence_to_heads(value, split.group());
-  torch::Tensor mask = split.key_mask(query.device());  // undefined where no token is padding
+  const auto [q, k, v] = to_heads(query, key, value, *sequence_rope);
+  torch::Tensor mask = sequence_rope->sequence->key_mask(query.device());  // undefined where no token is padding
   if (mask.defined()) mask = mask.view({1, 1, 1, -1});
-  return wanfw::heads_to_sequence(attend(q, k, v, mask), split.group()).flatten(2).to(dtype);
+  return to_sequence(attend(q, k, v, mask), *sequence_rope).flatten(2).to(dtype);
+}
+
+std::array<torch::Tensor, 3> WanAttentionImpl::to_heads(const torch::Tensor& query, const torch::Tensor& key,
+                                                        const torch::Tensor& value, const RopeTables& sequence_rope) {
+  const wanfw::DistributedSession& group = sequence_rope.sequence->group();
+  return {wan::rope(wanfw::sequence_to_heads(query, group), sequence_rope.rotations),
+          wan::rope(wanfw::sequence_to_heads(key, group), sequence_rope.rotations),
+          wanfw::sequence_to_heads(value, group)};
+}
+
+torch::Tensor WanAttentionImpl::to_sequence(const torch::Tensor& heads, const RopeTables& sequence_rope) {
+  return wanfw::heads_to_sequence(heads, sequence_rope.sequence->group());
 }
 
 torch::Tensor WanAttentionImpl::mix_masked(const torch::Tensor& query, const torch::Tensor& key,

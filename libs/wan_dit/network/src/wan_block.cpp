@@ -18,8 +18,8 @@ void WanBlockImpl::reset() {
   self_attn = register_module("self_attn", WanAttention(c.dim, c.num_heads, c.eps));
   norm3 = register_module("norm3", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.dim}).eps(c.eps)));
   cross_attn = register_module("cross_attn", WanAttention(c.dim, c.num_heads, c.eps));
-  ffn = register_module("ffn", torch::nn::Sequential(WanLinear(c.dim, c.ffn_dim), WanGeluTanh(),
-                                                     WanLinear(c.ffn_dim, c.dim)));
+  ffn = register_module("ffn",
+                        torch::nn::Sequential(WanLinear(c.dim, c.ffn_dim), WanGeluTanh(), WanLinear(c.ffn_dim, c.dim)));
   modulation = register_parameter("modulation", torch::randn({1, 6, c.dim}) / std::sqrt(static_cast<double>(c.dim)));
   if (vace_index_ == 0) before_proj = register_module("before_proj", torch::nn::Linear(c.dim, c.dim));
   if (vace_index_ >= 0) after_proj = register_module("after_proj", torch::nn::Linear(c.dim, c.dim));
@@ -36,12 +36,10 @@ torch::Tensor WanBlockImpl::forward(const torch::Tensor& x, const torch::Tensor&
     if (const CausalAttention* causal = rope.causal) {  // block-causal: over its frames, or the cache's too
       torch::Tensor query = qkv[0], key = qkv[1], value = qkv[2];
       if (split) {  // sequence parallel: every token of this rank's heads, rotated, the padding dropped
-        const wanfw::SequenceSplit& sequence = *rope.sequence;
-        const auto whole = [&](const torch::Tensor& t, bool rotate) {
-          const torch::Tensor heads = wanfw::sequence_to_heads(t, sequence.group());
-          return (rotate ? wan::rope(heads, rope.rotations) : heads).narrow(1, 0, sequence.tokens());
-        };
-        query = whole(query, true), key = whole(key, true), value = whole(value, false);
+        const auto heads = WanAttentionImpl::to_heads(query, key, value, rope);
+        const std::int64_t tokens = rope.sequence->tokens();
+        query = heads[0].narrow(1, 0, tokens), key = heads[1].narrow(1, 0, tokens),
+        value = heads[2].narrow(1, 0, tokens);
       }
       std::vector<FrameTag> keys = causal->tags;
       if (causal->cache != nullptr || causal->held) {  // a rollout's pass, or its recomputation
@@ -58,8 +56,9 @@ torch::Tensor WanBlockImpl::forward(const torch::Tensor& x, const torch::Tensor&
       if (split) {  // this rank's tokens of every head again, the padding's zero
         const wanfw::SequenceSplit& sequence = *rope.sequence;
         const torch::Tensor heads = mixed.unflatten(2, {query.size(2), query.size(3)});
-        const torch::Tensor padded = torch::constant_pad_nd(heads, {0, 0, 0, 0, 0, sequence.padded() - sequence.tokens()});
-        mixed = wanfw::heads_to_sequence(padded, sequence.group()).flatten(2);
+        const torch::Tensor padded =
+            torch::constant_pad_nd(heads, {0, 0, 0, 0, 0, sequence.padded() - sequence.tokens()});
+        mixed = WanAttentionImpl::to_sequence(padded, rope).flatten(2);
       }
     } else {
       mixed = self_attn->mix(qkv[0], qkv[1], qkv[2], split ? &rope : nullptr, x.scalar_type());
@@ -67,9 +66,10 @@ torch::Tensor WanBlockImpl::forward(const torch::Tensor& x, const torch::Tensor&
   }
   const auto text = [&] { return cross_attn->keys_values(context, {}); };
   // A rollout's passes without autograd share the text's keys and values, made once a block.
-  const auto [context_key, context_value] = rope.causal != nullptr && rope.causal->cache != nullptr
-                                                ? rope.causal->cache->context_keys_values(rope.causal->layer, context, text)
-                                                : text();
+  const auto [context_key, context_value] =
+      rope.causal != nullptr && rope.causal->cache != nullptr
+          ? rope.causal->cache->context_keys_values(rope.causal->layer, context, text)
+          : text();
   return after_attention(x, mixed, e, context_key, context_value);
 }
 
@@ -88,7 +88,8 @@ torch::Tensor WanBlockImpl::after_attention(const torch::Tensor& x_in, const tor
   torch::Tensor x = gated_residual(x_in, self_attn->o(mixed), e[2]);
   // norm3 (affine) in fp32 whatever the weights' dtype.
   const auto f32 = [](const torch::Tensor& t) { return t.to(torch::kFloat32); };
-  const torch::Tensor normed = torch::layer_norm(f32(x), {config_.dim}, f32(norm3->weight), f32(norm3->bias), config_.eps);
+  const torch::Tensor normed =
+      torch::layer_norm(f32(x), {config_.dim}, f32(norm3->weight), f32(norm3->bias), config_.eps);
   const torch::Tensor query = cross_attn->queries(normed.to(dtype), {});
   x = x + cross_attn->o(cross_attn->mix(query, context_key, context_value, nullptr, dtype));
   const torch::Tensor ffn_in = modulated_layer_norm(x, e[4], e[3], config_.eps);

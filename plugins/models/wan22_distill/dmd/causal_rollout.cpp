@@ -77,8 +77,7 @@ torch::Tensor DmdModel::rollout(const wanfw::Batch& batch, const Conditions& c, 
                                 std::size_t exit) {
   const wan::CausalLayout& layout = *common_.causal.layout;
   const wan::CausalSampling sampling = causal_sampling(noise.size(2));
-  const auto grid = generator_.dits().front()->token_grid(layout.frames_per_chunk, noise.size(3), noise.size(4));
-  wan::KvCache cache(layout, generator_.config().num_layers, grid[1] * grid[2]);
+  wan::KvCache cache = wan::rollout_cache(generator_, layout, noise.size(3), noise.size(4));
   const std::int64_t f = layout.frames_per_chunk;
   const std::vector<std::int64_t> chunk_shape = {noise.size(1), f, noise.size(3), noise.size(4)};
   const auto chunk_noise = [&](std::int64_t chunk, std::int64_t step) {
@@ -93,16 +92,10 @@ std::map<std::string, at::Tensor> DmdModel::causal_samples(const wan::SampleInpu
   const wan::CausalLayout& layout = *common_.causal.layout;
   const auto shape = given.noise.sizes();
   const wan::CausalSampling sampling = causal_sampling(shape[2]);
-  const auto grid = generator_.dits().front()->token_grid(layout.frames_per_chunk, shape[3], shape[4]);
-  wan::KvCache cache(layout, generator_.config().num_layers, grid[1] * grid[2]);
   wanfw::log::info(fmt::format("causal generator: {} chunks of {} latent frames, {} steps each", sampling.chunks,
                                layout.frames_per_chunk, sampling.timesteps.size()));
-  const auto hand_over = [&](std::int64_t, const torch::Tensor& chunk) {
-    if (made) made(chunk.cpu());
-  };
-  const torch::Tensor video = wan::causal_sample(causal_velocity(given.context), cache,
-                                                 {shape[0], shape[1], shape[3], shape[4]}, sampling, seed, device(),
-                                                 hand_over);
+  const torch::Tensor video =
+      wan::stream_sample(causal_velocity(given.context), generator_, layout, shape, sampling, seed, device(), made);
   return {{"latents", video.cpu()}};
 }
 

@@ -13,6 +13,7 @@
 #include <torch/types.h>
 
 #include "wan/causal_attention.hpp"
+#include "wan/wan_denoiser.hpp"
 
 namespace wan {
 
@@ -55,5 +56,15 @@ torch::Tensor causal_rollout(const CausalVelocity& velocity, KvCache& cache, con
 torch::Tensor causal_sample(const CausalVelocity& velocity, KvCache& cache, at::IntArrayRef shape,
                             const CausalSampling& sampling, std::uint64_t seed, const torch::Device& device,
                             const std::function<void(std::int64_t, const torch::Tensor&)>& made = {});
+
+/// A cache of `layout` for `denoiser`'s blocks over latent frames of height x width.
+KvCache rollout_cache(const WanDenoiser& denoiser, const CausalLayout& layout, std::int64_t height,
+                      std::int64_t width);
+
+/// causal_sample for `denoiser`'s latents of `shape` [B, C, F, H, W] (F a multiple of the chunk):
+/// its cache made here, `made` (if set) seeing each chunk on the CPU as it is made.
+torch::Tensor stream_sample(const CausalVelocity& velocity, const WanDenoiser& denoiser, const CausalLayout& layout,
+                            at::IntArrayRef shape, const CausalSampling& sampling, std::uint64_t seed,
+                            const torch::Device& device, const std::function<void(const at::Tensor&)>& made = {});
 
 }  // namespace wan

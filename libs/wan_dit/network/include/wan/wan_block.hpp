@@ -65,6 +65,11 @@ class WanAttentionImpl : public torch::nn::Cloneable<WanAttentionImpl> {
   /// tokens for heads and rotates there.
   torch::Tensor mix(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
                     const RopeTables* sequence_rope, torch::Dtype dtype);
+  /// Sequence parallel: this rank's tokens of every head -> every (padded) token of this rank's
+  /// heads, the queries and keys rotated by the split sequence's `sequence_rope`; and back.
+  static std::array<torch::Tensor, 3> to_heads(const torch::Tensor& query, const torch::Tensor& key,
+                                               const torch::Tensor& value, const RopeTables& sequence_rope);
+  static torch::Tensor to_sequence(const torch::Tensor& heads, const RopeTables& sequence_rope);
   /// Attention of whole sequences' queries over keys and values under `mask` ([queries, keys], true
   /// where a query attends; undefined: none), heads flattened, in `dtype`.
   torch::Tensor mix_masked(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
