@@ -19,7 +19,7 @@ void add_rollout(wan::PlannedRun& run, const wanfw::Options& o, const Networks& 
   if (!s.causal.enabled() || layout.latent.size() != 3) return;
   const wan::CausalLayout& causal = *s.causal.layout;
   const wan::WanConfig& c = n.student;
-  const std::int64_t frames = layout.latent[0], per_chunk = causal.frames_per_chunk;
+  const std::int64_t frames = layout.latent[0];
   const std::int64_t tokens = (layout.latent[1] / c.patch[1]) * (layout.latent[2] / c.patch[2]);
   // The keys and values in what the blocks compute in: bf16 weights, or precision.mode's autocast.
   const double value = o.string("dtype") == "bfloat16" || layout.dtype != at::kFloat ? 2.0 : 4.0;
@@ -31,8 +31,10 @@ void add_rollout(wan::PlannedRun& run, const wanfw::Options& o, const Networks& 
                       static_cast<double>(c.num_layers * held) * frame_bytes});
   if (o.boolean("gradient_checkpointing")) return;  // a recomputed block attends over the cache's own tensors
   std::int64_t attended = 0;
-  for (std::int64_t end = per_chunk; end <= frames; end += per_chunk)
+  for (std::int64_t k = 0, chunks = causal.chunks(frames); k < chunks; ++k) {
+    const std::int64_t end = causal.chunk_first(k) + causal.chunk_frames(k);
     attended += causal.window_frames > 0 ? std::min(end, causal.window_frames) : end;
+  }
   if (attended > frames)
     run.held.push_back({fmt::format("the exit passes' keys and values kept for backward beyond one forward's ({} "
                                     "frames attended for {})",

@@ -6,6 +6,7 @@
 
 #include "flow_matching_model.hpp"
 #include "wan/causal_sampler.hpp"
+#include "wan/flow_matching.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/log.hpp"
 
@@ -67,35 +68,46 @@ torch::Tensor causal_ode_error(wan::WanDenoiser& denoiser, const FlowMatchingSet
                     c10::str(timesteps[0].to(torch::kCPU, torch::kFloat64)), settings.sampler.shift,
                     fmt::join(levels, ", ")),
         "record the pairs with sample_trajectory_steps equal to the student's causal.steps, at the same sample_shift");
-  const std::int64_t frames = x0.size(2), per_chunk = settings.causal.layout->frames_per_chunk;
+  const std::int64_t frames = x0.size(2);
   causal_chunks(settings, frames, "training");
-  const torch::Tensor step = chunk_step.to(torch::kLong).repeat_interleave(per_chunk, 1);  // [B, F]
+  const wan::CausalLayout& layout = *settings.causal.layout;
+  const torch::Tensor step = layout.per_frame(chunk_step.to(torch::kLong));  // [B, F]
   const auto b = x0.size(0);
   const torch::Tensor index =
       step.view({b, 1, 1, frames, 1, 1}).expand({b, 1, x0.size(1), frames, x0.size(3), x0.size(4)});
-  const torch::Tensor x = trajectory.gather(1, index).squeeze(1);         // each frame at its chunk's state
-  const torch::Tensor t = timesteps.to(torch::kFloat32).gather(1, step);  // [B, F]
-  const wan::CausalPass pass{&*settings.causal.layout, nullptr, 0};
+  // Each frame at its chunk's state; a ti2v first frame is the image, clean at t = 0.
+  const torch::Tensor x =
+      wan::with_kept_first_frame(settings.task, x0, trajectory.gather(1, index).squeeze(1).to(x0.scalar_type()));
+  torch::Tensor t = timesteps.to(torch::kFloat32).gather(1, step);  // [B, F]
+  if (wan::keeps_first_frame(settings.task, x0))
+    t = torch::cat({torch::zeros_like(t.narrow(1, 0, 1)), t.narrow(1, 1, frames - 1)}, 1);
+  const wan::CausalPass pass{&layout, nullptr, 0};
   const torch::Tensor v = denoiser.forward(x, t, context, {}, std::get<0>(t.max(1)) / 1000.0, {}, &pass);
   const torch::Tensor level = (t / 1000.0).view({b, 1, frames, 1, 1});
   const torch::Tensor estimate = x.to(torch::kFloat32) - level * v.to(torch::kFloat32);
-  return (estimate - x0.to(torch::kFloat32)).pow(2).flatten(1).mean(1);
+  return wan::predicted_mean(settings.task, (estimate - x0.to(torch::kFloat32)).pow(2));
 }
 
 std::int64_t causal_chunks(const FlowMatchingSettings& settings, std::int64_t frames, const char* what) {
-  const std::int64_t per_chunk = settings.causal.layout->frames_per_chunk;
-  if (frames % per_chunk != 0)
-    throw wanfw::Error(fmt::format("{}: {} latent frames do not divide into chunks of causal.frames_per_chunk {}", what,
-                                   frames, per_chunk),
-                       "choose buckets (or sample_size) whose latent frames are a multiple of the chunk");
-  return frames / per_chunk;
+  const wan::CausalLayout& layout = *settings.causal.layout;
+  if (!layout.cuts(frames))
+    throw wanfw::Error(
+        fmt::format("{}: {} latent frames do not cut into {} (causal.frames_per_chunk{})", what, frames,
+                    layout.describe(), layout.independent_first_frame ? ", causal.independent_first_frame" : ""),
+        layout.independent_first_frame
+            ? "choose buckets (or sample_size) of 1 + a multiple of the chunk latent frames"
+            : "choose buckets (or sample_size) whose latent frames are a multiple of the chunk");
+  return layout.chunks(frames);
 }
 
 torch::Tensor causal_error(wan::WanDenoiser& denoiser, const FlowMatchingSettings& settings, const torch::Tensor& x0,
                            const torch::Tensor& noise, const torch::Tensor& chunk_sigma, const torch::Tensor& context) {
-  const std::int64_t frames = x0.size(2), per_chunk = settings.causal.layout->frames_per_chunk;
+  const std::int64_t frames = x0.size(2);
   causal_chunks(settings, frames, "training");
-  const torch::Tensor s = chunk_sigma.to(torch::kFloat32).repeat_interleave(per_chunk, 1);  // [B, F]
+  torch::Tensor s = settings.causal.layout->per_frame(chunk_sigma.to(torch::kFloat32));  // [B, F]
+  // A ti2v first frame is the image: clean in both copies, and not predicted.
+  if (wan::keeps_first_frame(settings.task, x0))
+    s = torch::cat({torch::zeros_like(s.narrow(1, 0, 1)), s.narrow(1, 1, frames - 1)}, 1);
   const torch::Tensor level = s.view({s.size(0), 1, frames, 1, 1}).to(x0.scalar_type());
   const torch::Tensor noised = (1 - level) * x0 + level * noise;
   // The clean copy at t = 0 (as a rollout's context passes), the noisy one at its chunks' levels.
@@ -105,19 +117,22 @@ torch::Tensor causal_error(wan::WanDenoiser& denoiser, const FlowMatchingSetting
       denoiser.forward(torch::cat({x0, noised}, 2), t, context, {}, std::get<0>(chunk_sigma.max(1)), {}, &pass)
           .narrow(2, frames, frames);
   const torch::Tensor target = noise - x0;
-  return (prediction.to(torch::kFloat32) - target.to(torch::kFloat32)).pow(2).flatten(1).mean(1);
+  return wan::predicted_mean(settings.task, (prediction.to(torch::kFloat32) - target.to(torch::kFloat32)).pow(2));
 }
 
 torch::Tensor causal_draw(wan::WanDenoiser& denoiser, const FlowMatchingSettings& settings,
-                          const torch::Tensor& context, at::IntArrayRef shape, std::uint64_t seed,
-                          const torch::Device& device, const std::function<void(const at::Tensor&)>& made) {
+                          const torch::Tensor& context, const torch::Tensor& image, at::IntArrayRef shape,
+                          std::uint64_t seed, const torch::Device& device,
+                          const std::function<void(const at::Tensor&)>& made) {
   const wan::CausalLayout& layout = *settings.causal.layout;
   wan::CausalSampling sampling;
   sampling.timesteps = wan::warped_timesteps(settings.causal.steps, settings.sampler.shift);
   sampling.context_timestep = settings.causal.context_timestep;
   sampling.chunks = causal_chunks(settings, shape[2], "sampling");
-  wanfw::log::info(fmt::format("causal student: {} chunks of {} latent frames, {} steps each{}", sampling.chunks,
-                               layout.frames_per_chunk, sampling.timesteps.size(),
+  if (settings.task == wan::Task::TI2V && shape[2] > 1)  // the image is the first chunk, made already
+    sampling.initial = image.to(device, torch::kFloat32).view({shape[0], shape[1], 1, shape[3], shape[4]});
+  wanfw::log::info(fmt::format("causal student: {} chunks ({}{}), {} steps each{}", sampling.chunks, layout.describe(),
+                               sampling.initial.defined() ? "; the image is the first" : "", sampling.timesteps.size(),
                                settings.sampler.guidance != 1.0
                                    ? fmt::format(", without guidance (sample_guidance {:g} applies to bidirectional "
                                                  "models)",

@@ -34,7 +34,7 @@ torch::Tensor causal_ode_error(wan::WanDenoiser& denoiser, const FlowMatchingSet
                                const torch::Tensor& x0, const torch::Tensor& chunk_step, const torch::Tensor& context);
 
 /// The teacher-forcing objective: each chunk of the clean latents `x0` [B, C, F, H, W] noised at its
-/// own level (`chunk_sigma` [B, F / frames_per_chunk]) with `noise`, one forward over [x0 | the
+/// own level (`chunk_sigma` [B, chunks]) with `noise`, one forward over [x0 | the
 /// noised frames] (each noisy chunk attends to itself and to the clean chunks before it, as a
 /// rollout's chunk to its cache) and the flow-matching error of the noisy half: [B] a sample.
 torch::Tensor causal_error(wan::WanDenoiser& denoiser, const FlowMatchingSettings& settings, const torch::Tensor& x0,
@@ -45,9 +45,11 @@ std::int64_t causal_chunks(const FlowMatchingSettings& settings, std::int64_t fr
 
 /// The video a causal student makes chunk by chunk from `context` [B, L, text_dim] (no guidance:
 /// the student answers alone), as many latent frames as `shape` [B, C, F, H, W] has: [B, C, F, H, W].
-/// `made` (if set) sees each chunk's latents on the CPU as it is made.
+/// For ti2v, `image` [B, C, H, W] is latent frame 0, passed into the cache first (i2v from a first
+/// frame). `made` (if set) sees each chunk's latents on the CPU as it is made, the image's first.
 torch::Tensor causal_draw(wan::WanDenoiser& denoiser, const FlowMatchingSettings& settings,
-                          const torch::Tensor& context, at::IntArrayRef shape, std::uint64_t seed,
-                          const torch::Device& device, const std::function<void(const at::Tensor&)>& made = {});
+                          const torch::Tensor& context, const torch::Tensor& image, at::IntArrayRef shape,
+                          std::uint64_t seed, const torch::Device& device,
+                          const std::function<void(const at::Tensor&)>& made = {});
 
 }  // namespace wan_fm

@@ -252,7 +252,8 @@ std::map<std::string, at::Tensor> WanFlowMatchingModel::draw(const std::map<std:
                                                      seed, device(), settings_.last_frame);
   if (settings_.causal.enabled())  // chunk by chunk, with the KV cache
     return {{"latents",
-             causal_draw(denoiser_, settings_, given.context, given.noise.sizes(), seed, device(), made).cpu()}};
+             causal_draw(denoiser_, settings_, given.context, given.image, given.noise.sizes(), seed, device(), made)
+                 .cpu()}};
   if (settings_.expert == Expert::HighNoise || settings_.expert == Expert::LowNoise)
     wanfw::log::warn(
         fmt::format("sampling with the {} expert alone: it denoises every step, also those the other expert takes",

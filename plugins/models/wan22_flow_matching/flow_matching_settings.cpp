@@ -64,11 +64,16 @@ FlowMatchingSettings settings_from(const wanfw::Options& o, const wan::WanConfig
     if (s.expert != Expert::None)
       o.fail("causal.frames_per_chunk", "a causal student is one DiT; the two experts as one are not supported yet",
              "set expert: none (a one-DiT preset), or causal.frames_per_chunk: 0");
-    if (s.task != wan::Task::T2V || config.has_vace())
+    if (s.task == wan::Task::I2V || config.has_vace())
       o.fail("causal.frames_per_chunk",
-             fmt::format("a causal student generates text to video; {} is not supported yet",
-                         config.has_vace() ? "a VACE model" : wan::task_name(s.task)),
-             "set task: t2v, or causal.frames_per_chunk: 0");
+             fmt::format("a causal student makes text to video, or video from a first frame (ti2v); {} is not "
+                         "supported yet",
+                         config.has_vace() ? "a VACE model" : "i2v's concatenated image channels"),
+             "set task: t2v or ti2v, or causal.frames_per_chunk: 0");
+    if (s.task == wan::Task::TI2V && !s.causal.layout->independent_first_frame)
+      o.fail("causal.independent_first_frame",
+             "a ti2v causal student's first frame is the image, a chunk of its own, passed into the cache",
+             "set causal.independent_first_frame: true (latent frames 1 + k x frames_per_chunk)");
   }
   causal_training_from(o, s);
   s.new_vace_branch = o.string("vace_branch") == "new";

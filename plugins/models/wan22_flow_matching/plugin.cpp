@@ -39,11 +39,12 @@ wan::WanConfig config_from(const wanfw::Options& o) { return wan::config_from_op
 wanfw::TrainingLayout causal_layout(const wanfw::Options& o, const FlowMatchingSettings& s,
                                     wanfw::TrainingLayout layout) {
   if (!s.causal.enabled() || layout.latent.size() != 3) return layout;
-  if (layout.latent[0] % s.causal.layout->frames_per_chunk != 0)
+  if (!s.causal.layout->cuts(layout.latent[0]))
     o.fail("causal.frames_per_chunk",
-           fmt::format("the largest bucket's {} latent frames do not cut into chunks of {}", layout.latent[0],
-                       s.causal.layout->frames_per_chunk),
-           "choose buckets whose latent frames are a multiple of the chunk, or another frames_per_chunk");
+           fmt::format("the largest bucket's {} latent frames do not cut into {}", layout.latent[0],
+                       s.causal.layout->describe()),
+           "choose buckets whose latent frames cut into the chunks (1 + a multiple with "
+           "independent_first_frame), or another frames_per_chunk");
   if (!s.ode_pairs) layout.latent[0] *= 2;
   return layout;
 }

@@ -104,7 +104,7 @@ def test_the_exported_causal_generator_streams_in_wan22_flow_matching_as_the_che
     trained_samples = tmp_path / "trained.safetensors"
     result = wanfw("sample", path, "--checkpoint", checkpoint, "--inputs", conditioning, "--seed", "9", "--out",
                    trained_samples, check=0)
-    assert "causal generator: 2 chunks of 2 latent frames, 3 steps each" in result.stdout + result.stderr
+    assert "causal generator: 2 chunks (chunks of 2 latent frames), 3 steps each" in result.stdout + result.stderr
     # The generator's levels 1, 0.9091, 0.7143 are the steps 1000, 666.7, 333.3 warped at shift 5.
     student = write_config(tmp_path / "student.json", base_config(tmp_path / "runs", model={
         "name": "wan22_flow_matching", "preset": "tiny", "weights": str(tmp_path / "student"),
@@ -116,6 +116,31 @@ def test_the_exported_causal_generator_streams_in_wan22_flow_matching_as_the_che
     assert a.shape == (3, 4, 4, 4, 4)
     # The same passes on the same weights; the levels differ by the rounding of 2000/3 in decimal.
     torch.testing.assert_close(b, a, rtol=0, atol=1e-5 * a.abs().max().item())
+
+
+def test_a_first_frame_generator_trains_as_one_device_with_ddp_and_its_export_streams_from_an_image(tmp_path, teacher):
+    """Latent frame 0 a chunk of its own, then chunks of 2 (5 frames): Self Forcing's i2v layout. The
+    generator trains t2v on its rollout; its export, as a ti2v student, takes an image as frame 0."""
+    causal = {"frames_per_chunk": 2, "independent_first_frame": True}
+    model = dmd(teacher, latent_size="5x4x4", causal=causal)
+    every_step = {"checkpoint": {"every": 1}, "data": {"buckets": ["5x4x4"]}}
+    history = lambda name: [trained(p) for p in checkpoints(tmp_path / "runs" / name / "version_0")]
+    run_on(tmp_path, "single_1x4", CPU, 4, model, **every_step)
+    run_on(tmp_path, "ddp_2x2", DDP, 2, model, 2, **every_step)
+    c = assert_same_training_history(history("ddp_2x2"), history("single_1x4"), lr=LR,
+                                     tolerance=tiny_wan_rounding(GLOBAL_BATCH, TOKENS, layers=2 * 12))
+    print(f"ddp_2x2 vs single 1x4: {c}")
+    wanfw("export", tmp_path / "single_1x4.json", "--checkpoint", checkpoints(run_dir(tmp_path, "single_1x4"))[-1],
+          "--out", tmp_path / "student", check=0)
+    student = write_config(tmp_path / "student.json", base_config(tmp_path / "runs", model={
+        "name": "wan22_flow_matching", "preset": "tiny", "task": "ti2v", "weights": str(tmp_path / "student"),
+        "causal": {**causal, "steps": [1000, 2000 / 3, 1000 / 3]}, "sample_shift": 5.0}, data={"buckets": ["5x4x4"]}))
+    image = torch.randn(2, 4, 4, 4, generator=torch.Generator().manual_seed(4))
+    inputs, out = tmp_path / "image.safetensors", tmp_path / "streamed.safetensors"
+    save_file({"context": torch.randn(2, 5, 32), "image": image, "noise": torch.zeros(2, 4, 5, 4, 4)}, inputs)
+    wanfw("sample", student, "--inputs", inputs, "--out", out, check=0)
+    made = load_file(out)["latents"]
+    assert made.shape == (2, 4, 5, 4, 4) and torch.equal(made[:, :, 0], image)
 
 
 def test_model_info_counts_the_rollouts_kv_cache_and_fits_the_wan21_example_on_one_80gb_gpu():
@@ -140,8 +165,7 @@ def test_without_gradient_checkpointing_the_plan_counts_the_keys_each_exit_pass_
      "model.causal.frames_per_chunk: a causal generator trains by objective dmd on its own rollout"),
     ({"inputs": "data"}, "model.inputs: a causal generator trains on its own rollout, not on inputs: data"),
     ({"regression_weight": 0.5}, "model.regression_weight: a causal generator's rollout has no one input point"),
-    ({"latent_size": "3x4x4"}, "model.latent_size: its 3 latent frames do not cut into chunks of "
-                               "causal.frames_per_chunk 2"),
+    ({"latent_size": "3x4x4"}, "model.latent_size: its 3 latent frames do not cut into chunks of 2 latent frames"),
     ({"task": "ti2v", "inputs": "data"}, "a causal generator makes text to video; ti2v is not supported yet"),
     ({"recompute_chunks": 2, "gradient_checkpointing": True}, "model.recompute_chunks: a causal generator recomputes"),
 ])

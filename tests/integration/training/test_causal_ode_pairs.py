@@ -22,13 +22,14 @@ from harness.runs import losses, wanfw
 LEVELS = [1000, 750, 500, 250]  # the student's steps, warped by sample_shift 5: 1000, 937.5, 833.3, 625
 
 
-def make_pairs(tmp_path, steps=8, trajectory=(1000, 500), count=24, teacher_seed=3):
-    """The tiny diffusers teacher's pairs for `count` prompts of the synthetic set at 4x4x4 latents:
+def make_pairs(tmp_path, steps=8, trajectory=(1000, 500), count=24, teacher_seed=3, task="t2v", bucket="4x4x4"):
+    """The tiny diffusers teacher's pairs for `count` prompts of the synthetic set at `bucket` latents:
     `steps` Euler steps at shift 5, its states at `trajectory`. Returns the teacher folder and the pairs'."""
     teacher = reference_folder(tmp_path / "teacher", seed=teacher_seed)
-    model = {"name": "wan22_flow_matching", "preset": "tiny", "weights": str(teacher), "sample_guidance": 1.0,
-             "sample_steps": steps, "sample_shift": 5.0, "sample_trajectory_steps": list(trajectory)}
-    path = experiment(tmp_path, "teacher", CPU, 4, model, data={"buckets": ["4x4x4"], "num_samples": count})
+    model = {"name": "wan22_flow_matching", "preset": "tiny", "task": task, "weights": str(teacher),
+             "sample_guidance": 1.0, "sample_steps": steps, "sample_shift": 5.0,
+             "sample_trajectory_steps": list(trajectory)}
+    path = experiment(tmp_path, "teacher", CPU, 4, model, data={"buckets": [bucket], "num_samples": count})
     wanfw("sample", path, "--dataset", "--out", tmp_path / "pairs", "--count", count, "--batch", 8, "--device", "cpu",
           check=0)
     return teacher, tmp_path / "pairs"
@@ -105,6 +106,21 @@ def test_the_causal_regression_ends_at_one_devices_weights_on_any_layout(tmp_pat
     on_pairs(tmp_path, "one", CPU, 4, model, folder)
     on_pairs(tmp_path, layout, strategy, batch, model, folder, ranks)
     assert_same_training(state(tmp_path, layout), state(tmp_path, "one"), lr=LR, tolerance=TINY_WAN)
+
+
+def test_a_ti2v_teachers_pairs_keep_the_image_and_train_a_first_frame_student_as_one_device_with_ddp(tmp_path):
+    # i2v from a first frame: the teacher keeps latent frame 0 (the data's image) in every state; the
+    # student's frame 0 is a chunk of its own at t = 0, out of the loss, its later chunks' states
+    # drawn from the sample's stream.
+    teacher, folder = make_pairs(tmp_path, steps=8, trajectory=LEVELS, task="ti2v", bucket="5x4x4")
+    for sample in read_pairs(folder)[:4]:
+        assert sample["trajectory"].shape == (4, 4, 5, 4, 4)
+        assert torch.equal(sample["trajectory"][:, :, 0], sample["latents"][None, :, 0].expand(4, -1, -1, -1))
+    causal = {"frames_per_chunk": 2, "independent_first_frame": True, "training": "ode_pairs", "steps": LEVELS}
+    model = student(weights=str(teacher), task="ti2v", causal=causal)
+    on_pairs(tmp_path, "one", CPU, 4, model, folder)
+    on_pairs(tmp_path, "ddp", DDP, 2, model, folder, 2)
+    assert_same_training(state(tmp_path, "ddp"), state(tmp_path, "one"), lr=LR, tolerance=TINY_WAN)
 
 
 def test_pairs_recorded_at_other_levels_than_the_students_are_refused_naming_both(tmp_path):

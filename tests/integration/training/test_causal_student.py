@@ -47,7 +47,7 @@ def test_wanfw_sample_makes_a_causal_students_video_chunk_by_chunk(tmp_path):
     out = tmp_path / "sample.safetensors"
     result = wanfw("sample", path, "--checkpoint", run_dir(tmp_path, "causal"), "--out", out, "--count", 2,
                    "--device", "cpu", check=0)
-    assert "causal student: 2 chunks of 2 latent frames, 4 steps each" in result.stdout
+    assert "causal student: 2 chunks (chunks of 2 latent frames), 4 steps each" in result.stdout
     latents = load_file(out)["latents"]
     assert latents.shape == (2, 4, 4, 4, 4) and latents.isfinite().all()
     # Sampled with more frames, the first chunks are the same, whatever follows them (the given
@@ -63,9 +63,44 @@ def test_wanfw_sample_makes_a_causal_students_video_chunk_by_chunk(tmp_path):
     assert torch.equal(made[6][:, :, :4], made[4])
 
 
+# i2v from a first frame (task ti2v): latent frame 0 is the image, a chunk of its own; 1 + 2 x 2 frames.
+FIRST_FRAME = {**tiny_wan("ti2v"), "causal": {"frames_per_chunk": 2, "independent_first_frame": True}}
+FIVE_FRAMES = {"data": {"buckets": ["5x4x4"]}}
+
+
+def test_a_first_frame_causal_student_ends_at_one_devices_weights_with_ddp(tmp_path):
+    # Teacher forcing with the image clean in both copies and left out of the loss, each later
+    # chunk at its own level from the sample's stream.
+    one = run_on(tmp_path, "one", CPU, 4, FIRST_FRAME, **FIVE_FRAMES)
+    split = run_on(tmp_path, "ddp", DDP, 2, FIRST_FRAME, 2, **FIVE_FRAMES)
+    assert_same_training(split, one, lr=LR, tolerance=TINY_WAN)
+
+
+def test_wanfw_sample_streams_a_first_frame_students_video_from_the_given_image(tmp_path):
+    path = experiment(tmp_path, "first", CPU, 4, FIRST_FRAME, trainer={"max_steps": 2}, **FIVE_FRAMES)
+    wanfw("run", path, check=0)
+    context = torch.randn(1, 4, 32, generator=torch.Generator().manual_seed(0))
+    made = {}
+    for name, seed in (("image", 1), ("other", 2)):
+        image = torch.randn(1, 4, 4, 4, generator=torch.Generator().manual_seed(seed))
+        inputs, out = tmp_path / f"{name}.safetensors", tmp_path / f"{name}-out.safetensors"
+        save_file({"context": context, "image": image, "noise": torch.zeros(1, 4, 5, 4, 4)}, inputs)
+        result = wanfw("sample", path, "--checkpoint", run_dir(tmp_path, "first"), "--inputs", inputs, "--out", out,
+                       "--device", "cpu", check=0)
+        assert ("causal student: 3 chunks (frame 0, then chunks of 2 latent frames; the image is the first)"
+                in result.stdout), result.stdout
+        made[name] = load_file(out)["latents"]
+        assert made[name].shape == (1, 4, 5, 4, 4)
+        assert torch.equal(made[name][:, :, 0], image)  # the image as given, not remade
+    # The chunks after it follow from the image (through the cache): another image, another video.
+    assert (made["image"][:, :, 1:] - made["other"][:, :, 1:]).abs().max() > 1e-3
+
+
 @pytest.mark.parametrize("sets, message", [
     (["model.causal.frames_per_chunk=3"], "the largest bucket's 4 latent frames do not cut into chunks of 3"),
-    (["model.task=ti2v"], "a causal student generates text to video; ti2v is not supported yet"),
+    (["model.task=ti2v"], "a ti2v causal student's first frame is the image, a chunk of its own"),
+    (["model.task=i2v", "model.in_dim=12"], "i2v's concatenated image channels"),
+    (["model.causal.independent_first_frame=true"], "4 latent frames do not cut into frame 0, then chunks of 2"),
     (["model.causal.window_frames=3", "model.causal.sink_frames=2"], "causal.window_frames"),
     (["model.causal.steps=[1000, 1000]"], "causal.steps"),
 ])

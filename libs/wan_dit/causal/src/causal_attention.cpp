@@ -28,6 +28,38 @@ void CausalLayout::validate() const {
         fmt::format("set window_frames to at least {} (sinks plus a chunk)", sink_frames + frames_per_chunk));
 }
 
+std::int64_t CausalLayout::chunk_index(std::int64_t q) const {
+  if (!independent_first_frame) return q / frames_per_chunk;
+  return q == 0 ? 0 : 1 + (q - 1) / frames_per_chunk;
+}
+
+std::int64_t CausalLayout::chunk_first(std::int64_t k) const {
+  if (!independent_first_frame) return k * frames_per_chunk;
+  return k == 0 ? 0 : 1 + (k - 1) * frames_per_chunk;
+}
+
+std::int64_t CausalLayout::chunk_frames(std::int64_t k) const {
+  return independent_first_frame && k == 0 ? 1 : frames_per_chunk;
+}
+
+std::int64_t CausalLayout::chunks(std::int64_t frames) const {
+  const std::int64_t lead = independent_first_frame ? 1 : 0;
+  if (frames < 1 || (frames - lead) % frames_per_chunk != 0) return 0;
+  return lead + (frames - lead) / frames_per_chunk;
+}
+
+std::string CausalLayout::describe() const {
+  return independent_first_frame ? fmt::format("frame 0, then chunks of {} latent frames", frames_per_chunk)
+                                 : fmt::format("chunks of {} latent frames", frames_per_chunk);
+}
+
+torch::Tensor CausalLayout::per_frame(const torch::Tensor& per_chunk) const {
+  if (!independent_first_frame) return per_chunk.repeat_interleave(frames_per_chunk, 1);
+  std::vector<std::int64_t> counts(static_cast<std::size_t>(per_chunk.size(1)), frames_per_chunk);
+  counts.front() = 1;
+  return per_chunk.repeat_interleave(torch::tensor(counts, torch::kLong).to(per_chunk.device()), 1);
+}
+
 bool CausalLayout::sees(std::int64_t q, std::int64_t k) const {
   const std::int64_t end = chunk_end(q);
   if (k >= end) return false;
@@ -36,8 +68,8 @@ bool CausalLayout::sees(std::int64_t q, std::int64_t k) const {
 
 bool CausalLayout::sees(const FrameTag& q, const FrameTag& k) const {
   if (!q.noisy) return !k.noisy && sees(q.frame, k.frame);
-  if (k.noisy) return chunk_end(k.frame) == chunk_end(q.frame);                      // a noisy chunk: itself
-  return k.frame < chunk_end(q.frame) - frames_per_chunk && sees(q.frame, k.frame);  // earlier chunks, clean
+  if (k.noisy) return chunk_end(k.frame) == chunk_end(q.frame);     // a noisy chunk: itself
+  return k.frame < chunk_start(q.frame) && sees(q.frame, k.frame);  // earlier chunks, clean
 }
 
 torch::Tensor CausalLayout::mask(const std::vector<FrameTag>& queries, const std::vector<FrameTag>& keys,
@@ -208,7 +240,8 @@ std::pair<torch::Tensor, torch::Tensor> KvCache::context_keys_values(
   if (context_.size() != layers_.size()) context_.resize(layers_.size());
   ContextKeys& held = context_.at(layer);
   // The same text, by value: each pass embeds it anew (a read of it costs far less than its projections).
-  if (!held.context.defined() || !held.context.sizes().equals(context.sizes()) || !torch::equal(held.context, context)) {
+  if (!held.context.defined() || !held.context.sizes().equals(context.sizes()) ||
+      !torch::equal(held.context, context)) {
     auto [key, value] = make();
     held = {context, key, value};
   }

@@ -31,15 +31,33 @@ torch::Tensor causal_rollout(const CausalVelocity& velocity, KvCache& cache, con
     throw wanfw::Error(
         fmt::format("a rollout's exit step {} is past its {} steps", exit_step, sampling.timesteps.size()));
   cache.clear();
-  const std::int64_t f = cache.layout().frames_per_chunk;
+  const CausalLayout& layout = cache.layout();
+  const std::int64_t given = sampling.initial.defined() ? layout.chunks(sampling.initial.size(2)) : 0;
+  if (sampling.initial.defined() && (given == 0 || given > sampling.chunks))
+    throw wanfw::Error(fmt::format("causal sampling: {} given latent frames are not whole chunks of the {} made ({})",
+                                   sampling.initial.size(2), sampling.chunks, layout.describe()),
+                       "give the first frame alone with causal.independent_first_frame, or whole chunks");
   std::vector<torch::Tensor> chunks;
   for (std::int64_t k = 0; k < sampling.chunks; ++k) {
-    const CausalPass pass{&cache.layout(), &cache, k * f};
+    const std::int64_t f = layout.chunk_frames(k);
+    const CausalPass pass{&layout, &cache, layout.chunk_first(k)};
+    const auto levels = [&](const torch::Tensor& x, double t) { return torch::full({x.size(0), f}, t, x.options()); };
+    const auto context_pass = [&](const torch::Tensor& clean) {
+      // The clean chunk once more at the context timestep: its keys and values stay for the next.
+      torch::NoGradGuard no_grad;
+      velocity(clean, levels(clean, sampling.context_timestep), pass);
+    };
+    if (k < given) {  // a given chunk: into the cache, and out as it is
+      const torch::Tensor clean = sampling.initial.narrow(2, layout.chunk_first(k), f).to(torch::kFloat32);
+      context_pass(clean);
+      if (made) made(k, clean);
+      chunks.push_back(clean);
+      continue;
+    }
     torch::Tensor x = noise(k, 0).to(torch::kFloat32);
-    const auto levels = [&](double t) { return torch::full({x.size(0), f}, t, x.options()); };
     const auto estimate_at = [&](std::size_t j) {
       const double t = sampling.timesteps[j];
-      return x - (t / 1000.0) * velocity(x, levels(t), pass).to(torch::kFloat32);
+      return x - (t / 1000.0) * velocity(x, levels(x, t), pass).to(torch::kFloat32);
     };
     for (std::size_t j = 0; j < exit_step; ++j) {  // the steps before the exit, without autograd
       torch::NoGradGuard no_grad;
@@ -47,11 +65,7 @@ torch::Tensor causal_rollout(const CausalVelocity& velocity, KvCache& cache, con
       x = (1 - next) * estimate_at(j) + next * noise(k, static_cast<std::int64_t>(j) + 1).to(torch::kFloat32);
     }
     const torch::Tensor estimate = estimate_at(exit_step);
-    {
-      // The clean chunk once more at the context timestep: its keys and values stay for the next.
-      torch::NoGradGuard no_grad;
-      velocity(estimate.detach(), levels(sampling.context_timestep), pass);
-    }
+    context_pass(estimate.detach());
     if (made) made(k, estimate);
     chunks.push_back(estimate);
   }
@@ -64,9 +78,9 @@ torch::Tensor causal_sample(const CausalVelocity& velocity, KvCache& cache, at::
   if (shape.size() != 4)
     throw wanfw::Error(fmt::format("causal sampling makes latents of [B, C, H, W] frames, got {}", c10::str(shape)));
   torch::NoGradGuard no_grad;
-  const std::vector<std::int64_t> chunk_shape = {shape[0], shape[1], cache.layout().frames_per_chunk, shape[2],
-                                                 shape[3]};
   const auto noise = [&](std::int64_t chunk, std::int64_t step) {
+    const std::vector<std::int64_t> chunk_shape = {shape[0], shape[1], cache.layout().chunk_frames(chunk), shape[2],
+                                                   shape[3]};
     return chunk_noise(seed, chunk, step, chunk_shape).to(device);
   };
   const std::size_t last = sampling.timesteps.empty() ? 0 : sampling.timesteps.size() - 1;

@@ -124,7 +124,8 @@ struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
     if (const CausalAttention* causal = rope->causal) {
       // By value: a rollout's layout (its cache's) may be gone by the time backward runs.
       ctx->saved_data["causal_layout"] = std::vector<std::int64_t>{
-          causal->layout->frames_per_chunk, causal->layout->window_frames, causal->layout->sink_frames};
+          causal->layout->frames_per_chunk, causal->layout->window_frames, causal->layout->sink_frames,
+          causal->layout->independent_first_frame ? 1 : 0};
       std::vector<std::int64_t> tags;  // frame, noisy
       for (const FrameTag& tag : causal->tags) tags.insert(tags.end(), {tag.frame, tag.noisy ? 1 : 0});
       ctx->saved_data["causal_tags"] = tags;
@@ -155,7 +156,7 @@ struct BlockCheckpoint : torch::autograd::Function<BlockCheckpoint> {
     CausalLayout layout;
     if (ctx->saved_data["causal"].toBool()) {
       const std::vector<std::int64_t> shape = ctx->saved_data["causal_layout"].toIntVector();
-      layout = {shape[0], shape[1], shape[2]};
+      layout = {shape[0], shape[1], shape[2], shape[3] != 0};
       causal.layout = &layout;
       const std::vector<std::int64_t> tags = ctx->saved_data["causal_tags"].toIntVector();
       for (std::size_t i = 0; i + 1 < tags.size(); i += 2) causal.tags.push_back({tags[i], tags[i + 1] != 0});

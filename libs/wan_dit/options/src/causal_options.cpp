@@ -14,8 +14,12 @@ std::vector<wanfw::OptionSpec> causal_options(std::string_view training, bool ow
           .doc(fmt::format("A causal (streaming) student: self-attention over chunks of this many latent frames, "
                            "bidirectional within a chunk and causal across; {} and `wanfw sample` makes the video "
                            "chunk by chunk with a KV cache. 0: a bidirectional model. Self-Forcing's chunk is 3 "
-                           "(4,680 tokens at 480p). t2v, one DiT (expert none).",
+                           "(4,680 tokens at 480p). t2v, or ti2v with independent_first_frame; one DiT (expert none).",
                            training)),
+      wanfw::option("causal.independent_first_frame", T::Boolean)
+          .value("false")
+          .doc("Latent frame 0 a chunk of its own, then chunks of frames_per_chunk (1 + k x frames_per_chunk "
+               "latent frames): the layout of i2v from a first frame (task ti2v), whose image is that chunk."),
       wanfw::option("causal.window_frames", T::Integer)
           .value("0")
           .doc("A local window: a chunk attends to the sink frames and the window_frames - sink_frames frames "
@@ -44,9 +48,12 @@ CausalSettings causal_settings_from(const wanfw::Options& o, bool own_steps) {
   if (frames == 0) {
     for (const char* name : {"causal.window_frames", "causal.sink_frames"})
       if (o.integer(name) != 0) o.fail(name, "needs causal.frames_per_chunk (a causal model)");
+    if (o.boolean("causal.independent_first_frame"))
+      o.fail("causal.independent_first_frame", "needs causal.frames_per_chunk (a causal model)");
     return s;
   }
-  CausalLayout layout{frames, o.integer("causal.window_frames"), o.integer("causal.sink_frames")};
+  CausalLayout layout{frames, o.integer("causal.window_frames"), o.integer("causal.sink_frames"),
+                      o.boolean("causal.independent_first_frame")};
   try {
     layout.validate();
   } catch (const wanfw::Error& e) {

@@ -24,7 +24,8 @@ void refuse_what_a_causal_generator_cannot_do(const wanfw::Options& o, const Dis
   if (s.task != wan::Task::T2V)
     o.fail(chunk,
            fmt::format("a causal generator makes text to video; {} is not supported yet", wan::task_name(s.task)),
-           "set task: t2v, or causal.frames_per_chunk: 0");
+           "set task: t2v (with causal.independent_first_frame, its export streams ti2v from an image), or "
+           "causal.frames_per_chunk: 0");
   if (s.inputs != Inputs::Generator)
     o.fail("inputs",
            fmt::format("a causal generator trains on its own rollout, not on inputs: {}", inputs_name(s.inputs)),
@@ -38,13 +39,12 @@ void refuse_what_a_causal_generator_cannot_do(const wanfw::Options& o, const Dis
   if (s.recompute_chunks > 1)
     o.fail("recompute_chunks", "a causal generator recomputes its blocks whole",
            "set recompute_chunks: 1 with causal.frames_per_chunk");
-  const std::int64_t per_chunk = s.causal.layout->frames_per_chunk;
+  const wan::CausalLayout& layout = *s.causal.layout;
   for (const auto& [name, size] : {std::pair{"latent_size", s.latent_size}, {"sample_size", s.sampler.size}})
-    if (size && size->frames % per_chunk != 0)
-      o.fail(name,
-             fmt::format("its {} latent frames do not cut into chunks of causal.frames_per_chunk {}", size->frames,
-                         per_chunk),
-             fmt::format("choose a multiple of {} latent frames", per_chunk));
+    if (size && !layout.cuts(size->frames))
+      o.fail(name, fmt::format("its {} latent frames do not cut into {}", size->frames, layout.describe()),
+             fmt::format("choose {}a multiple of {} latent frames", layout.independent_first_frame ? "1 + " : "",
+                         layout.frames_per_chunk));
 }
 
 std::size_t exit_step(const wanfw::Batch& batch, std::size_t steps, std::string_view stream) {
@@ -53,16 +53,15 @@ std::size_t exit_step(const wanfw::Batch& batch, std::size_t steps, std::string_
 }
 
 wan::CausalSampling DmdModel::causal_sampling(std::int64_t frames) const {
-  const std::int64_t per_chunk = common_.causal.layout->frames_per_chunk;
-  if (frames % per_chunk != 0)
-    throw wanfw::Error(
-        fmt::format("{} latent frames do not cut into chunks of causal.frames_per_chunk {}", frames, per_chunk),
-        "choose latent frames (latent_size, sample_size) that are a multiple of the chunk");
+  const wan::CausalLayout& layout = *common_.causal.layout;
+  if (!layout.cuts(frames))
+    throw wanfw::Error(fmt::format("{} latent frames do not cut into {}", frames, layout.describe()),
+                       "choose latent frames (latent_size, sample_size) that cut into the chunks");
   wan::CausalSampling sampling;
   sampling.timesteps.clear();
   for (const double level : dmd_.levels()) sampling.timesteps.push_back(1000.0 * level);
   sampling.context_timestep = common_.causal.context_timestep;
-  sampling.chunks = frames / per_chunk;
+  sampling.chunks = layout.chunks(frames);
   return sampling;
 }
 
@@ -78,11 +77,11 @@ torch::Tensor DmdModel::rollout(const wanfw::Batch& batch, const Conditions& c, 
   const wan::CausalLayout& layout = *common_.causal.layout;
   const wan::CausalSampling sampling = causal_sampling(noise.size(2));
   wan::KvCache cache = wan::rollout_cache(generator_, layout, noise.size(3), noise.size(4));
-  const std::int64_t f = layout.frames_per_chunk;
-  const std::vector<std::int64_t> chunk_shape = {noise.size(1), f, noise.size(3), noise.size(4)};
   const auto chunk_noise = [&](std::int64_t chunk, std::int64_t step) {
-    if (step == 0) return noise.narrow(2, chunk * f, f);  // the chunk's slice of the sample's noise
-    return wanfw::sample_randn(batch, fmt::format("rollout_noise/{}/{}", chunk, step), chunk_shape, torch::kFloat32);
+    const std::int64_t f = layout.chunk_frames(chunk);
+    if (step == 0) return noise.narrow(2, layout.chunk_first(chunk), f);  // the chunk's slice of the sample's noise
+    return wanfw::sample_randn(batch, fmt::format("rollout_noise/{}/{}", chunk, step),
+                               {noise.size(1), f, noise.size(3), noise.size(4)}, torch::kFloat32);
   };
   return wan::causal_rollout(causal_velocity(c.context), cache, chunk_noise, sampling, exit);
 }
@@ -92,8 +91,8 @@ std::map<std::string, at::Tensor> DmdModel::causal_samples(const wan::SampleInpu
   const wan::CausalLayout& layout = *common_.causal.layout;
   const auto shape = given.noise.sizes();
   const wan::CausalSampling sampling = causal_sampling(shape[2]);
-  wanfw::log::info(fmt::format("causal generator: {} chunks of {} latent frames, {} steps each", sampling.chunks,
-                               layout.frames_per_chunk, sampling.timesteps.size()));
+  wanfw::log::info(fmt::format("causal generator: {} chunks ({}), {} steps each", sampling.chunks, layout.describe(),
+                               sampling.timesteps.size()));
   const torch::Tensor video =
       wan::stream_sample(causal_velocity(given.context), generator_, layout, shape, sampling, seed, device(), made);
   return {{"latents", video.cpu()}};

@@ -38,9 +38,9 @@ std::string causal_text(const DistillSettings& common) {
   if (!common.causal.enabled()) return "";
   const wan::CausalLayout& layout = *common.causal.layout;
   return fmt::format(
-      "causal generator (Self Forcing): chunks of {} latent frames{}, trained on its own rollout, every "
+      "causal generator (Self Forcing): {}{}, trained on its own rollout, every "
       "chunk leaving at the step drawn for the optimizer step",
-      layout.frames_per_chunk,
+      layout.describe(),
       layout.window_frames > 0
           ? fmt::format(", a window of {} frames with {} sink(s)", layout.window_frames, layout.sink_frames)
           : std::string());

@@ -12,6 +12,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -36,11 +37,26 @@ struct CausalLayout {
   std::int64_t frames_per_chunk = 3;
   std::int64_t window_frames = 0;  ///< W; 0: every earlier frame
   std::int64_t sink_frames = 0;    ///< S, with a window
+  /// Frame 0 a chunk of its own, then chunks of frames_per_chunk (1 + k N frames): the layout of
+  /// i2v, whose first frame is the image (a Wan VAE's first latent frame is one pixel frame).
+  bool independent_first_frame = false;
 
   /// Throws wanfw::Error naming the setting that cannot work (a window too small for a chunk).
   void validate() const;
-  /// The frame after the last of frame `q`'s chunk.
-  std::int64_t chunk_end(std::int64_t q) const { return (q / frames_per_chunk + 1) * frames_per_chunk; }
+  /// The chunk latent frame `q` lies in, that chunk's first frame, and the frame after its last.
+  std::int64_t chunk_index(std::int64_t q) const;
+  std::int64_t chunk_start(std::int64_t q) const { return chunk_first(chunk_index(q)); }
+  std::int64_t chunk_end(std::int64_t q) const { return chunk_start(q) + chunk_frames(chunk_index(q)); }
+  /// Chunk k's first latent frame, and its frame count.
+  std::int64_t chunk_first(std::int64_t k) const;
+  std::int64_t chunk_frames(std::int64_t k) const;
+  /// Whether `frames` latent frames cut into whole chunks, and into how many (0 when they do not).
+  bool cuts(std::int64_t frames) const { return frames > 0 && chunks(frames) > 0; }
+  std::int64_t chunks(std::int64_t frames) const;
+  /// The chunks in words ("chunks of 3 latent frames", "frame 0, then chunks of 4"), for messages.
+  std::string describe() const;
+  /// A value per chunk [B, chunks] made one per latent frame [B, frames].
+  torch::Tensor per_frame(const torch::Tensor& per_chunk) const;
   bool sees(std::int64_t q, std::int64_t k) const;
   bool sees(const FrameTag& q, const FrameTag& k) const;
   /// The dense mask of queries over keys (each frame `tokens_per_frame` tokens in a row): [queries,

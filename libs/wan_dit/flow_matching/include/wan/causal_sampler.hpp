@@ -24,7 +24,11 @@ std::vector<double> warped_timesteps(const std::vector<double>& steps, double sh
 struct CausalSampling {
   std::vector<double> timesteps = {1000, 937.5, 833.3333333333334, 625};  ///< each chunk's steps
   double context_timestep = 0;  ///< the clean chunk's pass that fills the cache
-  std::int64_t chunks = 1;      ///< chunks to make
+  std::int64_t chunks = 1;      ///< the video's chunks, given ones included
+  /// Latents [B, C, n, H, W] given for the first chunks (n frames of whole chunks: i2v's image as
+  /// frame 0 with CausalLayout::independent_first_frame, or a video to continue): each passes at
+  /// the context timestep into the cache and is the output's as it is; the chunks after it are made.
+  torch::Tensor initial = {};
 };
 
 /// The velocity for latents `x` [B, C, f, H, W] at timesteps `t` [B, f] (one a frame) in a causal
@@ -45,13 +49,13 @@ using ChunkNoise = std::function<torch::Tensor(std::int64_t chunk, std::int64_t 
 /// including `exit_step` (its estimate there is the chunk), then its context pass. Only the exit
 /// step's forward runs under the caller's grad mode; every other pass runs without autograd, and
 /// the cache holds values only, so a gradient of the result reaches each chunk's exit forward
-/// alone, never an earlier step or chunk. Returns [B, C, chunks * f, H, W] in float32.
+/// alone, never an earlier step or chunk. Returns the video [B, C, F, H, W] in float32.
 torch::Tensor causal_rollout(const CausalVelocity& velocity, KvCache& cache, const ChunkNoise& noise,
                              const CausalSampling& sampling, std::size_t exit_step,
                              const std::function<void(std::int64_t, const torch::Tensor&)>& made = {});
 
-/// Makes `sampling.chunks` chunks of `cache.layout().frames_per_chunk` latent frames of `shape`
-/// [B, C, H, W] each, in float32 on `device`; `made(k, chunk)` sees each chunk [B, C, f, H, W] as it
+/// Makes `sampling.chunks` chunks (CausalLayout::chunk_frames latent frames each) of frames of
+/// `shape` [B, C, H, W], in float32 on `device`; `made(k, chunk)` sees each chunk [B, C, f, H, W] as it
 /// is made (to decode and write it while the next is made). Returns the whole video's latents.
 torch::Tensor causal_sample(const CausalVelocity& velocity, KvCache& cache, at::IntArrayRef shape,
                             const CausalSampling& sampling, std::uint64_t seed, const torch::Device& device,
@@ -61,7 +65,7 @@ torch::Tensor causal_sample(const CausalVelocity& velocity, KvCache& cache, at::
 KvCache rollout_cache(const WanDenoiser& denoiser, const CausalLayout& layout, std::int64_t height,
                       std::int64_t width);
 
-/// causal_sample for `denoiser`'s latents of `shape` [B, C, F, H, W] (F a multiple of the chunk):
+/// causal_sample for `denoiser`'s latents of `shape` [B, C, F, H, W] (F whole chunks):
 /// its cache made here, `made` (if set) seeing each chunk on the CPU as it is made.
 torch::Tensor stream_sample(const CausalVelocity& velocity, const WanDenoiser& denoiser, const CausalLayout& layout,
                             at::IntArrayRef shape, const CausalSampling& sampling, std::uint64_t seed,
