@@ -1,14 +1,18 @@
 #include "causal_student.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <torch/torch.h>
 
 #include "flow_matching_model.hpp"
 #include "wan/causal_sampler.hpp"
+#include "wan/expert_sides.hpp"
 #include "wan/flow_matching.hpp"
 #include "wanfw/error.hpp"
 #include "wanfw/log.hpp"
+#include "wanfw/sample_random.hpp"
 
 namespace wan_fm {
 
@@ -53,6 +57,27 @@ std::vector<wanfw::FieldSpec> ode_pair_fields(const FlowMatchingSettings& settin
   const auto k = static_cast<std::int64_t>(settings.causal.steps.size());
   return {{"trajectory", {k, channels, wanfw::dim::frames, wanfw::dim::height, wanfw::dim::width}},
           {"trajectory_timesteps", {k}}};
+}
+
+torch::Tensor draw_ode_steps(const wanfw::Batch& batch, const FlowMatchingSettings& settings, std::int64_t chunks) {
+  const std::vector<double> levels = wan::warped_timesteps(settings.causal.steps, settings.sampler.shift);
+  const auto k = static_cast<double>(levels.size());
+  const torch::Tensor u = wanfw::sample_rand(batch, "ode_step", {chunks}).to(torch::kFloat64);
+  if (settings.expert != wan::Expert::Both) return (u * k).floor().clamp_max(k - 1);
+  // The levels at or above the boundary are the high-noise expert's (they lead: the levels descend).
+  const auto high_levels = static_cast<double>(std::count_if(
+      levels.begin(), levels.end(), [&](double t) { return wan::routes_high(t / 1000, settings.boundary); }));
+  const torch::Tensor high =
+      (settings.experts.high_share
+           ? wan::high_noise_places(batch, *settings.experts.high_share).to(u.device())
+           : wanfw::sample_rand(batch, "expert_side").to(u.device(), torch::kFloat64) < high_levels / k)
+          .unsqueeze(1);
+  const torch::Tensor on_high = (u * high_levels).floor().clamp_max(std::max(high_levels - 1, 0.0));
+  const torch::Tensor on_low =
+      high_levels + (u * (k - high_levels)).floor().clamp_max(std::max(k - high_levels - 1, 0.0));
+  if (high_levels == 0) return on_low;
+  if (high_levels == k) return on_high;
+  return torch::where(high, on_high, on_low);
 }
 
 torch::Tensor causal_ode_error(wan::WanDenoiser& denoiser, const FlowMatchingSettings& settings,
@@ -131,8 +156,14 @@ torch::Tensor causal_draw(wan::WanDenoiser& denoiser, const FlowMatchingSettings
   sampling.chunks = causal_chunks(settings, shape[2], "sampling");
   if (settings.task == wan::Task::TI2V && shape[2] > 1)  // the image is the first chunk, made already
     sampling.initial = image.to(device, torch::kFloat32).view({shape[0], shape[1], 1, shape[3], shape[4]});
-  wanfw::log::info(fmt::format("causal student: {} chunks ({}{}), {} steps each{}", sampling.chunks, layout.describe(),
-                               sampling.initial.defined() ? "; the image is the first" : "", sampling.timesteps.size(),
+  wanfw::log::info(fmt::format("causal student: {} chunks ({}{}), {} steps each{}{}", sampling.chunks,
+                               layout.describe(), sampling.initial.defined() ? "; the image is the first" : "",
+                               sampling.timesteps.size(),
+                               settings.expert == wan::Expert::Both
+                                   ? fmt::format(", each by the expert of its level (boundary t = {:g}), every chunk "
+                                                 "into both experts' caches",
+                                                 settings.boundary * 1000)
+                                   : "",
                                settings.sampler.guidance != 1.0
                                    ? fmt::format(", without guidance (sample_guidance {:g} applies to bidirectional "
                                                  "models)",

@@ -24,6 +24,12 @@ void causal_training_from(const wanfw::Options& o, FlowMatchingSettings& s);
 /// the student's K levels, and `trajectory_timesteps` [K]; `latents` is the teacher's final sample.
 std::vector<wanfw::FieldSpec> ode_pair_fields(const FlowMatchingSettings& settings, std::int64_t channels);
 
+/// Each chunk's state of the teacher's trajectory for the regression: [B, chunks] indices into its
+/// K levels, from the sample's "ode_step" stream. For an expert pair, a sample's chunks are all on
+/// one expert's side (its levels at or above the boundary, or below): the side from high_noise.share
+/// or the sample's "expert_side" stream (high with the share of the levels that are).
+torch::Tensor draw_ode_steps(const wanfw::Batch& batch, const FlowMatchingSettings& settings, std::int64_t chunks);
+
 /// The causal regression on a teacher's ODE pairs: each chunk of the teacher's trajectory
 /// [B, K, C, F, H, W] taken at its own step (`chunk_step` [B, chunks], indices into K), one full
 /// block-causal forward, and the error of the x0 estimate x - s v against the teacher's final

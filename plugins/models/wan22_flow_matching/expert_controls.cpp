@@ -6,6 +6,7 @@
 
 #include "wan/expert_sides.hpp"
 #include "wan/lora.hpp"
+#include "wanfw/sample_random.hpp"
 
 namespace wan_fm {
 
@@ -90,9 +91,8 @@ ExpertControls expert_controls_from(const wanfw::Options& o, wan::Expert expert,
       o.fail("high_noise.share", "fixed timesteps cannot be drawn on a chosen side of the boundary",
              "draw the timesteps (uniform, logit_normal or shift), or unset high_noise.share");
     if (!(boundary > sampling.min_sigma && boundary < sampling.max_sigma))
-      o.fail("high_noise.share",
-             fmt::format("the boundary t = {:g} must lie inside the timesteps drawn, [{:g}, {:g}]", boundary * 1000,
-                         sampling.min_sigma * 1000, sampling.max_sigma * 1000));
+      o.fail("high_noise.share", fmt::format("the boundary t = {:g} must lie inside the timesteps drawn, [{:g}, {:g}]",
+                                             boundary * 1000, sampling.min_sigma * 1000, sampling.max_sigma * 1000));
     c.high_share = share;
   }
   return c;
@@ -103,6 +103,14 @@ torch::Tensor draw_expert_sigma(const wanfw::Batch& batch, const wan::TimestepSa
   if (!c.high_share) return into_expert_ranges(wan::draw_sigma(batch, sampling), c);
   const torch::Tensor high = wan::high_noise_places(batch, *c.high_share);
   return into_expert_ranges(wan::draw_sigma_on_sides(batch, sampling, c.boundary, high), c);
+}
+
+torch::Tensor draw_expert_chunk_sigma(const wanfw::Batch& batch, const wan::TimestepSampling& sampling,
+                                      const ExpertControls& c, std::int64_t chunks) {
+  const torch::Tensor high = c.high_share ? wan::high_noise_places(batch, *c.high_share)
+                                          : wanfw::sample_rand(batch, "expert_side").to(torch::kCPU, torch::kFloat64) >=
+                                                wan::probability_below(sampling, c.boundary);
+  return into_expert_ranges(wan::draw_sigma_on_sides(batch, sampling, c.boundary, high, chunks), c);
 }
 
 torch::Tensor into_expert_ranges(const torch::Tensor& sigma, const ExpertControls& c) {

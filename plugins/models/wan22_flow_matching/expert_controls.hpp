@@ -50,6 +50,13 @@ ExpertControls expert_controls_from(const wanfw::Options& o, wan::Expert expert,
 torch::Tensor draw_expert_sigma(const wanfw::Batch& batch, const wan::TimestepSampling& sampling,
                                 const ExpertControls& controls);
 
+/// A causal student's chunk levels [B, chunks] for an expert pair: each sample's side first (the
+/// place high_noise.share gives it, or its "expert_side" stream with the sampling's own chance
+/// of s >= boundary), then every chunk's level on that side, carried into the experts' ranges. A
+/// sample's chunks and its clean context are then one expert's, as each expert's cache in a rollout.
+torch::Tensor draw_expert_chunk_sigma(const wanfw::Batch& batch, const wan::TimestepSampling& sampling,
+                                      const ExpertControls& controls, std::int64_t chunks);
+
 /// `sigma` [B] carried into the experts' ranges (unchanged when no range is set).
 torch::Tensor into_expert_ranges(const torch::Tensor& sigma, const ExpertControls& controls);
 

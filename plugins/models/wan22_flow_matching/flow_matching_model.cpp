@@ -137,31 +137,45 @@ wanfw::StepOutput WanFlowMatchingModel::training_step(const wanfw::Batch& batch)
   const torch::Tensor noise = wanfw::sample_randn(batch, "noise", x0.sizes().slice(1), x0.scalar_type());
   const wan::DropoutSamplesScope dropout(denoiser_.dits(), batch);
   if (settings_.ode_pairs) {  // the teacher's state at one of its levels a chunk, from the sample's stream
-    const auto chunks = causal_chunks(settings_, x0.size(2), "training");
-    const auto k = static_cast<double>(settings_.causal.steps.size());
-    const torch::Tensor step = (wanfw::sample_rand(batch, "ode_step", {chunks}) * k).floor().clamp_max(k - 1);
+    const torch::Tensor step =
+        draw_ode_steps(batch, settings_, causal_chunks(settings_, x0.size(2), "training")).to(x0.device());
     const torch::Tensor error = causal_ode_error(denoiser_, settings_, batch.at("trajectory"),
                                                  batch.at("trajectory_timesteps"), x0, step, batch.at("context"));
-    return {error.mean(), {{"ode_step_mean", step.mean().detach()}}};
+    wanfw::StepOutput out{error.mean(), {{"ode_step_mean", step.mean().detach()}}};
+    // Each sample's expert: the one of its highest level (every chunk's is on that side).
+    const torch::Tensor highest = batch.at("trajectory_timesteps")
+                                      .to(torch::kFloat32)
+                                      .gather(1, std::get<0>(step.to(torch::kLong).min(1)).unsqueeze(1));
+    add_expert_means(out, highest.squeeze(1) / 1000, error);
+    return out;
   }
   if (settings_.causal.enabled()) {  // teacher forcing: a level a chunk, from the sample's stream
+    const auto chunks = causal_chunks(settings_, x0.size(2), "training");
     const torch::Tensor chunk_sigma =
-        wan::draw_sigma(batch, settings_.timesteps, causal_chunks(settings_, x0.size(2), "training"));
+        settings_.expert == Expert::Both
+            ? draw_expert_chunk_sigma(batch, settings_.timesteps, settings_.experts, chunks).to(x0.device())
+            : wan::draw_sigma(batch, settings_.timesteps, chunks);
     const torch::Tensor error = causal_error(denoiser_, settings_, x0, noise, chunk_sigma, batch.at("context"));
-    return {error.mean(), {{"sigma_mean", chunk_sigma.mean().detach()}}};
+    wanfw::StepOutput out{error.mean(), {{"sigma_mean", chunk_sigma.mean().detach()}}};
+    add_expert_means(out, std::get<0>(chunk_sigma.max(1)), error);
+    return out;
   }
   const torch::Tensor sigma = sample_sigma(batch);
   const Objective out =
       objective(x0, noise, sigma, batch.at("context"), image_condition_of(batch), {vace_context_of(batch), {}});
   wanfw::StepOutput step{out.loss, {{"sigma_mean", sigma.mean().detach()}}};
-  if (settings_.expert == Expert::Both) {  // each expert's loss over the samples routed to it
-    const torch::Tensor high = denoiser_.high_noise_samples(sigma).to(torch::kFloat64);
-    const torch::Tensor losses = out.per_sample.detach().to(torch::kFloat64);
-    step.sample_means["loss/high_noise"] = {(losses * high).sum(), high.sum()};
-    step.sample_means["loss/low_noise"] = {(losses * (1 - high)).sum(), (1 - high).sum()};
-    step.sample_means["share/high_noise"] = {high.sum(), torch::full({}, static_cast<double>(high.numel()))};
-  }
+  add_expert_means(step, sigma, out.per_sample);
   return step;
+}
+
+void WanFlowMatchingModel::add_expert_means(wanfw::StepOutput& step, const torch::Tensor& sigma,
+                                            const torch::Tensor& per_sample) const {
+  if (settings_.expert != Expert::Both) return;  // each expert's loss over the samples routed to it
+  const torch::Tensor high = denoiser_.high_noise_samples(sigma).to(per_sample.device(), torch::kFloat64);
+  const torch::Tensor losses = per_sample.detach().to(torch::kFloat64);
+  step.sample_means["loss/high_noise"] = {(losses * high).sum(), high.sum()};
+  step.sample_means["loss/low_noise"] = {(losses * (1 - high)).sum(), (1 - high).sum()};
+  step.sample_means["share/high_noise"] = {high.sum(), torch::full({}, static_cast<double>(high.numel()))};
 }
 
 std::map<std::string, at::Tensor> WanFlowMatchingModel::validation_step(const wanfw::Batch& batch) {
@@ -250,14 +264,14 @@ std::map<std::string, at::Tensor> WanFlowMatchingModel::draw(const std::map<std:
   module()->eval();
   const wan::SampleInputs given = wan::sample_inputs(inputs, denoiser_.config(), settings_.task, settings_.sampler.size,
                                                      seed, device(), settings_.last_frame);
-  if (settings_.causal.enabled())  // chunk by chunk, with the KV cache
-    return {{"latents",
-             causal_draw(denoiser_, settings_, given.context, given.image, given.noise.sizes(), seed, device(), made)
-                 .cpu()}};
   if (settings_.expert == Expert::HighNoise || settings_.expert == Expert::LowNoise)
     wanfw::log::warn(
         fmt::format("sampling with the {} expert alone: it denoises every step, also those the other expert takes",
                     settings_.expert == Expert::HighNoise ? "high-noise" : "low-noise"));
+  if (settings_.causal.enabled())  // chunk by chunk, with the KV cache
+    return {{"latents",
+             causal_draw(denoiser_, settings_, given.context, given.image, given.noise.sizes(), seed, device(), made)
+                 .cpu()}};
   const auto velocity = [&](const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& context,
                             const torch::Tensor& sigma) {
     return denoiser_.forward(x, t, context, given.y, sigma, {given.vace_context, settings_.sampler.vace_scales});

@@ -101,6 +101,8 @@ class WanFlowMatchingModel final : public wanfw::Model {
   };
   /// Each sample's sigma, from its "timestep" stream: [B] fp32.
   torch::Tensor sample_sigma(const wanfw::Batch& batch) const;
+  /// With expert: both, each expert's loss over the samples `sigma` [B] routes to it, and its share.
+  void add_expert_means(wanfw::StepOutput& step, const torch::Tensor& sigma, const torch::Tensor& per_sample) const;
   Objective objective(const torch::Tensor& x0, const torch::Tensor& noise, const torch::Tensor& sigma,
                       const torch::Tensor& context, const torch::Tensor& image_condition, const wan::VaceInput& vace);
   /// The batch's image_condition for i2v (undefined for the other tasks).

@@ -26,8 +26,8 @@ FlowMatchingSettings settings_from(const wanfw::Options& o, const wan::WanConfig
     o.fail("sample_vace_scale", "scales a VACE model's hints, but this model has no VACE branch",
            "choose a VACE preset or set model.vace_layers, or remove sample_vace_scale");
   if (s.sampler.vace_scales.size() > 1 && s.sampler.vace_scales.size() != config.vace_layers.size())
-    o.fail("sample_vace_scale", fmt::format("{} scales for the model's {} hints", s.sampler.vace_scales.size(),
-                                            config.vace_layers.size()),
+    o.fail("sample_vace_scale",
+           fmt::format("{} scales for the model's {} hints", s.sampler.vace_scales.size(), config.vace_layers.size()),
            "give one scale, or one for each entry of vace_layers");
 
   // Experts: the boundary comes from the preset (A14B) or the config.
@@ -36,8 +36,9 @@ FlowMatchingSettings settings_from(const wanfw::Options& o, const wan::WanConfig
     o.fail("boundary", fmt::format("{} lies outside the timesteps (0, 1000)", o.number("boundary")),
            "875 for Wan2.2 T2V-A14B, 900 for I2V-A14B; 0 takes the preset's");
   if (o.number("boundary") != 0 && s.expert == Expert::None)
-    o.fail("boundary", "a boundary splits the timesteps between two experts, but the run trains one network "
-                       "(expert: none)",
+    o.fail("boundary",
+           "a boundary splits the timesteps between two experts, but the run trains one network "
+           "(expert: none)",
            "set model.expert (high_noise, low_noise or both), or remove boundary");
   const double boundary = o.number("boundary") > 0 ? o.number("boundary") : static_cast<double>(config.expert_boundary);
   if (s.expert == Expert::None && config.expert_boundary > 0 && o.number("boundary") == 0)
@@ -47,8 +48,9 @@ FlowMatchingSettings settings_from(const wanfw::Options& o, const wan::WanConfig
            "set model.expert to high_noise, low_noise or both");
   if (s.expert != Expert::None) {
     if (!(boundary > 0 && boundary < 1000))
-      o.fail("boundary", fmt::format("expert: {} needs a boundary between 0 and 1000; preset {} has none",
-                                     o.string("expert"), config.preset),
+      o.fail("boundary",
+             fmt::format("expert: {} needs a boundary between 0 and 1000; preset {} has none", o.string("expert"),
+                         config.preset),
              "set model.boundary (875 for Wan2.2 T2V-A14B, 900 for I2V-A14B)");
     s.boundary = boundary / 1000.0;
   }
@@ -61,9 +63,12 @@ FlowMatchingSettings settings_from(const wanfw::Options& o, const wan::WanConfig
   s.lora = wan::lora_settings_from(o, config, s.expert);
   s.causal = wan::causal_settings_from(o);
   if (s.causal.enabled()) {
-    if (s.expert != Expert::None)
-      o.fail("causal.frames_per_chunk", "a causal student is one DiT; the two experts as one are not supported yet",
-             "set expert: none (a one-DiT preset), or causal.frames_per_chunk: 0");
+    if (s.expert == Expert::Both && s.timesteps.method == wan::SigmaDistribution::Fixed &&
+        o.string("causal.training") == "teacher_forcing")
+      o.fail("timestep_sampling",
+             "an expert pair's causal student draws each sample's chunk levels on one expert's side, and fixed "
+             "levels cannot be drawn on a side",
+             "draw the timesteps (uniform, logit_normal or shift), or train one expert");
     if (s.task == wan::Task::I2V || config.has_vace())
       o.fail("causal.frames_per_chunk",
              fmt::format("a causal student makes text to video, or video from a first frame (ti2v); {} is not "
@@ -87,8 +92,9 @@ FlowMatchingSettings settings_from(const wanfw::Options& o, const wan::WanConfig
   s.activation_offload = wan::activation_offload_from(o);
   s.recompute_chunks = wan::recompute_chunks_from(o);
   if (s.causal.enabled() && s.recompute_chunks > 1)
-    o.fail("recompute_chunks", "a causal student recomputes its blocks whole (the block-causal mask is not yet "
-                               "cut into chunks of tokens)",
+    o.fail("recompute_chunks",
+           "a causal student recomputes its blocks whole (the block-causal mask is not yet "
+           "cut into chunks of tokens)",
            "set recompute_chunks: 1");
 
   const std::int64_t expected_in = wan::task_in_dim(config, s.task);

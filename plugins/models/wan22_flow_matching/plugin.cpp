@@ -13,10 +13,10 @@
 #include "flow_matching_model.hpp"
 #include "flow_matching_settings.hpp"
 #include "wan/attention_backend.hpp"
-#include "wan/memory_plan.hpp"
-#include "wan/vae/vae_decoding.hpp"
 #include "wan/causal_options.hpp"
 #include "wan/memory_options.hpp"
+#include "wan/memory_plan.hpp"
+#include "wan/vae/vae_decoding.hpp"
 #include "wan/wan_options.hpp"
 #include "wan/wan_weights.hpp"
 #include "wanfw/error.hpp"
@@ -54,6 +54,11 @@ using wan_fm::settings_from;
 /// Network groups (wanfw/parallel/network_groups.hpp) of `groups` sizes hold the two experts of expert: both
 /// only; a refusal at `expert` otherwise.
 void check_network_groups(const wanfw::Options& o, const std::vector<int>& groups, Expert expert) {
+  if (!groups.empty() && o.integer("causal.frames_per_chunk") > 0)
+    o.fail("causal.frames_per_chunk",
+           "a causal expert pair on network groups is not supported yet: each sample's chunks and its streamed "
+           "samples run through both experts' caches",
+           "train the pair with both experts on every rank (remove strategy.network_groups; fsdp shards them)");
   if (groups.empty() || (expert == Expert::Both && groups.size() == 2)) return;
   o.fail("expert",
          fmt::format("the strategy places {} network group(s); this model has {} (expert: {})", groups.size(),
@@ -66,8 +71,10 @@ void check_network_groups(const wanfw::Options& o, const std::vector<int>& group
 /// DiT without weights get no gradient, and a run learns nothing. Said by `validate` and `run`.
 void warn_if_adapters_cannot_learn(const wanfw::Options& o, const FlowMatchingSettings& s, const wan::WanConfig& c) {
   if (!s.lora.enabled() || !o.string("weights").empty() || c.has_vace()) return;
-  wanfw::log::warn(o.where("weights").str(), ": model.weights is empty, so the DiT starts from the random "
-                   "initialisation, whose output head is all zeros: its adapters (lora.rank ", s.lora.rank,
+  wanfw::log::warn(o.where("weights").str(),
+                   ": model.weights is empty, so the DiT starts from the random "
+                   "initialisation, whose output head is all zeros: its adapters (lora.rank ",
+                   s.lora.rank,
                    ") get no gradient and the run cannot learn: set model.weights to the base model's checkpoint; "
                    "for a first try without it, train the model whole (lora.rank: 0), export it, and use the export "
                    "as model.weights (docs/lora.md)");
@@ -92,19 +99,20 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
   wan::warn_chunks_beyond_tokens(o, ctx.layout, config.patch);
   // A VACE model trains its branch (whole, or through adapters); the base stays frozen.
   const bool vace_whole = config.has_vace() && !settings.lora.enabled();
-  const wan::WanPlacement placement{ctx.device, o.dtype("dtype"),
-                                    settings.fp8_base, vace_whole};
+  const wan::WanPlacement placement{ctx.device, o.dtype("dtype"), settings.fp8_base, vace_whole};
   const int held = held_expert(o, ctx, settings.expert);
   auto model = std::make_unique<wan_fm::WanFlowMatchingModel>(config, std::move(settings), placement, held);
   const FlowMatchingSettings& s = model->settings();
   wan::WanDenoiser& denoiser = model->denoiser();
   const std::string weights = o.string("weights");
   if (!weights.empty()) denoiser.load_weights(weights, o.string("weights_subfolder"), s.new_vace_branch);
-  if (ctx.trains) warn_if_adapters_cannot_learn(o, s, config);
+  if (ctx.trains)
+    warn_if_adapters_cannot_learn(o, s, config);
   else if (config.has_vace())
-    wanfw::log::warn("the VACE model starts from the official random initialisation, whose zero head passes the "
-                     "control branch no gradient: set model.weights to a VACE checkpoint (Wan2.1-VACE, "
-                     "Wan2.2-VACE-Fun), or to a base model's with model.vace_branch: new");
+    wanfw::log::warn(
+        "the VACE model starts from the official random initialisation, whose zero head passes the "
+        "control branch no gradient: set model.weights to a VACE checkpoint (Wan2.1-VACE, "
+        "Wan2.2-VACE-Fun), or to a base model's with model.vace_branch: new");
   denoiser.apply_lora(s.lora);
   if (vace_whole) denoiser.train_vace_branch();
   if (s.lora.enabled() && !ctx.layout.sharded) {
@@ -124,11 +132,12 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
 /// model-info's words for a VACE model: its context in the batches, and what trains.
 std::string vace_summary(const wan::WanConfig& c, const wan::LoraSettings& lora) {
   if (!c.has_vace()) return "";
-  return fmt::format(", vace_context [{}, frames, height, width]\nVACE: hints after blocks {} ({} VACE blocks, "
-                     "{} parameters in the branch); {}",
-                     c.vace_in_dim, fmt::join(c.vace_layers, ", "), c.vace_layers.size(), wan::with_thousands(c.vace_parameter_count()),
-                     lora.enabled() ? "adapters train, the base and the branch frozen"
-                                    : "the branch trains whole, the base frozen");
+  return fmt::format(
+      ", vace_context [{}, frames, height, width]\nVACE: hints after blocks {} ({} VACE blocks, "
+      "{} parameters in the branch); {}",
+      c.vace_in_dim, fmt::join(c.vace_layers, ", "), c.vace_layers.size(),
+      wan::with_thousands(c.vace_parameter_count()),
+      lora.enabled() ? "adapters train, the base and the branch frozen" : "the branch trains whole, the base frozen");
 }
 
 std::string weights_summary(const wanfw::Options& o, const wan::WanConfig& c, Expert expert) {
@@ -150,8 +159,10 @@ std::string placed_plan(const wanfw::Options& o, const wan::WanConfig& c, const 
   for (std::size_t g = 0; g < 2; ++g) {
     const int first = g == 0 ? 0 : sizes[0];
     if (g == 1 && sizes[1] == sizes[0]) {  // the experts have one shape: the same plan
-      out += fmt::format("network group {} (ranks {}-{}) holds the {} expert alone: the same plan as group 0 (the experts have one shape)\n", g, first,
-                         first + sizes[g] - 1, names[g]);
+      out += fmt::format(
+          "network group {} (ranks {}-{}) holds the {} expert alone: the same plan as group 0 (the experts have one "
+          "shape)\n",
+          g, first, first + sizes[g] - 1, names[g]);
       break;
     }
     wanfw::TrainingLayout group = layout;
@@ -227,8 +238,10 @@ wanfw::PluginDescriptor describe() {
           .doc("i2v: each sample's image_condition encodes its first and its last frame (first–last-frame video: "
                "tools/encode_dataset.py --image-condition --last-frame), and the mask marks both, as diffusers' "
                "Wan I2V pipeline with last_image builds them."),
-      option("weights", T::String).value("\"\"").doc("Checkpoint to start from (official or diffusers layout); "
-                                                     "empty: the official random initialisation."),
+      option("weights", T::String)
+          .value("\"\"")
+          .doc("Checkpoint to start from (official or diffusers layout); "
+               "empty: the official random initialisation."),
       option("weights_subfolder", T::String).value("transformer").doc("Subfolder of a diffusers pipeline folder."),
       option("vace_branch", T::Choice)
           .value("checkpoint")
@@ -280,8 +293,9 @@ wanfw::PluginDescriptor describe() {
   d.options.insert(d.options.end(), causal_training.begin(), causal_training.end());
   const auto vae = wan::vae_options();
   d.options.insert(d.options.end(), vae.begin(), vae.end());
-  const char* moved = "the data set holds the shapes now: data.buckets: [\"FxHxW\"] (latent frames x height x width) "
-                      "for the synthetic set; a data set folder's manifest for your own data (docs/data.md)";
+  const char* moved =
+      "the data set holds the shapes now: data.buckets: [\"FxHxW\"] (latent frames x height x width) "
+      "for the synthetic set; a data set folder's manifest for your own data (docs/data.md)";
   d.removed_options = {{"latent_frames", moved}, {"latent_height", moved}, {"latent_width", moved}};
   d.model_capabilities.replicates = true;
   d.make_model = make_model;

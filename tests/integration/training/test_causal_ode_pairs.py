@@ -17,7 +17,7 @@ from harness.equivalence import assert_same_training, state
 from harness.launch import torchrun
 from harness.layouts import CPU, DDP, LAYOUTS, LR, TINY_WAN, experiment
 from harness.references import OfficialReference, reference_folder
-from harness.runs import losses, wanfw
+from harness.runs import losses, read_csv, wanfw
 
 LEVELS = [1000, 750, 500, 250]  # the student's steps, warped by sample_shift 5: 1000, 937.5, 833.3, 625
 
@@ -121,6 +121,21 @@ def test_a_ti2v_teachers_pairs_keep_the_image_and_train_a_first_frame_student_as
     on_pairs(tmp_path, "one", CPU, 4, model, folder)
     on_pairs(tmp_path, "ddp", DDP, 2, model, folder, 2)
     assert_same_training(state(tmp_path, "ddp"), state(tmp_path, "one"), lr=LR, tolerance=TINY_WAN)
+
+
+def test_an_expert_pair_regresses_each_samples_chunks_on_one_side_as_one_device_with_ddp(tmp_path):
+    # Boundary 875: levels 1000 and 937.5 are the high-noise expert's, 833.3 and 625 the low-noise one's.
+    _, folder = make_pairs(tmp_path, steps=8, trajectory=LEVELS)
+    model = student(expert="both", boundary=875)
+    on_pairs(tmp_path, "one", CPU, 4, model, folder)
+    on_pairs(tmp_path, "ddp", {**DDP, "find_unused_parameters": True}, 2, model, folder, 2)
+    assert_same_training(state(tmp_path, "ddp"), state(tmp_path, "one"), lr=LR, tolerance=TINY_WAN)
+    rows = read_csv(tmp_path / "runs" / "one" / "version_0" / "metrics.csv")
+    steps = [float(r["ode_step_mean"]) for r in rows]
+    shares = [float(r["share/high_noise"]) for r in rows]
+    # A step's mean state index: a sample of each side averages 0.5 (high) or 2.5 (low).
+    for mean, share in zip(steps, shares):
+        assert abs(mean - (0.5 * share + 2.5 * (1 - share))) <= 0.5, (steps, shares)
 
 
 def test_pairs_recorded_at_other_levels_than_the_students_are_refused_naming_both(tmp_path):

@@ -10,7 +10,7 @@ from safetensors.torch import load_file, save_file
 
 from harness.equivalence import assert_same_training
 from harness.layouts import CPU, DDP, LAYOUTS, LR, TINY_WAN, experiment, run_on, tiny_wan
-from harness.runs import losses, run_dir, wanfw
+from harness.runs import losses, read_csv, run_dir, wanfw
 
 CAUSAL = {**tiny_wan("t2v"), "causal": {"frames_per_chunk": 2}}
 FOUR_FRAMES = {"data": {"buckets": ["4x4x4"]}}  # two chunks of two latent frames
@@ -94,6 +94,26 @@ def test_wanfw_sample_streams_a_first_frame_students_video_from_the_given_image(
         assert torch.equal(made[name][:, :, 0], image)  # the image as given, not remade
     # The chunks after it follow from the image (through the cache): another image, another video.
     assert (made["image"][:, :, 1:] - made["other"][:, :, 1:]).abs().max() > 1e-3
+
+
+# Both A14B experts as one causal student: each sample's chunks drawn on one expert's side (its clean
+# copy through that expert too, as a rollout's context pass fills each expert's cache).
+PAIR = {**CAUSAL, "expert": "both", "boundary": 500, "sample_shift": 1.0}
+
+
+def test_an_expert_pair_causal_student_ends_at_one_devices_weights_with_ddp_and_streams_through_both(tmp_path):
+    one = run_on(tmp_path, "one", CPU, 4, PAIR, **FOUR_FRAMES)
+    split = run_on(tmp_path, "ddp", {**DDP, "find_unused_parameters": True}, 2, PAIR, 2, **FOUR_FRAMES)
+    assert_same_training(split, one, lr=LR, tolerance=TINY_WAN)
+    rows = read_csv(run_dir(tmp_path, "one") / "metrics.csv")
+    shares = [float(r["share/high_noise"]) for r in rows if r.get("share/high_noise")]
+    assert shares and 0 < sum(shares) / len(shares) < 1, shares  # both experts train
+    out = tmp_path / "sample.safetensors"
+    result = wanfw("sample", tmp_path / "one.json", "--checkpoint", run_dir(tmp_path, "one"), "--out", out,
+                   "--count", 2, "--device", "cpu", check=0)
+    # Steps 1000, 750 and 500 by the high-noise expert, 250 by the low-noise one.
+    assert "each by the expert of its level (boundary t = 500), every chunk into both experts' caches" in result.stdout
+    assert load_file(out)["latents"].shape == (2, 4, 4, 4, 4)
 
 
 @pytest.mark.parametrize("sets, message", [

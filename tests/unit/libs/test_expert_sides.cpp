@@ -68,3 +68,16 @@ TEST_CASE("draws on a side follow the sampling's distribution on that side, and 
     CHECK(std::abs(empirical - expected) < 0.04);  // 2,000 draws a side: under 4 standard deviations
   }
 }
+
+TEST_CASE("a causal student's chunk levels on a side all route to that side's expert, each chunk its own draw") {
+  const double boundary = 0.875;
+  const wanfw::Batch batch = step_of(400);
+  const at::Tensor high = wan::high_noise_places(batch, 0.5);
+  const at::Tensor sigma = wan::draw_sigma_on_sides(batch, shift(5), boundary, high, 3);  // 3 chunks a sample
+  REQUIRE(sigma.sizes() == at::IntArrayRef{400, 3});
+  const wan::WanDenoiser router(wan::wan_preset("tiny"), wan::Expert::Both, boundary);
+  for (std::int64_t chunk = 0; chunk < 3; ++chunk)
+    CHECK(at::equal(router.high_noise_samples(sigma.select(1, chunk).contiguous()), high));
+  // The chunks of a sample are drawn apart, not one level repeated.
+  CHECK((sigma.select(1, 0) != sigma.select(1, 1)).all().item<bool>());
+}

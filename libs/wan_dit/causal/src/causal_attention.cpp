@@ -163,7 +163,7 @@ std::vector<CausalAttention> causal_blocks(const CausalPass& causal, const std::
       causal.teacher_forcing ? teacher_forcing_frames(grid[0] / 2) : frame_range(causal.first_frame, grid[0]);
   std::vector<CausalAttention> out;
   for (std::size_t i = 0; i < blocks; ++i)
-    out.push_back({causal.layout, causal.cache, causal.first_frame, grid[0], i, tags, nullptr});
+    out.push_back({causal.layout, causal.cache, causal.first_frame, grid[0], causal.expert * blocks + i, tags, nullptr});
   return out;
 }
 

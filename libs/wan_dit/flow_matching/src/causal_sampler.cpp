@@ -45,7 +45,9 @@ torch::Tensor causal_rollout(const CausalVelocity& velocity, KvCache& cache, con
     const auto context_pass = [&](const torch::Tensor& clean) {
       // The clean chunk once more at the context timestep: its keys and values stay for the next.
       torch::NoGradGuard no_grad;
-      velocity(clean, levels(clean, sampling.context_timestep), pass);
+      CausalPass into_cache = pass;
+      into_cache.context = true;
+      velocity(clean, levels(clean, sampling.context_timestep), into_cache);
     };
     if (k < given) {  // a given chunk: into the cache, and out as it is
       const torch::Tensor clean = sampling.initial.narrow(2, layout.chunk_first(k), f).to(torch::kFloat32);
@@ -90,7 +92,9 @@ torch::Tensor causal_sample(const CausalVelocity& velocity, KvCache& cache, at::
 KvCache rollout_cache(const WanDenoiser& denoiser, const CausalLayout& layout, std::int64_t height,
                       std::int64_t width) {
   const auto grid = denoiser.dits().front()->token_grid(layout.frames_per_chunk, height, width);
-  return KvCache(layout, denoiser.config().num_layers, grid[1] * grid[2]);
+  // An expert pair's blocks one after the other: each expert's keys and values its own.
+  const auto dits = static_cast<std::int64_t>(denoiser.dits().size());
+  return KvCache(layout, denoiser.config().num_layers * dits, grid[1] * grid[2]);
 }
 
 torch::Tensor stream_sample(const CausalVelocity& velocity, const WanDenoiser& denoiser, const CausalLayout& layout,

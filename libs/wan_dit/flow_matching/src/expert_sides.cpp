@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -19,8 +20,10 @@ torch::Tensor sigma_at(const torch::Tensor& u, const TimestepSampling& s) {
   torch::Tensor x;
   if (s.method == SigmaDistribution::LogitNormal)
     x = torch::sigmoid(torch::special_ndtri(u.clamp(1e-12, 1 - 1e-12)) * s.logit_std + s.logit_mean);
-  else if (s.method == SigmaDistribution::Shift) x = shifted(u, s.shift);
-  else x = u;
+  else if (s.method == SigmaDistribution::Shift)
+    x = shifted(u, s.shift);
+  else
+    x = u;
   return s.min_sigma + (s.max_sigma - s.min_sigma) * x;
 }
 
@@ -58,13 +61,14 @@ double probability_below(const TimestepSampling& s, double sigma) {
 }
 
 torch::Tensor draw_sigma_on_sides(const wanfw::Batch& batch, const TimestepSampling& s, double boundary,
-                                  const torch::Tensor& high) {
+                                  const torch::Tensor& high, std::int64_t levels) {
   if (s.method == SigmaDistribution::Fixed)
     throw wanfw::Error("fixed timesteps cannot be drawn on a side of the experts' boundary",
                        "draw the timesteps (uniform, logit_normal or shift) or unset high_noise.share");
   const double below = probability_below(s, boundary);
-  const torch::Tensor v = wanfw::sample_rand(batch, "timestep").to(torch::kCPU, torch::kFloat64);
-  const torch::Tensor on_high = high.to(torch::kCPU);
+  const std::vector<std::int64_t> shape = levels > 0 ? std::vector<std::int64_t>{levels} : std::vector<std::int64_t>{};
+  const torch::Tensor v = wanfw::sample_rand(batch, "timestep", shape).to(torch::kCPU, torch::kFloat64);
+  const torch::Tensor on_high = levels > 0 ? high.to(torch::kCPU).unsqueeze(1) : high.to(torch::kCPU);
   const torch::Tensor u = torch::where(on_high, below + (1 - below) * v, below * v);
   const auto [high_least, low_most] = side_limits(boundary);
   torch::Tensor sigma = sigma_at(u, s).to(torch::kFloat32);

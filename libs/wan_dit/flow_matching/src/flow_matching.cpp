@@ -112,11 +112,11 @@ torch::Tensor i2v_condition(const torch::Tensor& image_condition, bool last_fram
 const torch::Tensor& checked_condition(const torch::Tensor& image_condition, const torch::Tensor& latents,
                                        const char* what) {
   if (!image_condition.defined() || image_condition.sizes() != latents.sizes())
-    throw wanfw::Error(fmt::format("{}: i2v needs image_condition of the latents' shape {}, got {}", what,
-                                   c10::str(latents.sizes()),
-                                   image_condition.defined() ? c10::str(image_condition.sizes()) : "none"),
-                       "image_condition is the VAE latents of the image followed by zero frames "
-                       "(tools/encode_dataset.py --image-condition stores it)");
+    throw wanfw::Error(
+        fmt::format("{}: i2v needs image_condition of the latents' shape {}, got {}", what, c10::str(latents.sizes()),
+                    image_condition.defined() ? c10::str(image_condition.sizes()) : "none"),
+        "image_condition is the VAE latents of the image followed by zero frames "
+        "(tools/encode_dataset.py --image-condition stores it)");
   return image_condition;
 }
 
@@ -160,16 +160,16 @@ SampleInputs sample_inputs(const std::map<std::string, at::Tensor>& inputs, cons
   SampleInputs out;
   out.context = input("context", true);
   if (out.context.dim() != 3 || out.context.size(2) != c.text_dim)
-    throw wanfw::Error(fmt::format("sample: context has shape {}; expected [B, L, {}]", c10::str(out.context.sizes()),
-                                   c.text_dim),
-                       kSampleInputs);
+    throw wanfw::Error(
+        fmt::format("sample: context has shape {}; expected [B, L, {}]", c10::str(out.context.sizes()), c.text_dim),
+        kSampleInputs);
   const std::int64_t batch = out.context.size(0);
   out.negative = input("negative_context", false);
   if (!out.negative.defined()) out.negative = torch::zeros_like(out.context);
   if (out.negative.size(0) == 1 && batch > 1) out.negative = out.negative.expand({batch, -1, -1});
 
   out.noise = input("noise", false);
-  const torch::Tensor latents = input("latents", false);  // data set samples: their shape, their first frame
+  const torch::Tensor latents = input("latents", false);   // data set samples: their shape, their first frame
   out.vace_context = input("vace_context", c.has_vace());  // VACE: the control, on the video's latent grid
   const torch::Tensor references = input("reference_frames", false);
   if (!out.noise.defined()) {
@@ -182,9 +182,10 @@ SampleInputs sample_inputs(const std::map<std::string, at::Tensor>& inputs, cons
     } else if (sample_size) {
       shape = {batch, c.out_dim, sample_size->frames, sample_size->height, sample_size->width};
     } else {
-      throw wanfw::Error("sample: the inputs have neither 'noise' nor 'latents' to take the video's shape from, and "
-                         "model.sample_size is not set",
-                         kSampleInputs);
+      throw wanfw::Error(
+          "sample: the inputs have neither 'noise' nor 'latents' to take the video's shape from, and "
+          "model.sample_size is not set",
+          kSampleInputs);
     }
     // Drawn on the CPU from the seed, so a seed gives the same samples on every device.
     torch::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
@@ -196,11 +197,12 @@ SampleInputs sample_inputs(const std::map<std::string, at::Tensor>& inputs, cons
   if (references.defined()) {  // VACE: the first R latent frames are reference images, dropped at the end
     const double r = references.numel() == 1 ? references.item<double>() : -1;
     if (!(r >= 0 && r < static_cast<double>(out.noise.size(2)) && r == std::floor(r)))
-      throw wanfw::Error(fmt::format("sample: reference_frames holds {} value(s){}; it is one integer R in [0, {}]: the "
-                                     "first R of the video's {} latent frames are reference images",
-                                     references.numel(), references.numel() == 1 ? fmt::format(", {}", r) : "",
-                                     out.noise.size(2) - 1, out.noise.size(2)),
-                         kSampleInputs);
+      throw wanfw::Error(
+          fmt::format("sample: reference_frames holds {} value(s){}; it is one integer R in [0, {}]: the "
+                      "first R of the video's {} latent frames are reference images",
+                      references.numel(), references.numel() == 1 ? fmt::format(", {}", r) : "", out.noise.size(2) - 1,
+                      out.noise.size(2)),
+          kSampleInputs);
     out.reference_frames = static_cast<std::int64_t>(r);
   }
   if (keeps_first_frame(task, out.noise)) {
@@ -226,10 +228,11 @@ std::map<std::string, at::Tensor> preview_inputs(const wanfw::Batch& batch, Task
     inputs["latents"] = latents;
     if (keeps_first_frame(task, latents)) inputs["image"] = latents.select(2, 0);
   } else if (!sample_size) {
-    throw wanfw::Error("previewing a prompt (validation.preview_prompts) needs the video's shape: model.sample_size "
-                       "is not set",
-                       "set model.sample_size to the latent FRAMESxHEIGHTxWIDTH of the preview videos, e.g. 21x60x104 "
-                       "for 81 frames of 480x832 with the Wan2.1 VAE");
+    throw wanfw::Error(
+        "previewing a prompt (validation.preview_prompts) needs the video's shape: model.sample_size "
+        "is not set",
+        "set model.sample_size to the latent FRAMESxHEIGHTxWIDTH of the preview videos, e.g. 21x60x104 "
+        "for 81 frames of 480x832 with the Wan2.1 VAE");
   }
   if (task == Task::I2V) inputs["image_condition"] = batch.at("image_condition").narrow(0, 0, 1);
   if (batch.fields.count("vace_context")) inputs["vace_context"] = batch.at("vace_context").narrow(0, 0, 1);

@@ -72,9 +72,9 @@ std::vector<ExpertWeights> expert_weights(const fs::path& weights, const std::st
     if (official || diffusers) {
       const fs::path path = weights / (official ? side.official : side.diffusers);
       if (!fs::exists(path))
-        throw wanfw::FileError(fmt::format("Wan weights: {} holds expert folders but not {}", weights.string(),
-                                           path.filename().string()),
-                               "point model.weights at the complete Wan2.2 A14B download");
+        throw wanfw::FileError(
+            fmt::format("Wan weights: {} holds expert folders but not {}", weights.string(), path.filename().string()),
+            "point model.weights at the complete Wan2.2 A14B download");
       out.push_back({side.official, path, ""});
     } else if (expert == Expert::Both) {
       throw wanfw::FileError(
@@ -106,15 +106,22 @@ std::string describe_weights(const std::string& label, const WanConfig& config, 
 WanDenoiser::WanDenoiser(const WanConfig& config, Expert expert, double boundary, WanPlacement placement,
                          int held_expert)
     : config_(config), expert_(expert), boundary_(boundary), held_(expert == Expert::Both ? held_expert : -1) {
-  if (expert_ == Expert::Both) pair_ = WanExpertPair(config_, placement, held_);
-  else single_ = WanDiT(config_, placement);
+  if (expert_ == Expert::Both)
+    pair_ = WanExpertPair(config_, placement, held_);
+  else
+    single_ = WanDiT(config_, placement);
 }
 
 WanDenoiser::WanDenoiser(const WanDenoiser& other, const c10::Device& device)
-    : config_(other.config_), expert_(other.expert_), boundary_(other.boundary_), held_(other.held_),
+    : config_(other.config_),
+      expert_(other.expert_),
+      boundary_(other.boundary_),
+      held_(other.held_),
       lora_(other.lora_) {
-  if (other.pair_) pair_ = WanExpertPair(std::dynamic_pointer_cast<WanExpertPairImpl>(other.pair_->clone(device)));
-  else single_ = WanDiT(std::dynamic_pointer_cast<WanDiTImpl>(other.single_->clone(device)));
+  if (other.pair_)
+    pair_ = WanExpertPair(std::dynamic_pointer_cast<WanExpertPairImpl>(other.pair_->clone(device)));
+  else
+    single_ = WanDiT(std::dynamic_pointer_cast<WanDiTImpl>(other.single_->clone(device)));
   for (auto& dit : dits()) refresh_adapters(*dit);
   if (other.vace_branch_) train_vace_branch();  // cloning re-enables every parameter's gradient
 }
@@ -150,10 +157,14 @@ void WanDenoiser::attach_second_adapters(const LoraSettings& settings) {
 
 std::string WanDenoiser::expert_name(std::size_t index) const {
   switch (expert_) {
-    case Expert::Both: return kExpertNames[held_ >= 0 ? held_ : static_cast<int>(index)];
-    case Expert::HighNoise: return kExpertNames[0];
-    case Expert::LowNoise: return kExpertNames[1];
-    default: return "";
+    case Expert::Both:
+      return kExpertNames[held_ >= 0 ? held_ : static_cast<int>(index)];
+    case Expert::HighNoise:
+      return kExpertNames[0];
+    case Expert::LowNoise:
+      return kExpertNames[1];
+    default:
+      return "";
   }
 }
 
@@ -180,10 +191,11 @@ std::size_t WanDenoiser::block_count() const {
 
 void WanDenoiser::set_unit_runner(wanfw::UnitRunner* runner) {
   if (runner != nullptr && runner->collective() && pair_ && held_ < 0)
-    throw wanfw::Error("fsdp cannot train both experts in one run: each rank's samples pick which expert's blocks run, "
-                       "so the ranks would gather different units",
-                       "put each expert on its own ranks (strategy.network_groups: [high_noise ranks, low_noise "
-                       "ranks]; fsdp then shards each over its group), or use ddp with find_unused_parameters");
+    throw wanfw::Error(
+        "fsdp cannot train both experts in one run: each rank's samples pick which expert's blocks run, "
+        "so the ranks would gather different units",
+        "put each expert on its own ranks (strategy.network_groups: [high_noise ranks, low_noise "
+        "ranks]; fsdp then shards each over its group), or use ddp with find_unused_parameters");
   std::size_t first = 0;
   for (auto& dit : dits()) {
     dit->set_unit_runner(runner, first);
@@ -215,9 +227,12 @@ void WanDenoiser::load_weights(const fs::path& weights, const std::string& subfo
 
 std::pair<double, double> WanDenoiser::sigma_range() const {
   switch (expert_) {
-    case Expert::HighNoise: return {boundary_, 1.0};
-    case Expert::LowNoise: return {0.0, boundary_};
-    default: return {0.0, 1.0};
+    case Expert::HighNoise:
+      return {boundary_, 1.0};
+    case Expert::LowNoise:
+      return {0.0, boundary_};
+    default:
+      return {0.0, 1.0};
   }
 }
 
@@ -229,14 +244,12 @@ torch::Tensor WanDenoiser::forward(const torch::Tensor& x, const torch::Tensor& 
                                    const torch::Tensor& y, const torch::Tensor& sigma, const VaceInput& vace,
                                    const CausalPass* causal) {
   if (!pair_) return single_->forward(x, t, context, y, vace, causal);
-  if (causal != nullptr)
-    throw wanfw::Error("a causal pass runs one DiT; the two experts as a causal student are not supported yet",
-                       "train one expert, or a one-DiT preset");
-  if (held_ >= 0) return dits().front()->forward(x, t, context, y, vace);  // the samples were routed to this expert
+  if (causal != nullptr && causal->cache != nullptr) return rollout_pass(x, t, context, y, sigma, vace, *causal);
+  if (held_ >= 0) return dits().front()->forward(x, t, context, y, vace, causal);  // the samples were routed here
   const torch::Tensor high = high_noise_samples(sigma);
   const std::int64_t high_count = high.sum().item<std::int64_t>();
-  if (high_count == x.size(0)) return pair_->high_noise_model->forward(x, t, context, y, vace);
-  if (high_count == 0) return pair_->low_noise_model->forward(x, t, context, y, vace);
+  if (high_count == x.size(0)) return pair_->high_noise_model->forward(x, t, context, y, vace, causal);
+  if (high_count == 0) return pair_->low_noise_model->forward(x, t, context, y, vace, causal);
   const torch::Tensor high_index = high.nonzero().squeeze(1).to(x.device());
   const torch::Tensor low_index = (~high).nonzero().squeeze(1).to(x.device());
   auto part = [&](WanDiT& dit, const torch::Tensor& index) {
@@ -254,7 +267,8 @@ torch::Tensor WanDenoiser::forward(const torch::Tensor& x, const torch::Tensor& 
     const auto rows = [&](const torch::Tensor& tensor) {
       return tensor.defined() ? tensor.index_select(0, index) : torch::Tensor();
     };
-    torch::Tensor out = dit->forward(rows(x), rows(t), rows(context), rows(y), {rows(vace.context), vace.scales});
+    torch::Tensor out =
+        dit->forward(rows(x), rows(t), rows(context), rows(y), {rows(vace.context), vace.scales}, causal);
     if (all_samples) dit->lora_dropout->set(all_samples);
     return out;
   };
@@ -263,6 +277,33 @@ torch::Tensor WanDenoiser::forward(const torch::Tensor& x, const torch::Tensor& 
   auto sizes = high_out.sizes().vec();
   sizes[0] = x.size(0);
   return torch::zeros(sizes, high_out.options()).index_copy(0, high_index, high_out).index_copy(0, low_index, low_out);
+}
+
+torch::Tensor WanDenoiser::rollout_pass(const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& context,
+                                        const torch::Tensor& y, const torch::Tensor& sigma, const VaceInput& vace,
+                                        const CausalPass& causal) {
+  if (held_ >= 0)
+    throw wanfw::Error(
+        "a causal rollout runs both experts (each chunk's steps by level, its context pass through "
+        "both), but this process holds one",
+        "sample or distill the causal pair on ranks that hold both experts (no network_groups)");
+  const auto pass_of = [&](std::size_t expert) {
+    CausalPass routed = causal;
+    routed.expert = expert;
+    return routed;
+  };
+  if (causal.context) {  // a made chunk into both experts' caches
+    const CausalPass high = pass_of(0), low = pass_of(1);
+    pair_->high_noise_model->forward(x, t, context, y, vace, &high);
+    return pair_->low_noise_model->forward(x, t, context, y, vace, &low);
+  }
+  // A chunk's step: every sample at the step's level, one expert.
+  const std::int64_t high_count = high_noise_samples(sigma).sum().item<std::int64_t>();
+  if (high_count != 0 && high_count != x.size(0))
+    throw wanfw::Error("a causal rollout's step puts its samples on both sides of the experts' boundary",
+                       "give every sample of a rollout the same levels");
+  const CausalPass routed = pass_of(high_count == 0 ? 1 : 0);
+  return (high_count == 0 ? pair_->low_noise_model : pair_->high_noise_model)->forward(x, t, context, y, vace, &routed);
 }
 
 }  // namespace wan

@@ -171,6 +171,12 @@ struct CausalPass {
   /// The latents are [a clean copy | a noisy copy] of the same F frames (2F frames, both copies at
   /// RoPE positions 0..F-1; teacher_forcing_frames): the regression stage's layout. No cache.
   bool teacher_forcing = false;
+  /// A rollout's context pass (a made chunk into the cache; its output unused): an expert pair runs
+  /// it through both experts, each into its own part of the cache.
+  bool context = false;
+  /// Which DiT of an expert pair runs the pass (0 high noise, 1 low noise): its blocks use cache
+  /// layers expert x blocks onward (a pair's cache holds both experts' blocks). Set by the pair.
+  std::size_t expert = 0;
 };
 
 /// Timesteps for a causal forward over a grid of F x H x W tokens: [B, F] (one a latent frame) made

@@ -61,7 +61,8 @@ torch::Tensor causal_sample(const CausalVelocity& velocity, KvCache& cache, at::
                             const CausalSampling& sampling, std::uint64_t seed, const torch::Device& device,
                             const std::function<void(std::int64_t, const torch::Tensor&)>& made = {});
 
-/// A cache of `layout` for `denoiser`'s blocks over latent frames of height x width.
+/// A cache of `layout` for `denoiser`'s blocks (an expert pair's: both experts') over latent frames
+/// of height x width.
 KvCache rollout_cache(const WanDenoiser& denoiser, const CausalLayout& layout, std::int64_t height,
                       std::int64_t width);
 

@@ -25,8 +25,9 @@ double probability_below(const TimestepSampling& sampling, double sigma);
 
 /// Each sample's s [B] (float32), drawn from `sampling` restricted to s >= `boundary` where
 /// `high` [B] is true and to s < `boundary` elsewhere; the float32 values route alike
-/// (WanDenoiser::high_noise_samples). `sampling` must not be fixed.
+/// (WanDenoiser::high_noise_samples). `sampling` must not be fixed. With `levels` > 0, that many
+/// a sample, all on its side (a causal student's chunks): [B, levels].
 torch::Tensor draw_sigma_on_sides(const wanfw::Batch& batch, const TimestepSampling& sampling, double boundary,
-                                  const torch::Tensor& high);
+                                  const torch::Tensor& high, std::int64_t levels = 0);
 
 }  // namespace wan

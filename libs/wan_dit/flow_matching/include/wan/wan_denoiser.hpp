@@ -75,7 +75,9 @@ class WanDenoiser {
   /// The velocity for noisy latents `x`, timesteps `t` ([B] or [B, tokens]), text `context`,
   /// image conditioning `y` (or undefined) and, for a VACE model, the control branch's input.
   /// `sigma` [B] picks each sample's expert when both experts are trained.
-  /// `causal`: a causal student's pass (wan/causal_attention.hpp), one DiT only.
+  /// `causal`: a causal student's pass (wan/causal_attention.hpp). An expert pair routes a
+  /// rollout's step to the expert of its level (every sample at one level) with that expert's part
+  /// of the cache, and runs a context pass through both; a pass without a cache routes as any.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& context,
                         const torch::Tensor& y, const torch::Tensor& sigma, const VaceInput& vace = {},
                         const CausalPass* causal = nullptr);
@@ -123,6 +125,10 @@ class WanDenoiser {
   const WanConfig& config() const { return config_; }
 
  private:
+  /// forward's rollout pass for an expert pair (a pass with a cache).
+  torch::Tensor rollout_pass(const torch::Tensor& x, const torch::Tensor& t, const torch::Tensor& context,
+                             const torch::Tensor& y, const torch::Tensor& sigma, const VaceInput& vace,
+                             const CausalPass& causal);
   WanConfig config_;
   Expert expert_;
   double boundary_;
