@@ -23,12 +23,19 @@ void add_rollout(wan::PlannedRun& run, const wanfw::Options& o, const Networks& 
   const std::int64_t tokens = (layout.latent[1] / c.patch[1]) * (layout.latent[2] / c.patch[2]);
   // The keys and values in what the blocks compute in: bf16 weights, or precision.mode's autocast.
   const double value = o.string("dtype") == "bfloat16" || layout.dtype != at::kFloat ? 2.0 : 4.0;
-  const double frame_bytes = 2.0 * static_cast<double>(tokens * c.dim * layout.batch_size) * value;  // K and V
+  // K and V; under sequence parallelism a rank holds its share of the heads of every token.
+  const std::int64_t width = c.dim / std::max(layout.sequence_parallel, 1);
+  const double frame_bytes = 2.0 * static_cast<double>(tokens * width * layout.batch_size) * value;
   const std::int64_t held = causal.window_frames > 0 ? std::min(causal.window_frames, frames) : frames;
-  run.held.push_back({fmt::format("the rollout's KV cache: {} blocks x {} frames of {} tokens, keys and values, "
+  const std::int64_t experts = n.expert == wan::Expert::Both ? 2 : 1;  // each expert's keys and values its own
+  run.held.push_back({fmt::format("the rollout's KV cache: {}{} blocks x {} frames of {} tokens, keys and values{}, "
                                   "batch {}",
-                                  c.num_layers, held, tokens, layout.batch_size),
-                      static_cast<double>(c.num_layers * held) * frame_bytes});
+                                  experts == 2 ? "2 experts x " : "", c.num_layers, held, tokens,
+                                  layout.sequence_parallel > 1
+                                      ? fmt::format(" of 1/{} of the heads", layout.sequence_parallel)
+                                      : "",
+                                  layout.batch_size),
+                      static_cast<double>(experts * c.num_layers * held) * frame_bytes});
   if (o.boolean("gradient_checkpointing")) return;  // a recomputed block attends over the cache's own tensors
   std::int64_t attended = 0;
   for (std::int64_t k = 0, chunks = causal.chunks(frames); k < chunks; ++k) {

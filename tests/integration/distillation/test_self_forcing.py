@@ -11,8 +11,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from harness.distill import teacher  # noqa: F401 (a fixture)
-from harness.dmd import (CYCLE, assert_block_swap_and_activation_offload_change_no_bit,
-                         assert_resumes_mid_cycle_to_the_same_bits, config, dmd, mmd2, one_caption_teacher)
+from harness.dmd import (BOUNDARY, CYCLE, EXPERTS, assert_block_swap_and_activation_offload_change_no_bit,
+                         assert_resumes_mid_cycle_to_the_same_bits, config, dmd, mmd2, one_caption_teacher,
+                         two_experts)
 from harness.equivalence import assert_same_training_history, tiny_wan_rounding, trained
 from harness.layouts import CPU, DDP, FSDP, GLOBAL_BATCH, LR, run_on
 from harness.runs import SOURCE, base_config, checkpoints, read_csv, run_dir, wanfw, write_config
@@ -143,12 +144,66 @@ def test_a_first_frame_generator_trains_as_one_device_with_ddp_and_its_export_st
     assert made.shape == (2, 4, 5, 4, 4) and torch.equal(made[:, :, 0], image)
 
 
+def test_an_expert_pair_generator_trains_as_one_device_on_ddp_and_sp_and_its_export_streams_as_the_checkpoint(
+        tmp_path):
+    """Both experts of a two-expert teacher (A14B at toy width), generator and critic as adapters on
+    their shared base: each chunk's steps run on the expert of their level, its context pass into
+    both experts' caches; the step's exit level trains one expert's adapters."""
+    base, _ = two_experts(tmp_path / "experts")
+    model = dmd(base, **EXPERTS, **CAUSAL, sample_size="4x4x4")
+    every_step = {"checkpoint": {"every": 1}, "data": {"buckets": ["4x4x4"]}, "trainer": {"max_steps": 9}}
+    history = lambda name: [trained(p) for p in checkpoints(tmp_path / "runs" / name / "version_0")]
+    run_on(tmp_path, "single_1x4", CPU, 4, model, **every_step)
+    # ddp, and the examples' layout: sequence parallel, each rank's caches holding its heads.
+    ddp = {**DDP, "find_unused_parameters": True}
+    for name, strategy, batch in (("ddp_2x2", ddp, 2), ("ddp_sp2_1x4", {**ddp, "sequence_parallel": 2}, 4)):
+        run_on(tmp_path, name, strategy, batch, model, 2, **every_step)
+        c = assert_same_training_history(history(name), history("single_1x4"), lr=LR,
+                                         tolerance=tiny_wan_rounding(GLOBAL_BATCH, TOKENS, layers=2 * 12))
+        print(f"{name} vs single 1x4: {c}")
+    rows = read_csv(run_dir(tmp_path, "single_1x4") / "metrics.csv")
+    shares = {float(r["generator_high_noise_share"]) for r in rows if r.get("generator_high_noise_share")}
+    assert shares and shares <= {0.0, 1.0}, shares  # one exit level a step: one expert's adapters train
+    said = wanfw("model-info", tmp_path / "single_1x4.json", check=0).stdout
+    assert "the rollout's KV cache: 2 experts x 2 blocks x 4 frames of 4 tokens" in said, said
+    assert "each expert keeps a KV cache of its own" in said
+    checkpoint = checkpoints(run_dir(tmp_path, "single_1x4"))[-1]
+    wanfw("export", tmp_path / "single_1x4.json", "--checkpoint", checkpoint, "--out", tmp_path / "student", check=0)
+    conditioning = tmp_path / "conditioning.safetensors"
+    save_file({"context": torch.randn(2, 5, 32, generator=torch.Generator().manual_seed(5))}, conditioning)
+    trained_samples, exported_samples = tmp_path / "trained.safetensors", tmp_path / "exported.safetensors"
+    wanfw("sample", tmp_path / "single_1x4.json", "--checkpoint", checkpoint, "--inputs", conditioning, "--seed", "9",
+          "--out", trained_samples, check=0)
+    load = [{"file": str(tmp_path / "student" / f"{e}_model" / "wan_lora.safetensors"), "train": True, "expert": e}
+            for e in ("high_noise", "low_noise")]
+    # The generator's levels 1, 0.9375, 0.8333, 0.625 are the steps 1000, 750, 500, 250 warped at shift 5.
+    student = write_config(tmp_path / "student.json", base_config(tmp_path / "runs", model={
+        "name": "wan22_flow_matching", "preset": "tiny", "weights": str(base), "expert": "both", "boundary": BOUNDARY,
+        "lora": {"rank": 4, "load": load}, "causal": {"frames_per_chunk": 2, "steps": [1000, 750, 500, 250]},
+        "sample_shift": 5.0, "sample_size": "4x4x4"}, data={"buckets": ["4x4x4"]}))
+    wanfw("sample", student, "--inputs", conditioning, "--seed", "9", "--out", exported_samples, check=0)
+    a, b = load_file(trained_samples)["latents"], load_file(exported_samples)["latents"]
+    assert a.shape == (2, 4, 4, 4, 4)
+    torch.testing.assert_close(b, a, rtol=0, atol=1e-5 * a.abs().max().item())
+
+
 def test_model_info_counts_the_rollouts_kv_cache_and_fits_the_wan21_example_on_one_80gb_gpu():
     # 30 blocks x 21 frames x 1,560 tokens x 1,536 wide, keys and values in bf16: Self Forcing's 5.6 GiB.
     said = wanfw("model-info", SOURCE / "examples" / "self-forcing-wan21-1.3b.yaml", check=0).stdout
     assert "the rollout's KV cache: 30 blocks x 21 frames of 1560 tokens, keys and values, batch 1 5.62 GiB" in said
     assert "dmd: causal generator (Self Forcing): chunks of 3 latent frames" in said
     assert "fits an 80 GB GPU" in said and "does not fit a 48 GB GPU" in said, said
+
+
+def test_model_info_fits_the_a14b_example_on_80gb_gpus_with_each_ranks_share_of_both_experts_caches():
+    # 2 experts x 40 blocks x 21 frames x 1,560 tokens x 5,120 wide, K and V in bf16: 50 GiB, a quarter a rank.
+    example = SOURCE / "examples" / "self-forcing-wan22-a14b.yaml"
+    said = wanfw("model-info", example, "--gpus", "4", check=0).stdout
+    assert ("the rollout's KV cache: 2 experts x 40 blocks x 21 frames of 1560 tokens, keys and values of 1/4 of the "
+            "heads, batch 1 12.50 GiB") in said
+    assert "fits an 80 GB GPU" in said, said
+    alone = wanfw("model-info", example, "--set", "strategy.sequence_parallel=1", check=0).stdout
+    assert "batch 1 49.99 GiB" in alone and "does not fit an 80 GB GPU" in alone, alone
 
 
 def test_without_gradient_checkpointing_the_plan_counts_the_keys_each_exit_pass_keeps(tmp_path, teacher):

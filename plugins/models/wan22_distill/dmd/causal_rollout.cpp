@@ -30,9 +30,6 @@ void refuse_what_a_causal_generator_cannot_do(const wanfw::Options& o, const Dis
     o.fail("inputs",
            fmt::format("a causal generator trains on its own rollout, not on inputs: {}", inputs_name(s.inputs)),
            "set inputs: generator (prompts only), or causal.frames_per_chunk: 0");
-  if (expert != wan::Expert::None)
-    o.fail(chunk, "a causal generator is one DiT; an expert teacher's causal student is not supported yet",
-           "set teacher_expert: none (a one-DiT teacher), or causal.frames_per_chunk: 0");
   if (o.number("regression_weight") > 0)
     o.fail("regression_weight", "a causal generator's rollout has no one input point to regress at",
            "set regression_weight: 0 with causal.frames_per_chunk");

@@ -53,7 +53,7 @@ std::unique_ptr<DmdModel> make_dmd_model(const wanfw::Options& o, wan::WanDenois
   }
   wanfw::log::info(fmt::format("dmd: the generator samples in {} steps at levels {}; real score guidance {}",
                                dmd.generator_steps, levels_text(dmd), guidance_text(dmd)));
-  if (common.causal.enabled()) wanfw::log::info("dmd: " + causal_text(common));
+  if (common.causal.enabled()) wanfw::log::info("dmd: " + causal_text(common, student.expert()));
   return std::make_unique<DmdModel>(std::move(student), std::move(critic), std::move(teacher), std::move(common),
                                     std::move(dmd));
 }

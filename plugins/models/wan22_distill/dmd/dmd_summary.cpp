@@ -34,16 +34,19 @@ DmdBytes dmd_bytes(const DmdSettings& dmd, const wan::WanConfig& student, const 
   return out;
 }
 
-std::string causal_text(const DistillSettings& common) {
+std::string causal_text(const DistillSettings& common, wan::Expert expert) {
   if (!common.causal.enabled()) return "";
   const wan::CausalLayout& layout = *common.causal.layout;
   return fmt::format(
       "causal generator (Self Forcing): {}{}, trained on its own rollout, every "
-      "chunk leaving at the step drawn for the optimizer step",
+      "chunk leaving at the step drawn for the optimizer step{}",
       layout.describe(),
       layout.window_frames > 0
           ? fmt::format(", a window of {} frames with {} sink(s)", layout.window_frames, layout.sink_frames)
-          : std::string());
+          : std::string(),
+      expert == wan::Expert::Both ? "; each expert keeps a KV cache of its own: a chunk's steps run on the expert "
+                                    "of their level, its context pass through both"
+                                  : "");
 }
 
 std::string dmd_summary(const wanfw::Options& o, const wan::WanConfig& student, const wan::WanConfig& teacher,
@@ -53,7 +56,7 @@ std::string dmd_summary(const wanfw::Options& o, const wan::WanConfig& student, 
   if (expert == wan::Expert::Both)  // every network once per expert
     for (double* part : {&bytes.teacher, &bytes.generator, &bytes.critic, &bytes.shared_base, &bytes.adapters})
       *part *= 2;
-  const std::string causal = causal_text(common);
+  const std::string causal = causal_text(common, expert);
   return fmt::format("dmd: generator {} steps at levels {}, critic {} steps per generator step, real guidance {}\n{}{}",
                      dmd.generator_steps, levels_text(dmd), dmd.critic_updates, guidance_text(dmd),
                      causal.empty() ? "" : "dmd: " + causal + "\n", dmd_memory(dmd, bytes));

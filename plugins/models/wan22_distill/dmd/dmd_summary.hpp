@@ -16,8 +16,8 @@ namespace wan_distill {
 std::string levels_text(const DmdSettings& dmd);
 /// "4.5", or "4 (high noise), 3 (low noise)" when the experts' real scores are guided apart.
 std::string guidance_text(const DmdSettings& dmd);
-/// A causal generator's chunks and how it trains (empty for a bidirectional one).
-std::string causal_text(const DistillSettings& common);
+/// A causal generator's chunks and how it trains, of `expert`'s networks (empty for a bidirectional one).
+std::string causal_text(const DistillSettings& common, wan::Expert expert);
 
 /// What each network of a DMD run holds between steps, in bytes (wan::dit_state_bytes and
 /// wan::frozen_dit_bytes: the memory plan's own terms): trained ones with their gradients and AdamW
