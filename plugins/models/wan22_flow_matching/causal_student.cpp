@@ -53,6 +53,19 @@ void causal_training_from(const wanfw::Options& o, FlowMatchingSettings& s) {
              "the student's causal.steps: [1000, 750, 500, 250]");
 }
 
+wanfw::TrainingLayout causal_training_layout(const wanfw::Options& o, const FlowMatchingSettings& s,
+                                             wanfw::TrainingLayout layout) {
+  if (!s.causal.enabled() || layout.latent.size() != 3) return layout;
+  if (!s.causal.layout->cuts(layout.latent[0]))
+    o.fail("causal.frames_per_chunk",
+           fmt::format("the largest bucket's {} latent frames do not cut into {}", layout.latent[0],
+                       s.causal.layout->describe()),
+           "choose buckets whose latent frames cut into the chunks (1 + a multiple with "
+           "independent_first_frame), or another frames_per_chunk");
+  if (!s.ode_pairs) layout.latent[0] *= 2;
+  return layout;
+}
+
 std::vector<wanfw::FieldSpec> ode_pair_fields(const FlowMatchingSettings& settings, std::int64_t channels) {
   const auto k = static_cast<std::int64_t>(settings.causal.steps.size());
   return {{"trajectory", {k, channels, wanfw::dim::frames, wanfw::dim::height, wanfw::dim::width}},

@@ -10,6 +10,7 @@
 #include "wan/wan_denoiser.hpp"
 #include "wanfw/data.hpp"
 #include "wanfw/options.hpp"
+#include "wanfw/plugin.hpp"
 
 namespace wan_fm {
 
@@ -19,6 +20,13 @@ struct FlowMatchingSettings;
 std::vector<wanfw::OptionSpec> causal_training_options();
 /// Those options read into `s` (ode_pairs, trajectory_steps) and checked against its causal layout.
 void causal_training_from(const wanfw::Options& o, FlowMatchingSettings& s);
+
+/// The layout the memory plan counts: a causal student's teacher-forcing step runs [clean | noisy]
+/// copies of the latents' frames, twice the tokens (the regression on ODE pairs runs them once).
+/// The largest bucket's frames must cut into its chunks (`validate` says so before a run; every
+/// bucket is checked at its first batch).
+wanfw::TrainingLayout causal_training_layout(const wanfw::Options& o, const FlowMatchingSettings& s,
+                                             wanfw::TrainingLayout layout);
 
 /// The fields a causal student's ODE pairs add: `trajectory` [K, C, F, H, W], the teacher's states at
 /// the student's K levels, and `trajectory_timesteps` [K]; `latents` is the teacher's final sample.
@@ -36,8 +44,8 @@ torch::Tensor draw_ode_steps(const wanfw::Batch& batch, const FlowMatchingSettin
 /// sample `x0`: [B] a sample. Throws wanfw::Error when the pairs' `timesteps` [B, K] are not the
 /// student's levels.
 torch::Tensor causal_ode_error(wan::WanDenoiser& denoiser, const FlowMatchingSettings& settings,
-                               const torch::Tensor& trajectory, const torch::Tensor& timesteps,
-                               const torch::Tensor& x0, const torch::Tensor& chunk_step, const torch::Tensor& context);
+                               const torch::Tensor& trajectory, const torch::Tensor& timesteps, const torch::Tensor& x0,
+                               const torch::Tensor& chunk_step, const torch::Tensor& context);
 
 /// The teacher-forcing objective: each chunk of the clean latents `x0` [B, C, F, H, W] noised at its
 /// own level (`chunk_sigma` [B, chunks]) with `noise`, one forward over [x0 | the

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "expert_controls.hpp"
-#include "wan/flow_matching.hpp"
 #include "wan/causal_options.hpp"
+#include "wan/flow_matching.hpp"
 #include "wan/wan_denoiser.hpp"
 #include "wanfw/model.hpp"
 
@@ -30,18 +30,18 @@ struct FlowMatchingSettings {
   wan::TimestepSampling timesteps;  ///< how training draws s
   bool bell_weighting = false;
   Expert expert = Expert::None;
-  double boundary = 0.0;  ///< expert boundary / 1000
+  double boundary = 0.0;                     ///< expert boundary / 1000
   std::vector<double> validation_timesteps;  ///< 0..1000
-  wan::SamplerSettings sampler;  ///< `wanfw sample` and the preview
-  wan::LoraSettings lora;        ///< low-rank adapters (rank 0: every weight trains)
-  ExpertControls experts;        ///< expert: both: each expert's learning-rate scale and timestep range
-  bool fp8_base = false;            ///< base_dtype float8_e4m3fn: the frozen base's block weights in fp8
-  bool new_vace_branch = false;     ///< vace_branch: new (the weights hold a base model)
-  bool activation_offload = false;  ///< checkpointed blocks' inputs wait in host memory
-  std::int64_t recompute_chunks = 1;  ///< a checkpointed block recomputed in chunks of tokens
-  wan::CausalSettings causal;         ///< causal.*: a causal (streaming) student (causal_student.hpp)
-  bool ode_pairs = false;             ///< causal.training: ode_pairs, the regression on a teacher's ODE pairs
-  std::vector<double> trajectory_steps;  ///< sample_trajectory_steps: the states `wanfw sample` records
+  wan::SamplerSettings sampler;              ///< `wanfw sample` and the preview
+  wan::LoraSettings lora;                    ///< low-rank adapters (rank 0: every weight trains)
+  ExpertControls experts;                    ///< expert: both: each expert's learning-rate scale and timestep range
+  bool fp8_base = false;                     ///< base_dtype float8_e4m3fn: the frozen base's block weights in fp8
+  bool new_vace_branch = false;              ///< vace_branch: new (the weights hold a base model)
+  bool activation_offload = false;           ///< checkpointed blocks' inputs wait in host memory
+  std::int64_t recompute_chunks = 1;         ///< a checkpointed block recomputed in chunks of tokens
+  wan::CausalSettings causal;                ///< causal.*: a causal (streaming) student (causal_student.hpp)
+  bool ode_pairs = false;                    ///< causal.training: ode_pairs, the regression on a teacher's ODE pairs
+  std::vector<double> trajectory_steps;      ///< sample_trajectory_steps: the states `wanfw sample` records
 };
 
 class WanFlowMatchingModel final : public wanfw::Model {
@@ -63,8 +63,7 @@ class WanFlowMatchingModel final : public wanfw::Model {
   std::map<std::string, at::Tensor> sample(const std::map<std::string, at::Tensor>& inputs,
                                            std::uint64_t seed) override;
   /// A causal student hands over each chunk as it is made.
-  std::map<std::string, at::Tensor> sample_streamed(const std::map<std::string, at::Tensor>& inputs,
-                                                    std::uint64_t seed,
+  std::map<std::string, at::Tensor> sample_streamed(const std::map<std::string, at::Tensor>& inputs, std::uint64_t seed,
                                                     const std::function<void(const at::Tensor&)>& made) override;
   /// With adapters: one group "lora" (lora.lr_scale, lora.weight_decay) holding them alone.
   std::vector<wanfw::ParameterGroup> parameter_groups() override;
@@ -115,8 +114,7 @@ class WanFlowMatchingModel final : public wanfw::Model {
   /// Throws naming `what` when the latents cannot be cut into the DiT's patches.
   void check_latents(const torch::Tensor& latents, const char* what) const;
   std::map<std::string, at::Tensor> draw(const std::map<std::string, at::Tensor>& inputs, std::uint64_t seed,
-                                         std::int64_t steps,
-                                         const std::function<void(const at::Tensor&)>& made = {});
+                                         std::int64_t steps, const std::function<void(const at::Tensor&)>& made = {});
 
   WanDenoiser denoiser_;
   FlowMatchingSettings settings_;

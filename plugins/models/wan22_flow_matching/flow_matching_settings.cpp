@@ -91,11 +91,6 @@ FlowMatchingSettings settings_from(const wanfw::Options& o, const wan::WanConfig
   s.fp8_base = wan::fp8_base_from(o, "", !s.lora.enabled() && !config.has_vace());
   s.activation_offload = wan::activation_offload_from(o);
   s.recompute_chunks = wan::recompute_chunks_from(o);
-  if (s.causal.enabled() && s.recompute_chunks > 1)
-    o.fail("recompute_chunks",
-           "a causal student recomputes its blocks whole (the block-causal mask is not yet "
-           "cut into chunks of tokens)",
-           "set recompute_chunks: 1");
 
   const std::int64_t expected_in = wan::task_in_dim(config, s.task);
   if (config.in_dim != expected_in)

@@ -32,23 +32,6 @@ using T = wanfw::OptionType;
 
 wan::WanConfig config_from(const wanfw::Options& o) { return wan::config_from_options(o, ""); }
 
-/// The layout the memory plan counts: a causal student's teacher-forcing step runs [clean | noisy]
-/// copies of the latents' frames, twice the tokens (the regression on ODE pairs runs them once).
-/// The largest bucket's frames must cut into its chunks (`validate` says so before a run; every
-/// bucket is checked at its first batch).
-wanfw::TrainingLayout causal_layout(const wanfw::Options& o, const FlowMatchingSettings& s,
-                                    wanfw::TrainingLayout layout) {
-  if (!s.causal.enabled() || layout.latent.size() != 3) return layout;
-  if (!s.causal.layout->cuts(layout.latent[0]))
-    o.fail("causal.frames_per_chunk",
-           fmt::format("the largest bucket's {} latent frames do not cut into {}", layout.latent[0],
-                       s.causal.layout->describe()),
-           "choose buckets whose latent frames cut into the chunks (1 + a multiple with "
-           "independent_first_frame), or another frames_per_chunk");
-  if (!s.ode_pairs) layout.latent[0] *= 2;
-  return layout;
-}
-
 using wan_fm::settings_from;
 
 /// Network groups (wanfw/parallel/network_groups.hpp) of `groups` sizes hold the two experts of expert: both
@@ -95,7 +78,7 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
   // Built where it will train, in the weights' dtype, part by part: the checkpoint is then copied
   // straight into the final parameters, never held whole in fp32 on the CPU.
   FlowMatchingSettings settings = settings_from(o, config);
-  (void)causal_layout(o, settings, ctx.layout);  // a causal student's chunks cut the largest bucket
+  (void)wan_fm::causal_training_layout(o, settings, ctx.layout);  // a causal student's chunks cut the largest bucket
   wan::warn_chunks_beyond_tokens(o, ctx.layout, config.patch);
   // A VACE model trains its branch (whole, or through adapters); the base stays frozen.
   const bool vace_whole = config.has_vace() && !settings.lora.enabled();
@@ -117,7 +100,7 @@ std::unique_ptr<wanfw::Model> make_model(const wanfw::Options& o, const wanfw::P
   if (vace_whole) denoiser.train_vace_branch();
   if (s.lora.enabled() && !ctx.layout.sharded) {
     const wan::PlannedRun run{config, s.lora, o.string("dtype"), static_cast<int>(denoiser.dits().size()), s.task};
-    const wanfw::TrainingLayout planned = causal_layout(o, s, ctx.layout);
+    const wanfw::TrainingLayout planned = wan_fm::causal_training_layout(o, s, ctx.layout);
     model->set_planned_device_bytes(wan::estimate_memory(run, wan::configured_memory(o, planned), planned).device);
   }
   for (auto& dit : denoiser.dits()) {
@@ -200,7 +183,7 @@ std::string inspect(const wanfw::Options& o, const wanfw::TrainingLayout& layout
                                     : "");
   const auto split = c.rope_split();
   const std::string memory = wan::adapter_summary(c, s.lora, models);
-  const wanfw::TrainingLayout planned = causal_layout(o, s, layout);
+  const wanfw::TrainingLayout planned = wan_fm::causal_training_layout(o, s, layout);
   const std::string plan = placed ? placed_plan(o, c, s, layout)
                                   : wan::memory_plan({c, s.lora, o.string("dtype"), models, s.task},
                                                      wan::configured_memory(o, planned), planned);

@@ -40,6 +40,15 @@ def test_a_causal_student_ends_at_one_devices_weights_on_any_layout(tmp_path, la
     assert_same_training(split, one, lr=LR, tolerance=TINY_WAN)
 
 
+def test_teacher_forcing_with_blocks_recomputed_in_chunks_of_tokens_trains_as_without_checkpointing(tmp_path):
+    # [clean | noisy] copies of 4 frames of 4 tokens, recomputed in 3 runs of 10 or 11 tokens that
+    # cut frames (and the copies' seam) apart: the attention still over each run's frames' keys.
+    one = run_on(tmp_path, "plain", CPU, 4, CAUSAL, **FOUR_FRAMES)
+    chunked = run_on(tmp_path, "chunked", CPU, 4, {**CAUSAL, "gradient_checkpointing": True, "recompute_chunks": 3},
+                     **FOUR_FRAMES)
+    assert_same_training(chunked, one, lr=LR, tolerance=TINY_WAN)
+
+
 def test_wanfw_sample_makes_a_causal_students_video_chunk_by_chunk(tmp_path):
     path = experiment(tmp_path, "causal", CPU, 4, {**CAUSAL, "sample_size": "6x4x4"}, trainer={"max_steps": 2},
                       **FOUR_FRAMES)

@@ -117,8 +117,7 @@ torch::Tensor chunked_block_forward(WanBlockImpl& block, const torch::Tensor& x,
   ChunkView view(x, e0, rope, dropout);
   const auto parts = chunks_of(x.size(1), chunks);
   std::array<torch::Tensor, 3> qkv = attention_inputs_of_every_token(block, view, parts);
-  torch::Tensor mixed =
-      block.self_attn->mix(qkv[0], qkv[1], qkv[2], rope.sequence != nullptr ? &rope : nullptr, x.scalar_type());
+  torch::Tensor mixed = block.self_mix(qkv[0], qkv[1], qkv[2], rope, x.scalar_type());
   qkv = {};
   const auto [context_key, context_value] = block.cross_attn->keys_values(context, {});
   torch::Tensor out;
@@ -166,8 +165,7 @@ std::vector<torch::Tensor> chunked_block_backward(WanBlockImpl& block, const std
   }
   // 2. The self-attention over every token, with its graph from the queries, keys and values.
   for (auto& t : qkv) t.requires_grad_(true);
-  torch::Tensor mixed =
-      block.self_attn->mix(qkv[0], qkv[1], qkv[2], rope.sequence != nullptr ? &rope : nullptr, x.scalar_type());
+  torch::Tensor mixed = block.self_mix(qkv[0], qkv[1], qkv[2], rope, x.scalar_type());
   // The cross-attention's keys and values (the context's few tokens), once, with their graph.
   const auto [context_key, context_value] = block.cross_attn->keys_values(context, {});
   const torch::Tensor key_leaf = leaf(context_key, context_key.requires_grad());

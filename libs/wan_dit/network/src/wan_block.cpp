@@ -33,36 +33,7 @@ torch::Tensor WanBlockImpl::forward(const torch::Tensor& x, const torch::Tensor&
   torch::Tensor mixed;
   {  // the queries, keys and values go once mixed: a forward without a graph holds them no longer
     const auto qkv = attention_inputs(x, e, split ? torch::Tensor() : rope.rotations);
-    if (const CausalAttention* causal = rope.causal) {  // block-causal: over its frames, or the cache's too
-      torch::Tensor query = qkv[0], key = qkv[1], value = qkv[2];
-      if (split) {  // sequence parallel: every token of this rank's heads, rotated, the padding dropped
-        const auto heads = WanAttentionImpl::to_heads(query, key, value, rope);
-        const std::int64_t tokens = rope.sequence->tokens();
-        query = heads[0].narrow(1, 0, tokens), key = heads[1].narrow(1, 0, tokens),
-        value = heads[2].narrow(1, 0, tokens);
-      }
-      std::vector<FrameTag> keys = causal->tags;
-      if (causal->cache != nullptr || causal->held) {  // a rollout's pass, or its recomputation
-        auto over = causal->cache != nullptr
-                        ? causal->cache->pass(causal->layer, causal->first_frame, causal->frames, key, value)
-                        : KvCache::attended(*causal->held, causal->first_frame, causal->frames, key, value);
-        key = over.key, value = over.value, keys = std::move(over.frames);
-      }
-      const auto attend = [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-        return self_attn->mix_masked(q, k, v, {}, x.scalar_type());
-      };
-      mixed = causal_attention(*causal->layout, query, key, value, causal->tags, keys,
-                               query.size(1) / std::ssize(causal->tags), attend);
-      if (split) {  // this rank's tokens of every head again, the padding's zero
-        const wanfw::SequenceSplit& sequence = *rope.sequence;
-        const torch::Tensor heads = mixed.unflatten(2, {query.size(2), query.size(3)});
-        const torch::Tensor padded =
-            torch::constant_pad_nd(heads, {0, 0, 0, 0, 0, sequence.padded() - sequence.tokens()});
-        mixed = WanAttentionImpl::to_sequence(padded, rope).flatten(2);
-      }
-    } else {
-      mixed = self_attn->mix(qkv[0], qkv[1], qkv[2], split ? &rope : nullptr, x.scalar_type());
-    }
+    mixed = self_mix(qkv[0], qkv[1], qkv[2], rope, x.scalar_type());
   }
   const auto text = [&] { return cross_attn->keys_values(context, {}); };
   // A rollout's passes without autograd share the text's keys and values, made once a block.
@@ -71,6 +42,38 @@ torch::Tensor WanBlockImpl::forward(const torch::Tensor& x, const torch::Tensor&
           ? rope.causal->cache->context_keys_values(rope.causal->layer, context, text)
           : text();
   return after_attention(x, mixed, e, context_key, context_value);
+}
+
+torch::Tensor WanBlockImpl::self_mix(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                     const RopeTables& rope, at::ScalarType dtype) {
+  const bool split = rope.sequence != nullptr;
+  const CausalAttention* causal = rope.causal;
+  if (causal == nullptr) return self_attn->mix(q, k, v, split ? &rope : nullptr, dtype);
+  // Block-causal: over its frames, or the cache's too.
+  torch::Tensor query = q, key = k, value = v;
+  if (split) {  // sequence parallel: every token of this rank's heads, rotated, the padding dropped
+    const auto heads = WanAttentionImpl::to_heads(query, key, value, rope);
+    const std::int64_t tokens = rope.sequence->tokens();
+    query = heads[0].narrow(1, 0, tokens), key = heads[1].narrow(1, 0, tokens), value = heads[2].narrow(1, 0, tokens);
+  }
+  std::vector<FrameTag> keys = causal->tags;
+  if (causal->cache != nullptr || causal->held) {  // a rollout's pass, or its recomputation
+    auto over = causal->cache != nullptr
+                    ? causal->cache->pass(causal->layer, causal->first_frame, causal->frames, key, value)
+                    : KvCache::attended(*causal->held, causal->first_frame, causal->frames, key, value);
+    key = over.key, value = over.value, keys = std::move(over.frames);
+  }
+  const auto attend = [&](const torch::Tensor& aq, const torch::Tensor& ak, const torch::Tensor& av) {
+    return self_attn->mix_masked(aq, ak, av, {}, dtype);
+  };
+  torch::Tensor mixed = causal_attention(*causal->layout, query, key, value, causal->tags, keys,
+                                         query.size(1) / std::ssize(causal->tags), attend);
+  if (!split) return mixed;
+  // This rank's tokens of every head again, the padding's zero.
+  const wanfw::SequenceSplit& sequence = *rope.sequence;
+  const torch::Tensor heads = mixed.unflatten(2, {query.size(2), query.size(3)});
+  const torch::Tensor padded = torch::constant_pad_nd(heads, {0, 0, 0, 0, 0, sequence.padded() - sequence.tokens()});
+  return WanAttentionImpl::to_sequence(padded, rope).flatten(2);
 }
 
 std::array<torch::Tensor, 3> WanBlockImpl::attention_inputs(const torch::Tensor& x, const std::vector<torch::Tensor>& e,

@@ -230,9 +230,6 @@ torch::Tensor WanDiTImpl::forward(const torch::Tensor& x_in, const torch::Tensor
     rope.sequence = &*split_;
   }
   const bool checkpoint = gradient_checkpointing_ && is_training() && torch::GradMode::is_enabled();
-  if (causal.layout != nullptr && checkpoint && recompute_chunks_ > 1)
-    throw wanfw::Error("a causal forward recomputes its blocks whole: recompute_chunks does not combine with it yet",
-                       "set model.recompute_chunks: 1");
   const std::vector<CausalAttention> attention =
       causal_blocks(causal, grid, blocks->size(), vace_state.defined());
   const torch::Tensor embedded = x;  // the first VACE block adds the embedded latents

@@ -33,9 +33,6 @@ void refuse_what_a_causal_generator_cannot_do(const wanfw::Options& o, const Dis
   if (o.number("regression_weight") > 0)
     o.fail("regression_weight", "a causal generator's rollout has no one input point to regress at",
            "set regression_weight: 0 with causal.frames_per_chunk");
-  if (s.recompute_chunks > 1)
-    o.fail("recompute_chunks", "a causal generator recomputes its blocks whole",
-           "set recompute_chunks: 1 with causal.frames_per_chunk");
   const wan::CausalLayout& layout = *s.causal.layout;
   for (const auto& [name, size] : {std::pair{"latent_size", s.latent_size}, {"sample_size", s.sampler.size}})
     if (size && !layout.cuts(size->frames))

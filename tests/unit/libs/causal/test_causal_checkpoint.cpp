@@ -1,7 +1,8 @@
 // Gradient checkpointing of a causal DiT (wan/causal_attention.hpp): a checkpointed block recomputes
 // under the block-causal mask, and a checkpointed rollout pass recomputes over the frames it found in
-// the KV cache, which the later context passes have replaced by the time backward runs. Both give the
-// plain backward's gradients. The tiny DiT with random weights.
+// the KV cache, which the later context passes have replaced by the time backward runs, each whole
+// or in chunks of tokens (recompute_chunks). All give the plain backward's gradients. The tiny DiT
+// with random weights.
 
 #include <torch/torch.h>
 
@@ -23,8 +24,13 @@ TEST_CASE("a checkpointed causal forward recomputes its blocks under the mask: t
   dit->train();
   const std::vector<torch::Tensor> plain = gradients(dit, loss);
   dit->set_gradient_checkpointing(true);
-  const std::vector<torch::Tensor> recomputed = gradients(dit, loss);
-  for (std::size_t i = 0; i < plain.size(); ++i) CHECK(relative(recomputed[i], plain[i]) < kTolerance);
+  for (const std::int64_t chunks : {1, 3}) {  // whole, or in 3 chunks of tokens that cut frames apart
+    INFO("recompute_chunks " << chunks);
+    dit->set_recompute_chunks(chunks);
+    const std::vector<torch::Tensor> recomputed = gradients(dit, loss);
+    for (std::size_t i = 0; i < plain.size(); ++i) CHECK(relative(recomputed[i], plain[i]) < kTolerance);
+  }
+  dit->set_recompute_chunks(1);
   // Bidirectional attention in the recomputation would give other gradients.
   const torch::Tensor x = v.noisy.clone();
   dit->zero_grad();
@@ -55,10 +61,12 @@ TEST_CASE("a checkpointed rollout pass recomputes over the frames it found in th
   dit->train();
   const std::vector<torch::Tensor> plain = gradients(dit, loss);
   dit->set_gradient_checkpointing(true);
-  const std::vector<torch::Tensor> recomputed = gradients(dit, loss);
   // The same operations on the same values; a parameter's gradient sums the chunks' contributions
-  // in another order (float32 ulps).
-  for (std::size_t i = 0; i < plain.size(); ++i) {
-    CHECK(relative(recomputed[i], plain[i]) < kTolerance);
+  // in another order (float32 ulps). Recomputed whole, or in 3 chunks of a pass's 8 tokens.
+  for (const std::int64_t chunks : {1, 3}) {
+    INFO("recompute_chunks " << chunks);
+    dit->set_recompute_chunks(chunks);
+    const std::vector<torch::Tensor> recomputed = gradients(dit, loss);
+    for (std::size_t i = 0; i < plain.size(); ++i) CHECK(relative(recomputed[i], plain[i]) < kTolerance);
   }
 }

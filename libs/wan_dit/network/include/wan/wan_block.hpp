@@ -105,10 +105,15 @@ class WanBlockImpl : public torch::nn::Cloneable<WanBlockImpl> {
   /// forward's parts, for a recomputation in chunks of tokens (checkpointed_block): per token, the
   /// self-attention's queries, keys and values of `x` (`e`: modulation_chunks(modulation, e0, 6)
   /// for x's tokens; `rotations`: theirs, undefined for a split sequence); over every token,
-  /// self_attn->mix; per token again, the rest of the block from the mix, with the cross-attention's
+  /// self_mix; per token again, the rest of the block from the mix, with the cross-attention's
   /// keys and values of the context (cross_attn->keys_values(context, {})).
   std::array<torch::Tensor, 3> attention_inputs(const torch::Tensor& x, const std::vector<torch::Tensor>& e,
                                                 const torch::Tensor& rotations);
+  /// The self-attention of every token from its queries, keys and values: block-causal where
+  /// `rope.causal` says (over a rollout pass's cache, or the frames a recomputed pass held), and
+  /// bidirectional otherwise; a split sequence rotated and exchanged inside.
+  torch::Tensor self_mix(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& value,
+                         const RopeTables& rope, at::ScalarType dtype);
   torch::Tensor after_attention(const torch::Tensor& x, const torch::Tensor& mixed, const std::vector<torch::Tensor>& e,
                                 const torch::Tensor& context_key, const torch::Tensor& context_value);
   WanAttention self_attn{nullptr}, cross_attn{nullptr};
