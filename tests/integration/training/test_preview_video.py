@@ -125,18 +125,25 @@ def test_wanfw_sample_video_decodes_what_it_samples_and_records_the_model_for_de
         assert np.array_equal(mp4_frames(tmp_path / f"s-{i}.mp4"), mp4_frames(tmp_path / "again" / f"sample-{i}.mp4"))
 
 
-def test_a_causal_students_sample_video_streams_each_chunks_frames_into_the_mp4_decode_writes(tmp_path):
-    # 4 latent frames in chunks of 2: frames 0-4 (the first latent frame makes 1), then 5-12, each
-    # decoded through the VAE's causal cache and appended to a fragmented mp4 as its chunk is made.
+@pytest.mark.parametrize("task, frames, causal, streamed", [
+    # 4 latent frames in chunks of 2: frames 0-4 (the first latent frame makes 1), then 5-12.
+    ("t2v", 4, {"frames_per_chunk": 2}, ["0-4", "5-12"]),
+    # i2v from a first frame: the image alone (pixel frame 0), then 2 chunks of 2 latent frames.
+    ("ti2v", 5, {"frames_per_chunk": 2, "independent_first_frame": True}, ["0-0", "1-8", "9-16"]),
+])
+def test_a_causal_students_sample_video_streams_each_chunks_frames_into_the_mp4_decode_writes(tmp_path, task, frames,
+                                                                                            causal, streamed):
+    # Each chunk decoded through the VAE's causal cache and appended to a fragmented mp4 as it is made.
     reference_vae(tmp_path / "vae", "wan2.1")
     config = write_config(tmp_path / "wan.json", base_config(
-        tmp_path / "runs", model=wan_model(tmp_path / "vae", causal={"frames_per_chunk": 2}),
-        data={"num_samples": 4, "batch_size": 2, "workers": 0, "buckets": ["4x4x4"]}))
+        tmp_path / "runs", model=wan_model(tmp_path / "vae", task=task, causal=causal),
+        data={"num_samples": 4, "batch_size": 2, "workers": 0, "buckets": [f"{frames}x4x4"]}))
     said = wanfw("sample", config, "--out", tmp_path / "s.safetensors", "--count", "2", "--video", tmp_path / "s.mp4",
                  check=0).stdout
-    assert "streamed frames 0-4 to " in said and "streamed frames 5-12 to " in said, said
+    for span in streamed:
+        assert f"streamed frames {span} to " in said, said
     for i in range(2):
-        assert int(probe(tmp_path / f"s-{i}.mp4")["nb_read_frames"]) == 13
+        assert int(probe(tmp_path / f"s-{i}.mp4")["nb_read_frames"]) == 1 + 4 * (frames - 1)
         assert b"moof" in (tmp_path / f"s-{i}.mp4").read_bytes()  # fragments: read while it grows
     # The whole latents decoded at once and written at once: the same frames.
     wanfw("decode", tmp_path / "s.safetensors", "--vae", tmp_path / "vae", "--out", tmp_path / "again", check=0)
