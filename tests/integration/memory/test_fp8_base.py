@@ -2,6 +2,7 @@
 train on it as on the float base, the community's fp8 files load as stored (the same predictions as
 their dequantized weights, on an fp8 base or a float one), and a base that would train is refused."""
 
+import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
@@ -112,9 +113,12 @@ def test_a_student_copied_from_an_fp8_teacher_starts_at_zero_loss_on_a_float_or_
         assert losses(tmp_path, name) == [0.0], name
 
 
-def test_dmd_on_one_shared_fp8_base_trains_exactly_what_separate_fp8_copies_train(tmp_path):
+@pytest.mark.parametrize("generator", [{}, {"latent_size": "4x4x4", "causal": {"frames_per_chunk": 2}}],
+                         ids=["bidirectional", "causal"])
+def test_dmd_on_one_shared_fp8_base_trains_exactly_what_separate_fp8_copies_train(tmp_path, generator):
+    # Causal: Self Forcing's rollout, each chunk's passes and its KV cache through the fp8 Linears.
     reference_model(tmp_path / "teacher", seed=3)
-    fp8 = {**FP8, "teacher_base_dtype": "float8_e4m3fn", "lora": {"rank": 4}, "critic_lora": {"rank": 4}}
+    fp8 = {**FP8, "teacher_base_dtype": "float8_e4m3fn", "lora": {"rank": 4}, "critic_lora": {"rank": 4}, **generator}
     wanfw("run", dmd_config(tmp_path, tmp_path / "teacher", name="separate", **fp8), check=0)
     wanfw("run", dmd_config(tmp_path, tmp_path / "teacher", name="shared", shared_base=True, **fp8), check=0)
     a, b = read_csv(run_dir(tmp_path, "separate") / "metrics.csv"), read_csv(run_dir(tmp_path, "shared") / "metrics.csv")
