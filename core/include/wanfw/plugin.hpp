@@ -57,6 +57,7 @@ struct TrainingLayout {
   std::string strategy = "single";   ///< the strategy plugin (a wrapper's inner one: grad_accum's)
   int gpus = 1;                      ///< ranks the run is started on (model-info --gpus)
   int sequence_parallel = 1;         ///< ranks sharing each sample (strategy.sequence_parallel)
+  int replica_groups = 1;            ///< a sharded state's copies (fsdp replicate): shards over gpus / this
   std::int64_t batch_size = 1;       ///< samples a rank takes per micro-batch (data.batch_size)
   std::vector<std::int64_t> latent;  ///< the largest bucket's frames, height, width; empty when the config names none
   at::ScalarType dtype = at::kFloat; ///< what precision.mode computes in
@@ -125,6 +126,9 @@ struct StrategyLayout {
   int replicas = 1;
   /// Micro-batches accumulated a step (grad_accum: its steps); a chain multiplies its strategies'.
   int accumulation = 1;
+  /// Groups of ranks that each hold the whole sharded state (fsdp replicate: hybrid sharding, the
+  /// state sharded over a group's ranks and the groups' gradients averaged); 1: one group.
+  int replica_groups = 1;
 };
 
 /// What a model can do beyond the Model contract's required calls, declared in its descriptor so

@@ -12,7 +12,7 @@
 /// layout, virtual table or meaning (docs/plugins.md lists what counts). A plugin records the
 /// value it was compiled with in its PluginRecord; the host refuses any other.
 #ifndef WANFW_PLUGIN_ABI_VERSION
-#define WANFW_PLUGIN_ABI_VERSION 24
+#define WANFW_PLUGIN_ABI_VERSION 25
 #endif
 
 /// The LibTorch version a plugin was compiled against ("2.15.0").

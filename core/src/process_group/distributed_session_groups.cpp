@@ -11,19 +11,23 @@
 
 namespace wanfw {
 
-SessionGroups DistributedSession::split(int group_size) const {
+SessionGroups DistributedSession::split(int group_size) const { return split(group_size, ""); }
+
+SessionGroups DistributedSession::split(int group_size, const std::string& purpose) const {
   const int world = impl_->env.world_size, rank = impl_->env.rank;
   if (group_size < 1 || world % group_size != 0)
     throw Error(fmt::format("a job of {} ranks does not split into groups of {}", world, group_size),
                 "choose a group size that divides the number of ranks");
   SessionGroups groups;
-  groups.within = group_session("within", rank / group_size, rank % group_size, group_size);
-  groups.across = group_session("across", rank % group_size, rank / group_size, world / group_size);
+  const std::string prefix = purpose.empty() ? "" : purpose + " ";
+  groups.within = group_session(prefix + "within", rank / group_size, rank % group_size, group_size);
+  groups.across = group_session(prefix + "across", rank % group_size, rank / group_size, world / group_size);
   return groups;
 }
 
 std::unique_ptr<DistributedSession> DistributedSession::network_group(const NetworkGroups& groups) const {
-  if (groups.world_size() != impl_->env.world_size || groups.first_rank(groups.group) + groups.rank_in_group != impl_->env.rank)
+  if (groups.world_size() != impl_->env.world_size ||
+      groups.first_rank(groups.group) + groups.rank_in_group != impl_->env.rank)
     throw std::logic_error("network_group: the groups describe another rank or world");
   return group_session("network", groups.group, groups.rank_in_group, groups.group_size());
 }

@@ -104,6 +104,7 @@ TrainingLayout training_layout(const Config& config, const CoreSettings& setting
   if (!chain.innermost_name.empty()) layout.strategy = chain.innermost_name;
   layout.sharded = chain.capabilities.shards_state;
   layout.sequence_parallel = chain.layout.sequence_parallel;
+  layout.replica_groups = chain.layout.replica_groups;
   layout.network_groups = chain.layout.network_groups;
   layout.batch_size = settings.data.batch_size;
   layout.dtype = compute_dtype(settings.precision.mode);
@@ -128,6 +129,7 @@ TrainingLayout one_process_layout(TrainingLayout layout) {
   layout.strategy = "single";
   layout.sharded = false;
   layout.sequence_parallel = 1;
+  layout.replica_groups = 1;
   layout.network_groups.clear();
   return layout;
 }

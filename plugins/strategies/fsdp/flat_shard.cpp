@@ -132,8 +132,10 @@ void FlatShard::keep_on_host(at::Tensor master, at::Tensor gradient, at::ScalarT
 
 void FlatShard::add_gradient(const at::Tensor& piece, wanfw::HostCopies* to_host) {
   at::Tensor& sum = on_host() ? device_gradient_ : shard_.mutable_grad();
-  if (sum.defined()) sum.add_(piece);
-  else sum = piece;
+  if (sum.defined())
+    sum.add_(piece);
+  else
+    sum = piece;
   if (to_host != nullptr) move_gradient(*to_host);
 }
 

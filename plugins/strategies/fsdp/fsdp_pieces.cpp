@@ -29,11 +29,12 @@ wanfw::TensorRows whole(const std::string& name, const at::Tensor& tensor) {
 wanfw::StatePieces FsdpStrategy::state_pieces(wanfw::Model& model, torch::optim::AdamW& optimizer) {
   const int r = shards().rank();  // the rows this rank holds of its network's (or the model's) shards
   wanfw::StatePieces pieces;
+  if (replicas_.across && replicas_.across->rank() != 0) return pieces;  // the first replica group writes
   auto rows_of = [&](const Place& place, const at::Tensor& flat_tensor, const std::string& name) {
     const wanfw::RowShard& s = place.flat->layout().shard(place.index);
     if (s.end(r) > s.begin(r))
       return std::optional<wanfw::TensorRows>(wanfw::TensorRows{
-            name, s.shape, s.begin(r), s.end(r), place.flat->layout().rows(flat_tensor.detach(), place.index, r)});
+          name, s.shape, s.begin(r), s.end(r), place.flat->layout().rows(flat_tensor.detach(), place.index, r)});
     return std::optional<wanfw::TensorRows>();
   };
   for (const auto& [name, tensor] : model.checkpoint_tensors()) {
@@ -74,8 +75,9 @@ void FsdpStrategy::load_optimizer_state(wanfw::Model& model, torch::optim::AdamW
         if (!source.contains(name + ".ema")) continue;
         wanfw::require_shape(source, name + ".ema", s.shape);
         if (s.end(r) > s.begin(r))
-          layout.rows(average, i, r).copy_(source.rows(name + ".ema", s.begin(r), s.end(r), wanfw::TensorRole::weight())
-                                               .view(layout.rows(average, i, r).sizes()));
+          layout.rows(average, i, r)
+              .copy_(source.rows(name + ".ema", s.begin(r), s.end(r), wanfw::TensorRole::weight())
+                         .view(layout.rows(average, i, r).sizes()));
       }
       averages->restore(flat->shard(), average);
     }
@@ -90,13 +92,13 @@ void FsdpStrategy::load_optimizer_state(wanfw::Model& model, torch::optim::AdamW
            {std::tuple{".exp_avg", wanfw::TensorRole::first_moment(), exp_avg},
             std::tuple{".exp_avg_sq", wanfw::TensorRole::second_moment(), exp_avg_sq}}) {
         if (!source.contains(name + moment))
-          throw wanfw::FileError(fmt::format("{}: optimizer state '{}{}' is missing", source.path().string(), name,
-                                             moment),
-                                 "the checkpoint is damaged; resume from an earlier one");
+          throw wanfw::FileError(
+              fmt::format("{}: optimizer state '{}{}' is missing", source.path().string(), name, moment),
+              "the checkpoint is damaged; resume from an earlier one");
         wanfw::require_shape(source, name + moment, s.shape);
         if (s.end(r) > s.begin(r))
-          layout.rows(target, i, r).copy_(source.rows(name + moment, s.begin(r), s.end(r), role).view(
-              layout.rows(target, i, r).sizes()));
+          layout.rows(target, i, r)
+              .copy_(source.rows(name + moment, s.begin(r), s.end(r), role).view(layout.rows(target, i, r).sizes()));
       }
     }
     if (step < 0) continue;

@@ -1,6 +1,7 @@
 #include "fsdp_strategy.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include <fmt/format.h>
@@ -19,6 +20,28 @@ FsdpStrategy::FsdpStrategy(FsdpSettings settings, std::unique_ptr<wanfw::Distrib
       placement_(*session_, settings_.network_groups),
       sequence_(*session_, settings.sequence_parallel) {
   rest_.name = "the rest";
+  const int r = settings_.replicate, holders_size = holders().world_size();
+  if (r < 1 || holders_size % r != 0)
+    throw wanfw::Error(
+        fmt::format("strategy.replicate: {} replica groups do not split the {} ranks{} into equal groups", r,
+                    holders_size, placement_.groups() ? " of a network's group" : ""),
+        "choose replicate dividing the ranks (2 nodes: replicate 2, each node's GPUs a replica group)");
+  if (r == 1) return;
+  const int group = holders_size / r;
+  if (group % settings_.sequence_parallel != 0)
+    throw wanfw::Error(
+        fmt::format("strategy.replicate: a replica group of {} ranks does not hold whole sequence-parallel groups "
+                    "of {}",
+                    group, settings_.sequence_parallel),
+        "choose replicate and sequence_parallel so that world / replicate is a multiple of "
+        "sequence_parallel (a sample's ranks inside one replica group)");
+  if (settings_.host_state)
+    throw wanfw::Error(
+        "strategy.replicate: optimizer.state host with replicate is not supported yet: the "
+        "replicas' average of a shard's gradient runs on the device, and the host moves it "
+        "during backward",
+        "set replicate: 1 (shard over every rank), or optimizer.state: device");
+  replicas_ = holders().split(group, "replicate");
 }
 
 // The model may be gone first (an experiment destroys it before its strategy), and it runs no
@@ -26,7 +49,11 @@ FsdpStrategy::FsdpStrategy(FsdpSettings settings, std::unique_ptr<wanfw::Distrib
 FsdpStrategy::~FsdpStrategy() = default;
 
 std::string FsdpStrategy::describe() const {
-  return "fsdp: " + session_->describe() + sequence_.describe() + placement_.describe();
+  const std::string hybrid =
+      replicas_.within ? fmt::format(", {} replica groups of {} ranks (this rank: group {})", settings_.replicate,
+                                     replicas_.within->world_size(), replicas_.across->rank())
+                       : "";
+  return "fsdp: " + session_->describe() + sequence_.describe() + placement_.describe() + hybrid;
 }
 
 void FsdpStrategy::setup(wanfw::Model& model) {
@@ -38,11 +65,11 @@ void FsdpStrategy::setup(wanfw::Model& model) {
                          "bfloat16's bytes), or set model.base_dtype: dtype to shard it");
   model.module()->to(device());
   sequence_.attach(model);
-  shards().guarded("giving every rank its first rank's initial weights", [&] {
+  holders().guarded("giving every rank its first rank's initial weights", [&] {
     std::vector<at::Tensor> state;
     for (const auto& p : model.module()->parameters()) state.push_back(p);
     for (const auto& b : model.module()->buffers()) state.push_back(b);
-    shards().broadcast(state, 0);
+    holders().broadcast(state, 0);
   });
   build_units(model);
   if (settings_.host_state) place_state_on_host();
@@ -59,6 +86,7 @@ void FsdpStrategy::setup(wanfw::Model& model) {
   if (is_main())
     wanfw::log::info("fsdp: ", units_.size(), " unit(s) and the rest in ", flats().size(), " flat shard(s) over ",
                      shards().world_size(), " ranks", placement_.groups() ? " of its network group" : "",
+                     replicas_.within ? fmt::format(" in each of {} replica groups", settings_.replicate) : "",
                      "; each rank keeps ", fmt::format("{:.1f}", kept / 1048576.0), " of ",
                      fmt::format("{:.1f}", model_bytes_ / 1048576.0), " MiB of parameters",
                      units_.empty() ? " (the model declares no units: all are gathered for each step)" : "");
@@ -175,8 +203,20 @@ wanfw::StepOutput FsdpStrategy::micro_step(wanfw::Model& model, const wanfw::Bat
     out = forward(model, batch, micro);
     backward(out, micro, placement_.loss_scale());  // reduce-scattered as a mean over the shards' ranks
     units.end_step();
+    if (micro.sync_gradients) average_over_replicas();
   });
   return out;
+}
+
+void FsdpStrategy::average_over_replicas() {
+  if (!replicas_.across) return;
+  // Each group's mean over its ranks, averaged over the groups: the mean over every rank, as one
+  // group of all ranks reduces it. The same shards in the same order on every rank of the pair.
+  std::vector<at::Tensor> grads;
+  for (FlatShard* flat : flats())
+    if (flat->trainable() && flat->reduces_gradients() && flat->shard().grad().defined())
+      grads.push_back(flat->shard().grad());
+  if (!grads.empty()) replicas_.across->all_reduce(grads, wanfw::Reduce::Mean);
 }
 
 void FsdpStrategy::select_phase(int phase) {
@@ -215,7 +255,9 @@ void FsdpStrategy::before_optimizer_step(wanfw::Model&) {
 double FsdpStrategy::clip_gradients(const std::vector<at::Tensor>& parameters, double max_norm) {
   std::vector<at::Tensor> grads;
   for (const at::Tensor& p : parameters) grads.push_back(p.grad());
-  return wanfw::clip_to_norm(grads, wanfw::sharded_gradient_norm(grads, *session_), max_norm);
+  // Every shard once: the job's sum of squares counts each replica group's copy of it.
+  const double norm = wanfw::sharded_gradient_norm(grads, *session_) / std::sqrt(settings_.replicate);
+  return wanfw::clip_to_norm(grads, norm, max_norm);
 }
 
 void FsdpStrategy::after_optimizer_step(wanfw::Model& model, const wanfw::OptimizerStep& step) {

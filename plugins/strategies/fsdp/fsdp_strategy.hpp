@@ -8,6 +8,11 @@
 // of the whole gradient; checkpoints are written in pieces, a piece a rank (wanfw/parallel/state_pieces.hpp).
 // A model that trains in phases reduces, in each step, the flats of that phase's groups only.
 // With network_groups, each network is sharded over its own group of ranks (wanfw/parallel/network_groups.hpp).
+// With replicate R (hybrid sharding), the ranks (of each network's group) split into R replica groups
+// of contiguous ranks, each sharding the whole state over its ranks (a node's, on NVLink): gathers
+// and reduce-scatters stay within a group, and once a step each rank's reduced shard is averaged
+// with the same shard of the other groups (the one collective across nodes). Every group then
+// holds the same state; the first writes the checkpoints, which any layout reads.
 // With optimizer.state host (ZeRO-Offload with sharding), the trainable shards live in one host arena
 // with their gradients, and so the optimizer's moments and averages: the device keeps a copy of the
 // shards in the gathers' dtype; in the step's last micro-batch each unit's reduced gradients go to
@@ -35,6 +40,7 @@ struct FsdpSettings {
   int sequence_parallel = 1;
   std::vector<int> network_groups;
   bool host_state = false;  ///< optimizer.state host (PluginContext::host_optimizer_state)
+  int replicate = 1;        ///< replica groups (hybrid sharding); 1: one group, every rank
 };
 
 class FsdpStrategy final : public wanfw::Strategy {
@@ -90,13 +96,19 @@ class FsdpStrategy final : public wanfw::Strategy {
   /// The host's unit runtime that runs fetcher_ (begin_step, hold_all): throws when none does.
   wanfw::UnitRuntime& runtime() const;
 
+  /// replicate: every trainable shard's reduced gradient averaged with the other replica groups'.
+  void average_over_replicas();
+
   FsdpSettings settings_;
-  /// The ranks the model's weights are sharded over: its network's group, or the job.
-  const wanfw::DistributedSession& shards() const { return placement_.group() ? *placement_.group() : *session_; }
+  /// The ranks that hold the model (its network's group, or the job) and, within them, those its
+  /// state is sharded over: all of them, or with replicate this rank's replica group.
+  const wanfw::DistributedSession& holders() const { return placement_.group() ? *placement_.group() : *session_; }
+  const wanfw::DistributedSession& shards() const { return replicas_.within ? *replicas_.within : holders(); }
 
   std::unique_ptr<wanfw::DistributedSession> session_;
   wanfw::NetworkPlacement placement_;  ///< network groups (none by default)
   wanfw::SequenceGroups sequence_;     ///< sequence parallelism: the ranks sharing each sample
+  wanfw::SessionGroups replicas_;      ///< replicate: this rank's replica group (within), its shard's copies (across)
   std::vector<UnitShards> units_;
   UnitShards rest_;
   std::shared_ptr<AllGatherFetcher> fetcher_;

@@ -26,6 +26,7 @@ std::unique_ptr<wanfw::Strategy> make_strategy(const wanfw::Options& o, const wa
   s.sequence_parallel = layout.sequence_parallel;
   s.network_groups = layout.network_groups;
   s.host_state = ctx.host_optimizer_state;
+  s.replicate = static_cast<int>(o.integer("replicate"));
   return std::make_unique<wanfw_fsdp::FsdpStrategy>(
       s, wanfw::DistributedSession::join(wanfw::process_group_options(o, ctx)));
 }
@@ -51,12 +52,23 @@ wanfw::PluginDescriptor describe() {
        option("prefetch", T::Boolean)
            .value("true")
            .doc("Start gathering the next unit's parameters while the current one computes (forward and backward)."),
+       option("replicate", T::Integer)
+           .value("1")
+           .doc("Hybrid sharding: the ranks (of each network's group) in this many groups of contiguous ranks, each "
+                "sharding the whole state over its ranks, the groups' gradients averaged once a step. Past one "
+                "node, one group a node: gathers stay on the node's links, one all-reduce of a shard a rank crosses "
+                "nodes. 1: every rank shards the state."),
        wanfw::network_groups_option("each network sharded over its own group")});
   d.capabilities.shards_state = true;
   d.capabilities.places_networks = true;
   d.capabilities.host_state = true;
   d.make_strategy = make_strategy;
-  d.strategy_layout = wanfw::rank_layout_of;
+  d.strategy_layout = [](const wanfw::Options& o) {
+    wanfw::StrategyLayout layout = wanfw::rank_layout_of(o);
+    if (o.integer("replicate") < 1) o.fail("replicate", "must be 1 (one group) or more");
+    layout.replica_groups = static_cast<int>(o.integer("replicate"));
+    return layout;
+  };
   return d;
 }
 

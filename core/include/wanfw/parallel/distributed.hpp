@@ -149,6 +149,9 @@ class DistributedSession {
   /// must outlive both; a failed collective in either names the job's lost ranks. Throws
   /// wanfw::Error when the world does not divide into groups of that size.
   SessionGroups split(int group_size) const;
+  /// split() for another purpose (`purpose`: a name of its own, as "replicate"): the same groups
+  /// of ranks as sessions apart from those of another purpose (as sequence parallelism's split).
+  SessionGroups split(int group_size, const std::string& purpose) const;
   /// The ranks of this rank's network group (wanfw/parallel/network_groups.hpp; groups of any sizes) as a
   /// session of their own. Every rank calls it, in the same order, with the same groups. This
   /// session must outlive it.

@@ -47,14 +47,18 @@ double tokens_of(const WanConfig& c, const std::vector<std::int64_t>& latent);
 /// the activations, and the fp8 products' and the allocator's extra.
 class Estimator {
  public:
+  /// The ranks a sharded state is split over: every GPU, or a replica group's (fsdp replicate).
+  static int shard_ranks(const wanfw::TrainingLayout& layout) {
+    return std::max(1, layout.gpus / std::max(1, layout.replica_groups));
+  }
   Estimator(const PlannedRun& run, const MemorySettings& s, const wanfw::TrainingLayout& layout)
       : run_(run), s_(s), layout_(layout), c_(run.config), value_(bytes_per_value(run.dtype)),
         // A VACE model without adapters trains its branch whole over its frozen base (fp8 allowed there).
         branch_(c_.has_vace() && !run.lora.enabled()),
         whole_(!run.lora.enabled() && !branch_),  // every weight trains: nothing to quantize or stream
         fp8_(s.fp8 && !whole_),
-        share_(layout.sharded ? 1.0 / std::max(1, layout.gpus) : 1.0),
-        a_gpu_(layout.sharded ? fmt::format(" (1/{} a GPU)", layout.gpus) : ""),
+        share_(layout.sharded ? 1.0 / shard_ranks(layout) : 1.0),
+        a_gpu_(layout.sharded ? fmt::format(" (1/{} a GPU)", shard_ranks(layout)) : ""),
         w_(weight_bytes(c_, value_, {fp8_, branch_})),
         critic_(run.critic ? weight_bytes(*run.critic, value_, {fp8_, false}) : WeightBytes{}) {}
   MemoryEstimate estimate();

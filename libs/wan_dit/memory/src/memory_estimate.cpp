@@ -116,7 +116,7 @@ void Estimator::trained_whole() {
   if (per.host > 0)
     trained_state("the DiT trained whole", parameters, per, weight_bytes > 0 ? streamed_trained / weight_bytes : 0);
   else device(fmt::format("training state (weights, gradients, AdamW moments: {:g} bytes a parameter{})", per.device,
-                          layout_.sharded ? fmt::format("; 1/{} of {:.2f} GiB", layout_.gpus,
+                          layout_.sharded ? fmt::format("; 1/{} of {:.2f} GiB", shard_ranks(layout_),
                                                         parameters * per.device / kGiB)
                                           : ""),
               parameters * per.device * share_);

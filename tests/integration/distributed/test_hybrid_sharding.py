@@ -1,0 +1,90 @@
+"""Hybrid sharding (strategy fsdp with `replicate: R`): the ranks in R replica groups of contiguous
+ranks, each sharding the whole state over its ranks, the groups' reduced shards averaged once a
+step. The tiny Wan DiT, its random noise and timesteps keyed by sample, ends at the weights of one
+device with the whole batch: 2 replica groups of 2 shards, with sequence parallelism inside a
+group (also on 27 tokens, a padded share), with a clip that binds; its checkpoints, written by the
+first group, resume on plain fsdp and on 4 groups of 1. Real torchrun, Gloo on loopback, CPU."""
+
+import pytest
+
+from harness.equivalence import assert_same_training, tiny_wan_rounding, trained
+from harness.launch import torchrun
+from harness.layouts import CPU, FSDP, GLOBAL_BATCH, LR, STEPS, TINY_WAN, experiment, run_on, tiny_wan
+from harness.runs import checkpoints, metrics, wanfw
+
+HYBRID = {**FSDP, "replicate": 2}
+
+
+def remove(checkpoint):
+    for f in checkpoint.iterdir():
+        f.unlink()
+    checkpoint.rmdir()
+
+
+@pytest.mark.every_vector_unit
+def test_two_replica_groups_of_two_shards_end_at_one_devices_weights_with_and_without_sequence_parallel(tmp_path):
+    model = tiny_wan("t2v")
+    reference = run_on(tmp_path, "single_1x4", CPU, 4, model)
+    layouts = {  # name: (strategy, batch per rank, ranks); every one a global batch of 4
+        "hybrid_2x2": (HYBRID, 1, 4),
+        # Each replica group one sequence-parallel pair: a sample's 12 tokens over its 2 ranks.
+        "hybrid_2x2_sp2": ({**HYBRID, "sequence_parallel": 2}, 2, 4),
+        # 2 data ranks x 1 sample x 2 accumulated micro-batches.
+        "hybrid_2x2_sp2_accum_2": ({"name": "grad_accum", "steps": 2, "inner": {**HYBRID, "sequence_parallel": 2}}, 1,
+                                   4),
+    }
+    for name, (strategy, batch, ranks) in layouts.items():
+        c = assert_same_training(run_on(tmp_path, name, strategy, batch, model, ranks), reference, lr=LR,
+                                 tolerance=TINY_WAN)
+        print(f"{name} vs single 1x4: {c}")
+
+
+@pytest.mark.every_vector_unit
+def test_a_padded_sequence_share_and_a_binding_clip_train_as_one_device_in_replica_groups(tmp_path):
+    # 27 tokens (3x6x6 in 1x2x2 patches) over a sequence-parallel pair: 14 and 13, one padded. A clip
+    # far below the gradient's norm binds each step: each shard counted once, not once a group.
+    model, sections = tiny_wan("t2v"), {"data": {"buckets": ["3x6x6"]}, "trainer": {"grad_clip": 0.01}}
+    one = run_on(tmp_path, "one_x4", CPU, 4, model, **sections)
+    hybrid = run_on(tmp_path, "hybrid", {**HYBRID, "sequence_parallel": 2}, 2, model, 4, **sections)
+    norms = [float(r["grad_norm"]) for r in metrics(tmp_path, "hybrid")]
+    expected = [float(r["grad_norm"]) for r in metrics(tmp_path, "one_x4")]
+    assert len(norms) == STEPS and min(expected) > 10 * 0.01, expected
+    assert norms == pytest.approx(expected, rel=1e-5), (norms, expected)
+    c = assert_same_training(hybrid, one, lr=LR, tolerance=tiny_wan_rounding(GLOBAL_BATCH, 27))
+    print(f"27 tokens, clipped, hybrid 2x2 sp2 vs 1x4: {c}")
+
+
+@pytest.mark.every_vector_unit
+def test_a_checkpoint_of_two_replica_groups_resumes_on_plain_fsdp_and_on_four_groups_of_one(tmp_path):
+    model = tiny_wan("t2v")
+    six = {"trainer": {"max_steps": 6}, "checkpoint": {"every": 3}}
+    result = torchrun("run", experiment(tmp_path, "resized", HYBRID, 1, model, **six), nproc=4)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "2 replica groups of 2 ranks" in result.stdout + result.stderr
+    run_dir = tmp_path / "runs" / "resized" / "version_0"
+    uninterrupted = trained(checkpoints(run_dir)[-1])
+    assert checkpoints(run_dir)[0].name == "step-00000003"
+
+    def resume_from_step_3(strategy, batch, ranks):
+        for late in [p for p in checkpoints(run_dir) if p.name != "step-00000003"]:
+            remove(late)
+        path = experiment(tmp_path, "resized", strategy, batch, model, **six)
+        result = torchrun("run", path, "--resume", "auto", nproc=ranks) if ranks > 1 else \
+            wanfw("run", path, "--resume", "auto", check=0)
+        assert result.returncode == 0 and "resumed from" in result.stdout, result.stdout + result.stderr
+        return trained(checkpoints(run_dir)[-1])
+
+    for name, (strategy, batch, ranks) in {"fsdp 1x4": (FSDP, 1, 4), "4 groups of 1": ({**FSDP, "replicate": 4}, 1, 4),
+                                           "one device": (CPU, 4, 1)}.items():
+        c = assert_same_training(resume_from_step_3(strategy, batch, ranks), uninterrupted, lr=LR, tolerance=TINY_WAN)
+        print(f"resumed on {name} vs hybrid 2x2: {c}")
+
+
+@pytest.mark.parametrize("strategy, ranks, message", [
+    ({**FSDP, "replicate": 3}, 4, "strategy.replicate: 3 replica groups do not split the 4 ranks into equal groups"),
+    ({**FSDP, "replicate": 4, "sequence_parallel": 2}, 4,
+     "a replica group of 1 ranks does not hold whole sequence-parallel groups of 2"),
+])
+def test_replica_groups_the_ranks_cannot_form_are_refused_naming_the_option(tmp_path, strategy, ranks, message):
+    result = torchrun("run", experiment(tmp_path, "bad", strategy, 1, tiny_wan("t2v")), nproc=ranks)
+    assert result.returncode != 0 and message in result.stdout + result.stderr, result.stdout + result.stderr
