@@ -10,6 +10,9 @@
    its input, as NCCL's ring does; on Gloo, whose own reduce-scatter all-reduces the whole input,
    wanfw reduce-scatters by an all-to-all and a local sum to the same count. Two runs of different
    lengths cancel what set-up sends (rendezvous, the initial weights).
+   Hybrid sharding (fsdp replicate R: S = N / R ranks a replica group) on 4 ranks as 2 x 2: each
+   rank sends fsdp's formula over its group's S ranks, then an all-reduce of its shard across the
+   R groups, 2 (P' / S) (R - 1) / R; model-info's traffic line is this formula.
 2. Step time of fsdp over ddp on 2 ranks (1 thread each).
 3. Bytes of parameters, gradients and AdamW state each rank holds, on 1, 2 and 4 ranks (fsdp's
    own count of its tensors) against ddp's whole copy.
@@ -30,9 +33,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
-from equivalence import checkpoint_file  # noqa: E402
+from harness.equivalence import checkpoint_file  # noqa: E402
 
-WANFW = ROOT / "build" / "bin" / "wanfw"
+WANFW = Path(os.environ.get("WANFW_BUILD_DIR", ROOT / "build")) / "bin" / "wanfw"
 TORCHRUN = Path(sys.executable).parent / "torchrun"
 MODEL = dict(name="wan22_flow_matching", preset="tiny", dim=256, num_heads=4, ffn_dim=1024, num_layers=4, in_dim=16,
              out_dim=16, text_dim=256, text_len=32)
@@ -90,6 +93,19 @@ def formulas(tmp, name, ranks):
     return 2 * (units + rest) * share, (3 * units_padded + 2 * rest_padded) * share, units + rest
 
 
+def hybrid_formula(tmp, name, ranks, replicas):
+    """Bytes a rank sends per step under fsdp replicate `replicas` on `ranks` ranks: fsdp's formula
+    over a group's ranks, and an all-reduce of the rank's shard (1/S of the padded P) across groups."""
+    shards = ranks // replicas
+    _, within, _ = formulas(tmp, name, shards)
+    folder = sorted((Path(tmp) / name / "version_0" / "checkpoints").glob("step-*"))[-1]
+    padded = 0
+    for t in checkpoint_file(folder, "model").values():
+        rows = t.shape[0] if t.dim() else 1
+        padded += -(-rows // shards) * shards * (t.numel() // rows if rows else 0) * t.element_size()
+    return within + 2 * (padded / shards) * (replicas - 1) / replicas
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=6)
@@ -106,6 +122,13 @@ def main():
             sent[name] = (many - few) / (long - short) / 2  # per step, per rank
             times[name] = statistics.median(step_times(tmp, f"{name}_long"))
         ddp_formula, fsdp_formula, model_bytes = formulas(tmp, "fsdp_long", 2)
+        hybrid = {}  # 4 ranks: plain fsdp, and 2 replica groups of 2
+        for name, strategy in (("fsdp_4", strategies["fsdp"]), ("hybrid_2x2", {**strategies["fsdp"], "replicate": 2})):
+            few, _ = launch(config(tmp, f"{name}_short", strategy, short), 4, args.port)
+            many, _ = launch(config(tmp, f"{name}_long", strategy, long), 4, args.port)
+            hybrid[name] = (many - few) / (long - short) / 4
+        hybrid_formulas = {"fsdp_4": formulas(tmp, "fsdp_4_long", 4)[1],
+                           "hybrid_2x2": hybrid_formula(tmp, "hybrid_2x2_long", 4, 2)}
         for ranks in (1, 2, 4):
             _, out = launch(config(tmp, f"held_{ranks}", strategies["fsdp"], 1), ranks, args.port)
             held[ranks] = max((tuple(map(int, m[1:])) for m in HOLDS.findall(out)), default=None)
@@ -117,6 +140,10 @@ def main():
         print(f"  {name:5s} {sent[name] / 2**20:8.2f} MiB   formula {formula / 2**20:8.2f} MiB   "
               f"measured/formula {sent[name] / formula:.3f}")
     print(f"  fsdp/ddp {sent['fsdp'] / sent['ddp']:.3f} (formula {fsdp_formula / ddp_formula:.3f})")
+    print("on 4 ranks, plain fsdp and 2 replica groups of 2 (fsdp replicate 2):")
+    for name, measured in hybrid.items():
+        print(f"  {name:10s} {measured / 2**20:8.2f} MiB   formula {hybrid_formulas[name] / 2**20:8.2f} MiB   "
+              f"measured/formula {measured / hybrid_formulas[name]:.3f}")
     print(f"step time (median of {args.steps} after {WARMUP} warm-up): ddp {times['ddp'] * 1000:.1f} ms, "
           f"fsdp {times['fsdp'] * 1000:.1f} ms, fsdp/ddp {times['fsdp'] / times['ddp']:.3f}")
     print("bytes each rank holds between steps (fsdp; ddp holds the whole model on every rank):")

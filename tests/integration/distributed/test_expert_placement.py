@@ -80,6 +80,8 @@ def test_placed_experts_with_an_fp8_base_block_swap_and_activation_offload_end_a
 GROUPS = {  # name: (strategy, batch per micro-batch, ranks); every one a global batch of 4
     "two_ranks_an_expert": (placed(2, 2), 1, 4),
     "two_ranks_an_expert_sharded": (placed(2, 2, strategy=FSDP), 1, 4),
+    # Hybrid: each expert's pair of ranks as 2 replica groups of 1, the shard averaged across them.
+    "two_ranks_an_expert_in_replica_groups": (placed(2, 2, strategy={**FSDP, "replicate": 2}), 1, 4),
     "a_rank_an_expert_accumulating_2": ({"name": "grad_accum", "steps": 2, "inner": placed(1, 1)}, 1, 2),
 }
 

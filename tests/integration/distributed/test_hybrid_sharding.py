@@ -3,14 +3,17 @@ ranks, each sharding the whole state over its ranks, the groups' reduced shards 
 step. The tiny Wan DiT, its random noise and timesteps keyed by sample, ends at the weights of one
 device with the whole batch: 2 replica groups of 2 shards, with sequence parallelism inside a
 group (also on 27 tokens, a padded share), with a clip that binds; its checkpoints, written by the
-first group, resume on plain fsdp and on 4 groups of 1. Real torchrun, Gloo on loopback, CPU."""
+first group, resume on plain fsdp and on 4 groups of 1; model-info plans a group's share and the
+traffic within and across the groups. Real torchrun, Gloo on loopback, CPU."""
+
+import re
 
 import pytest
 
 from harness.equivalence import assert_same_training, tiny_wan_rounding, trained
 from harness.launch import torchrun
 from harness.layouts import CPU, FSDP, GLOBAL_BATCH, LR, STEPS, TINY_WAN, experiment, run_on, tiny_wan
-from harness.runs import checkpoints, metrics, wanfw
+from harness.runs import SOURCE, checkpoints, metrics, wanfw
 
 HYBRID = {**FSDP, "replicate": 2}
 
@@ -88,3 +91,19 @@ def test_a_checkpoint_of_two_replica_groups_resumes_on_plain_fsdp_and_on_four_gr
 def test_replica_groups_the_ranks_cannot_form_are_refused_naming_the_option(tmp_path, strategy, ranks, message):
     result = torchrun("run", experiment(tmp_path, "bad", strategy, 1, tiny_wan("t2v")), nproc=ranks)
     assert result.returncode != 0 and message in result.stdout + result.stderr, result.stdout + result.stderr
+
+
+def test_model_info_plans_a_replica_groups_share_and_its_traffic_within_and_across_the_groups():
+    # The two-node example: 16 GPUs as 2 replica groups of 8. A GPU keeps 1/8 of the expert's state;
+    # a step gathers its parameters twice (bf16) and reduce-scatters their gradients (float32) over
+    # its group's ring, then all-reduces its eighth of the gradient across the groups.
+    said = wanfw("model-info", SOURCE / "examples" / "wan22-t2v-a14b-low-noise-finetune-2-nodes.yaml", "--gpus", "16",
+                 check=0).stdout
+    assert "memory plan per GPU, fsdp on 16 GPUs, sequence parallel 2, 2 replica groups of 8" in said, said
+    assert "1/8 of 212.92 GiB" in said and "fits an 80 GB GPU" in said
+    parameters = int(re.search(r"parameters: ([\d,]+)", said)[1].replace(",", ""))
+    gathered, reduced, gib = 2 * parameters, 4 * parameters, 2 ** 30
+    within, across = (2 * gathered + reduced) * 7 / 8, 2 * (reduced / 8) / 2
+    plain = (2 * gathered + reduced) * 15 / 16
+    assert (f"{within / gib:.2f} GiB within a group of 8 ranks, {across / gib:.2f} GiB across groups; plain fsdp over "
+            f"all 16 ranks {plain / gib:.2f} GiB") in said, said

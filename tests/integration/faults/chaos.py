@@ -49,12 +49,13 @@ LAYOUTS = {
     "fsdp_2": (FSDP, 2, 2, WAN, SMALL),
     "fsdp_4": (FSDP, 1, 4, WAN, SMALL),
     "fsdp_sp_2": ({**FSDP, "sequence_parallel": 2}, 2, 4, WAN, SEQUENCE),
+    "fsdp_hybrid": ({**FSDP, "replicate": 2}, 1, 4, WAN, SMALL),  # 2 replica groups of 2 shards
     "grad_accum": ({"name": "grad_accum", "steps": 2, "inner": DDP}, 1, 2, WAN, SMALL),
     "lora": (DDP, 2, 2, {**WAN, "lora": {"rank": 4, "alpha": 8, "dropout": 0.2}}, SMALL),
     "dmd": (DDP, 2, 2, None, SMALL),  # the model needs a teacher: dmd_model()
 }
 # A resume may move to another world size: layouts whose checkpoints every other one here reads.
-RESIZABLE = ("single", "ddp_2", "fsdp_2", "fsdp_4")
+RESIZABLE = ("single", "ddp_2", "fsdp_2", "fsdp_4", "fsdp_hybrid")
 STEP_POINTS = ("step-forward", "step-gradients", "step-optimizer")  # WANFW_FAULT's points (host/fault_point.hpp)
 SHARDED_POINTS = ("checkpoint-pieces", "checkpoint-index")  # written by strategies that shard the state
 

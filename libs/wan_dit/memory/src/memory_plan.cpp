@@ -72,16 +72,17 @@ std::string settings_yaml(const MemorySettings& s, bool adapters) {
 /// gradients after backward), then chunks.
 std::string fit(const PlannedRun& run, const MemorySettings& configured, const wanfw::TrainingLayout& layout,
                 std::int64_t units, bool options_apply) {
-  const std::string budget = fmt::format("{:.2f} GiB of device memory{}", gib(layout.fit_device_bytes),
-                                         layout.fit_host_bytes > 0
-                                             ? fmt::format(" and {:.2f} GiB of host memory", gib(layout.fit_host_bytes))
-                                             : std::string());
+  const std::string budget =
+      fmt::format("{:.2f} GiB of device memory{}", gib(layout.fit_device_bytes),
+                  layout.fit_host_bytes > 0 ? fmt::format(" and {:.2f} GiB of host memory", gib(layout.fit_host_bytes))
+                                            : std::string());
   const bool whole = !run.lora.enabled();
   if (!options_apply && !whole) {
     const bool fit = fits(estimate_memory(run, configured, layout), layout.fit_device_bytes, layout.fit_host_bytes);
-    return fmt::format("--fit {}: {} as configured (the fp8 base, block swap and activation offload serve adapters on "
-                       "one device a rank; else shard the state over more GPUs)\n",
-                       budget, fit ? "fits" : "does not fit");
+    return fmt::format(
+        "--fit {}: {} as configured (the fp8 base, block swap and activation offload serve adapters on "
+        "one device a rank; else shard the state over more GPUs)\n",
+        budget, fit ? "fits" : "does not fit");
   }
   MemorySettings s = configured;
   std::vector<MemorySettings> steps{s};
@@ -150,17 +151,16 @@ std::string fit(const PlannedRun& run, const MemorySettings& configured, const w
       least = candidate;
       fewest = std::move(e);
     }
-  return fmt::format("--fit {}: does not fit even with every option (at the least device memory, {}: {}); use a "
-                     "smaller bucket or batch{}\n",
-                     budget, memory_settings_text(least), totals(fewest),
-                     options_apply ? "" : ", or shard the state over more GPUs");
+  return fmt::format(
+      "--fit {}: does not fit even with every option (at the least device memory, {}: {}); use a "
+      "smaller bucket or batch{}\n",
+      budget, memory_settings_text(least), totals(fewest), options_apply ? "" : ", or shard the state over more GPUs");
 }
 
 }  // namespace
 
 bool fits(const MemoryEstimate& e, double device_bytes, double host_bytes) {
-  return e.device + kDeviceReserve <= device_bytes &&
-         (host_bytes <= 0 || std::max(e.host, e.host_build) <= host_bytes);
+  return e.device + kDeviceReserve <= device_bytes && (host_bytes <= 0 || std::max(e.host, e.host_build) <= host_bytes);
 }
 
 std::string device_fit(const MemoryEstimate& e) {
@@ -207,12 +207,13 @@ MemorySettings configured_memory(const wanfw::Options& o, const wanfw::TrainingL
 
 std::string memory_plan(const PlannedRun& run, const MemorySettings& configured, const wanfw::TrainingLayout& layout) {
   const MemoryEstimate now = estimate_memory(run, configured, layout);
-  std::string out = fmt::format("memory plan per GPU, {} on {} GPU{}{} ({}):\n", layout.strategy, layout.gpus,
-                                layout.gpus == 1 ? "" : "s",
-                                layout.sequence_parallel > 1
-                                    ? fmt::format(", sequence parallel {}", layout.sequence_parallel)
-                                    : std::string(),
-                                memory_settings_text(configured));
+  std::string out = fmt::format(
+      "memory plan per GPU, {} on {} GPU{}{} ({}):\n", layout.strategy, layout.gpus, layout.gpus == 1 ? "" : "s",
+      (layout.sequence_parallel > 1 ? fmt::format(", sequence parallel {}", layout.sequence_parallel) : std::string()) +
+          (layout.replica_groups > 1
+               ? fmt::format(", {} replica groups of {}", layout.replica_groups, layout.gpus / layout.replica_groups)
+               : std::string()),
+      memory_settings_text(configured));
   out += now.activations.empty() ? "  activations: none counted (data.buckets names no size to count them for)\n"
                                  : fmt::format("  activations for {}\n", now.activations);
   for (const auto& [what, bytes] : now.device_parts)
@@ -220,6 +221,7 @@ std::string memory_plan(const PlannedRun& run, const MemorySettings& configured,
   for (const auto& [what, bytes] : now.host_parts) out += fmt::format("  host: {} {:.2f} GiB\n", what, gib(bytes));
   out += fmt::format("  total: {}; with {:.1f} GiB for the CUDA context: {}\n", totals(now), gib(kDeviceReserve),
                      device_fit(now));
+  out += shard_traffic(run, layout);
   const bool adapters = run.lora.enabled();
   if (!adapters) {
     const TrainedBytes per =
@@ -231,12 +233,13 @@ std::string memory_plan(const PlannedRun& run, const MemorySettings& configured,
   const bool options_apply = adapters && !layout.sharded;
   const std::int64_t blocks = run.config.num_layers + std::ssize(run.config.vace_layers);  // VACE blocks are units
   const std::int64_t units = blocks * run.models + (run.critic ? run.critic->num_layers : 0);
-  if (options_apply) out += variants(run, configured, layout, units);
-  else {  // a DiT trained whole, adapters on several GPUs, or a sharded state: a rank's state
+  if (options_apply)
+    out += variants(run, configured, layout, units);
+  else if (layout.replica_groups == 1 || configured.host_state) {  // whole, adapters on several GPUs, or sharded
     MemorySettings moved = configured;
     moved.host_state = !configured.host_state;
-    out += fmt::format("  with {}: {}\n", moved.host_state ? "the optimizer's state on the host"
-                                                              : "the optimizer's state on the device",
+    out += fmt::format("  with {}: {}\n",
+                       moved.host_state ? "the optimizer's state on the host" : "the optimizer's state on the device",
                        totals(estimate_memory(run, moved, layout)));
   }
   if (layout.fit_device_bytes > 0) out += fit(run, configured, layout, units, options_apply);

@@ -23,6 +23,11 @@ void log_memory_options(const wanfw::Options& options, const wanfw::TrainingLayo
 /// The settings layout.block_swap_* and the options say, read into MemorySettings.
 MemorySettings configured_memory(const wanfw::Options& options, const wanfw::TrainingLayout& layout);
 
+/// What a sharded step sends a GPU (fsdp's formula, bench/fsdp_vs_ddp.py's): all-gathers forward and
+/// backward, the gradients' reduce-scatter and, with replica groups (fsdp replicate), each shard's
+/// all-reduce across them; beside plain sharding over every rank. Empty when the state is not sharded.
+std::string shard_traffic(const PlannedRun& run, const wanfw::TrainingLayout& layout);
+
 /// The plan of `run` as configured, laid out as `layout` says; with layout.fit_device_bytes
 /// (model-info --fit, and --host-ram) the fewest changes that fit, as the YAML to set.
 std::string memory_plan(const PlannedRun& run, const MemorySettings& configured, const wanfw::TrainingLayout& layout);
