@@ -43,6 +43,12 @@ struct FsdpSettings {
   int replicate = 1;        ///< replica groups (hybrid sharding); 1: one group, every rank
 };
 
+/// replicate: `holders` (the job, or a network's group: `network_groups`) in settings.replicate groups
+/// of contiguous ranks (within) and the ranks at each place of every group (across); none for 1.
+/// Throws wanfw::Error naming strategy.replicate when the ranks cannot form them.
+wanfw::SessionGroups replica_groups(const wanfw::DistributedSession& holders, const FsdpSettings& settings,
+                                    bool network_groups);
+
 class FsdpStrategy final : public wanfw::Strategy {
  public:
   FsdpStrategy(FsdpSettings settings, std::unique_ptr<wanfw::DistributedSession> session);

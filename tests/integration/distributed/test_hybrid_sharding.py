@@ -105,5 +105,5 @@ def test_model_info_plans_a_replica_groups_share_and_its_traffic_within_and_acro
     gathered, reduced, gib = 2 * parameters, 4 * parameters, 2 ** 30
     within, across = (2 * gathered + reduced) * 7 / 8, 2 * (reduced / 8) / 2
     plain = (2 * gathered + reduced) * 15 / 16
-    assert (f"{within / gib:.2f} GiB within a group of 8 ranks, {across / gib:.2f} GiB across groups; plain fsdp over "
-            f"all 16 ranks {plain / gib:.2f} GiB") in said, said
+    assert (f"{within / gib:.2f} GiB within a group of 8 ranks, {across / gib:.2f} GiB across groups; plain sharded "
+            f"over all 16 ranks {plain / gib:.2f} GiB") in said, said

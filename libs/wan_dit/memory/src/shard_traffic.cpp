@@ -35,7 +35,7 @@ std::string shard_traffic(const PlannedRun& run, const wanfw::TrainingLayout& la
   // Units: gathered for forward and again for backward, their gradients reduce-scattered.
   const auto sharded_step = [&](int ranks) { return ring(2 * gathered, ranks) + ring(reduced, ranks); };
   const std::string plain =
-      fmt::format("fsdp over all {} ranks {:.2f} GiB, every ring spanning them", holders, sharded_step(holders) / kGiB);
+      fmt::format("sharded over all {} ranks {:.2f} GiB, every ring spanning them", holders, sharded_step(holders) / kGiB);
   if (replicas == 1)
     return fmt::format("  traffic a step per GPU (gathers forward and backward, gradients reduce-scattered): {}\n",
                        plain);
