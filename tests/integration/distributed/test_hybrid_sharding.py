@@ -3,7 +3,7 @@ ranks, each sharding the whole state over its ranks, the groups' reduced shards 
 step. The tiny Wan DiT, its random noise and timesteps keyed by sample, ends at the weights of one
 device with the whole batch: 2 replica groups of 2 shards, with sequence parallelism inside a
 group (also on 27 tokens, a padded share), with a clip that binds; its checkpoints, written by the
-first group, resume on plain fsdp and on 4 groups of 1; model-info plans a group's share and the
+first group, resume on plain fsdp, on 4 groups of 1, on ddp and on one device; model-info plans a group's share and the
 traffic within and across the groups. Real torchrun, Gloo on loopback, CPU."""
 
 import re
@@ -12,7 +12,7 @@ import pytest
 
 from harness.equivalence import assert_same_training, tiny_wan_rounding, trained
 from harness.launch import torchrun
-from harness.layouts import CPU, FSDP, GLOBAL_BATCH, LR, STEPS, TINY_WAN, experiment, run_on, tiny_wan
+from harness.layouts import CPU, DDP, FSDP, GLOBAL_BATCH, LR, STEPS, TINY_WAN, experiment, run_on, tiny_wan
 from harness.runs import SOURCE, checkpoints, metrics, wanfw
 
 HYBRID = {**FSDP, "replicate": 2}
@@ -58,7 +58,7 @@ def test_a_padded_sequence_share_and_a_binding_clip_train_as_one_device_in_repli
 
 
 @pytest.mark.every_vector_unit
-def test_a_checkpoint_of_two_replica_groups_resumes_on_plain_fsdp_and_on_four_groups_of_one(tmp_path):
+def test_a_checkpoint_of_two_replica_groups_resumes_on_plain_fsdp_four_groups_of_one_ddp_and_one_device(tmp_path):
     model = tiny_wan("t2v")
     six = {"trainer": {"max_steps": 6}, "checkpoint": {"every": 3}}
     result = torchrun("run", experiment(tmp_path, "resized", HYBRID, 1, model, **six), nproc=4)
@@ -78,7 +78,7 @@ def test_a_checkpoint_of_two_replica_groups_resumes_on_plain_fsdp_and_on_four_gr
         return trained(checkpoints(run_dir)[-1])
 
     for name, (strategy, batch, ranks) in {"fsdp 1x4": (FSDP, 1, 4), "4 groups of 1": ({**FSDP, "replicate": 4}, 1, 4),
-                                           "one device": (CPU, 4, 1)}.items():
+                                           "ddp 2x2": (DDP, 2, 2), "one device": (CPU, 4, 1)}.items():
         c = assert_same_training(resume_from_step_3(strategy, batch, ranks), uninterrupted, lr=LR, tolerance=TINY_WAN)
         print(f"resumed on {name} vs hybrid 2x2: {c}")
 
