@@ -14,7 +14,8 @@ from safetensors.torch import load_file
 from harness.equivalence import (assert_same_training, assert_same_training_history, checkpoint_file, history,
                                  largest_relative_difference, state, trained, weights)
 from harness.launch import torchrun
-from harness.layouts import CPU, DDP, FSDP, LR, STEPS, TINY_WAN, experiment, run_on, tiny_wan
+from harness.layouts import (CPU, DDP, FSDP, LR, SIX_STEPS, STEPS, TINY_WAN, experiment, remove_checkpoint,
+                             resume_resized_from_step_3, run_on, tiny_wan)
 from harness.lora import lora_model
 from harness.references import reference_model
 from harness.runs import SOURCE, checkpoints, metrics, wanfw
@@ -119,35 +120,19 @@ def test_each_rank_holds_a_worlds_share_of_the_parameters_gradients_and_optimize
     assert whole / 4 <= share < whole / 4 * 1.05  # the padding slack, for this model's small tensors
 
 
-def remove(checkpoint):
-    for f in checkpoint.iterdir():
-        f.unlink()
-    checkpoint.rmdir()
-
-
 @pytest.mark.every_vector_unit
 def test_a_run_stopped_on_four_ranks_resumes_on_two_and_on_one_as_the_uninterrupted_run(tmp_path):
     model = tiny_wan("t2v")
-    six = {"trainer": {"max_steps": 6}, "checkpoint": {"every": 3}}
-    result = torchrun("run", experiment(tmp_path, "resized", FSDP, 1, model, **six), nproc=4)
+    result = torchrun("run", experiment(tmp_path, "resized", FSDP, 1, model, **SIX_STEPS), nproc=4)
     assert result.returncode == 0, result.stdout + result.stderr
     run_dir = tmp_path / "runs" / "resized" / "version_0"
     uninterrupted = trained(checkpoints(run_dir)[-1])
     stopped = checkpoints(run_dir)[0]
     assert stopped.name == "step-00000003" and (stopped / "model.pieces.json").exists()
-
-    def resume_from_step_3(strategy, batch, ranks):
-        for late in [p for p in checkpoints(run_dir) if p.name != "step-00000003"]:
-            remove(late)
-        path = experiment(tmp_path, "resized", strategy, batch, model, **six)
-        result = torchrun("run", path, "--resume", "auto", nproc=ranks) if ranks > 1 else \
-            wanfw("run", path, "--resume", "auto", check=0)
-        assert result.returncode == 0 and "written by 4 processes" in result.stdout + result.stderr, \
-            result.stdout + result.stderr
-        return trained(checkpoints(run_dir)[-1])
-
     for strategy, batch, ranks in ((FSDP, 2, 2), (CPU, 4, 1)):
-        c = assert_same_training(resume_from_step_3(strategy, batch, ranks), uninterrupted, lr=LR, tolerance=TINY_WAN)
+        output, resumed = resume_resized_from_step_3(tmp_path, model, strategy, batch, ranks)
+        assert "written by 4 processes" in output, output
+        c = assert_same_training(resumed, uninterrupted, lr=LR, tolerance=TINY_WAN)
         print(f"resumed on {ranks} rank(s) vs 4: {c}")
 
 
@@ -157,7 +142,7 @@ def test_a_ddp_checkpoint_resumes_under_fsdp_and_a_sharded_one_exports_the_offic
     six = {"trainer": {"max_steps": 6}, "checkpoint": {"every": 3}}
     uninterrupted = run_on(tmp_path, "switched", DDP, 2, model, ranks=2, **six)
     run_dir = tmp_path / "runs" / "switched" / "version_0"
-    remove(checkpoints(run_dir)[-1])  # stopped after step 3 under ddp, continued under fsdp
+    remove_checkpoint(checkpoints(run_dir)[-1])  # stopped after step 3 under ddp, continued under fsdp
     result = torchrun("run", experiment(tmp_path, "switched", FSDP, 2, model, **six), "--resume", "auto")
     assert result.returncode == 0 and "resumed from" in result.stdout, result.stdout + result.stderr
     assert (checkpoints(run_dir)[-1] / "model.pieces.json").exists()

@@ -12,16 +12,11 @@ import pytest
 
 from harness.equivalence import assert_same_training, tiny_wan_rounding, trained
 from harness.launch import torchrun
-from harness.layouts import CPU, DDP, FSDP, GLOBAL_BATCH, LR, STEPS, TINY_WAN, experiment, run_on, tiny_wan
+from harness.layouts import (CPU, DDP, FSDP, GLOBAL_BATCH, LR, SIX_STEPS, STEPS, TINY_WAN, experiment,
+                             resume_resized_from_step_3, run_on, tiny_wan)
 from harness.runs import SOURCE, checkpoints, metrics, wanfw
 
 HYBRID = {**FSDP, "replicate": 2}
-
-
-def remove(checkpoint):
-    for f in checkpoint.iterdir():
-        f.unlink()
-    checkpoint.rmdir()
 
 
 @pytest.mark.every_vector_unit
@@ -60,26 +55,16 @@ def test_a_padded_sequence_share_and_a_binding_clip_train_as_one_device_in_repli
 @pytest.mark.every_vector_unit
 def test_a_checkpoint_of_two_replica_groups_resumes_on_plain_fsdp_four_groups_of_one_ddp_and_one_device(tmp_path):
     model = tiny_wan("t2v")
-    six = {"trainer": {"max_steps": 6}, "checkpoint": {"every": 3}}
-    result = torchrun("run", experiment(tmp_path, "resized", HYBRID, 1, model, **six), nproc=4)
+    result = torchrun("run", experiment(tmp_path, "resized", HYBRID, 1, model, **SIX_STEPS), nproc=4)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "2 replica groups of 2 ranks" in result.stdout + result.stderr
     run_dir = tmp_path / "runs" / "resized" / "version_0"
     uninterrupted = trained(checkpoints(run_dir)[-1])
     assert checkpoints(run_dir)[0].name == "step-00000003"
-
-    def resume_from_step_3(strategy, batch, ranks):
-        for late in [p for p in checkpoints(run_dir) if p.name != "step-00000003"]:
-            remove(late)
-        path = experiment(tmp_path, "resized", strategy, batch, model, **six)
-        result = torchrun("run", path, "--resume", "auto", nproc=ranks) if ranks > 1 else \
-            wanfw("run", path, "--resume", "auto", check=0)
-        assert result.returncode == 0 and "resumed from" in result.stdout, result.stdout + result.stderr
-        return trained(checkpoints(run_dir)[-1])
-
     for name, (strategy, batch, ranks) in {"fsdp 1x4": (FSDP, 1, 4), "4 groups of 1": ({**FSDP, "replicate": 4}, 1, 4),
                                            "ddp 2x2": (DDP, 2, 2), "one device": (CPU, 4, 1)}.items():
-        c = assert_same_training(resume_from_step_3(strategy, batch, ranks), uninterrupted, lr=LR, tolerance=TINY_WAN)
+        _, resumed = resume_resized_from_step_3(tmp_path, model, strategy, batch, ranks)
+        c = assert_same_training(resumed, uninterrupted, lr=LR, tolerance=TINY_WAN)
         print(f"resumed on {name} vs hybrid 2x2: {c}")
 
 

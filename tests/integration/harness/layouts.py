@@ -3,9 +3,9 @@ replicas), the experiment config every layout shares, and a run on N ranks; the 
 equivalent for the deterministic parity tests."""
 
 from harness.equivalence import (assert_same_training, largest_relative_difference, rounding, state,
-                                 tiny_wan_rounding, weights)
+                                 tiny_wan_rounding, trained, weights)
 from harness.launch import torchrun
-from harness.runs import base_config, wanfw, write_run_config
+from harness.runs import base_config, checkpoints, wanfw, write_run_config
 
 
 STEPS = 5
@@ -80,3 +80,26 @@ def assert_same_weights(a, b, batch=16):
 
 WEIGHTS = {"mode": "bf16_weights"}
 BF16_U = 2.0 ** -8  # bfloat16 unit roundoff: 8 significant bits
+
+
+SIX_STEPS = {"trainer": {"max_steps": 6}, "checkpoint": {"every": 3}}  # a "resized" run: checkpoints at 3 and 6
+
+
+def remove_checkpoint(checkpoint):
+    for f in checkpoint.iterdir():
+        f.unlink()
+    checkpoint.rmdir()
+
+
+def resume_resized_from_step_3(tmp_path, model, strategy, batch, ranks):
+    """Run "resized" (SIX_STEPS) resumed from its step-3 checkpoint on `strategy`, `batch` samples a
+    rank and `ranks` ranks, its later checkpoints removed first. Returns the launch's output and the
+    weights and AdamW state it ended with."""
+    run_dir = tmp_path / "runs" / "resized" / "version_0"
+    for late in [p for p in checkpoints(run_dir) if p.name != "step-00000003"]:
+        remove_checkpoint(late)
+    path = experiment(tmp_path, "resized", strategy, batch, model, **SIX_STEPS)
+    result = torchrun("run", path, "--resume", "auto", nproc=ranks) if ranks > 1 else \
+        wanfw("run", path, "--resume", "auto", check=0)
+    assert result.returncode == 0 and "resumed from" in result.stdout, result.stdout + result.stderr
+    return result.stdout + result.stderr, trained(checkpoints(run_dir)[-1])
