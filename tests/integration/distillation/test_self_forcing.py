@@ -4,7 +4,6 @@ every rank and micro-batch shares; the generator trains the same on every layout
 checkpointing as without, resumes bitwise, and samples chunk by chunk as the exported student does
 in wan22_flow_matching. The quality test (own entry) compares its samples with the teacher's."""
 
-
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
