@@ -72,6 +72,17 @@ std::vector<wanfw::FieldSpec> ode_pair_fields(const FlowMatchingSettings& settin
           {"trajectory_timesteps", {k}}};
 }
 
+namespace {
+
+/// Per-frame levels or timesteps `per_frame` [B, F] with a ti2v image's frame 0 at 0 (clean).
+torch::Tensor image_at_zero(const FlowMatchingSettings& settings, const torch::Tensor& x0,
+                            const torch::Tensor& per_frame) {
+  if (!wan::keeps_first_frame(settings.task, x0)) return per_frame;
+  return torch::cat({torch::zeros_like(per_frame.narrow(1, 0, 1)), per_frame.narrow(1, 1, per_frame.size(1) - 1)}, 1);
+}
+
+}  // namespace
+
 torch::Tensor draw_ode_steps(const wanfw::Batch& batch, const FlowMatchingSettings& settings, std::int64_t chunks) {
   const std::vector<double> levels = wan::warped_timesteps(settings.causal.steps, settings.sampler.shift);
   const auto k = static_cast<double>(levels.size());
@@ -116,9 +127,7 @@ torch::Tensor causal_ode_error(wan::WanDenoiser& denoiser, const FlowMatchingSet
   // Each frame at its chunk's state; a ti2v first frame is the image, clean at t = 0.
   const torch::Tensor x =
       wan::with_kept_first_frame(settings.task, x0, trajectory.gather(1, index).squeeze(1).to(x0.scalar_type()));
-  torch::Tensor t = timesteps.to(torch::kFloat32).gather(1, step);  // [B, F]
-  if (wan::keeps_first_frame(settings.task, x0))
-    t = torch::cat({torch::zeros_like(t.narrow(1, 0, 1)), t.narrow(1, 1, frames - 1)}, 1);
+  const torch::Tensor t = image_at_zero(settings, x0, timesteps.to(torch::kFloat32).gather(1, step));  // [B, F]
   const wan::CausalPass pass{&layout, nullptr, 0};
   const torch::Tensor v = denoiser.forward(x, t, context, {}, std::get<0>(t.max(1)) / 1000.0, {}, &pass);
   const torch::Tensor level = (t / 1000.0).view({b, 1, frames, 1, 1});
@@ -142,10 +151,9 @@ torch::Tensor causal_error(wan::WanDenoiser& denoiser, const FlowMatchingSetting
                            const torch::Tensor& noise, const torch::Tensor& chunk_sigma, const torch::Tensor& context) {
   const std::int64_t frames = x0.size(2);
   causal_chunks(settings, frames, "training");
-  torch::Tensor s = settings.causal.layout->per_frame(chunk_sigma.to(torch::kFloat32));  // [B, F]
   // A ti2v first frame is the image: clean in both copies, and not predicted.
-  if (wan::keeps_first_frame(settings.task, x0))
-    s = torch::cat({torch::zeros_like(s.narrow(1, 0, 1)), s.narrow(1, 1, frames - 1)}, 1);
+  const torch::Tensor s =
+      image_at_zero(settings, x0, settings.causal.layout->per_frame(chunk_sigma.to(torch::kFloat32)));  // [B, F]
   const torch::Tensor level = s.view({s.size(0), 1, frames, 1, 1}).to(x0.scalar_type());
   const torch::Tensor noised = (1 - level) * x0 + level * noise;
   // The clean copy at t = 0 (as a rollout's context passes), the noisy one at its chunks' levels.

@@ -55,9 +55,10 @@ std::string CausalLayout::describe() const {
 
 torch::Tensor CausalLayout::per_frame(const torch::Tensor& per_chunk) const {
   if (!independent_first_frame) return per_chunk.repeat_interleave(frames_per_chunk, 1);
-  std::vector<std::int64_t> counts(static_cast<std::size_t>(per_chunk.size(1)), frames_per_chunk);
-  counts.front() = 1;
-  return per_chunk.repeat_interleave(torch::tensor(counts, torch::kLong).to(per_chunk.device()), 1);
+  // Frame 0's own value, then the later chunks' N frames each.
+  return torch::cat(
+      {per_chunk.narrow(1, 0, 1), per_chunk.narrow(1, 1, per_chunk.size(1) - 1).repeat_interleave(frames_per_chunk, 1)},
+      1);
 }
 
 bool CausalLayout::sees(std::int64_t q, std::int64_t k) const {
@@ -163,7 +164,8 @@ std::vector<CausalAttention> causal_blocks(const CausalPass& causal, const std::
       causal.teacher_forcing ? teacher_forcing_frames(grid[0] / 2) : frame_range(causal.first_frame, grid[0]);
   std::vector<CausalAttention> out;
   for (std::size_t i = 0; i < blocks; ++i)
-    out.push_back({causal.layout, causal.cache, causal.first_frame, grid[0], causal.expert * blocks + i, tags, nullptr});
+    out.push_back(
+        {causal.layout, causal.cache, causal.first_frame, grid[0], causal.expert * blocks + i, tags, nullptr});
   return out;
 }
 
